@@ -1,0 +1,146 @@
+// Package testenv connects tests to the real servers that `make test` starts
+// (scripts/up.sh). A server that does not answer fails the test: nothing here
+// skips. Addresses come from INVENTORY_TEST_* variables, with the loopback
+// defaults scripts/up.sh uses.
+package testenv
+
+import (
+	"context"
+	"crypto/sha1"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/acme/inventory/migrations"
+)
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// RedisURL is the single-node Redis the tests use.
+func RedisURL() string { return env("INVENTORY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0") }
+
+// RedisClusterAddrs are the nodes of the three-node test cluster.
+func RedisClusterAddrs() []string {
+	return strings.Split(env("INVENTORY_TEST_REDIS_CLUSTER", "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"), ",")
+}
+
+// MySQLDSN is the server-level DSN (no database) of the test MariaDB.
+func MySQLDSN() string {
+	return env("INVENTORY_TEST_MYSQL_DSN", "inventory:inventory@tcp(127.0.0.1:3306)/")
+}
+
+// RocketMQNamesrv is the test name server address.
+func RocketMQNamesrv() string { return env("INVENTORY_TEST_ROCKETMQ_NAMESRV", "127.0.0.1:9876") }
+
+// RocketMQBroker is the test broker address (topics are created on it).
+func RocketMQBroker() string { return env("INVENTORY_TEST_ROCKETMQ_BROKER", "127.0.0.1:10911") }
+
+// Redis returns a client on database db of the single-node test Redis, with
+// that database flushed. Each test package uses its own db number so packages
+// running in parallel never see each other's keys.
+func Redis(t testing.TB, db int) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		t.Fatalf("testenv: INVENTORY_TEST_REDIS_URL: %v", err)
+	}
+	opt.DB = db
+	opt.PoolSize = 128
+	c := redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.FlushDB(ctx).Err(); err != nil {
+		t.Fatalf("testenv: real Redis at %s is required (run `make up`): %v", opt.Addr, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// RedisCluster returns a client on the three-node test cluster, flushed. Only
+// the stock package uses the cluster, so flushing it is safe.
+func RedisCluster(t testing.TB) *redis.ClusterClient {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: RedisClusterAddrs(), PoolSize: 128})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		return n.FlushAll(ctx).Err()
+	})
+	if err != nil {
+		t.Fatalf("testenv: real Redis Cluster at %v is required (run `make up`): %v", RedisClusterAddrs(), err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// MySQLDatabase creates an empty database for this test on the real MariaDB
+// and returns its DSN; the database is dropped when the test ends.
+func MySQLDatabase(t testing.TB) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(MySQLDSN())
+	if err != nil {
+		t.Fatalf("testenv: INVENTORY_TEST_MYSQL_DSN: %v", err)
+	}
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	defer admin.Close()
+	sum := sha1.Sum([]byte(t.Name() + time.Now().String()))
+	name := "inv_test_" + hex.EncodeToString(sum[:6])
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
+		t.Fatalf("testenv: real MariaDB/MySQL at %s is required (run `make up`): %v", cfg.Addr, err)
+	}
+	t.Cleanup(func() {
+		a, err := sql.Open("mysql", cfg.FormatDSN())
+		if err == nil {
+			_, _ = a.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+			_ = a.Close()
+		}
+	})
+	cfg.DBName = name
+	cfg.ParseTime = true
+	cfg.MultiStatements = false
+	return cfg.FormatDSN()
+}
+
+// MySQL returns a GORM handle on a fresh, fully migrated test database.
+func MySQL(t testing.TB) *gorm.DB {
+	t.Helper()
+	dsn := MySQLDatabase(t)
+	raw, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() { _ = raw.Close() })
+	if err := migrations.Up(context.Background(), raw); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: raw}), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return db
+}
+
+// Unique returns a name unique to this test run, for topics and groups.
+func Unique(prefix string) string {
+	return fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+}

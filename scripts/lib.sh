@@ -1,0 +1,47 @@
+# Shared settings and helpers for the server scripts. Sourced, not run.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE="$ROOT/.cache"            # downloads and server state; ignored by git
+RUN="$CACHE/run"                # pid files of the servers these scripts started
+mkdir -p "$RUN"
+
+REDIS_PORT=${REDIS_PORT:-6379}
+REDIS_CLUSTER_PORTS=${REDIS_CLUSTER_PORTS:-"7101 7102 7103"}
+MYSQL_PORT=${MYSQL_PORT:-3306}
+MYSQL_USER=${MYSQL_USER:-inventory}
+MYSQL_PASSWORD=${MYSQL_PASSWORD:-inventory}
+MYSQL_DATABASE=${MYSQL_DATABASE:-inventory}
+ROCKETMQ_VERSION=${ROCKETMQ_VERSION:-5.3.3}
+NAMESRV_PORT=9876
+BROKER_PORT=10911
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "FATAL: $*"; exit 1; }
+
+# wait_for DESCRIPTION SECONDS COMMAND...: polls COMMAND until it succeeds.
+wait_for() {
+  local what=$1 secs=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || die "$what did not answer within ${secs}s"
+    sleep 0.3
+  done
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+apt_updated=""
+apt_install() {
+  command -v apt-get >/dev/null || die "need $* but apt-get is not available; install it by hand"
+  if [ -z "$apt_updated" ]; then
+    log "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    apt_updated=1
+  fi
+  log "installing $*"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# started NAME PID: remembers that these scripts started NAME, so down.sh stops only it.
+started() { echo "$2" >"$RUN/$1.pid"; }

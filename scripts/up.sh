@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Brings up the real servers the tests use, on loopback: Redis (single node and
+# a three-node cluster), MariaDB, and an Apache RocketMQ name server and broker.
+# Installs each from the package registries when missing, reuses one that
+# already answers, waits until each answers, and records what it started so
+# scripts/down.sh stops only that.
+source "$(dirname "$0")/lib.sh"
+
+start_redis() {
+  command -v redis-server >/dev/null && command -v redis-cli >/dev/null || apt_install redis-server redis-tools
+  if redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; then
+    log "redis :$REDIS_PORT already running, reusing it"
+  else
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
+      --databases 32 --pidfile "$RUN/redis.pidfile" --logfile "$CACHE/redis.log"
+    wait_for "redis :$REDIS_PORT" 10 redis-cli -p "$REDIS_PORT" ping
+    started redis "$(cat "$RUN/redis.pidfile")"
+  fi
+  log "redis: $(redis-cli -p "$REDIS_PORT" info server | grep -m1 redis_version | tr -d '\r')"
+
+  local p nodes=() fresh=""
+  for p in $REDIS_CLUSTER_PORTS; do
+    nodes+=("127.0.0.1:$p")
+    if redis-cli -p "$p" ping 2>/dev/null | grep -q PONG; then continue; fi
+    local dir="$CACHE/redis-cluster/$p"
+    rm -rf "$dir" && mkdir -p "$dir"
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$p" --save "" --appendonly no \
+      --cluster-enabled yes --cluster-config-file "$dir/nodes.conf" --dir "$dir" \
+      --pidfile "$RUN/redis-$p.pidfile" --logfile "$dir/redis.log"
+    wait_for "redis cluster node :$p" 10 redis-cli -p "$p" ping
+    started "redis-$p" "$(cat "$RUN/redis-$p.pidfile")"
+    fresh=1
+  done
+  local first=${REDIS_CLUSTER_PORTS%% *}
+  if ! redis-cli -p "$first" cluster info | grep -q 'cluster_state:ok'; then
+    [ -n "$fresh" ] || die "redis cluster nodes run but the cluster is not formed; run scripts/down.sh or stop them"
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
+    wait_for "redis cluster" 20 bash -c "redis-cli -p $first cluster info | grep -q cluster_state:ok"
+  fi
+  log "redis cluster: ${nodes[*]} ok"
+}
+
+start_mariadb() {
+  command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || apt_install mariadb-server
+  if mariadb-admin --protocol=tcp -h127.0.0.1 -P"$MYSQL_PORT" -u"$MYSQL_USER" -p"$MYSQL_PASSWORD" ping >/dev/null 2>&1 \
+     || mariadb-admin ping >/dev/null 2>&1; then
+    log "mariadb already running, reusing it"
+  else
+    [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null
+    mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
+    nohup /usr/sbin/mariadbd --user=mysql --bind-address=127.0.0.1 --port="$MYSQL_PORT" \
+      --innodb-buffer-pool-size=256M --max-connections=500 >"$CACHE/mariadb.log" 2>&1 &
+    started mariadb $!
+    wait_for "mariadb" 60 mariadb-admin ping
+  fi
+  # Root authenticates by the unix socket only; the service and tests use a TCP user.
+  mariadb -uroot <<SQL
+CREATE USER IF NOT EXISTS '$MYSQL_USER'@'127.0.0.1' IDENTIFIED BY '$MYSQL_PASSWORD';
+CREATE USER IF NOT EXISTS '$MYSQL_USER'@'localhost' IDENTIFIED BY '$MYSQL_PASSWORD';
+GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'localhost';
+CREATE DATABASE IF NOT EXISTS \`$MYSQL_DATABASE\`;
+SQL
+  log "mariadb: $(mariadb -N -uroot -e 'SELECT VERSION()')"
+}
+
+rocketmq_classpath() {
+  local dir="$CACHE/rocketmq-$ROCKETMQ_VERSION"
+  if [ ! -f "$dir/.complete" ]; then
+    command -v java >/dev/null || apt_install openjdk-17-jre-headless
+    command -v mvn >/dev/null || apt_install maven
+    log "resolving Apache RocketMQ $ROCKETMQ_VERSION from Maven Central"
+    rm -rf "$dir" && mkdir -p "$dir"
+    sed "s/@VERSION@/$ROCKETMQ_VERSION/g" "$ROOT/scripts/rocketmq/pom.xml" >"$dir/pom.xml"
+    (cd "$dir" && mvn -B -q dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$dir/lib") >&2
+    touch "$dir/.complete"
+  fi
+  echo "$dir/lib/*"
+}
+
+java_opts() {
+  echo -Xms128m -Xmx512m -XX:MaxDirectMemorySize=256m \
+    --add-opens java.base/java.nio=ALL-UNNAMED --add-opens java.base/jdk.internal.ref=ALL-UNNAMED \
+    --add-opens java.base/java.util=ALL-UNNAMED --add-exports java.base/sun.nio.ch=ALL-UNNAMED \
+    -Drocketmq.home.dir="$CACHE/rocketmq-home" -Duser.home="$CACHE/rocketmq-home"
+}
+
+start_rocketmq() {
+  if port_open "$NAMESRV_PORT" && port_open "$BROKER_PORT"; then
+    log "rocketmq name server :$NAMESRV_PORT and broker :$BROKER_PORT already running, reusing them"
+    return
+  fi
+  local cp; cp=$(rocketmq_classpath)
+  local home="$CACHE/rocketmq-home"
+  mkdir -p "$home"
+  if ! port_open "$NAMESRV_PORT"; then
+    printf 'listenPort=%s\n' "$NAMESRV_PORT" >"$home/namesrv.conf"
+    # shellcheck disable=SC2046
+    nohup java $(java_opts) -Drmq.logback.configurationFile=rmq.namesrv.logback.xml -cp "$cp" \
+      org.apache.rocketmq.namesrv.NamesrvStartup -c "$home/namesrv.conf" >"$home/namesrv.out" 2>&1 &
+    started rocketmq-namesrv $!
+    wait_for "rocketmq name server" 60 grep -q 'boot success' "$home/namesrv.out"
+  fi
+  if ! port_open "$BROKER_PORT"; then
+    rm -rf "$home/store"
+    sed "s#@STORE@#$home/store#g; s#@NAMESRV@#127.0.0.1:$NAMESRV_PORT#g; s#@PORT@#$BROKER_PORT#g" \
+      "$ROOT/scripts/rocketmq/broker.conf" >"$home/broker.conf"
+    # shellcheck disable=SC2046
+    nohup java $(java_opts) -Drmq.logback.configurationFile=rmq.broker.logback.xml -cp "$cp" \
+      org.apache.rocketmq.broker.BrokerStartup -c "$home/broker.conf" >"$home/broker.out" 2>&1 &
+    started rocketmq-broker $!
+    wait_for "rocketmq broker" 120 grep -q 'boot success' "$home/broker.out"
+  fi
+  log "rocketmq $ROCKETMQ_VERSION: $(grep -m1 -o 'The broker.*boot success.*' "$home/broker.out" || echo "broker $ROCKETMQ_VERSION up")"
+}
+
+what=${1:-all}
+case $what in
+  all) start_redis; start_mariadb; start_rocketmq ;;
+  redis) start_redis ;;
+  mariadb) start_mariadb ;;
+  rocketmq) start_rocketmq ;;
+  *) die "usage: $0 [all|redis|mariadb|rocketmq]" ;;
+esac
