@@ -1,0 +1,101 @@
+package stock
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+func TestLockOneWinner(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		l := NewLocker(rdb)
+		var won atomic.Int64
+		var wg sync.WaitGroup
+		for i := 0; i < 32; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := l.Obtain(context.Background(), "lock:{one}", 10*time.Second, 0)
+				if err == nil {
+					won.Add(1)
+				} else if err != ErrLockNotObtained {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		require.EqualValues(t, 1, won.Load())
+	})
+}
+
+func TestLockOwnership(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := NewLocker(rdb)
+
+		first, err := l.Obtain(ctx, "lock:{own}", 150*time.Millisecond, 0)
+		require.NoError(t, err)
+		_, err = l.Obtain(ctx, "lock:{own}", time.Second, 50*time.Millisecond)
+		require.ErrorIs(t, err, ErrLockNotObtained, "a bounded wait gives up")
+
+		// The first holder stalls past its expiry; a second takes the lock.
+		var second *Lock
+		require.Eventually(t, func() bool {
+			second, err = l.Obtain(ctx, "lock:{own}", 10*time.Second, 0)
+			return err == nil
+		}, 5*time.Second, 10*time.Millisecond)
+		require.ErrorIs(t, first.Release(ctx), ErrLockNotHeld, "an expired holder cannot release the next holder's lock")
+		require.ErrorIs(t, first.Refresh(ctx, time.Second), ErrLockNotHeld, "nor extend it")
+		_, err = l.Obtain(ctx, "lock:{own}", time.Second, 0)
+		require.ErrorIs(t, err, ErrLockNotObtained, "the second holder still has it")
+		require.NoError(t, second.Release(ctx))
+		require.ErrorIs(t, second.Release(ctx), ErrLockNotHeld)
+		third, err := l.Obtain(ctx, "lock:{own}", time.Second, 0)
+		require.NoError(t, err)
+		require.NotEqual(t, second.Token(), third.Token())
+	})
+}
+
+func TestLockKeepAlive(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		l := NewLocker(rdb)
+		const ttl = 300 * time.Millisecond
+		held, err := l.Obtain(ctx, "lock:{long}", ttl, 0)
+		require.NoError(t, err)
+		lost, stop := held.KeepAlive(ctx, ttl)
+
+		// A long job runs for several TTLs; nobody else gets the lock meanwhile.
+		deadline := time.Now().Add(4 * ttl)
+		for time.Now().Before(deadline) {
+			_, err := l.Obtain(ctx, "lock:{long}", ttl, 0)
+			require.ErrorIs(t, err, ErrLockNotObtained)
+			time.Sleep(ttl / 5)
+		}
+		select {
+		case <-lost:
+			t.Fatal("renewal lost the lock")
+		default:
+		}
+		stop()
+		stop() // idempotent
+		require.NoError(t, held.Release(ctx))
+
+		// Losing the lock (here: someone deletes it) is reported to the job.
+		held, err = l.Obtain(ctx, "lock:{long}", ttl, 0)
+		require.NoError(t, err)
+		lost, stop = held.KeepAlive(ctx, ttl)
+		defer stop()
+		require.NoError(t, rdb.Del(ctx, "lock:{long}").Err())
+		select {
+		case <-lost:
+		case <-time.After(5 * time.Second):
+			t.Fatal("losing the lock was not reported")
+		}
+	})
+}
