@@ -126,6 +126,13 @@ func (s *Store) Release(ctx context.Context, sku, token string) (int64, error) {
 	return s.release(ctx, sku, token, "release")
 }
 
+// Undo gives back token's unpaid hold of sku without closing the token, so
+// the same token may reserve again: for rolling back a reservation whose
+// order was never written.
+func (s *Store) Undo(ctx context.Context, sku, token string) (int64, error) {
+	return s.release(ctx, sku, token, "undo")
+}
+
 func (s *Store) release(ctx context.Context, sku, token, mode string) (int64, error) {
 	if err := s.validate(sku, token, 1); err != nil {
 		return 0, err

@@ -1,0 +1,102 @@
+// Package order runs the order lifecycle on top of the Redis reservations of
+// package stock, keeps MySQL as the durable record, and carries stock
+// operations to the database through an outbox and ordered messages:
+//
+//	create:  reserve every line in Redis, write the order, re-affirm the reservation
+//	pay:     PENDING -> PAID and a DEDUCT outbox row per line, in one transaction
+//	relay:   outbox rows -> ordered messages (key = SKU), by one node at a time
+//	apply:   each (order, SKU, op) once: a unique ledger row in the transaction
+//	         of one merged UPDATE per SKU
+//	cancel / expire / refund: give the units back in Redis by token
+package order
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/acme/inventory/stock"
+)
+
+// Status is an order's state. Transitions:
+//
+//	PENDING -> PAID -> REFUNDED
+//	PENDING -> CANCELLED | EXPIRED
+//	EXPIRED | CANCELLED -> PAID            (late payment, stock re-reserved)
+//	EXPIRED | CANCELLED -> REFUND_REQUIRED (late payment, stock gone)
+//	REFUND_REQUIRED -> REFUNDED
+type Status string
+
+const (
+	Pending        Status = "PENDING"
+	Paid           Status = "PAID"
+	Cancelled      Status = "CANCELLED"
+	Expired        Status = "EXPIRED"
+	Refunded       Status = "REFUNDED"
+	RefundRequired Status = "REFUND_REQUIRED"
+)
+
+var (
+	// ErrNotFound: no such order.
+	ErrNotFound = errors.New("order: not found")
+	// ErrConflict: the order is not in a state that allows the operation, or
+	// an idempotency key or payment id is reused for something else.
+	ErrConflict = errors.New("order: conflict")
+)
+
+// Order is one order and its lines.
+type Order struct {
+	ID               string     `json:"id" gorm:"primaryKey"`
+	UserID           string     `json:"user_id"`
+	IdempotencyKey   *string    `json:"-"`
+	Status           Status     `json:"status"`
+	ReservationToken string     `json:"-"`
+	PaymentID        *string    `json:"payment_id,omitempty"`
+	ExpiresAt        time.Time  `json:"expires_at"`
+	PaidAt           *time.Time `json:"paid_at,omitempty"`
+	CreatedAt        time.Time  `json:"created_at"`
+	UpdatedAt        time.Time  `json:"updated_at"`
+	Items            []Item     `json:"items" gorm:"foreignKey:OrderID"`
+}
+
+// Item is one line of an order.
+type Item struct {
+	OrderID string `json:"-" gorm:"primaryKey"`
+	SKU     string `json:"sku" gorm:"primaryKey;column:sku"`
+	Qty     int64  `json:"qty"`
+}
+
+func (Item) TableName() string { return "order_items" }
+
+func (o *Order) lines() []stock.Line {
+	out := make([]stock.Line, len(o.Items))
+	for i, it := range o.Items {
+		out[i] = stock.Line{SKU: it.SKU, Qty: it.Qty}
+	}
+	return out
+}
+
+// Op is a stock operation carried to the database.
+type Op string
+
+const (
+	OpDeduct  Op = "DEDUCT"  // a paid line leaves the stock
+	OpRestore Op = "RESTORE" // a refunded line comes back
+)
+
+var (
+	idPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
+	keyPattern = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", stock.ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+func validateID(what, v string) error {
+	if !idPattern.MatchString(v) {
+		return invalid("%s must be 1-64 characters of A-Z a-z 0-9 . _ : -", what)
+	}
+	return nil
+}

@@ -1,0 +1,209 @@
+package order
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/stock"
+)
+
+// OutboxRow is a stock operation waiting to be published; written in the
+// transaction of the order transition that causes it.
+type OutboxRow struct {
+	ID        int64      `gorm:"primaryKey"`
+	OrderID   string     `gorm:"column:order_id"`
+	SKU       string     `gorm:"column:sku"`
+	Op        Op         `gorm:"column:op"`
+	Qty       int64      `gorm:"column:qty"`
+	CreatedAt time.Time  `gorm:"column:created_at;autoCreateTime:false;default:CURRENT_TIMESTAMP(6)"`
+	SentAt    *time.Time `gorm:"column:sent_at"`
+}
+
+func (OutboxRow) TableName() string { return "stock_outbox" }
+
+// StockMessage is the body of one message on the ordered topic (key = SKU).
+type StockMessage struct {
+	OrderID string `json:"order_id"`
+	SKU     string `json:"sku"`
+	Op      Op     `json:"op"`
+	Qty     int64  `json:"qty"`
+}
+
+// RelayConfig tunes a Relay.
+type RelayConfig struct {
+	// Interval between polls when nothing wakes the relay. Default 200ms.
+	Interval time.Duration
+	// Batch bounds the rows read per round. Default 200.
+	Batch int
+	// LockTTL is the single-runner lock's expiry (renewed while running). Default 10s.
+	LockTTL time.Duration
+	Logger  *slog.Logger
+	// afterSend, in tests, runs after each send and before the row is marked
+	// sent; an error stops the round there, as a crash would.
+	afterSend func(row OutboxRow) error
+}
+
+// Relay publishes outbox rows in id order to the ordered topic, on one node at
+// a time (a distributed lock, renewed while it runs). A crash between the send
+// and marking the row sent sends it again later: the consumer's ledger makes
+// that harmless. A row is never sent before its transaction commits.
+type Relay struct {
+	db       *gorm.DB
+	producer mq.Producer
+	locker   *stock.Locker
+	cfg      RelayConfig
+	wake     chan struct{}
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+const relayLockKey = "inv:{relay}:lock"
+
+func NewRelay(db *gorm.DB, p mq.Producer, locker *stock.Locker, cfg RelayConfig) *Relay {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 200 * time.Millisecond
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 200
+	}
+	if cfg.LockTTL <= 0 {
+		cfg.LockTTL = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Relay{db: db, producer: p, locker: locker, cfg: cfg, wake: make(chan struct{}, 1)}
+}
+
+// Wake makes the relay look at the outbox now (after a commit).
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start runs the relay until Stop; a second Start is a no-op.
+func (r *Relay) Start(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done != nil {
+		return
+	}
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan struct{})
+	go r.run(ctx, r.done)
+}
+
+// Stop ends the relay and waits for it; safe before Start and twice.
+func (r *Relay) Stop() {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+func (r *Relay) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	for ctx.Err() == nil {
+		lock, err := r.locker.Obtain(ctx, relayLockKey, r.cfg.LockTTL, 0)
+		if err != nil {
+			if !errors.Is(err, stock.ErrLockNotObtained) && ctx.Err() == nil {
+				r.cfg.Logger.Warn("relay: lock", "err", err)
+			}
+			r.sleep(ctx, r.cfg.LockTTL/2+rand.N(r.cfg.LockTTL/4)) // another node relays
+			continue
+		}
+		r.lead(ctx, lock)
+		_ = lock.Release(context.WithoutCancel(ctx))
+	}
+}
+
+// lead relays while this node holds the lock.
+func (r *Relay) lead(ctx context.Context, lock *stock.Lock) {
+	lost, stop := lock.KeepAlive(ctx, r.cfg.LockTTL)
+	defer stop()
+	backoff := r.cfg.Interval
+	for {
+		select {
+		case <-lost:
+			r.cfg.Logger.Warn("relay: lost the lock; another node takes over")
+			return
+		default:
+		}
+		n, err := r.RelayOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			r.cfg.Logger.Warn("relay: round failed", "err", err)
+			backoff = min(2*backoff, 5*time.Second)
+			r.sleep(ctx, backoff/2+rand.N(backoff/2))
+			continue
+		case n == r.cfg.Batch:
+			continue // more waiting
+		}
+		backoff = r.cfg.Interval
+		select {
+		case <-ctx.Done():
+			return
+		case <-lost:
+			return
+		case <-r.wake:
+		case <-time.After(r.cfg.Interval):
+		}
+	}
+}
+
+func (r *Relay) sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-r.wake:
+	case <-time.After(d):
+	}
+}
+
+// RelayOnce sends up to one batch of unsent rows in id order and marks them
+// sent; it returns how many it sent.
+func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
+	var rows []OutboxRow
+	if err := r.db.WithContext(ctx).Where("sent_at IS NULL").Order("id").Limit(r.cfg.Batch).Find(&rows).Error; err != nil {
+		return 0, err
+	}
+	sent := make([]int64, 0, len(rows))
+	var serr error
+	for _, row := range rows {
+		body, _ := json.Marshal(StockMessage{OrderID: row.OrderID, SKU: row.SKU, Op: row.Op, Qty: row.Qty})
+		if serr = r.producer.Send(ctx, mq.Message{Key: row.SKU, Body: body}); serr != nil {
+			break
+		}
+		if r.cfg.afterSend != nil {
+			if serr = r.cfg.afterSend(row); serr != nil {
+				return len(sent), serr // "crash": the sent row stays unmarked
+			}
+		}
+		sent = append(sent, row.ID)
+	}
+	if len(sent) > 0 {
+		if err := r.db.WithContext(ctx).Model(&OutboxRow{}).Where("id IN ?", sent).
+			Update("sent_at", time.Now().UTC()).Error; err != nil {
+			return 0, fmt.Errorf("relay: marking sent: %w", err)
+		}
+	}
+	return len(sent), serr
+}
