@@ -22,14 +22,14 @@ const orderRedisDB = 2
 // transport is the ordered queue between the relay and the applier.
 type transport struct {
 	producer mq.Producer
-	consumer func(t *testing.T, h mq.Handler) mq.Consumer
+	consumer func(t testing.TB, h mq.Handler) mq.Consumer
 }
 
-func memoryTransport(t *testing.T) transport {
+func memoryTransport(t testing.TB) transport {
 	m := mq.NewMemory(8)
 	return transport{
 		producer: m.Producer(),
-		consumer: func(t *testing.T, h mq.Handler) mq.Consumer { return m.Consumer(h, 32, 20*time.Millisecond) },
+		consumer: func(t testing.TB, h mq.Handler) mq.Consumer { return m.Consumer(h, 32, 20*time.Millisecond) },
 	}
 }
 
@@ -46,7 +46,7 @@ func (c *clock) Advance(d time.Duration) { c.now.Add(int64(d)) }
 
 // rig is one node of the service on the real MariaDB and Redis.
 type rig struct {
-	t       *testing.T
+	t       testing.TB
 	db      *gorm.DB
 	rdb     *redis.Client
 	st      *stock.Store
@@ -57,7 +57,7 @@ type rig struct {
 	clock   *clock
 }
 
-func newRig(t *testing.T, tr transport) *rig {
+func newRig(t testing.TB, tr transport) *rig {
 	t.Helper()
 	r := &rig{t: t, db: testenv.MySQL(t), rdb: testenv.Redis(t, orderRedisDB), tr: tr, clock: newClock()}
 	st, err := stock.NewStore(r.rdb, stock.Config{Init: Snapshot(r.db), Now: r.clock.Now})

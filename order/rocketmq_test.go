@@ -20,7 +20,7 @@ import (
 
 func rocketTransport(t *testing.T) transport {
 	p, consumer := testenv.RocketMQ(t)
-	return transport{producer: p, consumer: func(_ *testing.T, h mq.Handler) mq.Consumer { return consumer(h) }}
+	return transport{producer: p, consumer: func(_ testing.TB, h mq.Handler) mq.Consumer { return consumer(h) }}
 }
 
 func TestEndToEndRocketMQ(t *testing.T) { endToEnd(t, rocketTransport(t)) }

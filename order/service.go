@@ -147,8 +147,18 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []st
 				return nil, fmt.Errorf("order: cancelling an order whose stock was lost: %w", cerr)
 			}
 			return nil, err
-		case errors.Is(err, stock.ErrTokenReleased): // cancelled or expired meanwhile
-			return s.Get(ctx, id)
+		case errors.Is(err, stock.ErrTokenReleased):
+			// Cancelled or expired meanwhile, or the hold was reaped before the
+			// row was written (a stall longer than the hold TTL): an order that
+			// holds nothing must not stay PENDING.
+			o, cerr := s.Cancel(context.WithoutCancel(ctx), id)
+			if cerr == nil {
+				return nil, fmt.Errorf("%w: the reservation expired before the order was written", stock.ErrUnavailable)
+			}
+			if errors.Is(cerr, ErrConflict) {
+				return o, nil
+			}
+			return nil, cerr
 		default:
 			s.cfg.Logger.Warn("order: re-affirming the reservation failed", "order", id, "err", err)
 		}
@@ -249,6 +259,10 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	if res.Error != nil {
 		return nil, res.Error
 	}
+	// Committed: what follows must finish even if the caller goes away,
+	// or the units would stay held until the sweep reaps them.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	o, err := s.Get(ctx, id)
 	if err != nil {
 		return nil, err

@@ -16,6 +16,10 @@ func stockKey(sku string) string     { return skuTag(sku) + "stock" }
 func holdsKey(sku string) string     { return skuTag(sku) + "holds" }
 func heldKey(sku string) string      { return skuTag(sku) + "held" }
 func deadlinesKey(sku string) string { return skuTag(sku) + "deadlines" }
+
+// DeadlinesKey names the zset of sku's hold deadlines (token -> unix ms), for
+// the timeout release.
+func DeadlinesKey(sku string) string { return deadlinesKey(sku) }
 func tombKey(sku, token string) string {
 	return skuTag(sku) + "tomb:" + token
 }
