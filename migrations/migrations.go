@@ -1,5 +1,6 @@
 // Package migrations holds the numbered up/down SQL schema, embedded in the
-// binary and applied with goose.
+// binary and applied with goose: mysql/ for the real database, sqlite/ (the
+// same tables and rules) for the embedded default.
 //
 // MySQL commits DDL implicitly, so a migration that fails half way is not
 // rolled back; each file therefore changes one table.
@@ -15,21 +16,33 @@ import (
 	"github.com/pressly/goose/v3"
 )
 
-//go:embed mysql/*.sql
+//go:embed mysql/*.sql sqlite/*.sql
 var files embed.FS
 
-// Provider returns a goose provider over the embedded MySQL migrations.
-func Provider(db *sql.DB) (*goose.Provider, error) {
-	sub, err := fs.Sub(files, "mysql")
+// Dialect picks the migration set.
+type Dialect string
+
+const (
+	MySQL  Dialect = "mysql"
+	SQLite Dialect = "sqlite"
+)
+
+// Provider returns a goose provider over the embedded migrations of d.
+func Provider(db *sql.DB, d Dialect) (*goose.Provider, error) {
+	sub, err := fs.Sub(files, string(d))
 	if err != nil {
 		return nil, err
 	}
-	return goose.NewProvider(goose.DialectMySQL, db, sub)
+	gd := goose.DialectMySQL
+	if d == SQLite {
+		gd = goose.DialectSQLite3
+	}
+	return goose.NewProvider(gd, db, sub)
 }
 
 // Up applies every pending migration.
-func Up(ctx context.Context, db *sql.DB) error {
-	p, err := Provider(db)
+func Up(ctx context.Context, db *sql.DB, d Dialect) error {
+	p, err := Provider(db, d)
 	if err != nil {
 		return err
 	}
@@ -40,8 +53,8 @@ func Up(ctx context.Context, db *sql.DB) error {
 }
 
 // DownAll rolls every applied migration back.
-func DownAll(ctx context.Context, db *sql.DB) error {
-	p, err := Provider(db)
+func DownAll(ctx context.Context, db *sql.DB, d Dialect) error {
+	p, err := Provider(db, d)
 	if err != nil {
 		return err
 	}

@@ -103,7 +103,8 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 				SKU   string `gorm:"column:sku"`
 				Stock int64
 			}
-			if err := tx.Raw(`SELECT sku, stock FROM skus WHERE sku IN ? ORDER BY sku FOR UPDATE`, skus).Scan(&rows).Error; err != nil {
+			if err := tx.Table("skus").Select("sku, stock").Where("sku IN ?", skus).Order("sku").
+				Clauses(clause.Locking{Strength: "UPDATE"}).Scan(&rows).Error; err != nil {
 				return err
 			}
 			current := map[string]int64{}
@@ -154,7 +155,7 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 				}
 			}
 			if len(anomaly) > 0 {
-				if err := tx.Clauses(clause.Insert{Modifier: "IGNORE"}).Create(&anomaly).Error; err != nil {
+				if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&anomaly).Error; err != nil {
 					return err
 				}
 			}
@@ -168,6 +169,9 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 		})
 	})
 	if err != nil {
+		if ctx.Err() == nil {
+			a.log.Warn("apply: delivery failed; it will be redelivered", "messages", len(msgs), "err", err)
+		}
 		return err
 	}
 	a.Applied.Add(applied)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
@@ -62,6 +63,9 @@ type Relay struct {
 	locker   *stock.Locker
 	cfg      RelayConfig
 	wake     chan struct{}
+
+	// Sent counts the messages this relay published.
+	Sent atomic.Int64
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -198,6 +202,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 			}
 		}
 		sent = append(sent, row.ID)
+		r.Sent.Add(1)
 	}
 	if len(sent) > 0 {
 		if err := r.db.WithContext(ctx).Model(&OutboxRow{}).Where("id IN ?", sent).

@@ -7,11 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/glebarez/sqlite"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -57,9 +61,18 @@ type rig struct {
 	clock   *clock
 }
 
+// embedded makes newRig use the embedded default's stand-ins (SQLite and
+// miniredis) instead of MariaDB and Redis; set only by TestEmbeddedContract.
+var embedded bool
+
 func newRig(t testing.TB, tr transport) *rig {
 	t.Helper()
-	r := &rig{t: t, db: testenv.MySQL(t), rdb: testenv.Redis(t, orderRedisDB), tr: tr, clock: newClock()}
+	r := &rig{t: t, tr: tr, clock: newClock()}
+	if embedded {
+		r.db, r.rdb = embeddedStores(t)
+	} else {
+		r.db, r.rdb = testenv.MySQL(t), testenv.Redis(t, orderRedisDB)
+	}
 	st, err := stock.NewStore(r.rdb, stock.Config{Init: Snapshot(r.db), Now: r.clock.Now})
 	require.NoError(t, err)
 	r.st = st
@@ -137,3 +150,53 @@ func (r *rig) checkInvariant(sku string) {
 }
 
 func line(sku string, qty int64) []stock.Line { return []stock.Line{{SKU: sku, Qty: qty}} }
+
+// embeddedStores opens what `make run` uses: SQLite behind one connection,
+// migrated with the sqlite migrations, and miniredis with wall-clock TTLs.
+func embeddedStores(t testing.TB) (*gorm.DB, *redis.Client) {
+	t.Helper()
+	db, err := gorm.Open(sqlite.Open("file:"+t.TempDir()+"/inventory.db?_pragma=busy_timeout(5000)"),
+		&gorm.Config{Logger: logger.Discard, TranslateError: true})
+	require.NoError(t, err)
+	raw, err := db.DB()
+	require.NoError(t, err)
+	raw.SetMaxOpenConns(1)
+	t.Cleanup(func() { _ = raw.Close() })
+	require.NoError(t, migrations.Up(context.Background(), raw, migrations.SQLite))
+	m := miniredis.NewMiniRedis()
+	m.ClockTTL(true)
+	require.NoError(t, m.StartAddr("127.0.0.1:0"))
+	t.Cleanup(m.Close)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: 128})
+	t.Cleanup(func() { _ = c.Close() })
+	return db, c
+}
+
+// TestEmbeddedContract runs the order suite again on the embedded default's
+// stand-ins (SQLite, miniredis, the in-process queue).
+func TestEmbeddedContract(t *testing.T) {
+	embedded = true
+	defer func() { embedded = false }()
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"CreateReservesFirst", TestCreateReservesFirst},
+		{"IdempotentCreate", TestIdempotentCreate},
+		{"PayCancelRefund", TestPayCancelRefund},
+		{"CancelPayRaceOneWinner", TestCancelPayRaceOneWinner},
+		{"LatePayment", TestLatePayment},
+		{"EndToEnd", TestEndToEndMemory},
+		{"ApplyExactlyOnce", TestApplyExactlyOnce},
+		{"CrashBetweenCommitAndSend", TestCrashBetweenCommitAndSend},
+		{"CrashBetweenSendAndMark", TestCrashBetweenSendAndMark},
+		{"ConsumerCrashMidBatch", TestConsumerCrashMidBatch},
+		{"KeyLossWithPendingAndUnapplied", TestKeyLossWithPendingAndUnapplied},
+		{"Catalog", TestCatalog},
+		{"SweepCatchesWhatTheQueueMissed", TestSweepCatchesWhatTheQueueMissed},
+		{"PaymentRacesTimeout", TestPaymentRacesTimeout},
+		{"EarlyClaimIsRequeued", TestEarlyClaimIsRequeued},
+	} {
+		t.Run(tc.name, tc.fn)
+	}
+}

@@ -30,6 +30,8 @@ type Config struct {
 	OnCreated func(ctx context.Context, o *Order)
 	// OnOutbox is told when outbox rows were committed (wakes the relay).
 	OnOutbox func()
+	// OnExpired is told how long after its deadline each order expired.
+	OnExpired func(late time.Duration)
 }
 
 // Service runs the order lifecycle.
@@ -54,6 +56,9 @@ func NewService(db *gorm.DB, st *stock.Store, cfg Config) *Service {
 	}
 	if cfg.OnOutbox == nil {
 		cfg.OnOutbox = func() {}
+	}
+	if cfg.OnExpired == nil {
+		cfg.OnExpired = func(time.Duration) {}
 	}
 	return &Service{db: db, stock: st, cfg: cfg}
 }
@@ -251,26 +256,32 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	if err := validateID("order id", id); err != nil {
 		return nil, err
 	}
-	q := s.db.WithContext(ctx).Model(&Order{}).Where("id = ? AND status = ?", id, Pending)
-	if cond != nil {
-		q = cond(q)
-	}
-	res := q.Update("status", to)
-	if res.Error != nil {
-		return nil, res.Error
-	}
-	// Committed: what follows must finish even if the caller goes away,
-	// or the units would stay held until the sweep reaps them.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	o, err := s.Get(ctx, id)
+	// The update and the read share a transaction (the UPDATE holds the row
+	// lock until commit), so the token released below is the one the order
+	// had when this call won, not one a late payment put there since.
+	var won bool
+	o, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
+		q := tx.Model(&Order{}).Where("id = ? AND status = ?", id, Pending)
+		if cond != nil {
+			q = cond(q)
+		}
+		res := q.Update("status", to)
+		if res.Error != nil {
+			return nil, res.Error
+		}
+		won = res.RowsAffected == 1
+		return s.get(tx, id, false)
+	})
 	if err != nil {
 		return nil, err
 	}
-	if res.RowsAffected == 0 {
+	if !won {
 		return o, fmt.Errorf("%w: order %s is %s", ErrConflict, id, o.Status)
 	}
 	s.giveBack(ctx, o)
+	if to == Expired {
+		s.cfg.OnExpired(s.now().Sub(o.ExpiresAt))
+	}
 	return o, nil
 }
 
@@ -523,33 +534,51 @@ func Snapshot(db *gorm.DB) stock.InitFunc {
 
 func snapshot(ctx context.Context, db *gorm.DB, sku string) (stock.Snapshot, error) {
 	var snap stock.Snapshot
+	var opts []*sql.TxOptions
+	if db.Dialector.Name() == "mysql" { // one consistent read view for all three queries
+		opts = append(opts, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	}
 	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var st struct{ Stock int64 }
-		if err := tx.Raw(`SELECT stock FROM skus WHERE sku = ?`, sku).Take(&st).Error; err != nil {
-			if errors.Is(err, gorm.ErrRecordNotFound) {
-				return stock.ErrUnknownSKU
-			}
-			return err
-		}
-		snap.Stock = st.Stock
-		var holds []struct {
-			Token     string
-			Qty       int64
-			ExpiresAt time.Time
-		}
-		if err := tx.Raw(`SELECT o.reservation_token AS token, i.qty, o.expires_at
-			FROM order_items i JOIN orders o ON o.id = i.order_id
-			WHERE i.sku = ? AND o.status = ?`, sku, Pending).Scan(&holds).Error; err != nil {
-			return err
-		}
-		for _, h := range holds {
-			snap.Holds = append(snap.Holds, stock.Hold{Token: h.Token, Qty: h.Qty, Deadline: h.ExpiresAt})
-		}
-		return tx.Raw(`SELECT COALESCE(SUM(CASE WHEN ob.op = ? THEN ob.qty ELSE -ob.qty END), 0)
-			FROM stock_outbox ob
-			LEFT JOIN stock_ledger l ON l.order_id = ob.order_id AND l.sku = ob.sku AND l.op = ob.op
-			LEFT JOIN stock_anomalies a ON a.order_id = ob.order_id AND a.sku = ob.sku AND a.op = ob.op
-			WHERE ob.sku = ? AND l.id IS NULL AND a.id IS NULL`, OpDeduct, sku).Scan(&snap.Pending).Error
-	}, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+		var err error
+		snap, err = readSnapshot(tx, sku, false)
+		return err
+	}, opts...)
+	return snap, err
+}
+
+// readSnapshot reads sku's stock (locking its row if forUpdate), its unpaid
+// reservations and its paid-but-unapplied units, in tx.
+func readSnapshot(tx *gorm.DB, sku string, forUpdate bool) (stock.Snapshot, error) {
+	var snap stock.Snapshot
+	q := tx.Table("skus").Select("stock").Where("sku = ?", sku)
+	if forUpdate {
+		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	var st []int64
+	if err := q.Pluck("stock", &st).Error; err != nil {
+		return snap, err
+	}
+	if len(st) == 0 {
+		return snap, stock.ErrUnknownSKU
+	}
+	snap.Stock = st[0]
+	var holds []struct {
+		Token     string
+		Qty       int64
+		ExpiresAt time.Time
+	}
+	if err := tx.Raw(`SELECT o.reservation_token AS token, i.qty, o.expires_at
+		FROM order_items i JOIN orders o ON o.id = i.order_id
+		WHERE i.sku = ? AND o.status = ?`, sku, Pending).Scan(&holds).Error; err != nil {
+		return snap, err
+	}
+	for _, h := range holds {
+		snap.Holds = append(snap.Holds, stock.Hold{Token: h.Token, Qty: h.Qty, Deadline: h.ExpiresAt})
+	}
+	err := tx.Raw(`SELECT COALESCE(SUM(CASE WHEN ob.op = ? THEN ob.qty ELSE -ob.qty END), 0)
+		FROM stock_outbox ob
+		LEFT JOIN stock_ledger l ON l.order_id = ob.order_id AND l.sku = ob.sku AND l.op = ob.op
+		LEFT JOIN stock_anomalies a ON a.order_id = ob.order_id AND a.sku = ob.sku AND a.op = ob.op
+		WHERE ob.sku = ? AND l.id IS NULL AND a.id IS NULL`, OpDeduct, sku).Scan(&snap.Pending).Error
 	return snap, err
 }

@@ -20,10 +20,15 @@ log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "FATAL: $*"; exit 1; }
 
 # wait_for DESCRIPTION SECONDS COMMAND...: polls COMMAND until it succeeds.
+# With WAIT_PID and WAIT_LOG set, gives up at once if that process dies.
 wait_for() {
   local what=$1 secs=$2; shift 2
   local deadline=$((SECONDS + secs))
   until "$@" >/dev/null 2>&1; do
+    if [ -n "${WAIT_PID:-}" ] && ! kill -0 "$WAIT_PID" 2>/dev/null; then
+      [ -n "${WAIT_LOG:-}" ] && grep -E "Exception|Error|error" "$WAIT_LOG" | grep -v "^[0-9:,]* |-" | tail -5 >&2
+      die "$what exited before it answered (log: ${WAIT_LOG:-none})"
+    fi
     [ $SECONDS -lt $deadline ] || die "$what did not answer within ${secs}s"
     sleep 0.3
   done

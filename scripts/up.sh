@@ -51,7 +51,7 @@ start_mariadb() {
     nohup /usr/sbin/mariadbd --user=mysql --bind-address=127.0.0.1 --port="$MYSQL_PORT" \
       --innodb-buffer-pool-size=256M --max-connections=500 >"$CACHE/mariadb.log" 2>&1 &
     started mariadb $!
-    wait_for "mariadb" 60 mariadb-admin ping
+    WAIT_PID=$! WAIT_LOG="$CACHE/mariadb.log" wait_for "mariadb" 60 mariadb-admin ping
   fi
   # Root authenticates by the unix socket only; the service and tests use a TCP user.
   mariadb -uroot <<SQL
@@ -99,7 +99,7 @@ start_rocketmq() {
     nohup java $(java_opts) -Drmq.logback.configurationFile=rmq.namesrv.logback.xml -cp "$cp" \
       org.apache.rocketmq.namesrv.NamesrvStartup -c "$home/namesrv.conf" >"$home/namesrv.out" 2>&1 &
     started rocketmq-namesrv $!
-    wait_for "rocketmq name server" 60 grep -q 'boot success' "$home/namesrv.out"
+    WAIT_PID=$! WAIT_LOG="$home/namesrv.out" wait_for "rocketmq name server" 60 grep -q 'boot success' "$home/namesrv.out"
   fi
   if ! port_open "$BROKER_PORT"; then
     rm -rf "$home/store"
@@ -109,7 +109,7 @@ start_rocketmq() {
     nohup java $(java_opts) -Drmq.logback.configurationFile=rmq.broker.logback.xml -cp "$cp" \
       org.apache.rocketmq.broker.BrokerStartup -c "$home/broker.conf" >"$home/broker.out" 2>&1 &
     started rocketmq-broker $!
-    wait_for "rocketmq broker" 120 grep -q 'boot success' "$home/broker.out"
+    WAIT_PID=$! WAIT_LOG="$home/broker.out" wait_for "rocketmq broker" 120 grep -q 'boot success' "$home/broker.out"
   fi
   log "rocketmq $ROCKETMQ_VERSION: $(grep -m1 -o 'The broker.*boot success.*' "$home/broker.out" || echo "broker $ROCKETMQ_VERSION up")"
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -29,6 +30,22 @@ var backends = []backend{
 		open: func(t *testing.T) redis.UniversalClient { return testenv.Redis(t, stockRedisDB) },
 		flush: func(ctx context.Context, rdb redis.UniversalClient) error {
 			return rdb.FlushDB(ctx).Err()
+		},
+	},
+	{
+		// The embedded default's stand-in runs the same suite.
+		name: "miniredis",
+		open: func(t *testing.T) redis.UniversalClient {
+			m := miniredis.NewMiniRedis()
+			m.ClockTTL(true)
+			require.NoError(t, m.StartAddr("127.0.0.1:0"))
+			t.Cleanup(m.Close)
+			c := redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: 128})
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		},
+		flush: func(ctx context.Context, rdb redis.UniversalClient) error {
+			return rdb.FlushAll(ctx).Err()
 		},
 	},
 	{

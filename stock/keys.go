@@ -9,6 +9,7 @@ package stock
 //	inv:{SKU}:deadlines   zset    token -> deadline (unix ms) of each hold
 //	inv:{SKU}:tomb:TOKEN  string  "S:qty:result" (sold) or "R:qty" (released), expires
 //	inv:{SKU}:initlock    string  the cold-init lock (token-owned)
+//	inv:{SKU}:buyers      hash    user -> units bought, for per-user limits
 
 func skuTag(sku string) string { return "inv:{" + sku + "}:" }
 
@@ -24,6 +25,7 @@ func tombKey(sku, token string) string {
 	return skuTag(sku) + "tomb:" + token
 }
 func initLockKey(sku string) string { return skuTag(sku) + "initlock" }
+func buyersKey(sku string) string   { return skuTag(sku) + "buyers" }
 
 // tokenKeys are the keys a per-token script touches, in the order the scripts
 // declare them.

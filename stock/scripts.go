@@ -176,3 +176,23 @@ local d = tonumber(ARGV[1])
 if s + d < 0 then return -2 end
 return redis.call('INCRBY', KEYS[1], d)
 `)
+
+// quotaScript takes qty of a user's per-SKU purchase limit.
+//
+//	KEYS[1] buyers (hash user -> units bought)
+//	ARGV[1] user  ARGV[2] qty (negative gives back)  ARGV[3] limit
+//
+// Returns 1 when the user stays within limit (the units are counted), 0 when
+// the purchase would exceed it (nothing counted).
+var quotaScript = redis.NewScript(`
+local q = tonumber(ARGV[2])
+if q < 0 then
+  local left = redis.call('HINCRBY', KEYS[1], ARGV[1], q)
+  if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
+  return 1
+end
+local had = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if had + q > tonumber(ARGV[3]) then return 0 end
+redis.call('HINCRBY', KEYS[1], ARGV[1], q)
+return 1
+`)

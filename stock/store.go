@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,6 +37,9 @@ type Config struct {
 	Now func() time.Time
 	// Logger reports anomalies (a cold init that had to clamp at zero).
 	Logger *slog.Logger
+	// OnStockBack is told when units of a SKU may have come back (a release,
+	// a positive adjustment, a reset), so sold-out flags on every node can clear.
+	OnStockBack func(sku string)
 }
 
 func (c *Config) setDefaults() error {
@@ -63,6 +67,9 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.OnStockBack == nil {
+		c.OnStockBack = func(string) {}
+	}
 	if c.HoldTTL < time.Second || c.TombstoneTTL < c.HoldTTL || c.MaxQty < 1 || c.InitWait <= 0 || c.LockTTL < 100*time.Millisecond {
 		return fmt.Errorf("stock: invalid config (HoldTTL %s, TombstoneTTL %s, MaxQty %d, InitWait %s, LockTTL %s)",
 			c.HoldTTL, c.TombstoneTTL, c.MaxQty, c.InitWait, c.LockTTL)
@@ -77,7 +84,21 @@ type Store struct {
 	cfg    Config
 	locker *Locker
 	inits  singleflight.Group
+	stats  Stats
 }
+
+// Stats counts what a Store did, for metrics.
+type Stats struct {
+	Deducted     atomic.Int64 // deductions that took units (replays included)
+	Unlimited    atomic.Int64 // deductions of unlimited SKUs
+	Insufficient atomic.Int64 // deductions refused for lack of stock
+	ColdInits    atomic.Int64 // cold inits this process performed
+	InitWaits    atomic.Int64 // times this process waited for another's cold init
+	Released     atomic.Int64 // units given back
+}
+
+// Stats returns the Store's counters.
+func (s *Store) Stats() *Stats { return &s.stats }
 
 func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.setDefaults(); err != nil {
@@ -110,10 +131,15 @@ func (s *Store) Deduct(ctx context.Context, sku string, qty int64, token string)
 			}
 			continue
 		case resInsufficient:
+			s.stats.Insufficient.Add(1)
 			return 0, ErrInsufficientStock
 		case resReleased:
 			return 0, ErrTokenReleased
+		case resUnlimited:
+			s.stats.Unlimited.Add(1)
+			return r, nil
 		}
+		s.stats.Deducted.Add(1)
 		return r, nil
 	}
 	return 0, fmt.Errorf("%w: %s keeps losing its key", ErrUnavailable, sku)
@@ -140,6 +166,10 @@ func (s *Store) release(ctx context.Context, sku, token, mode string) (int64, er
 	q, err := releaseScript.Run(ctx, s.rdb, tokenKeys(sku, token), token, s.cfg.TombstoneTTL.Milliseconds(), mode).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("stock: release %s: %w", sku, err)
+	}
+	if q > 0 {
+		s.stats.Released.Add(q)
+		s.cfg.OnStockBack(sku)
 	}
 	return q, nil
 }
@@ -260,6 +290,9 @@ func (s *Store) Adjust(ctx context.Context, sku string, delta int64) (int64, err
 	case resInsufficient:
 		return 0, ErrInsufficientStock
 	}
+	if delta > 0 {
+		s.cfg.OnStockBack(sku)
+	}
 	return r, nil
 }
 
@@ -270,7 +303,40 @@ func (s *Store) Forget(ctx context.Context, sku string) error {
 	if err := ValidateSKU(sku); err != nil {
 		return err
 	}
-	return s.rdb.Del(ctx, stockKey(sku)).Err()
+	if err := s.rdb.Del(ctx, stockKey(sku)).Err(); err != nil {
+		return fmt.Errorf("stock: forget %s: %w", sku, err)
+	}
+	s.cfg.OnStockBack(sku)
+	return nil
+}
+
+// EnsureInit initialises sku from the database if Redis does not have it.
+func (s *Store) EnsureInit(ctx context.Context, sku string) error {
+	if err := ValidateSKU(sku); err != nil {
+		return err
+	}
+	return s.ensureInit(ctx, sku)
+}
+
+// TakeQuota counts qty units against user's purchase limit of sku, atomically;
+// false (nothing counted) if that would exceed limit.
+func (s *Store) TakeQuota(ctx context.Context, sku, user string, qty, limit int64) (bool, error) {
+	if err := s.validate(sku, user, qty); err != nil {
+		return false, err
+	}
+	ok, err := quotaScript.Run(ctx, s.rdb, []string{buyersKey(sku)}, user, qty, limit).Int64()
+	if err != nil {
+		return false, fmt.Errorf("stock: quota %s: %w", sku, err)
+	}
+	return ok == 1, nil
+}
+
+// ReturnQuota gives qty units of user's limit back (the purchase failed).
+func (s *Store) ReturnQuota(ctx context.Context, sku, user string, qty int64) error {
+	if err := s.validate(sku, user, qty); err != nil {
+		return err
+	}
+	return quotaScript.Run(ctx, s.rdb, []string{buyersKey(sku)}, user, -qty, 0).Err()
 }
 
 // Levels is what Redis holds for one SKU.
@@ -357,6 +423,7 @@ func (s *Store) initCold(ctx context.Context, sku string) error {
 	for {
 		lock, err := s.locker.Obtain(ctx, initLockKey(sku), s.cfg.LockTTL, 0)
 		if err == nil {
+			s.stats.ColdInits.Add(1)
 			err = s.initLocked(ctx, sku)
 			if rerr := lock.Release(context.WithoutCancel(ctx)); rerr != nil && !errors.Is(rerr, ErrLockNotHeld) && err == nil {
 				s.cfg.Logger.Warn("stock: releasing init lock", "sku", sku, "err", rerr)
@@ -367,6 +434,7 @@ func (s *Store) initCold(ctx context.Context, sku string) error {
 			return fmt.Errorf("%w: init lock for %s: %v", ErrUnavailable, sku, err)
 		}
 		// Someone else is initialising: wait for the key, not the database.
+		s.stats.InitWaits.Add(1)
 		if time.Now().After(giveUp) {
 			return fmt.Errorf("%w: %s is being initialised elsewhere", ErrUnavailable, sku)
 		}

@@ -478,7 +478,9 @@ func TestKeyLossMidSale(t *testing.T) {
 		go func() {
 			defer close(flushed)
 			for _, at := range []int64{80, 200} {
-				for successes.Load() < at {
+				// Each loss comes after the previous one was re-initialised,
+				// with the sale running on the new value.
+				for successes.Load() < at || rdb.Exists(ctx, stockKey("HOT")).Val() == 0 {
 					time.Sleep(time.Millisecond)
 				}
 				if err := b.flush(ctx, rdb); err != nil {
@@ -526,5 +528,40 @@ func TestKeyLossMidSale(t *testing.T) {
 		require.EqualValues(t, 500, lv.Available+sum(holds), "database stock = available + held")
 		require.LessOrEqual(t, sum(rows), int64(500), "never oversold")
 		require.GreaterOrEqual(t, db.calls.Load(), int64(3), "the key was initialised after each loss")
+	})
+}
+
+func TestUserQuota(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		var back []string
+		s, err := NewStore(rdb, Config{Init: newFakeDB(nil).init, OnStockBack: func(sku string) { back = append(back, sku) }})
+		require.NoError(t, err)
+		var wins atomic.Int64
+		var wg sync.WaitGroup
+		for i := 0; i < 32; i++ { // one user, many tabs
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ok, err := s.TakeQuota(ctx, "A", "u1", 1, 2)
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					wins.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		require.EqualValues(t, 2, wins.Load(), "exactly the limit")
+		require.NoError(t, s.ReturnQuota(ctx, "A", "u1", 1))
+		ok, err := s.TakeQuota(ctx, "A", "u1", 1, 2)
+		require.NoError(t, err)
+		require.True(t, ok, "a failed purchase gives its quota back")
+		_, err = s.TakeQuota(ctx, "A", "bad user", 1, 2)
+		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.Empty(t, back)
+		require.NoError(t, s.Forget(ctx, "A"))
+		require.Equal(t, []string{"A"}, back, "a reset may bring stock back")
 	})
 }

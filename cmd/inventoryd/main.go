@@ -4,6 +4,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,20 +21,31 @@ import (
 
 func main() {
 	if err := rootCmd().Execute(); err != nil {
+		var ex exitCode
+		if errors.As(err, &ex) {
+			os.Exit(int(ex))
+		}
 		os.Exit(1)
 	}
 }
 
+// exitCode ends the process with that status, without printing an error.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
 func rootCmd() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "inventoryd",
-		Short:         "Inventory service: Redis pre-deduction, MySQL record, ordered RocketMQ sync",
-		SilenceUsage:  true,
-		SilenceErrors: false,
-		RunE:          serve,
+		Use:   "inventoryd",
+		Short: "Inventory service: Redis pre-deduction, MySQL record, ordered RocketMQ sync",
+		Long: `inventoryd serves the inventory API. With none of INVENTORY_REDIS_URL,
+INVENTORY_REDIS_CLUSTER, INVENTORY_MYSQL_DSN and INVENTORY_ROCKETMQ_NAMESRV set it
+runs on embedded stand-ins (in-process Redis, SQLite, queue) for trying it out.`,
+		SilenceUsage: true,
+		RunE:         serve,
 	}
-	root.AddCommand(&cobra.Command{Use: "serve", Short: "Serve the HTTP API (default)", RunE: serve})
-	root.AddCommand(migrateCmd())
+	root.AddCommand(&cobra.Command{Use: "serve", Short: "Serve the HTTP API (the default)", RunE: serve})
+	root.AddCommand(migrateCmd(), reconcileCmd())
 	return root
 }
 
@@ -47,18 +59,24 @@ func serve(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	a, err := app.New(cfg, log)
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	a, err := app.New(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := a.Start(); err != nil {
+	if err := a.Start(ctx); err != nil {
 		return err
+	}
+	if cfg.Embedded() {
+		if err := a.Seed(ctx); err != nil {
+			return err
+		}
+		fmt.Fprint(cmd.OutOrStdout(), a.Banner()) // secrets go to the terminal, never to the log
 	}
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down", "signal", context.Cause(ctx).Error())
+		log.Info("shutting down", "cause", context.Cause(ctx).Error())
 	case err := <-a.Done():
 		return err
 	}
@@ -68,29 +86,65 @@ func serve(cmd *cobra.Command, _ []string) error {
 }
 
 func migrateCmd() *cobra.Command {
-	cmd := &cobra.Command{
+	return &cobra.Command{
 		Use:       "migrate [up|down]",
 		Short:     "Apply (up, default) or roll back (down) every schema migration on INVENTORY_MYSQL_DSN",
 		Args:      cobra.MatchAll(cobra.MaximumNArgs(1), cobra.OnlyValidArgs),
 		ValidArgs: []string{"up", "down"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := app.LoadConfig()
-			if err != nil {
-				return err
-			}
-			if cfg.MySQLDSN == "" {
+			dsn := os.Getenv("INVENTORY_MYSQL_DSN")
+			if dsn == "" {
 				return errors.New("migrate: INVENTORY_MYSQL_DSN is not set")
 			}
-			db, err := sql.Open("mysql", cfg.MySQLDSN)
+			db, err := sql.Open("mysql", dsn)
 			if err != nil {
 				return fmt.Errorf("migrate: %w", err)
 			}
 			defer db.Close()
 			if len(args) == 1 && args[0] == "down" {
-				return migrations.DownAll(cmd.Context(), db)
+				return migrations.DownAll(cmd.Context(), db, migrations.MySQL)
 			}
-			return migrations.Up(cmd.Context(), db)
+			return migrations.Up(cmd.Context(), db, migrations.MySQL)
 		},
 	}
+}
+
+func reconcileCmd() *cobra.Command {
+	var repair bool
+	cmd := &cobra.Command{
+		Use:   "reconcile",
+		Short: "Report every SKU where database stock != available + held + paid-unapplied (exit 2 if any)",
+		Long: `reconcile checks the invariant for every limited SKU Redis holds and prints
+one JSON line per SKU where it fails. With --repair it resets those SKUs so
+Redis is re-initialised from the database. Run it at a quiet point.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := app.LoadConfig()
+			if err != nil {
+				return err
+			}
+			if cfg.Embedded() {
+				return errors.New("reconcile: configure the servers to check (INVENTORY_REDIS_URL, INVENTORY_MYSQL_DSN, ...)")
+			}
+			a, err := app.New(cmd.Context(), cfg, logger())
+			if err != nil {
+				return err
+			}
+			defer a.Shutdown(context.Background())
+			reports, err := a.Catalog.Reconcile(cmd.Context(), repair)
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			for _, r := range reports {
+				_ = enc.Encode(r)
+			}
+			if len(reports) > 0 && !repair {
+				return exitCode(2)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&repair, "repair", false, "reset every SKU found out of balance")
 	return cmd
 }

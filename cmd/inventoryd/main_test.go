@@ -1,75 +1,272 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"io"
+	"database/sql"
+	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
+	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/mq"
 )
 
-// buildBinary compiles inventoryd once per test into a temp dir.
-func buildBinary(t *testing.T) string {
+const (
+	adminToken    = "e2e-admin-token-0123456789"
+	paymentSecret = "e2e-payment-secret-0123456789"
+	e2eRedisDB    = 5
+)
+
+// realEnv prepares a fresh database (migrated by the binary), Redis database
+// and topic, and returns the environment that points inventoryd at them.
+func realEnv(t *testing.T) (env []string, db *sql.DB) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "inventoryd")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	dsn := testenv.MySQLDatabase(t)
+	migrate := exec.Command(binary(t), "migrate", "up")
+	migrate.Env = []string{"INVENTORY_MYSQL_DSN=" + dsn}
+	out, err := migrate.CombinedOutput()
 	require.NoError(t, err, string(out))
-	return bin
+	db, err = sql.Open("mysql", dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+
+	testenv.Redis(t, e2eRedisDB) // flushed
+	opt, err := redis.ParseURL(testenv.RedisURL())
+	require.NoError(t, err)
+	topic := testenv.Unique("e2e")
+	require.NoError(t, mq.CreateTopic(context.Background(), []string{testenv.RocketMQNamesrv()}, testenv.RocketMQBroker(), topic, 8))
+	return []string{
+		fmt.Sprintf("INVENTORY_REDIS_URL=redis://%s/%d", opt.Addr, e2eRedisDB),
+		"INVENTORY_MYSQL_DSN=" + dsn,
+		"INVENTORY_ROCKETMQ_NAMESRV=" + testenv.RocketMQNamesrv(),
+		"INVENTORY_ROCKETMQ_TOPIC=" + topic,
+		"INVENTORY_ADMIN_TOKEN=" + adminToken,
+		"INVENTORY_PAYMENT_SECRET=" + paymentSecret,
+		"INVENTORY_SECKILL_RATE=1000",
+	}, db
 }
 
-// The real binary starts on port 0, answers /healthz, and exits cleanly on SIGTERM.
-func TestServeHealthzAndGracefulShutdown(t *testing.T) {
-	bin := buildBinary(t)
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "INVENTORY_HTTP_ADDR=127.0.0.1:0")
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+// Every route, every error code and every documented bad input, against the
+// real binary on the real servers. Each rejected request changes nothing.
+func TestServeRealServers(t *testing.T) {
+	env, db := realEnv(t)
+	p := start(t, env...)
+	auth := []string{"Authorization", "Bearer " + adminToken}
 
-	lines := bufio.NewScanner(stderr)
-	var addr string
-	for addr == "" && lines.Scan() {
-		var entry struct{ Msg, Addr string }
-		if json.Unmarshal(lines.Bytes(), &entry) == nil && entry.Msg == "listening" {
-			addr = entry.Addr
-		}
+	st, body := p.call("PUT", "/v1/skus/TEE", `{"stock":10,"per_user_limit":0}`, auth...)
+	require.Equal(t, 200, st, body)
+	require.Equal(t, map[string]any{"sku": "TEE", "db_stock": 10.0, "available": 10.0, "reserved": 0.0, "unlimited": false, "per_user_limit": 0.0}, body)
+	st, _ = p.call("PUT", "/v1/skus/PHONE", `{"stock":2,"per_user_limit":1}`, auth...)
+	require.Equal(t, 200, st)
+
+	// state is what a rejected request must leave untouched.
+	state := func() string {
+		_, tee := p.call("GET", "/v1/skus/TEE", "")
+		_, phone := p.call("GET", "/v1/skus/PHONE", "")
+		var orders, outbox int
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM orders`).Scan(&orders))
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM stock_outbox`).Scan(&outbox))
+		return fmt.Sprint(tee, phone, orders, outbox)
 	}
-	require.NotEmpty(t, addr, "the server logs the address it listens on")
-	go func() { _, _ = io.Copy(io.Discard, stderr) }()
 
-	resp, err := http.Get("http://" + addr + "/healthz")
+	// The happy paths.
+	st, body = p.call("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":2,"token":"d1"}`)
+	require.Equal(t, 200, st, body)
+	require.Equal(t, map[string]any{"result": 8.0}, body)
+	_, body = p.call("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":2,"token":"d1"}`)
+	require.Equal(t, map[string]any{"result": 8.0}, body, "a replay returns the same outcome")
+	_, body = p.call("POST", "/v1/stock/release", `{"sku":"TEE","token":"d1"}`)
+	require.Equal(t, map[string]any{"released": 2.0}, body)
+	_, body = p.call("POST", "/v1/stock/release", `{"sku":"TEE","token":"d1"}`)
+	require.Equal(t, map[string]any{"released": 0.0}, body)
+
+	st, order := p.call("POST", "/v1/orders", `{"user_id":"alice","items":[{"sku":"TEE","qty":3}]}`, "Idempotency-Key", "k1")
+	require.Equal(t, 201, st, order)
+	require.Equal(t, "PENDING", order["status"])
+	id := order["id"].(string)
+	st, again := p.call("POST", "/v1/orders", `{"user_id":"alice","items":[{"sku":"TEE","qty":3}]}`, "Idempotency-Key", "k1")
+	require.Equal(t, 201, st)
+	require.Equal(t, id, again["id"], "the idempotency key returns the same order")
+
+	cb := fmt.Sprintf(`{"order_id":%q,"payment_id":"pay-1","status":"SUCCESS"}`, id)
+	hdr := signed(paymentSecret, time.Now(), cb)
+	st, paid := p.call("POST", "/v1/payments/callback", cb, hdr...)
+	require.Equal(t, 200, st, paid)
+	require.Equal(t, "PAID", paid["status"])
+	st, replay := p.call("POST", "/v1/payments/callback", cb, hdr...)
+	require.Equal(t, 200, st, "a replayed callback is answered from the order")
+	require.Equal(t, paid["paid_at"], replay["paid_at"])
+	require.Eventually(t, func() bool {
+		_, sku := p.call("GET", "/v1/skus/TEE", "")
+		return sku["db_stock"] == 7.0
+	}, 60*time.Second, 50*time.Millisecond, "the payment reaches the database through RocketMQ")
+
+	st, body = p.call("POST", "/v1/orders/"+id+"/refund", "", auth...)
+	require.Equal(t, 200, st, body)
+	require.Equal(t, "REFUNDED", body["status"])
+	require.Eventually(t, func() bool {
+		_, sku := p.call("GET", "/v1/skus/TEE", "")
+		return sku["db_stock"] == 10.0 && sku["available"] == 10.0
+	}, 60*time.Second, 50*time.Millisecond, "the refund restores both")
+
+	_, bob := p.call("POST", "/v1/orders", `{"user_id":"bob","items":[{"sku":"TEE","qty":1}]}`)
+	st, body = p.call("POST", "/v1/orders/"+bob["id"].(string)+"/cancel", "")
+	require.Equal(t, 200, st)
+	require.Equal(t, "CANCELLED", body["status"])
+	st, body = p.call("GET", "/v1/orders/"+bob["id"].(string), "")
+	require.Equal(t, 200, st)
+	require.Equal(t, "CANCELLED", body["status"])
+
+	st, _ = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u1"}`)
+	require.Equal(t, 201, st)
+	st, body = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u1"}`)
+	require.Equal(t, 409, st)
+	require.Equal(t, "conflict", errCode(body), "per-user limit")
+	st, _ = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u2"}`)
+	require.Equal(t, 201, st)
+	st, body = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u3"}`)
+	require.Equal(t, 409, st)
+	require.Equal(t, "insufficient_stock", errCode(body), "sold out")
+	st, _ = p.call("POST", "/v1/skus/PHONE/adjust", `{"delta":1,"reason":"restock"}`, auth...)
+	require.Equal(t, 200, st)
+	st, body = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u3"}`)
+	require.Equal(t, 201, st, "the restock cleared the sold-out flag: %v", body)
+
+	// Every documented bad input: its answer, and nothing changed.
+	before := state()
+	big := `{"sku":"TEE","qty":1,"token":"` + strings.Repeat("x", 70<<10) + `"}`
+	stale := signed(paymentSecret, time.Now().Add(-10*time.Minute), cb)
+	wrongSig := []string{"X-Timestamp", hdr[1], "X-Signature", strings.Repeat("ab", 32)}
+	unknownOrder := `{"order_id":"nope","payment_id":"pay-9","status":"SUCCESS"}`
+	maybe := fmt.Sprintf(`{"order_id":%q,"payment_id":"pay-1","status":"MAYBE"}`, id)
+	cases := []struct {
+		name, method, path, body string
+		header                   []string
+		status                   int
+		code                     string
+	}{
+		{"malformed JSON", "POST", "/v1/stock/deduct", `{"sku":`, nil, 400, "invalid_argument"},
+		{"not an object", "POST", "/v1/stock/deduct", `[1,2]`, nil, 400, "invalid_argument"},
+		{"empty body", "POST", "/v1/stock/deduct", ``, nil, 400, "invalid_argument"},
+		{"trailing data", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"t"} {}`, nil, 400, "invalid_argument"},
+		{"qty as string", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":"1","token":"t"}`, nil, 400, "invalid_argument"},
+		{"qty as float", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1.5,"token":"t"}`, nil, 400, "invalid_argument"},
+		{"negative qty", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":-1,"token":"t"}`, nil, 400, "invalid_argument"},
+		{"zero qty", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":0,"token":"t"}`, nil, 400, "invalid_argument"},
+		{"huge qty", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":99999999999999999999,"token":"t"}`, nil, 400, "invalid_argument"},
+		{"missing token", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1}`, nil, 400, "invalid_argument"},
+		{"unknown field", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"t","x":1}`, nil, 400, "invalid_argument"},
+		{"bad token", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"a b"}`, nil, 400, "invalid_argument"},
+		{"body too large", "POST", "/v1/stock/deduct", big, nil, 400, "invalid_argument"},
+		{"unknown sku", "POST", "/v1/stock/deduct", `{"sku":"NOPE","qty":1,"token":"t"}`, nil, 404, "not_found"},
+		{"unknown sku get", "GET", "/v1/skus/NOPE", ``, nil, 404, "not_found"},
+		{"bad sku in path", "GET", "/v1/skus/BAD%7Bx%7D", ``, nil, 400, "invalid_argument"},
+		{"release unknown sku", "POST", "/v1/stock/release", `{"sku":"TEE"}`, nil, 400, "invalid_argument"},
+		{"admin: no token", "PUT", "/v1/skus/TEE", `{"stock":1}`, nil, 401, "unauthorized"},
+		{"admin: wrong token", "PUT", "/v1/skus/TEE", `{"stock":1}`, []string{"Authorization", "Bearer nope"}, 401, "unauthorized"},
+		{"admin: bad stock", "PUT", "/v1/skus/TEE", `{"stock":-5}`, auth, 400, "invalid_argument"},
+		{"admin: missing stock", "PUT", "/v1/skus/TEE", `{}`, auth, 400, "invalid_argument"},
+		{"admin: below committed", "POST", "/v1/skus/PHONE/adjust", `{"delta":-3,"reason":"x"}`, auth, 409, "conflict"},
+		{"admin: adjust unknown", "POST", "/v1/skus/NOPE/adjust", `{"delta":1,"reason":"x"}`, auth, 404, "not_found"},
+		{"refund: no token", "POST", "/v1/orders/" + id + "/refund", ``, nil, 401, "unauthorized"},
+		{"refund: not paid", "POST", "/v1/orders/" + id + "/refund", ``, auth, 409, "conflict"},
+		{"order: no items", "POST", "/v1/orders", `{"user_id":"u","items":[]}`, nil, 400, "invalid_argument"},
+		{"order: item without qty", "POST", "/v1/orders", `{"user_id":"u","items":[{"sku":"TEE"}]}`, nil, 400, "invalid_argument"},
+		{"order: huge qty", "POST", "/v1/orders", `{"user_id":"u","items":[{"sku":"TEE","qty":100000}]}`, nil, 400, "invalid_argument"},
+		{"order: missing user", "POST", "/v1/orders", `{"items":[{"sku":"TEE","qty":1}]}`, nil, 400, "invalid_argument"},
+		{"order: not enough", "POST", "/v1/orders", `{"user_id":"u","items":[{"sku":"TEE","qty":11}]}`, nil, 409, "insufficient_stock"},
+		{"order: unknown", "GET", "/v1/orders/nope", ``, nil, 404, "not_found"},
+		{"cancel: refunded order", "POST", "/v1/orders/" + id + "/cancel", ``, nil, 409, "conflict"},
+		{"callback: unsigned", "POST", "/v1/payments/callback", cb, nil, 401, "unauthorized"},
+		{"callback: wrong signature", "POST", "/v1/payments/callback", cb, wrongSig, 401, "unauthorized"},
+		{"callback: stale timestamp", "POST", "/v1/payments/callback", cb, stale, 401, "unauthorized"},
+		{"callback: body not signed", "POST", "/v1/payments/callback", cb + " ", hdr, 401, "unauthorized"},
+		{"callback: bad status", "POST", "/v1/payments/callback", maybe, signed(paymentSecret, time.Now(), maybe), 400, "invalid_argument"},
+		{"callback: unknown order", "POST", "/v1/payments/callback", unknownOrder, signed(paymentSecret, time.Now(), unknownOrder), 404, "not_found"},
+		{"seckill: no user", "POST", "/v1/seckill/PHONE/buy", `{}`, nil, 400, "invalid_argument"},
+		{"seckill: sold out", "POST", "/v1/seckill/PHONE/buy", `{"user_id":"u4"}`, nil, 409, "insufficient_stock"},
+		{"unknown route", "GET", "/v1/nothing", ``, nil, 404, "not_found"},
+	}
+	for _, c := range cases {
+		st, body := p.call(c.method, c.path, c.body, c.header...)
+		require.Equal(t, c.status, st, "%s: %v", c.name, body)
+		require.Equal(t, c.code, errCode(body), c.name)
+		msg, _ := body["error"].(map[string]any)["message"].(string)
+		require.NotEmpty(t, msg, "%s: a clear message", c.name)
+		require.Equal(t, before, state(), "%s changed state", c.name)
+	}
+
+	st, body = p.call("GET", "/readyz", "")
+	require.Equal(t, 200, st)
+	require.Equal(t, map[string]any{"redis": "ok", "database": "ok", "queue": "ok"}, body)
+	resp, err := http.Get(p.base + "/metrics")
 	require.NoError(t, err)
-	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.JSONEq(t, `{"status":"ok"}`, string(body))
+	require.Equal(t, 200, resp.StatusCode)
+	resp, err = http.Get(p.base + "/openapi.yaml")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case err := <-exited:
-		require.NoError(t, err, "exit status 0 after SIGTERM")
-	case <-time.After(20 * time.Second):
-		t.Fatal("inventoryd did not exit after SIGTERM")
+	p.stop()
+	stdout, stderr := p.output()
+	for _, secret := range []string{adminToken, paymentSecret} {
+		require.NotContains(t, stdout+stderr, secret, "secrets never reach the output")
 	}
+}
+
+// In real mode the service refuses to start without its secrets.
+func TestRefusesToStartWithoutSecrets(t *testing.T) {
+	cmd := exec.Command(binary(t))
+	cmd.Env = []string{"INVENTORY_REDIS_URL=redis://127.0.0.1:6379/5", "INVENTORY_MYSQL_DSN=x:y@tcp(127.0.0.1:3306)/z",
+		"INVENTORY_ROCKETMQ_NAMESRV=127.0.0.1:9876", "INVENTORY_HTTP_ADDR=127.0.0.1:0"}
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "INVENTORY_ADMIN_TOKEN")
+	require.Contains(t, string(out), "INVENTORY_PAYMENT_SECRET")
+}
+
+// The embedded default, as `make run` starts it: a checkout from a new SKU to
+// the database stock, through the API alone.
+func TestEmbeddedCheckout(t *testing.T) {
+	p := start(t)
+	var admin, secret string
+	re := regexp.MustCompile(`admin token:\s+(\S+)\s+payment secret:\s+(\S+)`)
+	require.Eventually(t, func() bool {
+		out, _ := p.output()
+		m := re.FindStringSubmatch(out)
+		if m != nil {
+			admin, secret = m[1], m[2]
+		}
+		return m != nil
+	}, 10*time.Second, 20*time.Millisecond, "the banner prints the admin token and payment secret")
+
+	st, body := p.call("PUT", "/v1/skus/WALK", `{"stock":5}`, "Authorization", "Bearer "+admin)
+	require.Equal(t, 200, st, body)
+	st, order := p.call("POST", "/v1/orders", `{"user_id":"walker","items":[{"sku":"WALK","qty":2}]}`)
+	require.Equal(t, 201, st, order)
+	cb := fmt.Sprintf(`{"order_id":%q,"payment_id":"walk-pay","status":"SUCCESS"}`, order["id"])
+	st, paid := p.call("POST", "/v1/payments/callback", cb, signed(secret, time.Now(), cb)...)
+	require.Equal(t, 200, st, paid)
+	require.Equal(t, "PAID", paid["status"])
+	require.Eventually(t, func() bool {
+		_, sku := p.call("GET", "/v1/skus/WALK", "")
+		return sku["db_stock"] == 3.0 && sku["available"] == 3.0 && sku["reserved"] == 0.0
+	}, 20*time.Second, 20*time.Millisecond, "the embedded queue applied the payment to the embedded database")
+	_, demo := p.call("GET", "/v1/skus/DEMO-EBOOK", "")
+	require.Equal(t, true, demo["unlimited"], "demo SKUs are seeded")
+	p.stop()
 }
 
 func TestMigrateRejectsUnknownDirection(t *testing.T) {
-	bin := buildBinary(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "migrate", "sideways").CombinedOutput()
+	out, err := exec.Command(binary(t), "migrate", "sideways").CombinedOutput()
 	require.Error(t, err)
-	require.True(t, strings.Contains(string(out), `invalid argument "sideways"`), string(out))
+	require.Contains(t, string(out), `invalid argument "sideways"`)
 }

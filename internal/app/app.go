@@ -4,67 +4,365 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
+	"sync"
 	"time"
 
-	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
+	"github.com/alicebob/miniredis/v2"
+	"github.com/glebarez/sqlite"
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/acme/inventory/internal/httpapi"
+	"github.com/acme/inventory/migrations"
+	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/stock"
 )
+
+// stockBackChannel carries "units of this SKU came back" to every node, to
+// clear the seckill sold-out flags.
+const stockBackChannel = "inv:stockback"
 
 // App is one running inventoryd.
 type App struct {
-	cfg  Config
-	log  *slog.Logger
-	http *echo.Echo
-	ln   net.Listener
-	done chan error
+	Cfg Config
+	log *slog.Logger
+
+	rdb      redis.UniversalClient
+	db       *gorm.DB
+	sqlDB    *sql.DB
+	mini     *miniredis.Miniredis
+	memq     *mq.Memory
+	Stock    *stock.Store
+	Orders   *order.Service
+	Catalog  *order.Catalog
+	relay    *order.Relay
+	applier  *order.Applier
+	timeouts *order.Timeouts
+	producer mq.Producer
+	consumer mq.Consumer
+	soldOut  *httpapi.SoldOut
+	server   *httpapi.Server
+
+	httpSrv *http.Server
+	ln      net.Listener
+	done    chan error
+	stop    context.CancelFunc
+	bg      sync.WaitGroup
 }
 
-func New(cfg Config, log *slog.Logger) (*App, error) {
-	e := echo.New()
-	e.HideBanner, e.HidePort = true, true
-	e.Use(middleware.Recover())
-	e.GET("/healthz", func(c echo.Context) error {
-		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+// New connects to the configured servers (or starts the embedded stand-ins),
+// and builds every component. It starts nothing in the background.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (a *App, err error) {
+	a = &App{Cfg: cfg, log: log, done: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			a.closeClients()
+		}
+	}()
+	if cfg.Embedded() {
+		err = a.openEmbedded(ctx)
+	} else {
+		err = a.openReal(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	a.soldOut = httpapi.NewSoldOut(2*time.Second, nil)
+	a.Stock, err = stock.NewStore(a.rdb, stock.Config{
+		Init:        order.Snapshot(a.db),
+		HoldTTL:     cfg.OrderTTL + time.Minute,
+		Logger:      log,
+		OnStockBack: a.publishStockBack,
 	})
-	return &App{cfg: cfg, log: log, http: e, done: make(chan error, 1)}, nil
+	if err != nil {
+		return nil, err
+	}
+	a.relay = order.NewRelay(a.db, a.producer, a.Stock.Locker(), order.RelayConfig{Interval: 100 * time.Millisecond, Logger: log})
+	a.applier = order.NewApplier(a.db, log)
+	a.Orders = order.NewService(a.db, a.Stock, order.Config{
+		TTL: cfg.OrderTTL, Logger: log, OnOutbox: a.relay.Wake,
+		OnExpired: func(late time.Duration) { releaseLatency.Observe(late.Seconds()) },
+		OnCreated: func(ctx context.Context, o *order.Order) { a.timeouts.Schedule(ctx, o) },
+	})
+	a.timeouts, err = order.NewTimeouts(a.Orders, a.rdb, order.TimeoutConfig{Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	a.Catalog = order.NewCatalog(a.db, a.Stock, log)
+	if a.memq != nil {
+		a.consumer = a.memq.Consumer(a.applier.Handle, 64, 200*time.Millisecond)
+	} else {
+		a.consumer, err = mq.NewRocketConsumer(mq.RocketMQConfig{
+			NameServers: cfg.RocketMQNamesrv, Topic: cfg.RocketMQTopic, Group: cfg.RocketMQTopic + "_apply",
+			Instance: a.instance("consumer"), BatchSize: 64,
+		}, a.applier.Handle)
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerDomainMetrics(reg, a)
+	a.server = httpapi.New(httpapi.Config{
+		AdminToken: a.Cfg.AdminToken, PaymentSecret: a.Cfg.PaymentSecret, SeckillRate: cfg.SeckillRate,
+		Ready: a.ready, Gatherer: reg, Metrics: httpapi.NewMetrics(reg), Logger: log,
+	}, a.Stock, a.Orders, a.Catalog, a.soldOut)
+	return a, nil
 }
 
-// Start listens on the configured address (port 0 picks a free one) and
-// serves in the background.
-func (a *App) Start() error {
-	ln, err := net.Listen("tcp", a.cfg.HTTPAddr)
+func (a *App) instance(role string) string {
+	if a.Cfg.InstanceName != "" {
+		return a.Cfg.InstanceName + "_" + role
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s_%d_%s", host, os.Getpid(), role)
+}
+
+func (a *App) openReal(ctx context.Context) error {
+	if len(a.Cfg.RedisCluster) > 0 {
+		a.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: a.Cfg.RedisCluster, PoolSize: 256})
+	} else {
+		opt, err := redis.ParseURL(a.Cfg.RedisURL)
+		if err != nil {
+			return fmt.Errorf("INVENTORY_REDIS_URL: %w", err)
+		}
+		opt.PoolSize = 256
+		a.rdb = redis.NewClient(opt)
+	}
+	mc, err := mysql.ParseDSN(a.Cfg.MySQLDSN)
+	if err != nil {
+		return fmt.Errorf("INVENTORY_MYSQL_DSN: %w", err)
+	}
+	mc.ParseTime = true
+	mc.Loc = time.UTC
+	a.db, err = gorm.Open(gormmysql.Open(mc.FormatDSN()), &gorm.Config{Logger: logger.Discard, TranslateError: true})
+	if err != nil {
+		return fmt.Errorf("mysql: %w", err)
+	}
+	if a.sqlDB, err = a.db.DB(); err != nil {
+		return err
+	}
+	a.sqlDB.SetMaxOpenConns(64)
+	a.sqlDB.SetMaxIdleConns(64)
+	a.producer, err = mq.NewRocketProducer(mq.RocketMQConfig{
+		NameServers: a.Cfg.RocketMQNamesrv, Topic: a.Cfg.RocketMQTopic, Group: a.Cfg.RocketMQTopic + "_relay",
+		Instance: a.instance("producer"),
+	})
+	return err
+}
+
+// openEmbedded starts the in-process stand-ins: miniredis (it runs the same
+// Lua; TTLs follow the wall clock), SQLite in memory behind one connection,
+// and the in-process ordered queue. Secrets not given are generated.
+func (a *App) openEmbedded(ctx context.Context) error {
+	a.mini = miniredis.NewMiniRedis()
+	a.mini.ClockTTL(true)
+	if err := a.mini.StartAddr("127.0.0.1:0"); err != nil {
+		return fmt.Errorf("embedded redis: %w", err)
+	}
+	a.rdb = redis.NewClient(&redis.Options{Addr: a.mini.Addr(), PoolSize: 64})
+	var err error
+	// A name of its own: two embedded apps in one process must not share a database.
+	a.db, err = gorm.Open(sqlite.Open("file:inventory-"+randomSecret()+"?mode=memory&cache=shared"),
+		&gorm.Config{Logger: logger.Discard, TranslateError: true})
+	if err != nil {
+		return fmt.Errorf("embedded sql: %w", err)
+	}
+	if a.sqlDB, err = a.db.DB(); err != nil {
+		return err
+	}
+	a.sqlDB.SetMaxOpenConns(1) // SQLite has one writer; one connection serialises every transaction
+	a.sqlDB.SetMaxIdleConns(1) // and it must stay open: the in-memory database lives with it
+	if err := migrations.Up(ctx, a.sqlDB, migrations.SQLite); err != nil {
+		return err
+	}
+	a.memq = mq.NewMemory(8)
+	a.producer = a.memq.Producer()
+	if a.Cfg.AdminToken == "" {
+		a.Cfg.AdminToken = randomSecret()
+	}
+	if a.Cfg.PaymentSecret == "" {
+		a.Cfg.PaymentSecret = randomSecret()
+	}
+	return nil
+}
+
+func randomSecret() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (a *App) publishStockBack(sku string) {
+	a.soldOut.Clear(sku) // this node at once; the others through Redis
+	if err := a.rdb.Publish(context.Background(), stockBackChannel, sku).Err(); err != nil {
+		a.log.Warn("publishing stock-back failed; other nodes' sold-out flags expire on their own", "sku", sku, "err", err)
+	}
+}
+
+func (a *App) ready(ctx context.Context) map[string]error {
+	out := map[string]error{
+		"redis":    a.rdb.Ping(ctx).Err(),
+		"database": a.sqlDB.PingContext(ctx),
+	}
+	if a.memq != nil {
+		out["queue"] = nil
+	} else {
+		out["queue"] = a.producerReady(ctx)
+	}
+	return out
+}
+
+// producerReady checks the relay's path to the broker: an unsent outbox
+// backlog older than a minute means messages are not getting out.
+func (a *App) producerReady(ctx context.Context) error {
+	var n int64
+	err := a.db.WithContext(ctx).Raw(`SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL AND created_at < ?`,
+		time.Now().UTC().Add(-time.Minute)).Scan(&n).Error
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		return fmt.Errorf("%d stock messages unsent for over a minute", n)
+	}
+	return nil
+}
+
+// Start listens (port 0 picks a free one), serves HTTP and starts the
+// consumer, relay, timeout release and stock-back subscriber.
+func (a *App) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", a.Cfg.HTTPAddr)
 	if err != nil {
 		return err
 	}
 	a.ln = ln
-	a.http.Listener = ln
-	a.log.Info("listening", "addr", ln.Addr().String())
+	if err := a.consumer.Start(); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("consumer: %w", err)
+	}
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	a.stop = stop
+	a.relay.Start(bg)
+	a.timeouts.Start(bg)
+	sub := a.rdb.Subscribe(bg, stockBackChannel)
+	a.bg.Add(1)
 	go func() {
-		err := a.http.Start("")
+		defer a.bg.Done()
+		defer sub.Close()
+		ch := sub.Channel()
+		for {
+			select {
+			case <-bg.Done():
+				return
+			case m, ok := <-ch:
+				if !ok {
+					return
+				}
+				a.soldOut.Clear(m.Payload)
+			}
+		}
+	}()
+	a.httpSrv = &http.Server{Handler: a.server.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		err := a.httpSrv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
 		a.done <- err
 	}()
+	a.log.Info("listening", "addr", ln.Addr().String(), "embedded", a.Cfg.Embedded())
 	return nil
 }
+
+// Handler is the HTTP API, for serving it in-process (tests).
+func (a *App) Handler() http.Handler { return a.server.Handler() }
 
 // Addr is the address the server listens on, once started.
 func (a *App) Addr() string { return a.ln.Addr().String() }
 
-// Done reports the server stopping on its own.
+// Done reports the HTTP server stopping on its own.
 func (a *App) Done() <-chan error { return a.done }
 
-// Shutdown stops the service in the documented order: stop accepting HTTP and
-// finish in-flight requests, then stop consumers and jobs, drain, and close
-// producers, Redis and the database.
+// Shutdown stops the service in this order: stop accepting HTTP and finish
+// the requests in flight; stop the consumer, the relay, the timeout release
+// and the subscriber (unsent outbox rows wait in the database for the next
+// start; unacknowledged messages are redelivered); then close the producer,
+// Redis and the database.
 func (a *App) Shutdown(ctx context.Context) error {
 	start := time.Now()
-	err := a.http.Shutdown(ctx)
-	a.log.Info("stopped", "took", time.Since(start).String())
-	return err
+	var errs []error
+	if a.httpSrv != nil {
+		errs = append(errs, a.httpSrv.Shutdown(ctx))
+	}
+	errs = append(errs, a.consumer.Close())
+	a.relay.Stop()
+	a.timeouts.Stop()
+	if a.stop != nil {
+		a.stop()
+	}
+	a.bg.Wait()
+	a.closeClients()
+	a.log.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
+	return errors.Join(errs...)
+}
+
+func (a *App) closeClients() {
+	if a.producer != nil {
+		_ = a.producer.Close()
+	}
+	if a.rdb != nil {
+		_ = a.rdb.Close()
+	}
+	if a.sqlDB != nil {
+		_ = a.sqlDB.Close()
+	}
+	if a.mini != nil {
+		a.mini.Close()
+	}
+}
+
+// Seed creates demo SKUs (the embedded default's first run).
+func (a *App) Seed(ctx context.Context) error {
+	for _, s := range []struct {
+		sku          string
+		stock, limit int64
+	}{{"DEMO-TSHIRT", 100, 0}, {"DEMO-PHONE", 10, 1}, {"DEMO-EBOOK", stock.Unlimited, 0}} {
+		if _, err := a.Catalog.Put(ctx, s.sku, s.stock, s.limit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Banner is what the embedded default prints for the person who started it.
+func (a *App) Banner() string {
+	base := "http://" + strings.Replace(a.Addr(), "[::]", "localhost", 1)
+	return fmt.Sprintf(`inventoryd is running on embedded stand-ins (in-process Redis, SQLite, queue); data lives in memory.
+  admin token:    %s
+  payment secret: %s
+  demo SKUs:      DEMO-TSHIRT (100), DEMO-PHONE (10, 1 per user), DEMO-EBOOK (unlimited)
+try:
+  curl -s %s/v1/skus/DEMO-TSHIRT
+  curl -s -X POST %s/v1/orders -H 'Idempotency-Key: first' -d '{"user_id":"alice","items":[{"sku":"DEMO-TSHIRT","qty":2}]}'
+  curl -s -X POST %s/v1/seckill/DEMO-PHONE/buy -d '{"user_id":"bob"}'
+API description: %s/openapi.yaml
+`, a.Cfg.AdminToken, a.Cfg.PaymentSecret, base, base, base, base)
 }

@@ -130,10 +130,10 @@ func MySQL(t testing.TB) *gorm.DB {
 		t.Fatalf("testenv: %v", err)
 	}
 	t.Cleanup(func() { _ = raw.Close() })
-	if err := migrations.Up(context.Background(), raw); err != nil {
+	if err := migrations.Up(context.Background(), raw, migrations.MySQL); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: raw}), &gorm.Config{Logger: logger.Discard})
+	db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: raw}), &gorm.Config{Logger: logger.Discard, TranslateError: true})
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}

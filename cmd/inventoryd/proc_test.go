@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/internal/httpapi"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary compiles inventoryd once for the package's tests (without -race:
+// the RocketMQ client it links is racy itself, see mq/rocketmq_test.go).
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "inventoryd-test")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "inventoryd")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = err
+			binPath = string(out)
+		}
+	})
+	require.NoError(t, buildErr, binPath)
+	return binPath
+}
+
+// proc is a running inventoryd.
+type proc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	base   string
+	mu     sync.Mutex // guards stdout and stderr
+	stdout bytes.Buffer
+	stderr bytes.Buffer
+	exited chan error
+}
+
+// output is everything the process wrote so far (stdout, stderr).
+func (p *proc) output() (string, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stdout.String(), p.stderr.String()
+}
+
+// start runs inventoryd serve with env (plus the test's environment minus
+// INVENTORY_* variables) on 127.0.0.1:0 and waits until it listens.
+func start(t *testing.T, env ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary(t))
+	for _, kv := range os.Environ() {
+		if len(kv) < 10 || kv[:10] != "INVENTORY_" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "INVENTORY_HTTP_ADDR=127.0.0.1:0")
+	cmd.Env = append(cmd.Env, env...)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	p := &proc{t: t, cmd: cmd, exited: make(chan error, 1)}
+	cmd.Stdout = &lockedWriter{mu: &p.mu, w: &p.stdout}
+	stderrCopy := &lockedWriter{mu: &p.mu, w: &p.stderr}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	addr := make(chan string, 1)
+	go func() {
+		lines := bufio.NewScanner(stderr)
+		found := false
+		for lines.Scan() {
+			_, _ = stderrCopy.Write(append(lines.Bytes(), '\n'))
+			var entry struct{ Msg, Addr string }
+			if !found && json.Unmarshal(lines.Bytes(), &entry) == nil && entry.Msg == "listening" {
+				addr <- entry.Addr
+				found = true
+			}
+		}
+		if !found {
+			close(addr)
+		}
+		p.exited <- cmd.Wait()
+	}()
+	select {
+	case a, ok := <-addr:
+		require.True(t, ok, "inventoryd exited before listening")
+		p.base = "http://" + a
+	case <-time.After(60 * time.Second):
+		t.Fatal("inventoryd did not start listening")
+	}
+	return p
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// stop sends SIGTERM and requires a clean exit.
+func (p *proc) stop() {
+	p.t.Helper()
+	require.NoError(p.t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-p.exited:
+		require.NoError(p.t, err, "exit status 0 after SIGTERM")
+	case <-time.After(30 * time.Second):
+		p.t.Fatal("inventoryd did not exit after SIGTERM")
+	}
+}
+
+// call sends a request and decodes the JSON answer into a map.
+func (p *proc) call(method, path, body string, header ...string) (int, map[string]any) {
+	p.t.Helper()
+	req, err := http.NewRequest(method, p.base+path, bytes.NewBufferString(body))
+	require.NoError(p.t, err)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(p.t, err)
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	_ = json.Unmarshal(raw, &out)
+	return resp.StatusCode, out
+}
+
+// signed returns callback headers for body signed with secret at time at.
+func signed(secret string, at time.Time, body string) []string {
+	ts := strconv.FormatInt(at.Unix(), 10)
+	return []string{"X-Timestamp", ts, "X-Signature", hexString(httpapi.Sign(secret, ts, []byte(body)))}
+}
+
+func hexString(b []byte) string { return hex.EncodeToString(b) }
+
+// errCode is the error code of an error answer.
+func errCode(body map[string]any) string {
+	e, _ := body["error"].(map[string]any)
+	code, _ := e["code"].(string)
+	return code
+}

@@ -1,0 +1,97 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+)
+
+// maxBody bounds every request body.
+const maxBody = 64 << 10
+
+// readBody reads the whole body, at most maxBody bytes.
+func readBody(c echo.Context) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(c.Request().Body, maxBody+1))
+	if err != nil {
+		return nil, badRequest("could not read the request body")
+	}
+	if len(body) > maxBody {
+		return nil, badRequest(fmt.Sprintf("request body larger than %d bytes", maxBody))
+	}
+	return body, nil
+}
+
+// decodeJSON decodes exactly one JSON object into v: unknown fields, wrong
+// types, trailing data and an empty body are refused with a message saying
+// which.
+func decodeJSON(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badRequest("request body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(v); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return badRequest(fmt.Sprintf("malformed JSON at byte %d", se.Offset))
+		case errors.As(err, &te):
+			if te.Field == "" {
+				return badRequest("request body must be a JSON object")
+			}
+			return badRequest(fmt.Sprintf("field %q must be %s", te.Field, kind(te.Type.String())))
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return badRequest("unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field "))
+		default:
+			return badRequest("malformed JSON: " + err.Error())
+		}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("request body must hold one JSON object and nothing after it")
+	}
+	return nil
+}
+
+func kind(goType string) string {
+	switch {
+	case strings.Contains(goType, "int"):
+		return "an integer"
+	case goType == "string" || goType == "*string":
+		return "a string"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	}
+	return "of type " + goType
+}
+
+// bind reads and decodes the request body into v.
+func bind(c echo.Context, v any) error {
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(body, v)
+}
+
+// required refuses missing fields (pointers left nil by the decoder).
+func required(fields map[string]bool) error {
+	var missing []string
+	for name, present := range fields {
+		if !present {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return badRequest("missing required field(s): " + strings.Join(missing, ", "))
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+package httpapi
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/acme/inventory/stock"
+)
+
+// Metrics are the HTTP layer's Prometheus metrics.
+type Metrics struct {
+	requests    *prometheus.HistogramVec
+	deductions  *prometheus.CounterVec
+	soldOutFlag prometheus.Counter
+}
+
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "inventory_http_request_duration_seconds", Help: "HTTP requests by route and status.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"method", "route", "status"}),
+		deductions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inventory_deductions_total", Help: "Deductions and reservations through the API by result code.",
+		}, []string{"result"}),
+		soldOutFlag: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "inventory_seckill_soldout_flag_hits_total", Help: "Seckill requests answered by the local sold-out flag, without Redis.",
+		}),
+	}
+	reg.MustRegister(m.requests, m.deductions, m.soldOutFlag)
+	return m
+}
+
+// observe records each request with the status it is answered with.
+func (m *Metrics) observe(answer func(error) int) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			status := c.Response().Status
+			if err != nil {
+				status = answer(err)
+			}
+			route := c.Path()
+			if route == "" {
+				route = "unmatched"
+			}
+			m.requests.WithLabelValues(c.Request().Method, route, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
+			return err
+		}
+	}
+}
+
+// deduction counts one deduction or reservation by its result code.
+func (m *Metrics) deduction(err error, n int64) {
+	result := "ok"
+	switch {
+	case err == nil && n == stock.Unlimited:
+		result = "unlimited"
+	case err == nil:
+	case errors.Is(err, stock.ErrInsufficientStock):
+		result = "insufficient"
+	case errors.Is(err, stock.ErrInvalidArgument):
+		result = "invalid"
+	case errors.Is(err, stock.ErrUnknownSKU):
+		result = "unknown_sku"
+	case errors.Is(err, stock.ErrTokenReleased):
+		result = "released"
+	case errors.Is(err, stock.ErrUnavailable):
+		result = "unavailable"
+	default:
+		result = "error"
+	}
+	m.deductions.WithLabelValues(result).Inc()
+}

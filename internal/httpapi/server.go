@@ -1,0 +1,444 @@
+// Package httpapi serves the inventory API (SPEC section 5) on Echo.
+package httpapi
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
+
+	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/stock"
+)
+
+//go:embed openapi.yaml
+var openAPI []byte
+
+// Config is what the HTTP layer needs besides the domain services.
+type Config struct {
+	AdminToken    string
+	PaymentSecret string
+	// ReplayWindow bounds how far a callback's X-Timestamp may be from now. Default 5m.
+	ReplayWindow time.Duration
+	// SeckillRate is each client's (IP's) rate on the seckill route, per
+	// second, with a burst of twice that. Default 50.
+	SeckillRate float64
+	// Ready reports each dependency's health for /readyz.
+	Ready    func(ctx context.Context) map[string]error
+	Gatherer prometheus.Gatherer
+	Metrics  *Metrics
+	Now      func() time.Time
+	Logger   *slog.Logger
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg     Config
+	stock   *stock.Store
+	orders  *order.Service
+	catalog *order.Catalog
+	soldOut *SoldOut
+	limits  sync.Map // sku -> cachedLimit
+	log     *slog.Logger
+	e       *echo.Echo
+}
+
+type cachedLimit struct {
+	limit int64
+	until time.Time
+}
+
+func New(cfg Config, st *stock.Store, orders *order.Service, cat *order.Catalog, soldOut *SoldOut) *Server {
+	if cfg.ReplayWindow == 0 {
+		cfg.ReplayWindow = 5 * time.Minute
+	}
+	if cfg.SeckillRate == 0 {
+		cfg.SeckillRate = 50
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func(context.Context) map[string]error { return nil }
+	}
+	if cfg.Gatherer == nil {
+		cfg.Gatherer = prometheus.NewRegistry()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
+	}
+	s := &Server{cfg: cfg, stock: st, orders: orders, catalog: cat, soldOut: soldOut, log: cfg.Logger}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.errorHandler
+	e.Use(middleware.Recover(), cfg.Metrics.observe(func(err error) int { status, _ := s.answer(err); return status }))
+	e.Use(middleware.BodyLimit(strconv.Itoa(maxBody)))
+
+	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
+	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", openAPI) })
+
+	v1 := e.Group("/v1")
+	admin := s.requireAdmin
+	v1.PUT("/skus/:sku", s.putSKU, admin)
+	v1.POST("/skus/:sku/adjust", s.adjustSKU, admin)
+	v1.GET("/skus/:sku", s.getSKU)
+	v1.POST("/stock/deduct", s.deduct)
+	v1.POST("/stock/release", s.release)
+	v1.POST("/orders", s.createOrder)
+	v1.GET("/orders/:id", s.getOrder)
+	v1.POST("/orders/:id/cancel", s.cancelOrder)
+	v1.POST("/orders/:id/refund", s.refundOrder, admin)
+	v1.POST("/payments/callback", s.paymentCallback)
+	limiter := middleware.RateLimiterWithConfig(middleware.RateLimiterConfig{
+		Store: middleware.NewRateLimiterMemoryStoreWithConfig(middleware.RateLimiterMemoryStoreConfig{
+			Rate: rate.Limit(cfg.SeckillRate), Burst: int(2 * cfg.SeckillRate), ExpiresIn: time.Minute,
+		}),
+		IdentifierExtractor: func(c echo.Context) (string, error) { return c.RealIP(), nil },
+		DenyHandler: func(echo.Context, string, error) error {
+			return &apiError{http.StatusTooManyRequests, "rate_limited", "too many requests from this client; slow down"}
+		},
+		ErrorHandler: func(echo.Context, error) error {
+			return &apiError{http.StatusTooManyRequests, "rate_limited", "too many requests from this client; slow down"}
+		},
+	})
+	v1.POST("/seckill/:sku/buy", s.seckill, limiter)
+	s.e = e
+	return s
+}
+
+// Handler is the server's http.Handler.
+func (s *Server) Handler() http.Handler { return s.e }
+
+// Echo exposes the router (to serve it on a listener).
+func (s *Server) Echo() *echo.Echo { return s.e }
+
+func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		got, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
+		if !ok || s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) != 1 {
+			return unauthorized("admin route: missing or wrong bearer token")
+		}
+		return next(c)
+	}
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	out, status := map[string]string{}, http.StatusOK
+	for name, err := range s.cfg.Ready(ctx) {
+		out[name] = "ok"
+		if err != nil {
+			out[name], status = err.Error(), http.StatusServiceUnavailable
+		}
+	}
+	return c.JSON(status, out)
+}
+
+func skuParam(c echo.Context) (string, error) {
+	sku := c.Param("sku")
+	return sku, stock.ValidateSKU(sku)
+}
+
+func (s *Server) putSKU(c echo.Context) error {
+	sku, err := skuParam(c)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Stock        *int64 `json:"stock"`
+		PerUserLimit *int64 `json:"per_user_limit"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if err := required(map[string]bool{"stock": req.Stock != nil}); err != nil {
+		return err
+	}
+	var limit int64
+	if req.PerUserLimit != nil {
+		limit = *req.PerUserLimit
+	}
+	v, err := s.catalog.Put(c.Request().Context(), sku, *req.Stock, limit)
+	if err != nil {
+		return err
+	}
+	s.limits.Delete(sku)
+	return c.JSON(http.StatusOK, v)
+}
+
+func (s *Server) adjustSKU(c echo.Context) error {
+	sku, err := skuParam(c)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Delta  *int64  `json:"delta"`
+		Reason *string `json:"reason"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if err := required(map[string]bool{"delta": req.Delta != nil, "reason": req.Reason != nil}); err != nil {
+		return err
+	}
+	v, err := s.catalog.Adjust(c.Request().Context(), sku, *req.Delta, *req.Reason)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
+}
+
+func (s *Server) getSKU(c echo.Context) error {
+	sku, err := skuParam(c)
+	if err != nil {
+		return err
+	}
+	v, err := s.catalog.Get(c.Request().Context(), sku)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, v)
+}
+
+func (s *Server) deduct(c echo.Context) error {
+	var req struct {
+		SKU   *string `json:"sku"`
+		Qty   *int64  `json:"qty"`
+		Token *string `json:"token"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if err := required(map[string]bool{"sku": req.SKU != nil, "qty": req.Qty != nil, "token": req.Token != nil}); err != nil {
+		return err
+	}
+	n, err := s.stock.Deduct(c.Request().Context(), *req.SKU, *req.Qty, *req.Token)
+	s.cfg.Metrics.deduction(err, n)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]int64{"result": n})
+}
+
+func (s *Server) release(c echo.Context) error {
+	var req struct {
+		SKU   *string `json:"sku"`
+		Token *string `json:"token"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if err := required(map[string]bool{"sku": req.SKU != nil, "token": req.Token != nil}); err != nil {
+		return err
+	}
+	q, err := s.stock.Release(c.Request().Context(), *req.SKU, *req.Token)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]int64{"released": q})
+}
+
+type itemReq struct {
+	SKU *string `json:"sku"`
+	Qty *int64  `json:"qty"`
+}
+
+func (s *Server) createOrder(c echo.Context) error {
+	var req struct {
+		UserID *string   `json:"user_id"`
+		Items  []itemReq `json:"items"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if err := required(map[string]bool{"user_id": req.UserID != nil, "items": req.Items != nil}); err != nil {
+		return err
+	}
+	lines := make([]stock.Line, len(req.Items))
+	for i, it := range req.Items {
+		if it.SKU == nil || it.Qty == nil {
+			return badRequest(fmt.Sprintf("items[%d] needs sku and qty", i))
+		}
+		lines[i] = stock.Line{SKU: *it.SKU, Qty: *it.Qty}
+	}
+	o, err := s.orders.Create(c.Request().Context(), *req.UserID, c.Request().Header.Get("Idempotency-Key"), lines)
+	s.cfg.Metrics.deduction(err, 0)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, o)
+}
+
+func (s *Server) getOrder(c echo.Context) error {
+	o, err := s.orders.Get(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, o)
+}
+
+func (s *Server) cancelOrder(c echo.Context) error {
+	o, err := s.orders.Cancel(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, o)
+}
+
+func (s *Server) refundOrder(c echo.Context) error {
+	o, err := s.orders.Refund(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, o)
+}
+
+// paymentCallback: X-Signature is hex HMAC-SHA256(secret, X-Timestamp + "." +
+// body), X-Timestamp is unix seconds within the replay window. A replay of a
+// valid callback is answered from the order (idempotent by payment id).
+func (s *Server) paymentCallback(c echo.Context) error {
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	ts, sig := c.Request().Header.Get("X-Timestamp"), c.Request().Header.Get("X-Signature")
+	if ts == "" || sig == "" {
+		return unauthorized("X-Timestamp and X-Signature are required")
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return unauthorized("X-Timestamp must be unix seconds")
+	}
+	if age := s.cfg.Now().Sub(time.Unix(sec, 0)); age > s.cfg.ReplayWindow || age < -s.cfg.ReplayWindow {
+		return unauthorized("X-Timestamp is outside the replay window")
+	}
+	got, err := hex.DecodeString(sig)
+	if err != nil || !hmac.Equal(got, Sign(s.cfg.PaymentSecret, ts, body)) {
+		return unauthorized("X-Signature does not match")
+	}
+	var req struct {
+		OrderID   *string `json:"order_id"`
+		PaymentID *string `json:"payment_id"`
+		Status    *string `json:"status"`
+	}
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	if err := required(map[string]bool{"order_id": req.OrderID != nil, "payment_id": req.PaymentID != nil, "status": req.Status != nil}); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	switch *req.Status {
+	case "SUCCESS":
+		o, err := s.orders.Pay(ctx, *req.OrderID, *req.PaymentID)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, o)
+	case "FAILED":
+		o, err := s.orders.Get(ctx, *req.OrderID) // nothing to do: the order waits or times out
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, o)
+	}
+	return badRequest(`status must be "SUCCESS" or "FAILED"`)
+}
+
+// Sign is the callback signature: HMAC-SHA256(secret, timestamp + "." + body).
+func Sign(secret, timestamp string, body []byte) []byte {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(timestamp))
+	mac.Write([]byte("."))
+	mac.Write(body)
+	return mac.Sum(nil)
+}
+
+// seckill buys one unit for a user. A SKU known to be sold out is answered
+// from memory; the per-user limit is taken atomically in Redis first and given
+// back if the purchase fails.
+func (s *Server) seckill(c echo.Context) error {
+	sku, err := skuParam(c)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		UserID *string `json:"user_id"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if err := required(map[string]bool{"user_id": req.UserID != nil}); err != nil {
+		return err
+	}
+	if s.soldOut.Is(sku) {
+		s.cfg.Metrics.soldOutFlag.Inc()
+		return fmt.Errorf("%w: %s is sold out", stock.ErrInsufficientStock, sku)
+	}
+	ctx := c.Request().Context()
+	limit, err := s.limit(ctx, sku)
+	if err != nil {
+		return err
+	}
+	user := *req.UserID
+	if limit > 0 {
+		ok, err := s.stock.TakeQuota(ctx, sku, user, 1, limit)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: user %s reached the per-user limit of %d for %s", order.ErrConflict, user, limit, sku)
+		}
+	}
+	o, err := s.orders.Create(ctx, user, "", []stock.Line{{SKU: sku, Qty: 1}})
+	s.cfg.Metrics.deduction(err, 0)
+	if err != nil {
+		if limit > 0 {
+			if qerr := s.stock.ReturnQuota(context.WithoutCancel(ctx), sku, user, 1); qerr != nil {
+				s.log.Warn("seckill: giving back a user's quota failed", "sku", sku, "err", qerr)
+			}
+		}
+		if errors.Is(err, stock.ErrInsufficientStock) {
+			s.soldOut.Set(sku)
+		}
+		return err
+	}
+	return c.JSON(http.StatusCreated, o)
+}
+
+// limit is sku's per-user limit, cached for a few seconds so the hot path
+// does not read the database per request.
+func (s *Server) limit(ctx context.Context, sku string) (int64, error) {
+	now := s.cfg.Now()
+	if v, ok := s.limits.Load(sku); ok && now.Before(v.(cachedLimit).until) {
+		return v.(cachedLimit).limit, nil
+	}
+	l, err := s.catalog.Limit(ctx, sku)
+	if err != nil {
+		return 0, err
+	}
+	s.limits.Store(sku, cachedLimit{limit: l, until: now.Add(5 * time.Second)})
+	return l, nil
+}
