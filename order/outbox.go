@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,13 +62,10 @@ type Relay struct {
 	locker   *stock.Locker
 	cfg      RelayConfig
 	wake     chan struct{}
+	run      runner
 
 	// Sent counts the messages this relay published.
 	Sent atomic.Int64
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 const relayLockKey = "inv:{relay}:lock"
@@ -99,31 +95,12 @@ func (r *Relay) Wake() {
 }
 
 // Start runs the relay until Stop; a second Start is a no-op.
-func (r *Relay) Start(ctx context.Context) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.done != nil {
-		return
-	}
-	ctx, r.cancel = context.WithCancel(ctx)
-	r.done = make(chan struct{})
-	go r.run(ctx, r.done)
-}
+func (r *Relay) Start(ctx context.Context) { r.run.start(ctx, r.loop) }
 
 // Stop ends the relay and waits for it; safe before Start and twice.
-func (r *Relay) Stop() {
-	r.mu.Lock()
-	cancel, done := r.cancel, r.done
-	r.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-}
+func (r *Relay) Stop() { r.run.stop() }
 
-func (r *Relay) run(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (r *Relay) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		lock, err := r.locker.Obtain(ctx, relayLockKey, r.cfg.LockTTL, 0)
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,10 +121,8 @@ type Timeouts struct {
 	Reaped  atomic.Int64
 	Polls   atomic.Int64
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	wake   chan struct{}
+	run  runner
+	wake chan struct{}
 }
 
 func NewTimeouts(svc *Service, rdb redis.UniversalClient, cfg TimeoutConfig) (*Timeouts, error) {
@@ -305,31 +302,12 @@ func (t *Timeouts) settleHold(ctx context.Context, sku, token string) error {
 }
 
 // Start runs the poller and the sweeper until Stop; a second Start is a no-op.
-func (t *Timeouts) Start(ctx context.Context) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.cancel != nil {
-		return
-	}
-	ctx, t.cancel = context.WithCancel(ctx)
-	t.wg.Add(2)
-	go t.pollLoop(ctx)
-	go t.sweepLoop(ctx)
-}
+func (t *Timeouts) Start(ctx context.Context) { t.run.start(ctx, t.pollLoop, t.sweepLoop) }
 
 // Stop ends both loops and waits for them; safe before Start and twice.
-func (t *Timeouts) Stop() {
-	t.mu.Lock()
-	cancel := t.cancel
-	t.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		t.wg.Wait()
-	}
-}
+func (t *Timeouts) Stop() { t.run.stop() }
 
 func (t *Timeouts) pollLoop(ctx context.Context) {
-	defer t.wg.Done()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, t.cfg.RunTimeout)
@@ -359,7 +337,6 @@ func (t *Timeouts) pollLoop(ctx context.Context) {
 }
 
 func (t *Timeouts) sweepLoop(ctx context.Context) {
-	defer t.wg.Done()
 	for {
 		// Jitter spreads the nodes' attempts; the lock picks one of them.
 		select {
