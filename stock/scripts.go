@@ -1,6 +1,10 @@
 package stock
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // Raw script results. They never leave this package: Store turns them into
 // values and sentinel errors.
@@ -196,3 +200,15 @@ if had + q > tonumber(ARGV[3]) then return 0 end
 redis.call('HINCRBY', KEYS[1], ARGV[1], q)
 return 1
 `)
+
+// DeductScriptSHA is the deduction script's SHA1, for driving it directly
+// (redis-benchmark EVALSHA measures the ceiling of the same script).
+func DeductScriptSHA() string { return deductScript.Hash() }
+
+// LoadDeductScript loads the deduction script on rdb (every master of a cluster).
+func LoadDeductScript(ctx context.Context, rdb redis.Scripter) error {
+	return deductScript.Load(ctx, rdb).Err()
+}
+
+// DeductKeys are the KEYS of the deduction script for sku and token.
+func DeductKeys(sku, token string) []string { return tokenKeys(sku, token) }

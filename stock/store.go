@@ -145,6 +145,59 @@ func (s *Store) Deduct(ctx context.Context, sku string, qty int64, token string)
 	return 0, fmt.Errorf("%w: %s keeps losing its key", ErrUnavailable, sku)
 }
 
+// Request is one deduction of a batch.
+type Request struct {
+	SKU   string
+	Qty   int64
+	Token string
+}
+
+// Result is what Deduct would have returned for one Request.
+type Result struct {
+	Remaining int64
+	Err       error
+}
+
+// DeductMany runs many deductions in one round trip (a pipeline of EVALSHA),
+// for callers that batch requests. Each result is what Deduct returns for its
+// request; a SKU that is not initialised is initialised and retried alone.
+func (s *Store) DeductMany(ctx context.Context, reqs []Request) []Result {
+	out := make([]Result, len(reqs))
+	deadline := s.cfg.Now().Add(s.cfg.HoldTTL).UnixMilli()
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(reqs))
+	for i, r := range reqs {
+		if err := s.validate(r.SKU, r.Token, r.Qty); err != nil {
+			out[i].Err = err
+			continue
+		}
+		cmds[i] = deductScript.EvalSha(ctx, pipe, tokenKeys(r.SKU, r.Token), r.Token, r.Qty, deadline)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command below
+	for i, cmd := range cmds {
+		if cmd == nil {
+			continue
+		}
+		n, err := cmd.Int64()
+		switch {
+		case err != nil || n == resNotInitialised:
+			// NOSCRIPT (first use on this server) or a cold SKU: the one-off path.
+			out[i].Remaining, out[i].Err = s.Deduct(ctx, reqs[i].SKU, reqs[i].Qty, reqs[i].Token)
+		case n == resInsufficient:
+			s.stats.Insufficient.Add(1)
+			out[i].Err = ErrInsufficientStock
+		case n == resReleased:
+			out[i].Err = ErrTokenReleased
+		default:
+			if n >= 0 {
+				s.stats.Deducted.Add(1)
+			}
+			out[i].Remaining = n
+		}
+	}
+	return out
+}
+
 // Release gives back what token holds of sku (an unpaid hold, or a sale on
 // refund) and returns that quantity; a second release returns 0. The token can
 // take nothing afterwards.

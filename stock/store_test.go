@@ -565,3 +565,20 @@ func TestUserQuota(t *testing.T) {
 		require.Equal(t, []string{"A"}, back, "a reset may bring stock back")
 	})
 }
+
+func TestDeductMany(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		require.NoError(t, rdb.ScriptFlush(ctx).Err()) // the first batch meets NOSCRIPT
+		s := newStore(t, rdb, newFakeDB(map[string]int64{"A": 5, "B": Unlimited}))
+		res := s.DeductMany(ctx, []Request{
+			{"A", 2, "t1"}, {"A", 2, "t2"}, {"A", 2, "t3"}, {"B", 9, "t4"}, {"A", 0, "t5"}, {"A", 2, "t1"},
+		})
+		require.Equal(t, []Result{{Remaining: 3}, {Remaining: 1}, {Err: ErrInsufficientStock}, {Remaining: Unlimited},
+			{Err: res[4].Err}, {Remaining: 3}}, res)
+		require.ErrorIs(t, res[4].Err, ErrInvalidArgument)
+		require.Equal(t, Levels{Initialised: true, Available: 1, Held: 4}, levels(t, s, "A"))
+		res = s.DeductMany(ctx, []Request{{"A", 1, "t6"}, {"A", 1, "t7"}})
+		require.Equal(t, []Result{{Remaining: 0}, {Err: ErrInsufficientStock}}, res, "pipelined, warm")
+	})
+}

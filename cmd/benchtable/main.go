@@ -1,0 +1,273 @@
+// Command benchtable measures, side by side in one run on one machine, what a
+// deduction of one hot SKU costs done five ways, and prints a table of
+// throughput, latency and the ratios SPEC section 7 sets targets for:
+//
+//	mysql-hot-row     UPDATE skus SET stock = stock - 1 WHERE sku = ? AND stock >= 1
+//	redis-lock        lock (SET NX PX), GET, SET, compare-and-delete unlock
+//	lua               this project's deduction: one EVALSHA per request (stock.Store.Deduct)
+//	lua-pipelined     the same script, 64 deductions per round trip (stock.Store.DeductMany)
+//	redis-benchmark   redis-benchmark running the same script by EVALSHA, -P 64 (the ceiling)
+//
+// It needs the servers of `make up`.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bsm/redislock"
+	_ "github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/acme/inventory/stock"
+)
+
+var (
+	duration  = flag.Duration("duration", 5*time.Second, "how long each variant runs")
+	workers   = flag.Int("workers", 64, "concurrent callers per variant")
+	redisAddr = flag.String("redis", "127.0.0.1:6379", "Redis address")
+	redisDB   = flag.Int("redis-db", 15, "Redis database the benchmark may flush")
+	mysqlDSN  = flag.String("mysql", "inventory:inventory@tcp(127.0.0.1:3306)/", "MySQL server DSN (a database inv_bench is created)")
+	out       = flag.String("out", "bench-results/results.md", "where to write the table too")
+)
+
+const hotStock = 1_000_000_000_000 // never runs out during a run
+
+// result is one variant's measurement.
+type result struct {
+	name     string
+	ops      int64
+	elapsed  time.Duration
+	p50, p99 time.Duration
+	note     string
+}
+
+func (r result) rate() float64 { return float64(r.ops) / r.elapsed.Seconds() }
+
+// run calls op from n workers for d and records each call's latency; an op
+// may count several deductions (a pipeline).
+func run(name string, n int, d time.Duration, op func(ctx context.Context, worker int, seq int64) (int, error)) result {
+	ctx := context.Background()
+	var total atomic.Int64
+	var failed atomic.Int64
+	lat := make([][]time.Duration, n)
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := int64(0); time.Now().Before(stop); seq++ {
+				t0 := time.Now()
+				k, err := op(ctx, w, seq)
+				lat[w] = append(lat[w], time.Since(t0))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				total.Add(int64(k))
+			}
+		}()
+	}
+	wg.Wait()
+	r := result{name: name, ops: total.Load(), elapsed: time.Since(start)}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) > 0 {
+		r.p50, r.p99 = all[len(all)/2], all[len(all)*99/100]
+	}
+	if f := failed.Load(); f > 0 {
+		r.note = fmt.Sprintf("%d failed calls", f)
+	}
+	return r
+}
+
+func main() {
+	flag.Parse()
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, DB: *redisDB, PoolSize: *workers * 2})
+	must(rdb.FlushDB(ctx).Err())
+	db := openMySQL(ctx)
+
+	var results []result
+	fmt.Fprintf(os.Stderr, "each variant runs %s with %d workers\n", *duration, *workers)
+
+	// MySQL hot row.
+	must(exec1(db, `CREATE TABLE IF NOT EXISTS skus (sku VARCHAR(64) PRIMARY KEY, stock BIGINT NOT NULL) ENGINE=InnoDB`))
+	must(exec1(db, `REPLACE INTO skus (sku, stock) VALUES ('HOT', ?)`, hotStock))
+	results = append(results, run("mysql-hot-row", *workers, *duration, func(ctx context.Context, _ int, _ int64) (int, error) {
+		res, err := db.ExecContext(ctx, `UPDATE skus SET stock = stock - 1 WHERE sku = 'HOT' AND stock >= 1`)
+		if err != nil {
+			return 0, err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return 0, errors.New("sold out")
+		}
+		return 1, nil
+	}))
+
+	// Redis lock + GET/SET.
+	must(rdb.Set(ctx, "bench:{lock}:stock", hotStock, 0).Err())
+	locker := redislock.New(rdb)
+	retry := redislock.LinearBackoff(time.Millisecond)
+	results = append(results, run("redis-lock", *workers, *duration, func(ctx context.Context, _ int, _ int64) (int, error) {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		l, err := locker.Obtain(lctx, "bench:{lock}:mutex", time.Second, &redislock.Options{RetryStrategy: retry})
+		if err != nil {
+			return 0, err
+		}
+		defer l.Release(ctx)
+		n, err := rdb.Get(ctx, "bench:{lock}:stock").Int64()
+		if err != nil || n < 1 {
+			return 0, errors.New("sold out")
+		}
+		return 1, rdb.Set(ctx, "bench:{lock}:stock", n-1, 0).Err()
+	}))
+
+	// This project's Lua deduction.
+	st, err := stock.NewStore(rdb, stock.Config{
+		Init: func(context.Context, string) (stock.Snapshot, error) { return stock.Snapshot{Stock: hotStock}, nil },
+	})
+	must(err)
+	results = append(results, run("lua", *workers, *duration, func(ctx context.Context, w int, seq int64) (int, error) {
+		_, err := st.Deduct(ctx, "HOT", 1, fmt.Sprintf("a%d-%d", w, seq))
+		return 1, err
+	}))
+	const batch = 64
+	pipeWorkers := max(*workers/8, 2)
+	results = append(results, run("lua-pipelined", pipeWorkers, *duration, func(ctx context.Context, w int, seq int64) (int, error) {
+		reqs := make([]stock.Request, batch)
+		for i := range reqs {
+			reqs[i] = stock.Request{SKU: "HOT", Qty: 1, Token: fmt.Sprintf("b%d-%d-%d", w, seq, i)}
+		}
+		for _, r := range st.DeductMany(ctx, reqs) {
+			if r.Err != nil {
+				return 0, r.Err
+			}
+		}
+		return batch, nil
+	}))
+	results[len(results)-1].note = fmt.Sprintf("%d per round trip, %d workers; latency is per batch", batch, pipeWorkers)
+
+	results = append(results, redisBenchmark(ctx, rdb))
+	report(results)
+}
+
+// redisBenchmark runs redis-benchmark on the same script (random tokens, deep
+// pipelining): the ceiling of what this Redis can do with it.
+func redisBenchmark(ctx context.Context, rdb *redis.Client) result {
+	must(stock.LoadDeductScript(ctx, rdb))
+	must(rdb.Set(ctx, "inv:{RB}:stock", hotStock, 0).Err())
+	n := int(2_000_000 * duration.Seconds() / 5)
+	keys := stock.DeductKeys("RB", "__rand_int__")
+	args := append([]string{"-h", strings.Split(*redisAddr, ":")[0], "-p", strings.Split(*redisAddr, ":")[1],
+		"--dbnum", strconv.Itoa(*redisDB), "-n", strconv.Itoa(n), "-c", "50", "-P", "64", "-r", "100000000", "-q",
+		"EVALSHA", stock.DeductScriptSHA(), "5"}, keys...)
+	args = append(args, "__rand_int__", "1", "0")
+	cmd := exec.CommandContext(ctx, "redis-benchmark", args...)
+	outb, err := cmd.CombinedOutput()
+	if err != nil {
+		return result{name: "redis-benchmark", note: "not run: " + err.Error()}
+	}
+	// -q prints "EVALSHA ...: 123456.78 requests per second, p50=0.123 msec"
+	m := regexp.MustCompile(`([0-9.]+) requests per second(?:, p50=([0-9.]+) msec)?`).FindStringSubmatch(lastLine(string(outb)))
+	if m == nil {
+		return result{name: "redis-benchmark", note: "unparsed output: " + lastLine(string(outb))}
+	}
+	rps, _ := strconv.ParseFloat(m[1], 64)
+	r := result{name: "redis-benchmark", ops: int64(rps * 10), elapsed: 10 * time.Second,
+		note: fmt.Sprintf("%d EVALSHA, 50 clients, -P 64 (its own client, no Go)", n)}
+	if m[2] != "" {
+		p50, _ := strconv.ParseFloat(m[2], 64)
+		r.p50 = time.Duration(p50 * float64(time.Millisecond))
+	}
+	return r
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(strings.ReplaceAll(s, "\r", "\n"))
+	lines := strings.Split(s, "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+func report(rs []result) {
+	byName := map[string]result{}
+	var b strings.Builder
+	fmt.Fprintf(&b, "| variant | deductions/s | p50 | p99 | notes |\n|---|---:|---:|---:|---|\n")
+	maxRate := 0.0
+	for _, r := range rs {
+		byName[r.name] = r
+		maxRate = math.Max(maxRate, r.rate())
+	}
+	for _, r := range rs {
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s |\n", r.name, r.rate(), dur(r.p50), dur(r.p99), r.note)
+	}
+	ratio := func(a, c string) float64 { return byName[a].rate() / byName[c].rate() }
+	fmt.Fprintf(&b, "\n| ratio | measured | target |\n|---|---:|---:|\n")
+	fmt.Fprintf(&b, "| lua / redis-lock | %.1f× | ≥ 10× |\n", ratio("lua", "redis-lock"))
+	fmt.Fprintf(&b, "| lua / mysql-hot-row | %.1f× | ≥ 5× |\n", ratio("lua", "mysql-hot-row"))
+	fmt.Fprintf(&b, "| lua-pipelined / redis-benchmark | %.0f%% | ≥ 50%% |\n", 100*ratio("lua-pipelined", "redis-benchmark"))
+	fmt.Fprintf(&b, "\n```\n")
+	for _, r := range rs {
+		bar := int(40 * r.rate() / maxRate)
+		fmt.Fprintf(&b, "%-16s %s %.0f/s\n", r.name, strings.Repeat("█", max(bar, 1)), r.rate())
+	}
+	fmt.Fprintf(&b, "```\n")
+	fmt.Print(b.String())
+	if *out != "" {
+		_ = os.MkdirAll("bench-results", 0o755)
+		f, err := os.Create(*out)
+		if err == nil {
+			_, _ = io.WriteString(f, fmt.Sprintf("# make bench, %s, %d workers, %s per variant\n\n", time.Now().UTC().Format(time.RFC3339), *workers, *duration)+b.String())
+			_ = f.Close()
+		}
+	}
+}
+
+func dur(d time.Duration) string {
+	if d == 0 {
+		return "–"
+	}
+	return d.Round(10 * time.Microsecond).String()
+}
+
+func openMySQL(ctx context.Context) *sql.DB {
+	admin, err := sql.Open("mysql", *mysqlDSN)
+	must(err)
+	_, err = admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS inv_bench")
+	must(err)
+	_ = admin.Close()
+	db, err := sql.Open("mysql", strings.TrimSuffix(*mysqlDSN, "/")+"/inv_bench")
+	must(err)
+	db.SetMaxOpenConns(*workers)
+	db.SetMaxIdleConns(*workers)
+	return db
+}
+
+func exec1(db *sql.DB, q string, args ...any) error {
+	_, err := db.Exec(q, args...)
+	return err
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+}
