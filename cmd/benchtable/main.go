@@ -8,16 +8,21 @@
 //	lua-pipelined     the same script, 64 deductions per round trip (stock.Store.DeductMany)
 //	redis-benchmark   redis-benchmark running the same script by EVALSHA, -P 64 (the ceiling)
 //
+// and the ordered database sync of one hot SKU: the applier fed deliveries of
+// 32 consecutive messages (merged into one UPDATE) against deliveries of one.
+//
 // It needs the servers of `make up`.
 package main
 
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"os/exec"
@@ -32,7 +37,13 @@ import (
 	"github.com/bsm/redislock"
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
+	gormmysql "gorm.io/driver/mysql"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
+	"github.com/acme/inventory/migrations"
+	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
 )
 
@@ -166,7 +177,43 @@ func main() {
 	results[len(results)-1].note = fmt.Sprintf("%d per round trip, %d workers; latency is per batch", batch, pipeWorkers)
 
 	results = append(results, redisBenchmark(ctx, rdb))
-	report(results)
+	sync := []result{applyRun(ctx, db, 32), applyRun(ctx, db, 1)}
+	report(results, sync)
+}
+
+// applyRun feeds the applier deliveries of size consecutive DEDUCT messages
+// of one SKU for the configured duration, as the orderly consumer does (one
+// queue, one delivery at a time).
+func applyRun(ctx context.Context, db *sql.DB, size int) result {
+	gdb, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: db}), &gorm.Config{Logger: logger.Discard, TranslateError: true})
+	must(err)
+	for _, q := range []string{`DROP TABLE IF EXISTS stock_ledger`, `DROP TABLE IF EXISTS stock_anomalies`, `DROP TABLE IF EXISTS goose_db_version`,
+		`DROP TABLE IF EXISTS stock_outbox`, `DROP TABLE IF EXISTS order_items`, `DROP TABLE IF EXISTS orders`, `DROP TABLE IF EXISTS skus`} {
+		must(exec1(db, q))
+	}
+	must(migrations.Up(ctx, db, migrations.MySQL))
+	must(exec1(db, `INSERT INTO skus (sku, stock) VALUES ('HOT', ?)`, hotStock))
+	ap := order.NewApplier(gdb, slog.New(slog.DiscardHandler))
+	var seq int64
+	name := fmt.Sprintf("sync-merged-%d", size)
+	if size == 1 {
+		name = "sync-per-message"
+	}
+	r := run(name, 1, *duration, func(ctx context.Context, _ int, _ int64) (int, error) {
+		msgs := make([]mq.Message, size)
+		for i := range msgs {
+			seq++
+			body, _ := json.Marshal(order.StockMessage{OrderID: fmt.Sprintf("o%d", seq), SKU: "HOT", Op: order.OpDeduct, Qty: 1})
+			msgs[i] = mq.Message{Key: "HOT", Body: body}
+		}
+		return size, ap.Handle(ctx, msgs)
+	})
+	if applied := ap.Applied.Load(); applied != r.ops {
+		r.note = fmt.Sprintf("applied %d of %d", applied, r.ops)
+	} else {
+		r.note = "one SKU, one queue; latency per delivery"
+	}
+	return r
 }
 
 // redisBenchmark runs redis-benchmark on the same script (random tokens, deep
@@ -192,7 +239,7 @@ func redisBenchmark(ctx context.Context, rdb *redis.Client) result {
 	}
 	rps, _ := strconv.ParseFloat(m[1], 64)
 	r := result{name: "redis-benchmark", ops: int64(rps * 10), elapsed: 10 * time.Second,
-		note: fmt.Sprintf("%d EVALSHA, 50 clients, -P 64 (its own client, no Go)", n)}
+		note: fmt.Sprintf("%d EVALSHA, 50 clients, -P 64 (its own client, no Go); p50 per pipelined batch", n)}
 	if m[2] != "" {
 		p50, _ := strconv.ParseFloat(m[2], 64)
 		r.p50 = time.Duration(p50 * float64(time.Millisecond))
@@ -206,7 +253,7 @@ func lastLine(s string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-func report(rs []result) {
+func report(rs, sync []result) {
 	byName := map[string]result{}
 	var b strings.Builder
 	fmt.Fprintf(&b, "| variant | deductions/s | p50 | p99 | notes |\n|---|---:|---:|---:|---|\n")
@@ -223,6 +270,13 @@ func report(rs []result) {
 	fmt.Fprintf(&b, "| lua / redis-lock | %.1f× | ≥ 10× |\n", ratio("lua", "redis-lock"))
 	fmt.Fprintf(&b, "| lua / mysql-hot-row | %.1f× | ≥ 5× |\n", ratio("lua", "mysql-hot-row"))
 	fmt.Fprintf(&b, "| lua-pipelined / redis-benchmark | %.0f%% | ≥ 50%% |\n", 100*ratio("lua-pipelined", "redis-benchmark"))
+	if len(sync) == 2 {
+		fmt.Fprintf(&b, "| sync merged / one UPDATE per message | %.1f× | ≥ 5× |\n", sync[0].rate()/sync[1].rate())
+		fmt.Fprintf(&b, "\n| ordered database sync | operations/s | p50 | p99 | notes |\n|---|---:|---:|---:|---|\n")
+		for _, r := range sync {
+			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s |\n", r.name, r.rate(), dur(r.p50), dur(r.p99), r.note)
+		}
+	}
 	fmt.Fprintf(&b, "\n```\n")
 	for _, r := range rs {
 		bar := int(40 * r.rate() / maxRate)
