@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
 	"net/http"
 	"os/exec"
 	"regexp"
@@ -269,4 +270,86 @@ func TestMigrateRejectsUnknownDirection(t *testing.T) {
 	out, err := exec.Command(binary(t), "migrate", "sideways").CombinedOutput()
 	require.Error(t, err)
 	require.Contains(t, string(out), `invalid argument "sideways"`)
+}
+
+// Two nodes on the same servers: node A answers a sold-out SKU from its local
+// flag; a restock through node B clears that flag on A at once (the flag would
+// otherwise expire after 2s). Then reconcile, through the binary, finds no
+// drift, reports an injected one (exit 2), repairs it, and finds none again.
+func TestTwoNodesAndReconcile(t *testing.T) {
+	env, _ := realEnv(t)
+	a := start(t, append(env, "INVENTORY_INSTANCE=node-a")...)
+	b := start(t, append(env, "INVENTORY_INSTANCE=node-b")...)
+	auth := []string{"Authorization", "Bearer " + adminToken}
+	st, _ := a.call("PUT", "/v1/skus/PHONE", `{"stock":1}`, auth...)
+	require.Equal(t, 200, st)
+
+	st, _ = a.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u1"}`)
+	require.Equal(t, 201, st)
+	flagged := time.Now()
+	st, _ = a.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u2"}`)
+	require.Equal(t, 409, st, "sold out: node A raises its flag")
+	st, body := a.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u3"}`)
+	require.Equal(t, 409, st)
+	require.Equal(t, "insufficient_stock", errCode(body))
+	require.Contains(t, metrics(t, a), "inventory_seckill_soldout_flag_hits_total 1", "u3 was answered by the flag")
+
+	st, _ = b.call("POST", "/v1/skus/PHONE/adjust", `{"delta":1,"reason":"restock"}`, auth...)
+	require.Equal(t, 200, st)
+	for {
+		st, _ = a.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u4"}`)
+		if st == 201 {
+			break
+		}
+		require.Less(t, time.Since(flagged), 1900*time.Millisecond, "node A's flag was not cleared by node B's restock")
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.stop()
+	b.stop()
+
+	reconcile := func(args ...string) (int, string) {
+		cmd := exec.Command(binary(t), append([]string{"reconcile"}, args...)...)
+		cmd.Env = env
+		var stdout strings.Builder
+		cmd.Stdout = &stdout
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		return code, stdout.String()
+	}
+	code, out := reconcile()
+	require.Equal(t, 0, code, out)
+	require.Empty(t, out)
+
+	opt, err := redis.ParseURL(testenv.RedisURL())
+	require.NoError(t, err)
+	opt.DB = e2eRedisDB // the service's database, not flushed
+	svc := redis.NewClient(opt)
+	defer svc.Close()
+	require.NoError(t, svc.IncrBy(context.Background(), "inv:{PHONE}:stock", 3).Err())
+	code, out = reconcile()
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, `"sku":"PHONE"`)
+	require.Contains(t, out, `"diff":-3`)
+	code, out = reconcile("--repair")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, `"repaired":true`)
+	code, out = reconcile()
+	require.Equal(t, 0, code, out)
+	require.Empty(t, out)
+}
+
+func metrics(t *testing.T, p *proc) string {
+	t.Helper()
+	resp, err := http.Get(p.base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, err = io.Copy(&b, resp.Body)
+	require.NoError(t, err)
+	return b.String()
 }

@@ -41,12 +41,14 @@ type dbCollector struct{ a *App }
 
 var (
 	ordersDesc  = prometheus.NewDesc("inventory_orders", "Orders by status.", []string{"status"}, nil)
+	heldDesc    = prometheus.NewDesc("inventory_reservations_held", "Unpaid orders and the units they hold.", []string{"what"}, nil)
 	backlogDesc = prometheus.NewDesc("inventory_mq_backlog", "Stock operations written but not yet applied to the database.", nil, nil)
 	lagDesc     = prometheus.NewDesc("inventory_mq_lag_seconds", "Age of the oldest stock operation not yet applied.", nil, nil)
 )
 
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- ordersDesc
+	ch <- heldDesc
 	ch <- backlogDesc
 	ch <- lagDesc
 }
@@ -62,6 +64,12 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, r := range rows {
 			ch <- prometheus.MustNewConstMetric(ordersDesc, prometheus.GaugeValue, float64(r.N), r.Status)
 		}
+	}
+	var held struct{ Orders, Units int64 }
+	if err := c.a.db.WithContext(ctx).Raw(`SELECT COUNT(DISTINCT o.id) AS orders, COALESCE(SUM(i.qty), 0) AS units
+		FROM orders o JOIN order_items i ON i.order_id = o.id WHERE o.status = 'PENDING'`).Scan(&held).Error; err == nil {
+		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(held.Orders), "orders")
+		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(held.Units), "units")
 	}
 	var b struct {
 		N      int64

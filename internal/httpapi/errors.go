@@ -1,8 +1,15 @@
 package httpapi
 
 import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
+	"net"
 	"net/http"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/labstack/echo/v4"
 
@@ -90,5 +97,17 @@ func (s *Server) answer(err error) (int, errorBody) {
 			return c.status, errorBody{Error{c.code, err.Error()}}
 		}
 	}
+	if dependencyDown(err) {
+		return http.StatusServiceUnavailable, errorBody{Error{"unavailable", "a dependency (Redis or the database) is unavailable; retry later"}}
+	}
 	return http.StatusInternalServerError, errorBody{Error{"internal", "internal error"}}
+}
+
+// dependencyDown recognises a failure to reach Redis or the database (as
+// opposed to a bug): the answer is 503, and a retry may succeed.
+func dependencyDown(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, driver.ErrBadConn) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
+		strings.Contains(err.Error(), "database is closed")
 }

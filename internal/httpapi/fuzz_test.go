@@ -125,3 +125,42 @@ func TestEmbeddedErrorShape(t *testing.T) {
 		checkAnswer(t, rec)
 	}
 }
+
+// The seckill route limits each client; the answer is 429 rate_limited.
+func TestSeckillRateLimit(t *testing.T) {
+	a, err := app.New(context.Background(), app.Config{
+		HTTPAddr: "127.0.0.1:0", OrderTTL: 15 * time.Minute, ShutdownTimeout: 5 * time.Second, SeckillRate: 1,
+	}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	require.NoError(t, a.Start(context.Background()))
+	defer a.Shutdown(context.Background())
+	require.NoError(t, a.Seed(context.Background()))
+	h := a.Handler()
+	codes := map[int]int{}
+	for i := 0; i < 5; i++ {
+		req := httptest.NewRequest("POST", "/v1/seckill/DEMO-TSHIRT/buy", bytes.NewBufferString(fmt.Sprintf(`{"user_id":"u%d"}`, i)))
+		req.RemoteAddr = "192.0.2.7:1234"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		checkAnswer(t, rec)
+		codes[rec.Code]++
+		if rec.Code == 429 {
+			require.Contains(t, rec.Body.String(), `"rate_limited"`)
+		}
+	}
+	require.Equal(t, map[int]int{201: 2, 429: 3}, codes, "a burst of twice the rate, then 429")
+}
+
+// When the database goes away, requests that need it get 503 unavailable, not 500.
+func TestDependencyDownIs503(t *testing.T) {
+	a := embeddedApp(t)
+	h := a.Handler()
+	require.NoError(t, a.Shutdown(context.Background())) // closes Redis and the database under the handler
+	for _, path := range []string{"/v1/skus/DEMO-TSHIRT", "/v1/orders/o1"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		require.Equal(t, http.StatusServiceUnavailable, rec.Code, "%s: %s", path, rec.Body.String())
+		checkAnswer(t, rec)
+		require.Contains(t, rec.Body.String(), `"unavailable"`)
+	}
+}
