@@ -178,7 +178,31 @@ func main() {
 
 	results = append(results, redisBenchmark(ctx, rdb))
 	sync := []result{applyRun(ctx, db, 32), applyRun(ctx, db, 1)}
-	report(results, sync)
+	web, _ := seckillBench(ctx, rdb, *mysqlDSN)
+	report(results, sync, web)
+}
+
+// openDatabase creates (if needed) and opens database name on the server.
+func openDatabase(ctx context.Context, dsnBase, name string) *sql.DB {
+	admin, err := sql.Open("mysql", dsnBase)
+	must(err)
+	_, err = admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+name)
+	must(err)
+	_ = admin.Close()
+	db, err := sql.Open("mysql", strings.TrimSuffix(dsnBase, "/")+"/"+name+"?parseTime=true")
+	must(err)
+	db.SetMaxOpenConns(*workers)
+	db.SetMaxIdleConns(*workers)
+	return db
+}
+
+// resetSchema drops the service's tables and migrates them again.
+func resetSchema(ctx context.Context, db *sql.DB) {
+	for _, q := range []string{`DROP TABLE IF EXISTS stock_ledger`, `DROP TABLE IF EXISTS stock_anomalies`, `DROP TABLE IF EXISTS goose_db_version`,
+		`DROP TABLE IF EXISTS stock_outbox`, `DROP TABLE IF EXISTS order_items`, `DROP TABLE IF EXISTS orders`, `DROP TABLE IF EXISTS skus`} {
+		must(exec1(db, q))
+	}
+	must(migrations.Up(ctx, db, migrations.MySQL))
 }
 
 // applyRun feeds the applier deliveries of size consecutive DEDUCT messages
@@ -187,11 +211,7 @@ func main() {
 func applyRun(ctx context.Context, db *sql.DB, size int) result {
 	gdb, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: db}), &gorm.Config{Logger: logger.Discard, TranslateError: true})
 	must(err)
-	for _, q := range []string{`DROP TABLE IF EXISTS stock_ledger`, `DROP TABLE IF EXISTS stock_anomalies`, `DROP TABLE IF EXISTS goose_db_version`,
-		`DROP TABLE IF EXISTS stock_outbox`, `DROP TABLE IF EXISTS order_items`, `DROP TABLE IF EXISTS orders`, `DROP TABLE IF EXISTS skus`} {
-		must(exec1(db, q))
-	}
-	must(migrations.Up(ctx, db, migrations.MySQL))
+	resetSchema(ctx, db)
 	must(exec1(db, `INSERT INTO skus (sku, stock) VALUES ('HOT', ?)`, hotStock))
 	ap := order.NewApplier(gdb, slog.New(slog.DiscardHandler))
 	var seq int64
@@ -253,7 +273,7 @@ func lastLine(s string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-func report(rs, sync []result) {
+func report(rs, sync []result, web []httpResult) {
 	byName := map[string]result{}
 	var b strings.Builder
 	fmt.Fprintf(&b, "| variant | deductions/s | p50 | p99 | notes |\n|---|---:|---:|---:|---|\n")
@@ -272,9 +292,21 @@ func report(rs, sync []result) {
 	fmt.Fprintf(&b, "| lua-pipelined / redis-benchmark | %.0f%% | ≥ 50%% |\n", 100*ratio("lua-pipelined", "redis-benchmark"))
 	if len(sync) == 2 {
 		fmt.Fprintf(&b, "| sync merged / one UPDATE per message | %.1f× | ≥ 5× |\n", sync[0].rate()/sync[1].rate())
+	}
+	if len(web) == 4 {
+		fmt.Fprintf(&b, "| seckill selling / bare handler | %.0f%% | ≥ 80%% |\n", 100*web[1].rate/web[0].rate)
+		fmt.Fprintf(&b, "| seckill sold out / bare handler | %.1f× | ≥ 2× |\n", web[2].rate/web[0].rate)
+	}
+	if len(sync) == 2 {
 		fmt.Fprintf(&b, "\n| ordered database sync | operations/s | p50 | p99 | notes |\n|---|---:|---:|---:|---|\n")
 		for _, r := range sync {
 			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s |\n", r.name, r.rate(), dur(r.p50), dur(r.p99), r.note)
+		}
+	}
+	if len(web) == 4 {
+		fmt.Fprintf(&b, "\n| HTTP, %d clients | requests/s | p50 | p99 | answers | notes |\n|---|---:|---:|---:|---|---|\n", *workers)
+		for _, r := range web {
+			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %v | %s |\n", r.name, r.rate, dur(r.p50), dur(r.p99), r.codes, r.note)
 		}
 	}
 	fmt.Fprintf(&b, "\n```\n")
@@ -301,18 +333,7 @@ func dur(d time.Duration) string {
 	return d.Round(10 * time.Microsecond).String()
 }
 
-func openMySQL(ctx context.Context) *sql.DB {
-	admin, err := sql.Open("mysql", *mysqlDSN)
-	must(err)
-	_, err = admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS inv_bench")
-	must(err)
-	_ = admin.Close()
-	db, err := sql.Open("mysql", strings.TrimSuffix(*mysqlDSN, "/")+"/inv_bench")
-	must(err)
-	db.SetMaxOpenConns(*workers)
-	db.SetMaxIdleConns(*workers)
-	return db
-}
+func openMySQL(ctx context.Context) *sql.DB { return openDatabase(ctx, *mysqlDSN, "inv_bench") }
 
 func exec1(db *sql.DB, q string, args ...any) error {
 	_, err := db.Exec(q, args...)

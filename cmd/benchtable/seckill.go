@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/acme/inventory/internal/app"
+	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/stock"
+)
+
+// httpResult is one HTTP phase: requests answered per second by status.
+type httpResult struct {
+	name     string
+	rate     float64
+	p50, p99 time.Duration
+	codes    map[int]int64
+	note     string
+}
+
+// load posts to url from n clients for d; body makes each request's body.
+func load(name, url string, n int, d time.Duration, body func(w int, seq int64) string) httpResult {
+	tr := &http.Transport{MaxIdleConns: n, MaxIdleConnsPerHost: n, MaxConnsPerHost: n}
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	defer tr.CloseIdleConnections()
+	var mu sync.Mutex
+	codes := map[int]int64{}
+	lat := make([][]time.Duration, n)
+	var total atomic.Int64
+	stop := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := map[int]int64{}
+			for seq := int64(0); time.Now().Before(stop); seq++ {
+				t0 := time.Now()
+				resp, err := client.Post(url, "application/json", bytes.NewBufferString(body(w, seq)))
+				if err != nil {
+					local[-1]++
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				lat[w] = append(lat[w], time.Since(t0))
+				local[resp.StatusCode]++
+				total.Add(1)
+			}
+			mu.Lock()
+			for k, v := range local {
+				codes[k] += v
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	r := httpResult{name: name, rate: float64(total.Load()) / time.Since(start).Seconds(), codes: codes}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) > 0 {
+		r.p50, r.p99 = all[len(all)/2], all[len(all)*99/100]
+	}
+	return r
+}
+
+// seckillBench runs the real service in this process (real mode: Redis,
+// MySQL, RocketMQ) and a bare net/http handler doing one EVALSHA through
+// go-redis, and loads both alike.
+func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) ([]httpResult, string) {
+	must(rdb.FlushDB(ctx).Err())
+	db := openDatabase(ctx, dsnBase, "inv_bench_http")
+	resetSchema(ctx, db)
+	_ = db.Close()
+	topic := fmt.Sprintf("bench_%d", time.Now().UnixNano())
+	must(mq.CreateTopic(ctx, []string{"127.0.0.1:9876"}, "127.0.0.1:10911", topic, 8))
+	cfg := app.Config{
+		HTTPAddr: "127.0.0.1:0", RedisURL: fmt.Sprintf("redis://%s/%d", *redisAddr, *redisDB),
+		MySQLDSN: strings.TrimSuffix(dsnBase, "/") + "/inv_bench_http", RocketMQNamesrv: []string{"127.0.0.1:9876"},
+		RocketMQTopic: topic, AdminToken: "bench-admin-token-0123", PaymentSecret: "bench-payment-secret-0123",
+		OrderTTL: 15 * time.Minute, SeckillRate: 1e9, ShutdownTimeout: 10 * time.Second, InstanceName: topic,
+	}
+	must(cfg.Validate())
+	a, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
+	must(err)
+	must(a.Start(ctx))
+	defer a.Shutdown(context.Background())
+	for sku, n := range map[string]int64{"FLASH": 1_000_000_000, "GONE": 0, "SALE": 2000} {
+		_, err := a.Catalog.Put(ctx, sku, n, 0)
+		must(err)
+	}
+	base := "http://" + a.Addr()
+
+	// The bare handler: one EVALSHA of the same script per request, through go-redis.
+	bare, err := stock.NewStore(rdb, stock.Config{
+		Init: func(context.Context, string) (stock.Snapshot, error) { return stock.Snapshot{Stock: hotStock}, nil },
+	})
+	must(err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(err)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		n, err := bare.Deduct(r.Context(), "BARE", 1, fmt.Sprintf("t%d", time.Now().UnixNano()))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"result":%d}`, n)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	user := func(prefix string) func(w int, seq int64) string {
+		return func(w int, seq int64) string { return fmt.Sprintf(`{"user_id":"%s%d-%d"}`, prefix, w, seq) }
+	}
+	var rs []httpResult
+	rs = append(rs, load("bare net/http + EVALSHA", "http://"+ln.Addr().String()+"/", *workers, *duration, user("b")))
+	rs = append(rs, load("seckill, selling", base+"/v1/seckill/FLASH/buy", *workers, *duration, user("s")))
+	rs = append(rs, load("seckill, sold out", base+"/v1/seckill/GONE/buy", *workers, *duration, user("g")))
+	sale := load("seckill, 2000 units", base+"/v1/seckill/SALE/buy", *workers, *duration, user("x"))
+
+	// Oversell: the orders the database holds for SALE against its stock.
+	var sold int64
+	check := openDatabase(ctx, dsnBase, "inv_bench_http")
+	must(check.QueryRowContext(ctx, `SELECT COALESCE(SUM(qty), 0) FROM order_items WHERE sku = 'SALE'`).Scan(&sold))
+	_ = check.Close()
+	sale.note = fmt.Sprintf("sold %d of 2000 (201s: %d), oversell %d", sold, sale.codes[201], max(sold-2000, 0))
+	rs = append(rs, sale)
+	return rs, fmt.Sprintf("sold %d, oversell %d", sold, max(sold-2000, 0))
+}
