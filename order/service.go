@@ -36,9 +36,10 @@ type Config struct {
 
 // Service runs the order lifecycle.
 type Service struct {
-	db    *gorm.DB
-	stock *stock.Store
-	cfg   Config
+	db     *gorm.DB
+	stock  *stock.Store
+	cfg    Config
+	orders *batcher
 }
 
 func NewService(db *gorm.DB, st *stock.Store, cfg Config) *Service {
@@ -60,7 +61,7 @@ func NewService(db *gorm.DB, st *stock.Store, cfg Config) *Service {
 	if cfg.OnExpired == nil {
 		cfg.OnExpired = func(time.Duration) {}
 	}
-	return &Service{db: db, stock: st, cfg: cfg}
+	return &Service{db: db, stock: st, cfg: cfg, orders: newBatcher(db)}
 }
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Microsecond) }
@@ -130,7 +131,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []st
 	for _, l := range lines {
 		o.Items = append(o.Items, Item{OrderID: id, SKU: l.SKU, Qty: l.Qty})
 	}
-	if err := s.db.WithContext(ctx).Create(o).Error; err != nil {
+	if err := s.orders.write(ctx, o); err != nil {
 		if isDuplicate(err) && idemKey != "" { // a concurrent retry wrote it first
 			winner, gerr := s.Get(ctx, id)
 			if gerr != nil {
