@@ -134,8 +134,40 @@ func contractRedeliveryAfterFailure(t *testing.T, tr transport) {
 	}
 }
 
+// Batches keep their order, and their key's order with single sends.
+func contractBatches(t *testing.T, tr transport) {
+	const keys, perKey = 4, 60
+	col := newCollector(keys * perKey)
+	c := tr.consumer(t, func(_ context.Context, msgs []mq.Message) error {
+		for _, m := range msgs {
+			col.add(t, m)
+		}
+		return nil
+	})
+	require.NoError(t, c.Start())
+	defer c.Close()
+	for k := 0; k < keys; k++ {
+		key := fmt.Sprintf("SKU-%d", k)
+		for i := 0; i < perKey; {
+			n := 1 + (i+k)%7 // batches of 1 to 7, interleaved with the other keys
+			var batch []mq.Message
+			for j := 0; j < n && i < perKey; j++ {
+				batch = append(batch, mq.Message{Key: key, Body: []byte(fmt.Sprintf("%s:%d", key, i))})
+				i++
+			}
+			require.NoError(t, tr.producer.Send(context.Background(), batch...))
+		}
+	}
+	require.Error(t, tr.producer.Send(context.Background(), mq.Message{Key: "a"}, mq.Message{Key: "b"}), "one key per batch")
+	got := col.wait(t)
+	for key, s := range got {
+		require.Equal(t, seq(perKey), s, "order of %s across batches", key)
+	}
+}
+
 func runContract(t *testing.T, tr func(t *testing.T) transport) {
 	t.Run("ordered per key", func(t *testing.T) { contractOrderedPerKey(t, tr(t)) })
+	t.Run("batches", func(t *testing.T) { contractBatches(t, tr(t)) })
 	t.Run("redelivery after failure", func(t *testing.T) { contractRedeliveryAfterFailure(t, tr(t)) })
 }
 

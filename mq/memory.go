@@ -48,17 +48,22 @@ func (m *Memory) Producer() Producer { return memProducer{m} }
 
 type memProducer struct{ m *Memory }
 
-func (p memProducer) Send(ctx context.Context, msg Message) error {
+func (p memProducer) Send(ctx context.Context, msgs ...Message) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := sameKey(msgs); err != nil {
 		return err
 	}
 	p.m.mu.Lock()
 	defer p.m.mu.Unlock()
-	p.m.seq++
-	msg.ID = strconv.FormatInt(p.m.seq, 10)
-	msg.Body = append([]byte(nil), msg.Body...)
-	q := p.m.queueOf(msg.Key)
-	q.log = append(q.log, msg)
+	q := p.m.queueOf(msgs[0].Key)
+	for _, msg := range msgs {
+		p.m.seq++
+		msg.ID = strconv.FormatInt(p.m.seq, 10)
+		msg.Body = append([]byte(nil), msg.Body...)
+		q.log = append(q.log, msg)
+	}
 	close(q.wake)
 	q.wake = make(chan struct{})
 	return nil

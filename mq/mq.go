@@ -4,7 +4,10 @@
 // in-process queue under the same contract.
 package mq
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Message is one entry of an ordered topic.
 type Message struct {
@@ -18,8 +21,9 @@ type Message struct {
 
 // Producer publishes messages in per-key order.
 type Producer interface {
-	// Send publishes msg and returns once the broker has stored it.
-	Send(ctx context.Context, msg Message) error
+	// Send publishes msgs, which must share one Key, in one request, in
+	// order, and returns once the broker has stored them all.
+	Send(ctx context.Context, msgs ...Message) error
 	Close() error
 }
 
@@ -34,4 +38,17 @@ type Handler func(ctx context.Context, msgs []Message) error
 type Consumer interface {
 	Start() error
 	Close() error
+}
+
+// sameKey checks a batch for Send.
+func sameKey(msgs []Message) error {
+	if len(msgs) == 0 {
+		return errors.New("mq: nothing to send")
+	}
+	for _, m := range msgs[1:] {
+		if m.Key != msgs[0].Key {
+			return errors.New("mq: a batch must share one key")
+		}
+	}
+	return nil
 }

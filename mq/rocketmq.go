@@ -75,6 +75,7 @@ func NewRocketProducer(cfg RocketMQConfig) (*RocketProducer, error) {
 		producer.WithGroupName(cfg.Group),
 		producer.WithInstanceName(cfg.Instance),
 		producer.WithQueueSelector(producer.NewHashQueueSelector()),
+		producer.WithInterceptor(batchKey),
 		producer.WithRetry(2),
 		producer.WithSendMsgTimeout(3*time.Second),
 	)
@@ -87,11 +88,32 @@ func NewRocketProducer(cfg RocketMQConfig) (*RocketProducer, error) {
 	return &RocketProducer{topic: cfg.Topic, p: p}, nil
 }
 
-func (r *RocketProducer) Send(ctx context.Context, msg Message) error {
-	m := primitive.NewMessage(r.topic, msg.Body)
-	m.WithShardingKey(msg.Key)
-	m.WithKeys([]string{msg.Key})
-	res, err := r.p.SendSync(ctx, m)
+type batchKeyCtx struct{}
+
+// batchKey gives a batch the sharding key of its messages: the client builds
+// a new message for a batch and drops their properties, so without this the
+// hash selector would pick a random queue and break the per-key order.
+func batchKey(ctx context.Context, req, reply any, next primitive.Invoker) error {
+	if m, ok := req.(*primitive.Message); ok && m.Batch {
+		if key, ok := ctx.Value(batchKeyCtx{}).(string); ok {
+			m.WithShardingKey(key)
+		}
+	}
+	return next(ctx, req, reply)
+}
+
+func (r *RocketProducer) Send(ctx context.Context, msgs ...Message) error {
+	if err := sameKey(msgs); err != nil {
+		return err
+	}
+	out := make([]*primitive.Message, len(msgs))
+	for i, msg := range msgs {
+		m := primitive.NewMessage(r.topic, msg.Body)
+		m.WithShardingKey(msg.Key)
+		m.WithKeys([]string{msg.Key})
+		out[i] = m
+	}
+	res, err := r.p.SendSync(context.WithValue(ctx, batchKeyCtx{}, msgs[0].Key), out...)
 	if err != nil {
 		return fmt.Errorf("mq: send: %w", err)
 	}

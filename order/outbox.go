@@ -159,6 +159,31 @@ func (r *Relay) sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// maxRun bounds the messages of one send request.
+const maxRun = 128
+
+// runsBySKU groups rows (in id order) by SKU, keeping id order within each
+// SKU, in chunks of at most maxRun.
+func runsBySKU(rows []OutboxRow) [][]OutboxRow {
+	var order []string
+	by := map[string][]OutboxRow{}
+	for _, row := range rows {
+		if _, ok := by[row.SKU]; !ok {
+			order = append(order, row.SKU)
+		}
+		by[row.SKU] = append(by[row.SKU], row)
+	}
+	var runs [][]OutboxRow
+	for _, sku := range order {
+		for rs := by[sku]; len(rs) > 0; {
+			n := min(len(rs), maxRun)
+			runs = append(runs, rs[:n])
+			rs = rs[n:]
+		}
+	}
+	return runs
+}
+
 // RelayOnce sends up to one batch of unsent rows in id order and marks them
 // sent; it returns how many it sent.
 func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
@@ -166,20 +191,29 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	if err := r.db.WithContext(ctx).Where("sent_at IS NULL").Order("id").Limit(r.cfg.Batch).Find(&rows).Error; err != nil {
 		return 0, err
 	}
+	// One request per SKU run: rows of one SKU go out together, in id order,
+	// on that SKU's queue. Rows of a SKU never pass each other: a SKU's rows
+	// are sent in one request, and a failed send stops the round.
 	sent := make([]int64, 0, len(rows))
 	var serr error
-	for _, row := range rows {
-		body, _ := json.Marshal(StockMessage{OrderID: row.OrderID, SKU: row.SKU, Op: row.Op, Qty: row.Qty})
-		if serr = r.producer.Send(ctx, mq.Message{Key: row.SKU, Body: body}); serr != nil {
+	for _, run := range runsBySKU(rows) {
+		msgs := make([]mq.Message, len(run))
+		for i, row := range run {
+			body, _ := json.Marshal(StockMessage{OrderID: row.OrderID, SKU: row.SKU, Op: row.Op, Qty: row.Qty})
+			msgs[i] = mq.Message{Key: row.SKU, Body: body}
+		}
+		if serr = r.producer.Send(ctx, msgs...); serr != nil {
 			break
 		}
 		if r.cfg.afterSend != nil {
-			if serr = r.cfg.afterSend(row); serr != nil {
-				return len(sent), serr // "crash": the sent row stays unmarked
+			if serr = r.cfg.afterSend(run[0]); serr != nil {
+				return len(sent), serr // "crash": the sent rows stay unmarked
 			}
 		}
-		sent = append(sent, row.ID)
-		r.Sent.Add(1)
+		for _, row := range run {
+			sent = append(sent, row.ID)
+		}
+		r.Sent.Add(int64(len(run)))
 	}
 	if len(sent) > 0 {
 		if err := r.db.WithContext(ctx).Model(&OutboxRow{}).Where("id IN ?", sent).

@@ -54,6 +54,7 @@ var (
 	redisDB   = flag.Int("redis-db", 15, "Redis database the benchmark may flush")
 	mysqlDSN  = flag.String("mysql", "inventory:inventory@tcp(127.0.0.1:3306)/", "MySQL server DSN (a database inv_bench is created)")
 	out       = flag.String("out", "bench-results/results.md", "where to write the table too")
+	soakFor   = flag.Duration("soak", 2*time.Minute, "how long the memory soak keeps the seckill load on (0: skip)")
 )
 
 const hotStock = 1_000_000_000_000 // never runs out during a run
@@ -178,8 +179,8 @@ func main() {
 
 	results = append(results, redisBenchmark(ctx, rdb))
 	sync := []result{applyRun(ctx, db, 32), applyRun(ctx, db, 1)}
-	web, _ := seckillBench(ctx, rdb, *mysqlDSN)
-	report(results, sync, web)
+	web, extra := seckillBench(ctx, rdb, *mysqlDSN)
+	report(results, sync, web, extra)
 }
 
 // openDatabase creates (if needed) and opens database name on the server.
@@ -273,7 +274,7 @@ func lastLine(s string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-func report(rs, sync []result, web []httpResult) {
+func report(rs, sync []result, web []httpResult, extra string) {
 	byName := map[string]result{}
 	var b strings.Builder
 	fmt.Fprintf(&b, "| variant | deductions/s | p50 | p99 | notes |\n|---|---:|---:|---:|---|\n")
@@ -309,6 +310,7 @@ func report(rs, sync []result, web []httpResult) {
 			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %v | %s |\n", r.name, r.rate, dur(r.p50), dur(r.p99), r.codes, r.note)
 		}
 	}
+	b.WriteString(extra)
 	fmt.Fprintf(&b, "\n```\n")
 	for _, r := range rs {
 		bar := int(40 * r.rate() / maxRate)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -141,5 +142,104 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) ([]htt
 	_ = check.Close()
 	sale.note = fmt.Sprintf("sold %d of 2000 (201s: %d), oversell %d", sold, sale.codes[201], max(sold-2000, 0))
 	rs = append(rs, sale)
-	return rs, fmt.Sprintf("sold %d, oversell %d", sold, max(sold-2000, 0))
+
+	lag := syncLag(ctx, a, dsnBase, 400, *duration)
+	soak := ""
+	if *soakFor > 0 {
+		soak = soakRun(base, *soakFor)
+	}
+	return rs, lag + soak
+}
+
+// syncLag pays orders at rate per second for d through the service, waits
+// until the database applied them, and reports the time from each stock
+// operation's outbox row (written in the payment's transaction) to its ledger
+// row, as the database recorded them: the ordered sync's lag through RocketMQ.
+func syncLag(ctx context.Context, a *app.App, dsnBase string, rate int, d time.Duration) string {
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	stop := time.Now().Add(d)
+	for i := 0; time.Now().Before(stop); i++ {
+		<-tick.C
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, err := a.Orders.Create(ctx, fmt.Sprintf("lag%d", i), "", []stock.Line{{SKU: "FLASH", Qty: 1}})
+			if err == nil {
+				_, err = a.Orders.Pay(ctx, o.ID, "pay-"+o.ID)
+			}
+			if err != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	db := openDatabase(ctx, dsnBase, "inv_bench_http")
+	defer db.Close()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var left int
+		must(db.QueryRowContext(ctx, `SELECT COUNT(*) FROM stock_outbox ob LEFT JOIN stock_ledger l
+			ON l.order_id = ob.order_id AND l.sku = ob.sku AND l.op = ob.op WHERE l.id IS NULL`).Scan(&left))
+		if left == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	rows, err := db.QueryContext(ctx, `SELECT TIMESTAMPDIFF(MICROSECOND, ob.created_at, l.applied_at) FROM stock_outbox ob
+		JOIN stock_ledger l ON l.order_id = ob.order_id AND l.sku = ob.sku AND l.op = ob.op WHERE ob.order_id IN
+		(SELECT id FROM orders WHERE user_id LIKE 'lag%')`)
+	must(err)
+	defer rows.Close()
+	var lags []time.Duration
+	for rows.Next() {
+		var us int64
+		must(rows.Scan(&us))
+		lags = append(lags, time.Duration(us)*time.Microsecond)
+	}
+	if len(lags) == 0 {
+		return "\nsync lag: nothing applied\n"
+	}
+	slices.Sort(lags)
+	return fmt.Sprintf("\n| sync lag through RocketMQ, %d payments/s for %s | applied | p50 | p99 | max | target |\n|---|---:|---:|---:|---:|---:|\n| outbox row → ledger row | %d (%d failed) | %s | %s | %s | p99 < 1s |\n",
+		rate, d, len(lags), failed.Load(), dur(lags[len(lags)/2]), dur(lags[len(lags)*99/100]), dur(lags[len(lags)-1]))
+}
+
+// soakRun keeps the seckill selling load on for d and samples this process's
+// heap (the service and the load generator) and goroutines every d/12.
+func soakRun(base string, d time.Duration) string {
+	type sample struct {
+		at         time.Duration
+		heap       uint64
+		goroutines int
+	}
+	var samples []sample
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		load("soak", base+"/v1/seckill/FLASH/buy", *workers, d, func(w int, seq int64) string {
+			return fmt.Sprintf(`{"user_id":"soak%d-%d"}`, w, seq)
+		})
+	}()
+	every := d / 12
+	for t := time.NewTicker(every); ; {
+		select {
+		case <-done:
+			t.Stop()
+			var b strings.Builder
+			fmt.Fprintf(&b, "\n| soak, seckill selling for %s | heap in use | goroutines |\n|---|---:|---:|\n", d)
+			for _, s := range samples {
+				fmt.Fprintf(&b, "| %s | %.1f MiB | %d |\n", s.at.Round(time.Second), float64(s.heap)/(1<<20), s.goroutines)
+			}
+			return b.String()
+		case <-t.C:
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			samples = append(samples, sample{time.Since(start), ms.HeapInuse, runtime.NumGoroutine()})
+		}
+	}
 }
