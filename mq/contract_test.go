@@ -65,6 +65,19 @@ func (c *collector) wait(t *testing.T) map[string][]int {
 	return c.got
 }
 
+// collect starts a consumer that hands every message to col.
+func collect(t *testing.T, tr transport, col *collector) mq.Consumer {
+	t.Helper()
+	c := tr.consumer(t, func(_ context.Context, msgs []mq.Message) error {
+		for _, m := range msgs {
+			col.add(t, m)
+		}
+		return nil
+	})
+	require.NoError(t, c.Start())
+	return c
+}
+
 func send(t *testing.T, p mq.Producer, keys, perKey int) {
 	t.Helper()
 	for i := 0; i < perKey; i++ {
@@ -88,14 +101,7 @@ func seq(n int) []int {
 func contractOrderedPerKey(t *testing.T, tr transport) {
 	const keys, perKey = 10, 100
 	col := newCollector(keys * perKey)
-	c := tr.consumer(t, func(_ context.Context, msgs []mq.Message) error {
-		for _, m := range msgs {
-			col.add(t, m)
-		}
-		return nil
-	})
-	require.NoError(t, c.Start())
-	defer c.Close()
+	defer collect(t, tr, col).Close()
 	send(t, tr.producer, keys, perKey)
 	got := col.wait(t)
 	require.Len(t, got, keys)
@@ -138,14 +144,7 @@ func contractRedeliveryAfterFailure(t *testing.T, tr transport) {
 func contractBatches(t *testing.T, tr transport) {
 	const keys, perKey = 4, 60
 	col := newCollector(keys * perKey)
-	c := tr.consumer(t, func(_ context.Context, msgs []mq.Message) error {
-		for _, m := range msgs {
-			col.add(t, m)
-		}
-		return nil
-	})
-	require.NoError(t, c.Start())
-	defer c.Close()
+	defer collect(t, tr, col).Close()
 	for k := 0; k < keys; k++ {
 		key := fmt.Sprintf("SKU-%d", k)
 		for i := 0; i < perKey; {
