@@ -106,7 +106,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []st
 	if idemKey != "" && !keyPattern.MatchString(idemKey) {
 		return nil, invalid("Idempotency-Key must be 1-128 printable ASCII characters")
 	}
-	lines, err := mergeLines(lines)
+	lines, err := s.stock.NormaliseCart(lines)
 	if err != nil {
 		return nil, err
 	}
@@ -189,36 +189,6 @@ func sameOrder(o *Order, lines []stock.Line) (*Order, error) {
 		return nil, fmt.Errorf("%w: Idempotency-Key was used for a different order", ErrConflict)
 	}
 	return o, nil
-}
-
-func mergeLines(lines []stock.Line) ([]stock.Line, error) {
-	if len(lines) == 0 || len(lines) > 100 {
-		return nil, invalid("an order has 1 to 100 items, got %d", len(lines))
-	}
-	merged := map[string]int64{}
-	for _, l := range lines {
-		if err := stock.ValidateSKU(l.SKU); err != nil {
-			return nil, err
-		}
-		if l.Qty <= 0 || l.Qty > stock.DefaultMaxQty || merged[l.SKU]+l.Qty > stock.DefaultMaxQty {
-			return nil, invalid("qty must be between 1 and %d per SKU", stock.DefaultMaxQty)
-		}
-		merged[l.SKU] += l.Qty
-	}
-	out := make([]stock.Line, 0, len(merged))
-	for sku, q := range merged {
-		out = append(out, stock.Line{SKU: sku, Qty: q})
-	}
-	slices.SortFunc(out, func(a, b stock.Line) int {
-		if a.SKU < b.SKU {
-			return -1
-		}
-		if a.SKU > b.SKU {
-			return 1
-		}
-		return 0
-	})
-	return out, nil
 }
 
 // transition moves id from one of from to to, conditionally, returning the

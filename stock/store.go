@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -124,23 +125,13 @@ func (s *Store) Deduct(ctx context.Context, sku string, qty int64, token string)
 		if err != nil {
 			return 0, fmt.Errorf("stock: deduct %s: %w", sku, err)
 		}
-		switch r {
-		case resNotInitialised:
+		if r == resNotInitialised {
 			if err := s.ensureInit(ctx, sku); err != nil {
 				return 0, err
 			}
 			continue
-		case resInsufficient:
-			s.stats.Insufficient.Add(1)
-			return 0, ErrInsufficientStock
-		case resReleased:
-			return 0, ErrTokenReleased
-		case resUnlimited:
-			s.stats.Unlimited.Add(1)
-			return r, nil
 		}
-		s.stats.Deducted.Add(1)
-		return r, nil
+		return s.deductResult(r)
 	}
 	return 0, fmt.Errorf("%w: %s keeps losing its key", ErrUnavailable, sku)
 }
@@ -179,23 +170,31 @@ func (s *Store) DeductMany(ctx context.Context, reqs []Request) []Result {
 			continue
 		}
 		n, err := cmd.Int64()
-		switch {
-		case err != nil || n == resNotInitialised:
+		if err != nil || n == resNotInitialised {
 			// NOSCRIPT (first use on this server) or a cold SKU: the one-off path.
 			out[i].Remaining, out[i].Err = s.Deduct(ctx, reqs[i].SKU, reqs[i].Qty, reqs[i].Token)
-		case n == resInsufficient:
-			s.stats.Insufficient.Add(1)
-			out[i].Err = ErrInsufficientStock
-		case n == resReleased:
-			out[i].Err = ErrTokenReleased
-		default:
-			if n >= 0 {
-				s.stats.Deducted.Add(1)
-			}
-			out[i].Remaining = n
+			continue
 		}
+		out[i].Remaining, out[i].Err = s.deductResult(n)
 	}
 	return out
+}
+
+// deductResult turns a deduct script result (other than -3) into Deduct's
+// answer, and counts it.
+func (s *Store) deductResult(r int64) (int64, error) {
+	switch r {
+	case resInsufficient:
+		s.stats.Insufficient.Add(1)
+		return 0, ErrInsufficientStock
+	case resReleased:
+		return 0, ErrTokenReleased
+	case resUnlimited:
+		s.stats.Unlimited.Add(1)
+		return r, nil
+	}
+	s.stats.Deducted.Add(1)
+	return r, nil
 }
 
 // Release gives back what token holds of sku (an unpaid hold, or a sale on
@@ -256,7 +255,10 @@ func (s *Store) Confirm(ctx context.Context, sku, token string) (int64, error) {
 // process dies half way, the taken lines are holds like any other and the
 // timeout release gives them back.
 func (s *Store) DeductCart(ctx context.Context, token string, lines []Line) (map[string]int64, error) {
-	cart, err := s.normaliseCart(token, lines)
+	if err := ValidateToken(token); err != nil {
+		return nil, err
+	}
+	cart, err := s.NormaliseCart(lines)
 	if err != nil {
 		return nil, err
 	}
@@ -284,14 +286,12 @@ func (s *Store) undo(ctx context.Context, token string, taken []Line) error {
 	return errors.Join(errs...)
 }
 
-// normaliseCart validates every line before anything is touched, merges
-// repeated SKUs and sorts by SKU.
-func (s *Store) normaliseCart(token string, lines []Line) ([]Line, error) {
+// NormaliseCart validates every line (before anything is touched), merges
+// repeated SKUs and sorts by SKU: the form DeductCart reserves, and the form
+// an order stores its lines in.
+func (s *Store) NormaliseCart(lines []Line) ([]Line, error) {
 	if len(lines) == 0 || len(lines) > 100 {
 		return nil, invalid("a cart has 1 to 100 lines, got %d", len(lines))
-	}
-	if err := ValidateToken(token); err != nil {
-		return nil, err
 	}
 	merged := map[string]int64{}
 	for _, l := range lines {
@@ -310,18 +310,8 @@ func (s *Store) normaliseCart(token string, lines []Line) ([]Line, error) {
 	for sku, q := range merged {
 		cart = append(cart, Line{SKU: sku, Qty: q})
 	}
-	slices.SortFunc(cart, func(a, b Line) int { return cmpString(a.SKU, b.SKU) })
+	slices.SortFunc(cart, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
 	return cart, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Adjust adds delta to sku's available units in Redis after the database

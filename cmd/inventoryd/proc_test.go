@@ -156,10 +156,8 @@ func (p *proc) call(method, path, body string, header ...string) (int, map[strin
 // signed returns callback headers for body signed with secret at time at.
 func signed(secret string, at time.Time, body string) []string {
 	ts := strconv.FormatInt(at.Unix(), 10)
-	return []string{"X-Timestamp", ts, "X-Signature", hexString(httpapi.Sign(secret, ts, []byte(body)))}
+	return []string{"X-Timestamp", ts, "X-Signature", hex.EncodeToString(httpapi.Sign(secret, ts, []byte(body)))}
 }
-
-func hexString(b []byte) string { return hex.EncodeToString(b) }
 
 // errCode is the error code of an error answer.
 func errCode(body map[string]any) string {
