@@ -13,7 +13,7 @@ import (
 	"github.com/acme/inventory/migrations"
 )
 
-var tables = []string{"orders", "order_items", "skus", "stock_anomalies", "stock_ledger", "stock_outbox"}
+var tables = []string{"orders", "order_items", "skus", "stock_anomalies", "stock_ledger", "stock_outbox", "stock_reservations"}
 
 func appTables(t *testing.T, db *sql.DB) []string {
 	t.Helper()
@@ -62,7 +62,7 @@ func TestLedgerUniquePerOperation(t *testing.T) {
 	defer db.Close()
 	require.NoError(t, migrations.Up(ctx, db, migrations.MySQL))
 
-	ins := `INSERT INTO stock_ledger (order_id, sku, op, qty) VALUES (?, ?, ?, ?)`
+	ins := `INSERT INTO stock_ledger (token, sku, op, qty) VALUES (?, ?, ?, ?)`
 	_, err = db.Exec(ins, "o1", "SKU1", "DEDUCT", 2)
 	require.NoError(t, err)
 	_, err = db.Exec(ins, "o1", "SKU1", "DEDUCT", 2)
@@ -70,7 +70,7 @@ func TestLedgerUniquePerOperation(t *testing.T) {
 	_, err = db.Exec(ins, "o1", "SKU1", "RESTORE", 2)
 	require.NoError(t, err)
 
-	_, err = db.Exec(`INSERT INTO skus (sku, stock) VALUES ('BAD', -2)`)
+	_, err = db.Exec(`INSERT INTO skus (sku, on_hand) VALUES ('BAD', -2)`)
 	require.Error(t, err, "stock below -1 is refused by the CHECK constraint")
 }
 
@@ -99,4 +99,71 @@ func TestSQLiteMigrationsUpDownUp(t *testing.T) {
 	require.Empty(t, sqliteTables())
 	require.NoError(t, migrations.Up(ctx, db, migrations.SQLite))
 	require.ElementsMatch(t, tables, sqliteTables())
+}
+
+// Data written under the old schema (version 6: skus.stock, no reservation
+// rows) comes through the migration with its quantity states right:
+// on_hand = the old stock, one HELD row per pending line, one COMMITTED row
+// per paid line not yet applied, reserved = their sum, and a late-paid
+// order's token aligned with its outbox rows.
+func TestMigrationBackfillsReservations(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("mysql", testenv.MySQLDatabase(t))
+	require.NoError(t, err)
+	defer db.Close()
+	p, err := migrations.Provider(db, migrations.MySQL)
+	require.NoError(t, err)
+	_, err = p.UpTo(ctx, 6)
+	require.NoError(t, err)
+	for _, q := range []string{
+		`INSERT INTO skus (sku, stock) VALUES ('A', 10), ('B', 5), ('U', -1)`,
+		// pending: holds A 2, B 1
+		`INSERT INTO orders (id, user_id, status, reservation_token, expires_at) VALUES ('p1', 'u', 'PENDING', 'p1', NOW())`,
+		`INSERT INTO order_items (order_id, sku, qty) VALUES ('p1', 'A', 2), ('p1', 'B', 1)`,
+		// paid, DEDUCT not applied: A 3; paid late, not applied: A 1 (token p3.late, outbox under p3)
+		`INSERT INTO orders (id, user_id, status, reservation_token, payment_id, expires_at) VALUES
+			('p2', 'u', 'PAID', 'p2', 'pay2', NOW()), ('p3', 'u', 'PAID', 'p3.late', 'pay3', NOW())`,
+		`INSERT INTO order_items (order_id, sku, qty) VALUES ('p2', 'A', 3), ('p3', 'A', 1)`,
+		`INSERT INTO stock_outbox (order_id, sku, op, qty) VALUES ('p2', 'A', 'DEDUCT', 3), ('p3', 'A', 'DEDUCT', 1)`,
+		// paid and applied: B 2 (stock already 5 after it); cancelled: nothing
+		`INSERT INTO orders (id, user_id, status, reservation_token, payment_id, expires_at) VALUES ('p4', 'u', 'PAID', 'p4', 'pay4', NOW())`,
+		`INSERT INTO order_items (order_id, sku, qty) VALUES ('p4', 'B', 2)`,
+		`INSERT INTO stock_outbox (order_id, sku, op, qty, sent_at) VALUES ('p4', 'B', 'DEDUCT', 2, NOW())`,
+		`INSERT INTO stock_ledger (order_id, sku, op, qty) VALUES ('p4', 'B', 'DEDUCT', 2)`,
+		`INSERT INTO orders (id, user_id, status, reservation_token, expires_at) VALUES ('p5', 'u', 'CANCELLED', 'p5', NOW())`,
+		`INSERT INTO order_items (order_id, sku, qty) VALUES ('p5', 'A', 4)`,
+	} {
+		_, err := db.Exec(q)
+		require.NoError(t, err, q)
+	}
+	require.NoError(t, migrations.Up(ctx, db, migrations.MySQL))
+
+	type qty struct{ onHand, reserved int64 }
+	got := map[string]qty{}
+	rows, err := db.Query(`SELECT sku, on_hand, reserved FROM skus`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var sku string
+		var q qty
+		require.NoError(t, rows.Scan(&sku, &q.onHand, &q.reserved))
+		got[sku] = q
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[string]qty{"A": {10, 6}, "B": {5, 1}, "U": {-1, 0}}, got)
+
+	var res []string
+	rows, err = db.Query(`SELECT CONCAT(token, '/', sku, '/', qty, '/', state) FROM stock_reservations ORDER BY token, sku`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		res = append(res, s)
+	}
+	require.Equal(t, []string{"p1/A/2/HELD", "p1/B/1/HELD", "p2/A/3/COMMITTED", "p3/A/1/COMMITTED"}, res)
+	var token string
+	require.NoError(t, db.QueryRow(`SELECT reservation_token FROM orders WHERE id = 'p3'`).Scan(&token))
+	require.Equal(t, "p3", token, "a refund's RESTORE carries the token its DEDUCT carried")
+
+	_, err = db.Exec(`UPDATE skus SET reserved = 11 WHERE sku = 'A'`)
+	require.ErrorContains(t, err, "skus_reserved_valid", "the database refuses reserved > on_hand")
 }

@@ -7,15 +7,19 @@ import (
 	"gorm.io/gorm"
 )
 
-// maxBatch bounds the orders one transaction writes.
+// maxBatch bounds the reservations one transaction writes.
 const maxBatch = 64
 
-// batcher writes new orders with group commit: concurrent callers queue their
-// order, and whichever caller finds no write in progress takes up to maxBatch
-// queued orders (oldest first) and inserts them in one transaction, then wakes
-// everyone. A caller returns once its own order is committed (or failed), so a
-// 201 still means the row is durable; under load one commit serves many
-// orders instead of one. No goroutine runs between calls.
+// batcher records reservations with group commit: concurrent callers queue
+// theirs (an order with its lines, or one raw reservation), and whichever
+// caller finds no write in progress takes up to maxBatch queued requests
+// (oldest first) and writes them in one transaction: one conditional UPDATE
+// per SKU for the batch's total, then the rows. A caller returns once its own
+// request is committed or refused, so a 201 still means the reservation is
+// durable and arbitrated; under load one commit serves many. When a batch
+// does not fit (a SKU cannot cover the total, a duplicate), each request is
+// written alone so each caller gets its own answer. No goroutine runs
+// between calls.
 type batcher struct {
 	db *gorm.DB
 
@@ -25,10 +29,15 @@ type batcher struct {
 	writing bool
 }
 
+// writeReq is one reservation to record: rows (and the order they belong
+// to, if any).
 type writeReq struct {
-	o    *Order
-	done bool
-	err  error
+	order *Order
+	rows  []Reservation
+
+	done  bool
+	marks map[string]mark
+	err   error
 }
 
 func newBatcher(db *gorm.DB) *batcher {
@@ -37,11 +46,10 @@ func newBatcher(db *gorm.DB) *batcher {
 	return b
 }
 
-// write inserts o with its items and returns when that is committed. It does
+// write records req and returns when that is committed or refused. It does
 // not give up early when ctx ends: once queued, the caller must learn whether
-// the row exists, or it could undo a reservation whose order was written.
-func (b *batcher) write(ctx context.Context, o *Order) error {
-	req := &writeReq{o: o}
+// the rows exist, or it could undo an admission the database recorded.
+func (b *batcher) write(ctx context.Context, req *writeReq) (map[string]mark, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.queue = append(b.queue, req)
@@ -55,43 +63,74 @@ func (b *batcher) write(ctx context.Context, o *Order) error {
 		b.queue = b.queue[n:]
 		b.writing = true
 		b.mu.Unlock()
-		errs := b.flush(context.WithoutCancel(ctx), batch)
+		b.flush(context.WithoutCancel(ctx), batch)
 		b.mu.Lock()
-		for i, r := range batch {
-			r.err, r.done = errs[i], true
+		for _, r := range batch {
+			r.done = true
 		}
 		b.writing = false
 		b.cond.Broadcast()
 	}
-	return req.err
+	return req.marks, req.err
 }
 
-// flush writes batch in one transaction and returns each order's outcome; if
-// the transaction fails (a duplicate idempotency key, say), each order is
-// written alone so each caller gets its own answer.
-func (b *batcher) flush(ctx context.Context, batch []*writeReq) []error {
-	errs := make([]error, len(batch))
+// flush writes batch in one transaction; if that fails, each request alone.
+func (b *batcher) flush(ctx context.Context, batch []*writeReq) {
+	var marks map[string]mark
 	err := b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		orders := make([]*Order, len(batch))
-		var items []Item
-		for i, r := range batch {
-			o := *r.o
+		var err error
+		marks, err = writeTx(tx, batch)
+		return err
+	})
+	if err == nil || len(batch) == 1 && !isDeadlock(err) {
+		for _, r := range batch {
+			r.marks, r.err = marks, err
+		}
+		return
+	}
+	for _, r := range batch {
+		r.marks, r.err = retryDeadlock(func() (map[string]mark, error) {
+			var marks map[string]mark
+			err := b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+				var err error
+				marks, err = writeTx(tx, []*writeReq{r})
+				return err
+			})
+			return marks, err
+		})
+	}
+}
+
+// writeTx inserts the batch's orders, items and reservation rows, then
+// reserves its units per SKU.
+func writeTx(tx *gorm.DB, batch []*writeReq) (map[string]mark, error) {
+	want := map[string]int64{}
+	var orders []*Order
+	var items []Item
+	var rows []Reservation
+	for _, r := range batch {
+		for _, row := range r.rows {
+			want[row.SKU] += row.Qty
+		}
+		rows = append(rows, r.rows...)
+		if r.order != nil {
+			o := *r.order
 			items = append(items, o.Items...)
 			o.Items = nil
-			orders[i] = &o
-		}
-		if err := tx.Omit("Items").Create(orders).Error; err != nil {
-			return err
-		}
-		return tx.Create(items).Error
-	})
-	for i, r := range batch {
-		switch {
-		case err == nil || len(batch) == 1:
-			errs[i] = err
-		default:
-			errs[i] = b.db.WithContext(ctx).Create(r.o).Error
+			orders = append(orders, &o)
 		}
 	}
-	return errs
+	if len(orders) > 0 {
+		if err := tx.Omit("Items").Create(orders).Error; err != nil {
+			return nil, err
+		}
+		if err := tx.Create(items).Error; err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Create(rows).Error; err != nil {
+		return nil, err
+	}
+	// Last, so the SKU rows (hot in a flash sale) stay locked only until commit.
+	return reserveTx(tx, want)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,20 +11,26 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
+
+	"github.com/acme/inventory/stock"
 )
 
 // Concurrent writes share transactions, and a duplicate in a batch fails
-// alone: every other order of that batch is written.
+// alone: every other order of that batch is written, with its reservation.
 func TestBatcherGroupCommit(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	ctx := context.Background()
+	r.addSKU("A", 1000)
 	b := newBatcher(r.db)
-	mk := func(id string) *Order {
+	mk := func(id string) *writeReq {
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		return &Order{ID: id, UserID: "u", Status: Pending, ReservationToken: id, ExpiresAt: now, CreatedAt: now, UpdatedAt: now,
+		o := &Order{ID: id, UserID: "u", Status: Pending, ReservationToken: id, ExpiresAt: now, CreatedAt: now, UpdatedAt: now,
 			Items: []Item{{OrderID: id, SKU: "A", Qty: 1}}}
+		return &writeReq{order: o, rows: []Reservation{{Token: id, SKU: "A", OrderID: &o.ID, Qty: 1, State: Held,
+			ExpiresAt: now, CreatedAt: now, UpdatedAt: now}}}
 	}
-	require.NoError(t, b.write(ctx, mk("dup")))
+	_, err := b.write(ctx, mk("dup"))
+	require.NoError(t, err)
 
 	var inserts atomic.Int64
 	require.NoError(t, r.db.Callback().Create().Before("gorm:create").Register("count-orders", func(db *gorm.DB) {
@@ -47,7 +52,11 @@ func TestBatcherGroupCommit(t *testing.T) {
 				if i == dupAt {
 					id = "dup"
 				}
-				errs[i] = b.write(ctx, mk(id))
+				var marks map[string]mark
+				marks, errs[i] = b.write(ctx, mk(id))
+				if errs[i] == nil && marks["A"].seq < 1 {
+					t.Errorf("order %s: no mark of A's change: %v", id, marks)
+				}
 			}()
 		}
 		wg.Wait()
@@ -62,11 +71,61 @@ func TestBatcherGroupCommit(t *testing.T) {
 
 	for i, err := range writeAll("b", 17) {
 		if i == 17 {
-			require.True(t, errors.Is(err, gorm.ErrDuplicatedKey) || err != nil && strings.Contains(err.Error(), "Duplicate"), "the duplicate fails: %v", err)
+			require.True(t, isDuplicate(err), "the duplicate fails: %v", err)
 			continue
 		}
 		require.NoError(t, err, "a duplicate in the batch does not fail the others (order %d)", i)
 	}
 	require.EqualValues(t, 2*n, r.count(`SELECT COUNT(*) FROM orders`))
 	require.EqualValues(t, 2*n, r.count(`SELECT COUNT(*) FROM order_items`))
+	require.EqualValues(t, 2*n, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE state = 'HELD'`))
+	require.EqualValues(t, 2*n, r.sku("A").Reserved, "each written order reserved its unit once")
+}
+
+// A batch whose total a SKU cannot cover is written request by request, so
+// each caller gets its own answer: exactly the units there are succeed, the
+// rest are refused, and an unknown SKU fails alone.
+func TestBatcherRefusesPerRequest(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	r.addSKU("B", 10)
+	b := newBatcher(r.db)
+	raw := func(token, sku string) *writeReq {
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		return &writeReq{rows: []Reservation{{Token: "t." + token, SKU: sku, Qty: 1, State: Held,
+			ExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}}}
+	}
+	const n = 24
+	errs := make([]error, n+1)
+	var wg sync.WaitGroup
+	for i := 0; i <= n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i == n {
+				_, errs[i] = b.write(ctx, raw("ghost", "NOPE"))
+				return
+			}
+			_, errs[i] = b.write(ctx, raw(fmt.Sprintf("k%d", i), "B"))
+		}()
+	}
+	wg.Wait()
+	require.ErrorIs(t, errs[n], stock.ErrUnknownSKU)
+	var ok, refused int
+	for _, err := range errs[:n] {
+		var ref errRefused
+		switch {
+		case err == nil:
+			ok++
+		case errors.As(err, &ref):
+			require.Equal(t, "B", ref.sku)
+			refused++
+		default:
+			t.Fatalf("unexpected error: %v", err)
+		}
+	}
+	require.Equal(t, 10, ok, "exactly the units there are")
+	require.Equal(t, n-10, refused)
+	r.requireQty("B", 10, 10)
+	require.EqualValues(t, 10, r.count(`SELECT COUNT(*) FROM stock_reservations`), "a refused request leaves no row")
 }

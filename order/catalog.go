@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/acme/inventory/stock"
 )
@@ -15,30 +16,40 @@ import (
 // MaxStock bounds a SKU's stock (and a single adjustment).
 const MaxStock = 1_000_000_000_000
 
-// SKU is a SKU's durable settings.
+// SKU is a SKU's durable record: its quantity states and settings.
 type SKU struct {
-	SKU          string `json:"sku" gorm:"primaryKey;column:sku"`
-	Stock        int64  `json:"stock"`
-	PerUserLimit int64  `json:"per_user_limit"`
+	SKU          string `gorm:"primaryKey;column:sku"`
+	OnHand       int64  `gorm:"column:on_hand"`
+	Reserved     int64  `gorm:"column:reserved"`
+	Seq          int64  `gorm:"column:seq"`
+	RedisEpoch   int64  `gorm:"column:redis_epoch"`
+	PerUserLimit int64  `gorm:"column:per_user_limit"`
 }
 
 func (SKU) TableName() string { return "skus" }
 
-// SKUView is a SKU as operators see it: the database record and Redis.
-type SKUView struct {
-	SKU          string `json:"sku"`
-	DBStock      int64  `json:"db_stock"`
-	Available    int64  `json:"available"`
-	Reserved     int64  `json:"reserved"`
-	Unlimited    bool   `json:"unlimited"`
-	PerUserLimit int64  `json:"per_user_limit"`
+func (s SKU) available() int64 {
+	if s.OnHand == stock.Unlimited {
+		return stock.Unlimited
+	}
+	return s.OnHand - s.Reserved
 }
 
-// Catalog administers SKUs. A change is written to the database first (under
-// the SKU's row lock, checked against what is held and owed), then Redis
-// forgets the SKU's value, so the next use re-initialises it from the
-// database with the held reservations counted: no path adds units in Redis
-// that the database does not have.
+// SKUView is a SKU as operators see it: the database's quantity states and
+// what Redis has.
+type SKUView struct {
+	SKU            string `json:"sku"`
+	OnHand         int64  `json:"on_hand"`
+	Reserved       int64  `json:"reserved"`
+	Available      int64  `json:"available"`
+	RedisAvailable int64  `json:"redis_available"`
+	Unlimited      bool   `json:"unlimited"`
+	PerUserLimit   int64  `json:"per_user_limit"`
+}
+
+// Catalog administers SKUs. A change is written to the database first, under
+// a condition that keeps reserved <= on_hand (the CHECK constraint backs it),
+// and then brought into Redis, fenced by the SKU's seq.
 type Catalog struct {
 	db    *gorm.DB
 	stock *stock.Store
@@ -52,44 +63,47 @@ func NewCatalog(db *gorm.DB, st *stock.Store, log *slog.Logger) *Catalog {
 	return &Catalog{db: db, stock: st, log: log}
 }
 
-// Put creates sku or sets its stock (Unlimited allowed) and per-user limit.
-// Setting the stock below what unpaid orders hold plus what is paid but not
-// yet applied is a conflict.
-func (c *Catalog) Put(ctx context.Context, sku string, stockN, perUserLimit int64) (*SKUView, error) {
+// Put creates sku or sets its on_hand (Unlimited allowed) and per-user limit.
+// Setting on_hand below what is reserved is a conflict.
+func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int64) (*SKUView, error) {
 	if err := stock.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
-	if stockN < stock.Unlimited || stockN > MaxStock {
+	if onHand < stock.Unlimited || onHand > MaxStock {
 		return nil, invalid("stock must be -1 (unlimited) or between 0 and %d", int64(MaxStock))
 	}
 	if perUserLimit < 0 || perUserLimit > stock.DefaultMaxQty {
 		return nil, invalid("per_user_limit must be between 0 (none) and %d", stock.DefaultMaxQty)
 	}
 	err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		snap, err := readSnapshot(tx, sku, true)
-		if errors.Is(err, stock.ErrUnknownSKU) {
-			return tx.Create(&SKU{SKU: sku, Stock: stockN, PerUserLimit: perUserLimit}).Error
-		}
-		if err != nil {
+		var cur []SKU
+		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).Find(&cur).Error; err != nil {
 			return err
 		}
-		if stockN != stock.Unlimited {
-			if err := covers(snap, stockN); err != nil {
-				return err
-			}
+		if len(cur) == 0 {
+			return tx.Create(&SKU{SKU: sku, OnHand: onHand, PerUserLimit: perUserLimit}).Error
 		}
-		return tx.Model(&SKU{}).Where("sku = ?", sku).
-			Updates(map[string]any{"stock": stockN, "per_user_limit": perUserLimit}).Error
+		if onHand != stock.Unlimited && onHand < cur[0].Reserved {
+			return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", ErrConflict, cur[0].Reserved, onHand)
+		}
+		return tx.Exec(`UPDATE skus SET on_hand = ?, per_user_limit = ?, seq = seq + 1 WHERE sku = ?`,
+			onHand, perUserLimit, sku).Error
 	})
 	if err != nil {
 		return nil, err
 	}
-	c.log.Info("sku set", "sku", sku, "stock", stockN, "per_user_limit", perUserLimit)
-	return c.reset(ctx, sku)
+	c.log.Info("sku set", "sku", sku, "stock", onHand, "per_user_limit", perUserLimit)
+	// Set outright (perhaps between limited and unlimited): Redis takes the
+	// database's value.
+	if err := c.stock.Realign(ctx, sku); err != nil {
+		c.log.Error("sku changed but Redis could not be realigned; the periodic realign retries", "sku", sku, "err", err)
+	}
+	return c.committedView(ctx, sku)
 }
 
-// Adjust adds delta to a limited SKU's stock (restock, shrinkage, correction).
-func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason string) (*SKUView, error) {
+// Adjust adds delta to a limited SKU's on_hand (restock, shrinkage,
+// correction); on_hand may not go below what is reserved.
+func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, reference string) (*SKUView, error) {
 	if err := stock.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
@@ -100,61 +114,89 @@ func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason st
 	if reason == "" || len(reason) > 200 {
 		return nil, invalid("reason must be 1-200 characters")
 	}
+	if len(reference) > 128 {
+		return nil, invalid("reference must be at most 128 characters")
+	}
+	var m map[string]mark
 	err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		snap, err := readSnapshot(tx, sku, true)
-		if err != nil {
-			return err
+		res := tx.Exec(`UPDATE skus SET on_hand = on_hand + ?, seq = seq + 1
+			WHERE sku = ? AND on_hand <> -1 AND on_hand + ? >= reserved AND on_hand + ? <= ?`,
+			delta, sku, delta, delta, int64(MaxStock))
+		if res.Error != nil {
+			return res.Error
 		}
-		if snap.Stock == stock.Unlimited {
-			return fmt.Errorf("%w: %s has unlimited stock; set a stock first", ErrConflict, sku)
+		if res.RowsAffected == 0 {
+			return c.whyNotAdjusted(tx, sku, delta)
 		}
-		next := snap.Stock + delta
-		if next > MaxStock {
-			return invalid("stock would exceed %d", int64(MaxStock))
-		}
-		if err := covers(snap, next); err != nil {
-			return err
-		}
-		return tx.Exec(`UPDATE skus SET stock = stock + ? WHERE sku = ?`, delta, sku).Error
+		var err error
+		m, err = readMarks(tx, []string{sku})
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	c.log.Info("sku adjusted", "sku", sku, "delta", delta, "reason", reason)
-	return c.reset(ctx, sku)
+	c.log.Info("sku adjusted", "sku", sku, "delta", delta, "reason", reason, "reference", reference)
+	if err := c.stock.Apply(ctx, stock.Change{SKU: sku, Delta: delta, Seq: m[sku].seq}); err != nil {
+		c.log.Error("sku adjusted but Redis could not follow; the periodic realign repairs it", "sku", sku, "err", err)
+	}
+	return c.committedView(ctx, sku)
 }
 
-// covers refuses a database stock below what is committed already.
-func covers(snap stock.Snapshot, next int64) error {
-	var held int64
-	for _, h := range snap.Holds {
-		held += h.Qty
+// committedView answers a change the database committed. Get initialises
+// Redis if it lost the SKU, which can fail (another node's init holds the
+// lock, Redis is down); returning that error would tell the caller the change
+// failed, and a retried Adjust would apply it twice. So a Redis failure here
+// is logged and the view shows the database's numbers, with redis_available
+// the value Redis converges to.
+func (c *Catalog) committedView(ctx context.Context, sku string) (*SKUView, error) {
+	v, err := c.Get(ctx, sku)
+	if err == nil {
+		return v, nil
 	}
-	if committed := held + snap.Pending; next < committed {
-		return fmt.Errorf("%w: %d units are held or paid and not yet applied; stock cannot go to %d", ErrConflict, committed, next)
+	c.log.Error("sku changed but Redis could not be read; the next init or realign catches up", "sku", sku, "err", err)
+	rec, rerr := c.record(ctx, sku)
+	if rerr != nil {
+		return nil, rerr
 	}
-	return nil
+	return &SKUView{SKU: sku, OnHand: rec.OnHand, Reserved: rec.Reserved, Available: rec.available(),
+		RedisAvailable: rec.available(), Unlimited: rec.OnHand == stock.Unlimited, PerUserLimit: rec.PerUserLimit}, nil
 }
 
-func (c *Catalog) reset(ctx context.Context, sku string) (*SKUView, error) {
-	if err := c.stock.Forget(ctx, sku); err != nil {
-		// The database changed; Redis still has the old value. Reconcile repairs it.
-		c.log.Error("sku changed but Redis could not be reset; run reconcile --repair", "sku", sku, "err", err)
+func (c *Catalog) whyNotAdjusted(tx *gorm.DB, sku string, delta int64) error {
+	var cur []SKU
+	if err := tx.Where("sku = ?", sku).Find(&cur).Error; err != nil {
+		return err
 	}
-	return c.Get(ctx, sku)
+	switch {
+	case len(cur) == 0:
+		return fmt.Errorf("%w: sku %s", ErrNotFound, sku)
+	case cur[0].OnHand == stock.Unlimited:
+		return fmt.Errorf("%w: %s has unlimited stock; set a stock first", ErrConflict, sku)
+	case cur[0].OnHand+delta > MaxStock:
+		return invalid("stock would exceed %d", int64(MaxStock))
+	}
+	return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", ErrConflict, cur[0].Reserved, cur[0].OnHand+delta)
 }
 
-// Get returns sku's database record and Redis levels (initialising Redis if
-// it does not have the SKU).
+func (c *Catalog) record(ctx context.Context, sku string) (SKU, error) {
+	var rec SKU
+	if err := c.db.WithContext(ctx).Take(&rec, "sku = ?", sku).Error; err != nil {
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return rec, fmt.Errorf("%w: sku %s", ErrNotFound, sku)
+		}
+		return rec, err
+	}
+	return rec, nil
+}
+
+// Get returns sku's quantity states and Redis's available units
+// (initialising Redis if it does not have the SKU).
 func (c *Catalog) Get(ctx context.Context, sku string) (*SKUView, error) {
 	if err := stock.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
-	var rec SKU
-	if err := c.db.WithContext(ctx).Take(&rec, "sku = ?", sku).Error; err != nil {
-		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return nil, fmt.Errorf("%w: sku %s", ErrNotFound, sku)
-		}
+	rec, err := c.record(ctx, sku)
+	if err != nil {
 		return nil, err
 	}
 	if err := c.stock.EnsureInit(ctx, sku); err != nil {
@@ -164,8 +206,8 @@ func (c *Catalog) Get(ctx context.Context, sku string) (*SKUView, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SKUView{SKU: sku, DBStock: rec.Stock, Available: lv.Available, Reserved: lv.Held,
-		Unlimited: rec.Stock == stock.Unlimited, PerUserLimit: rec.PerUserLimit}, nil
+	return &SKUView{SKU: sku, OnHand: rec.OnHand, Reserved: rec.Reserved, Available: rec.available(),
+		RedisAvailable: lv.Available, Unlimited: rec.OnHand == stock.Unlimited, PerUserLimit: rec.PerUserLimit}, nil
 }
 
 // Limit returns sku's per-user limit (0: none).
@@ -180,55 +222,137 @@ func (c *Catalog) Limit(ctx context.Context, sku string) (int64, error) {
 	return limits[0], nil
 }
 
-// Report is one SKU whose invariant does not hold.
+// Report is one SKU where Redis and the database disagree, or where the
+// database disagrees with itself.
 type Report struct {
-	SKU       string `json:"sku"`
-	DBStock   int64  `json:"db_stock"`
-	Available int64  `json:"available"`
-	Held      int64  `json:"held"`
-	Pending   int64  `json:"pending"`
-	Diff      int64  `json:"diff"` // db_stock - (available + held + pending)
-	Repaired  bool   `json:"repaired"`
+	SKU            string `json:"sku"`
+	OnHand         int64  `json:"on_hand"`
+	Reserved       int64  `json:"reserved"`
+	Live           int64  `json:"live_reservations"` // sum of HELD and COMMITTED rows
+	Available      int64  `json:"available"`
+	RedisAvailable *int64 `json:"redis_available"` // nil: not initialised
+	Anomalies      int64  `json:"anomalies"`       // unresolved rows in stock_anomalies
+	Problem        string `json:"problem"`
+	Repaired       bool   `json:"repaired"`
 }
 
-// Reconcile checks, for every limited SKU Redis has, that
-// database stock = available + held + paid-but-unapplied, and reports every
-// SKU where it does not hold; with repair it resets those SKUs so Redis is
-// re-initialised from the database. Run it at a quiet point: in-flight
-// checkouts move the numbers.
+// Reconcile checks every SKU: Redis's available against on_hand - reserved,
+// reserved against the sum of live reservations, and unresolved anomalies.
+// With repair it realigns Redis from the database (exact even under traffic)
+// and sets reserved to the live sum where they differ. Redis numbers are
+// exact at a quiet point; under traffic an admission in flight shows as a
+// difference of its units.
 func (c *Catalog) Reconcile(ctx context.Context, repair bool) ([]Report, error) {
-	var skus []string
-	if err := c.db.WithContext(ctx).Model(&SKU{}).Where("stock <> ?", stock.Unlimited).Order("sku").Pluck("sku", &skus).Error; err != nil {
+	var out []Report
+	after := ""
+	for {
+		var recs []SKU
+		if err := c.db.WithContext(ctx).Where("sku > ?", after).Order("sku").Limit(500).Find(&recs).Error; err != nil {
+			return out, err
+		}
+		if len(recs) == 0 {
+			return out, nil
+		}
+		after = recs[len(recs)-1].SKU
+		for _, rec := range recs {
+			r, err := c.check(ctx, rec, repair)
+			if err != nil {
+				return out, err
+			}
+			if r != nil {
+				out = append(out, *r)
+			}
+		}
+	}
+}
+
+func (c *Catalog) check(ctx context.Context, rec SKU, repair bool) (*Report, error) {
+	var live, anomalies int64
+	db := c.db.WithContext(ctx)
+	if err := db.Model(&Reservation{}).Select("COALESCE(SUM(qty), 0)").
+		Where("sku = ? AND state IN ?", rec.SKU, []ResState{Held, Committed}).Scan(&live).Error; err != nil {
 		return nil, err
 	}
-	var out []Report
-	for _, sku := range skus {
-		lv, err := c.stock.Levels(ctx, sku)
-		if err != nil {
-			return out, err
-		}
-		if !lv.Initialised {
-			continue // the next use initialises it from the database
-		}
-		snap, err := snapshot(ctx, c.db, sku)
-		if err != nil {
-			return out, err
-		}
-		diff := snap.Stock - (lv.Available + lv.Held + snap.Pending)
-		if diff == 0 {
-			continue
-		}
-		r := Report{SKU: sku, DBStock: snap.Stock, Available: lv.Available, Held: lv.Held, Pending: snap.Pending, Diff: diff}
-		if repair {
-			if err := c.stock.Forget(ctx, sku); err != nil {
-				return out, err
-			}
-			if err := c.stock.EnsureInit(ctx, sku); err != nil {
-				return out, err
-			}
-			r.Repaired = true
-		}
-		out = append(out, r)
+	if err := db.Model(&AnomalyRow{}).Where("sku = ? AND resolved_at IS NULL", rec.SKU).Count(&anomalies).Error; err != nil {
+		return nil, err
 	}
-	return out, nil
+	lv, err := c.stock.Levels(ctx, rec.SKU)
+	if err != nil {
+		return nil, err
+	}
+	r := Report{SKU: rec.SKU, OnHand: rec.OnHand, Reserved: rec.Reserved, Live: live, Available: rec.available(), Anomalies: anomalies}
+	var problems []string
+	if lv.Initialised {
+		r.RedisAvailable = &lv.Available
+		if lv.Available != rec.available() {
+			problems = append(problems, "redis")
+		}
+	}
+	if live != rec.Reserved {
+		problems = append(problems, "reserved")
+	}
+	if anomalies > 0 {
+		problems = append(problems, "anomalies")
+	}
+	if len(problems) == 0 {
+		return nil, nil
+	}
+	r.Problem = strings.Join(problems, ",")
+	if repair && !(len(problems) == 1 && problems[0] == "anomalies") {
+		if live != rec.Reserved {
+			if err := c.fixReserved(ctx, rec.SKU); err != nil {
+				return nil, err
+			}
+		}
+		if lv.Initialised {
+			if err := c.stock.Realign(ctx, rec.SKU); err != nil {
+				return nil, err
+			}
+		}
+		r.Repaired = true
+	}
+	return &r, nil
+}
+
+// fixReserved sets reserved to the sum of live reservations, under the row
+// lock (refused by the CHECK if on_hand cannot cover it: that needs an operator).
+func (c *Catalog) fixReserved(ctx context.Context, sku string) error {
+	return c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Exec(`SELECT sku FROM skus WHERE sku = ? FOR UPDATE`, sku).Error; err != nil && tx.Dialector.Name() == "mysql" {
+			return err
+		}
+		return tx.Exec(`UPDATE skus SET seq = seq + 1, reserved = (SELECT COALESCE(SUM(qty), 0) FROM stock_reservations
+			WHERE sku = ? AND state IN ('HELD', 'COMMITTED')) WHERE sku = ?`, sku, sku).Error
+	})
+}
+
+// Realign realigns every SKU whose Redis value differs from the database's
+// (the periodic job): a Redis that lost, rolled back or failed over state
+// gets the database's value. It returns the SKUs it realigned.
+func (c *Catalog) Realign(ctx context.Context) ([]string, error) {
+	var done []string
+	after := ""
+	for {
+		var recs []SKU
+		if err := c.db.WithContext(ctx).Where("sku > ?", after).Order("sku").Limit(500).Find(&recs).Error; err != nil {
+			return done, err
+		}
+		if len(recs) == 0 {
+			return done, nil
+		}
+		after = recs[len(recs)-1].SKU
+		for _, rec := range recs {
+			lv, err := c.stock.Levels(ctx, rec.SKU)
+			if err != nil {
+				return done, err
+			}
+			if !lv.Initialised || lv.Available == rec.available() {
+				continue
+			}
+			if err := c.stock.Realign(ctx, rec.SKU); err != nil {
+				return done, err
+			}
+			done = append(done, rec.SKU)
+		}
+	}
 }

@@ -2,12 +2,17 @@ package order
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
+
+func ptr[T any](v T) *T { return &v }
 
 func TestCatalog(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
@@ -16,29 +21,35 @@ func TestCatalog(t *testing.T) {
 
 	v, err := cat.Put(ctx, "A", 10, 2)
 	require.NoError(t, err)
-	require.Equal(t, &SKUView{SKU: "A", DBStock: 10, Available: 10, PerUserLimit: 2}, v)
+	require.Equal(t, &SKUView{SKU: "A", OnHand: 10, Available: 10, RedisAvailable: 10, PerUserLimit: 2}, v)
 	o, err := r.svc.Create(ctx, "u1", "", line("A", 4))
 	require.NoError(t, err)
 	p, err := r.svc.Create(ctx, "u2", "", line("A", 3))
 	require.NoError(t, err)
-	_, err = r.svc.Pay(ctx, p.ID, "pay-1")
+	_, err = r.svc.Pay(ctx, p.ID, "pay-1") // paid, not applied: still reserved
 	require.NoError(t, err)
 
-	v, err = cat.Adjust(ctx, "A", 5, "restock")
+	v, err = cat.Adjust(ctx, "A", 5, "restock", "PO-1")
 	require.NoError(t, err)
-	require.Equal(t, &SKUView{SKU: "A", DBStock: 15, Available: 8, Reserved: 4, PerUserLimit: 2}, v)
-	_, err = cat.Adjust(ctx, "A", -9, "shrinkage")
+	require.Equal(t, &SKUView{SKU: "A", OnHand: 15, Reserved: 7, Available: 8, RedisAvailable: 8, PerUserLimit: 2}, v)
+	_, err = cat.Adjust(ctx, "A", -9, "shrinkage", "")
 	require.ErrorIs(t, err, ErrConflict, "4 held + 3 paid-unapplied stay covered")
-	v, err = cat.Adjust(ctx, "A", -8, "shrinkage")
+	r.requireQty("A", 15, 7)
+	v, err = cat.Adjust(ctx, "A", -8, "shrinkage", "")
 	require.NoError(t, err)
-	require.EqualValues(t, 0, v.Available)
+	require.Equal(t, &SKUView{SKU: "A", OnHand: 7, Reserved: 7, Available: 0, RedisAvailable: 0, PerUserLimit: 2}, v)
+	_, err = r.svc.Create(ctx, "u3", "", line("A", 1))
+	require.ErrorIs(t, err, stock.ErrInsufficientStock)
 	_, err = cat.Put(ctx, "A", 6, 2)
-	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, err, ErrConflict, "on_hand cannot go below reserved")
 	_, err = r.svc.Cancel(ctx, o.ID)
 	require.NoError(t, err)
 	v, err = cat.Put(ctx, "A", 6, 0)
 	require.NoError(t, err)
-	require.Equal(t, &SKUView{SKU: "A", DBStock: 6, Available: 3}, v)
+	require.Equal(t, &SKUView{SKU: "A", OnHand: 6, Reserved: 3, Available: 3, RedisAvailable: 3}, v)
+	got, err := cat.Get(ctx, "A")
+	require.NoError(t, err)
+	require.Equal(t, v, got)
 	r.checkInvariant("A")
 
 	for _, bad := range []func() error{
@@ -46,31 +57,120 @@ func TestCatalog(t *testing.T) {
 		func() error { _, err := cat.Put(ctx, "A", MaxStock+1, 0); return err },
 		func() error { _, err := cat.Put(ctx, "A", 1, -1); return err },
 		func() error { _, err := cat.Put(ctx, "A{b}", 1, 0); return err },
-		func() error { _, err := cat.Adjust(ctx, "A", 0, "x"); return err },
-		func() error { _, err := cat.Adjust(ctx, "A", 1, " "); return err },
+		func() error { _, err := cat.Adjust(ctx, "A", 0, "x", ""); return err },
+		func() error { _, err := cat.Adjust(ctx, "A", 1, " ", ""); return err },
+		func() error { _, err := cat.Adjust(ctx, "A", 1, "x", strings.Repeat("r", 129)); return err },
+		func() error { _, err := cat.Adjust(ctx, "A", MaxStock, "x", ""); return err }, // 6 + MaxStock > MaxStock
 	} {
 		require.ErrorIs(t, bad(), stock.ErrInvalidArgument)
 	}
-	_, err = cat.Adjust(ctx, "NOPE", 1, "x")
-	require.ErrorIs(t, err, stock.ErrUnknownSKU)
+	r.requireQty("A", 6, 3)
+	_, err = cat.Adjust(ctx, "NOPE", 1, "x", "")
+	require.ErrorIs(t, err, ErrNotFound)
 	_, err = cat.Get(ctx, "NOPE")
 	require.ErrorIs(t, err, ErrNotFound)
-	_, err = cat.Put(ctx, "U", stock.Unlimited, 0)
+	v, err = cat.Put(ctx, "U", stock.Unlimited, 0)
 	require.NoError(t, err)
-	_, err = cat.Adjust(ctx, "U", 5, "x")
+	require.Equal(t, &SKUView{SKU: "U", OnHand: stock.Unlimited, Available: stock.Unlimited, RedisAvailable: stock.Unlimited, Unlimited: true}, v)
+	_, err = cat.Adjust(ctx, "U", 5, "x", "")
 	require.ErrorIs(t, err, ErrConflict)
 
-	// Reconcile: drift in Redis is reported, and repaired on request.
+	// Reconcile: Redis drifting from the database is reported, and repaired on request.
 	reports, err := cat.Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
-	_, err = r.st.Adjust(ctx, "A", 2) // Redis gains units the database never had
-	require.NoError(t, err)
+	drift(t, r, "A", 2) // Redis gains units the database never had
 	reports, err = cat.Reconcile(ctx, true)
 	require.NoError(t, err)
-	require.Equal(t, []Report{{SKU: "A", DBStock: 6, Available: 5, Held: 0, Pending: 3, Diff: -2, Repaired: true}}, reports)
+	require.Equal(t, []Report{{SKU: "A", OnHand: 6, Reserved: 3, Live: 3, Available: 3, RedisAvailable: ptr[int64](5),
+		Problem: "redis", Repaired: true}}, reports)
 	reports, err = cat.Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports, "repaired")
 	r.checkInvariant("A")
+
+	// reserved drifting from the live reservations (a hand edit) is repaired
+	// from the rows; Redis follows.
+	require.NoError(t, r.db.Exec(`UPDATE skus SET reserved = reserved + 1 WHERE sku = 'A'`).Error)
+	reports, err = cat.Reconcile(ctx, false)
+	require.NoError(t, err)
+	require.Equal(t, []Report{{SKU: "A", OnHand: 6, Reserved: 4, Live: 3, Available: 2, RedisAvailable: ptr[int64](3),
+		Problem: "redis,reserved"}}, reports)
+	reports, err = cat.Reconcile(ctx, true)
+	require.NoError(t, err)
+	require.Len(t, reports, 1)
+	require.True(t, reports[0].Repaired)
+	r.requireQty("A", 6, 3)
+	reports, err = cat.Reconcile(ctx, false)
+	require.NoError(t, err)
+	require.Empty(t, reports)
+	r.checkInvariant("A")
+
+	// An anomaly is reported until an operator resolves it; repair does not touch it.
+	require.NoError(t, r.applier.Handle(ctx, []mq.Message{{Key: "A", Body: []byte(`{"token":"x","sku":"A","op":"DEDUCT","qty":1}`)}}))
+	require.EqualValues(t, 1, r.applier.Anomalies.Load())
+	reports, err = cat.Reconcile(ctx, true)
+	require.NoError(t, err)
+	require.Equal(t, []Report{{SKU: "A", OnHand: 6, Reserved: 3, Live: 3, Available: 3, RedisAvailable: ptr[int64](3),
+		Anomalies: 1, Problem: "anomalies"}}, reports)
+	require.NoError(t, r.db.Exec(`UPDATE stock_anomalies SET resolved_at = ?`, time.Now().UTC()).Error)
+	reports, err = cat.Reconcile(ctx, false)
+	require.NoError(t, err)
+	require.Empty(t, reports)
+
+	// The periodic realign fixes only the SKUs that differ.
+	drift(t, r, "A", -1)
+	done, err := cat.Realign(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"A"}, done)
+	done, err = cat.Realign(ctx)
+	require.NoError(t, err)
+	require.Empty(t, done)
+	r.checkInvariant("A")
+	r.checkInvariant("U")
+}
+
+// drift moves sku's Redis value by n without the database: a change no
+// initialisation saw, as a Redis restored from an old snapshot would have.
+func drift(t *testing.T, r *rig, sku string, n int64) {
+	t.Helper()
+	ctx := context.Background()
+	before := r.redisAvailable(sku)
+	lv, err := r.st.Levels(ctx, sku)
+	require.NoError(t, err)
+	require.NoError(t, r.st.Apply(ctx, stock.Change{SKU: sku, Delta: n, Seq: lv.Seq + 1_000_000}))
+	require.Equal(t, before+n, r.redisAvailable(sku))
+}
+
+// The realign job runs on one node per interval and puts a drifted Redis
+// right without anybody touching the SKU.
+func TestRealignerRepairsDrift(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	cat := NewCatalog(r.db, r.st, nil)
+	_, err := cat.Put(ctx, "A", 10, 0)
+	require.NoError(t, err)
+	_, err = cat.Put(ctx, "B", 10, 0)
+	require.NoError(t, err)
+	// An admission whose process died before its database write: Redis lost
+	// the units, the database never counted them.
+	_, err = r.st.Admit(ctx, "A", 4, "")
+	require.NoError(t, err)
+	require.EqualValues(t, 6, r.redisAvailable("A"))
+
+	jobs := []*Realigner{NewRealigner(cat, r.st.Locker(), 100*time.Millisecond, nil),
+		NewRealigner(cat, r.st.Locker(), 100*time.Millisecond, nil)}
+	for _, j := range jobs {
+		j.Start(ctx)
+	}
+	require.Eventually(t, func() bool { return jobs[0].Realigned.Load()+jobs[1].Realigned.Load() >= 1 },
+		30*time.Second, 10*time.Millisecond)
+	for _, j := range jobs {
+		j.Stop()
+		j.Stop()
+	}
+	require.EqualValues(t, 1, jobs[0].Realigned.Load()+jobs[1].Realigned.Load(), "only A differed, and it was realigned once")
+	require.EqualValues(t, 10, r.redisAvailable("A"))
+	r.checkInvariant("A")
+	r.checkInvariant("B")
 }

@@ -1,13 +1,16 @@
-// Package order runs the order lifecycle on top of the Redis reservations of
-// package stock, keeps MySQL as the durable record, and carries stock
-// operations to the database through an outbox and ordered messages:
+// Package order runs the order lifecycle and is the database side of every
+// reservation: Redis (package stock) admits, the database arbitrates.
 //
-//	create:  reserve every line in Redis, write the order, re-affirm the reservation
-//	pay:     PENDING -> PAID and a DEDUCT outbox row per line, in one transaction
+//	reserve: Redis admits each line; one transaction records the reservation
+//	         rows (and the order) with a conditional increment of reserved per
+//	         SKU, group-committed; a refusal undoes the admission and realigns
+//	cancel / expire / release: HELD -> RELEASED and reserved given back in one
+//	         transaction, then the change is brought into Redis, fenced
+//	pay / commit: HELD -> COMMITTED and a DEDUCT outbox row per line, in one
+//	         transaction
 //	relay:   outbox rows -> ordered messages (key = SKU), by one node at a time
-//	apply:   each (order, SKU, op) once: a unique ledger row in the transaction
-//	         of one merged UPDATE per SKU
-//	cancel / expire / refund: give the units back in Redis by token
+//	apply:   each (token, SKU, op) once: a unique ledger row in the transaction
+//	         of one merged UPDATE of on_hand and reserved per SKU
 package order
 
 import (
@@ -23,8 +26,9 @@ import (
 //
 //	PENDING -> PAID -> REFUNDED
 //	PENDING -> CANCELLED | EXPIRED
-//	EXPIRED | CANCELLED -> PAID            (late payment, stock re-reserved)
-//	EXPIRED | CANCELLED -> REFUND_REQUIRED (late payment, stock gone)
+//	EXPIRED -> PAID                        (late payment, stock re-reserved)
+//	EXPIRED -> REFUND_REQUIRED             (late payment, stock gone)
+//	CANCELLED -> REFUND_REQUIRED           (payment after the buyer cancelled)
 //	REFUND_REQUIRED -> REFUNDED
 type Status string
 

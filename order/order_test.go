@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -52,6 +53,16 @@ func TestCreateReservesFirst(t *testing.T) {
 	stored, err := r.svc.Get(ctx, o.ID)
 	require.NoError(t, err)
 	require.Equal(t, []Item{{OrderID: o.ID, SKU: "HOT", Qty: 3}}, stored.Items)
+	require.Equal(t, o.ID, stored.ReservationToken)
+	var res []Reservation
+	require.NoError(t, r.db.Find(&res).Error)
+	require.Len(t, res, 1)
+	require.Equal(t, Reservation{Token: o.ID, SKU: "HOT", OrderID: &o.ID, Qty: 3, State: Held, Result: 0,
+		ExpiresAt: res[0].ExpiresAt, CreatedAt: res[0].CreatedAt, UpdatedAt: res[0].UpdatedAt}, res[0],
+		"the order's reservation row is written with the order, under its id")
+	require.True(t, o.ExpiresAt.Equal(res[0].ExpiresAt))
+	require.EqualValues(t, 3, r.sku("HOT").Reserved)
+	require.Zero(t, r.redisAvailable("HOT"))
 
 	// Sold out: a burst of buyers never reaches the database.
 	n := countStatements(t, r.db, func() {
@@ -70,6 +81,8 @@ func TestCreateReservesFirst(t *testing.T) {
 	})
 	require.Zero(t, n, "no statement reached the database")
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_reservations`))
+	require.Zero(t, r.redisAvailable("HOT"), "the refused admissions took nothing")
 
 	_, err = r.svc.Create(ctx, "u1", "", line("NOPE", 1))
 	require.ErrorIs(t, err, stock.ErrUnknownSKU)
@@ -80,6 +93,7 @@ func TestCreateReservesFirst(t *testing.T) {
 	_, err = r.svc.Create(ctx, "bad user", "", line("HOT", 1))
 	require.ErrorIs(t, err, stock.ErrInvalidArgument)
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM orders`), "bad input wrote nothing")
+	require.EqualValues(t, 3, r.sku("HOT").Reserved)
 	r.checkInvariant("HOT")
 }
 
@@ -109,12 +123,15 @@ func TestIdempotentCreate(t *testing.T) {
 		require.Equal(t, ids[0], id, "every retry gets the same order")
 	}
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM orders`))
-	lv, err := r.st.Levels(ctx, "A")
-	require.NoError(t, err)
-	require.Equal(t, stock.Levels{Initialised: true, Available: 98, Held: 2}, lv, "reserved once")
+	require.EqualValues(t, 2, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, ids[0]))
+	require.EqualValues(t, 2, r.sku("A").Reserved, "reserved once in the database")
+	require.EqualValues(t, 1, r.sku("B").Reserved)
+	require.EqualValues(t, 98, r.redisAvailable("A"), "the losing retries gave their admissions back")
+	require.EqualValues(t, 99, r.redisAvailable("B"))
 
-	_, err = r.svc.Create(ctx, "u1", "key-1", line("A", 5))
+	_, err := r.svc.Create(ctx, "u1", "key-1", line("A", 5))
 	require.ErrorIs(t, err, ErrConflict, "same key, different order")
+	require.EqualValues(t, 98, r.redisAvailable("A"), "a conflicting retry takes nothing")
 	o2, err := r.svc.Create(ctx, "u2", "key-1", cart)
 	require.NoError(t, err, "keys are per user")
 	require.NotEqual(t, ids[0], o2.ID)
@@ -126,6 +143,7 @@ func TestPayCancelRefund(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	ctx := context.Background()
 	r.addSKU("A", 10)
+	redisApplied := r.redisApplied()
 	stop := r.startPipeline()
 	defer stop()
 
@@ -136,15 +154,18 @@ func TestPayCancelRefund(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, Paid, paid.Status)
 		require.Equal(t, "pay-1", *paid.PaymentID)
+		require.Equal(t, o.ID, paid.ReservationToken)
 	}
 	_, err = r.svc.Pay(ctx, o.ID, "pay-2")
 	require.ErrorIs(t, err, ErrConflict, "a second payment for a paid order")
 	_, err = r.svc.Cancel(ctx, o.ID)
 	require.ErrorIs(t, err, ErrConflict, "a paid order cannot be cancelled")
+	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ? AND op = 'DEDUCT' AND qty = 4`, o.ID))
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox`))
 
 	r.waitApplied()
-	require.EqualValues(t, 6, r.dbStock("A"))
+	require.Equal(t, Sold, r.reservationState(o.ID, "A"))
+	r.requireQty("A", 6, 0)
 	r.checkInvariant("A")
 
 	refunded, err := r.svc.Refund(ctx, o.ID)
@@ -152,29 +173,36 @@ func TestPayCancelRefund(t *testing.T) {
 	require.Equal(t, Refunded, refunded.Status)
 	_, err = r.svc.Refund(ctx, o.ID)
 	require.ErrorIs(t, err, ErrConflict)
+	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ? AND op = 'RESTORE' AND qty = 4`, o.ID))
 	r.waitApplied()
-	require.EqualValues(t, 10, r.dbStock("A"))
-	lv, err := r.st.Levels(ctx, "A")
-	require.NoError(t, err)
-	require.EqualValues(t, 10, lv.Available, "refund gave the units back in Redis")
+	redisApplied(1)
+	require.EqualValues(t, 10, r.onHand("A"))
+	require.EqualValues(t, 10, r.redisAvailable("A"), "refund gave the units back in Redis")
 	r.checkInvariant("A")
 
 	c, err := r.svc.Create(ctx, "u1", "", line("A", 2))
 	require.NoError(t, err)
+	require.EqualValues(t, 8, r.redisAvailable("A"))
 	cancelled, err := r.svc.Cancel(ctx, c.ID)
 	require.NoError(t, err)
 	require.Equal(t, Cancelled, cancelled.Status)
+	require.Equal(t, Released, r.reservationState(c.ID, "A"))
+	require.EqualValues(t, 10, r.redisAvailable("A"), "the cancel gave the units back in Redis")
 	_, err = r.svc.Cancel(ctx, c.ID)
 	require.ErrorIs(t, err, ErrConflict)
+	require.EqualValues(t, 10, r.redisAvailable("A"), "a second cancel gives back nothing")
 	_, err = r.svc.Refund(ctx, c.ID)
 	require.ErrorIs(t, err, ErrConflict, "only paid orders are refunded")
 	_, err = r.svc.Pay(ctx, "nope", "pay-9")
 	require.ErrorIs(t, err, ErrNotFound)
+	r.requireQty("A", 10, 0)
 	r.checkInvariant("A")
 }
 
 // Two nodes race a cancel and a payment on every order: each order has exactly
-// one winner and the stock follows the winner.
+// one winner. A payment that wins leaves a PAID order; a payment that comes
+// after the cancel leaves REFUND_REQUIRED (the buyer cancelled: the money goes
+// back, the stock stays released). The stock follows the winner.
 func TestCancelPayRaceOneWinner(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	ctx := context.Background()
@@ -189,16 +217,22 @@ func TestCancelPayRaceOneWinner(t *testing.T) {
 		require.NoError(t, err)
 		ids[i] = o.ID
 	}
-	var paidWins, cancelWins atomic.Int64
+	var paidWins, refundRequired, cancelWins atomic.Int64
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			if _, err := r.svc.Pay(ctx, id, fmt.Sprintf("pay-%d", i)); err == nil {
+			o, err := r.svc.Pay(ctx, id, fmt.Sprintf("pay-%d", i))
+			switch {
+			case err != nil:
+				t.Errorf("a payment always lands: %v", err)
+			case o.Status == Paid:
 				paidWins.Add(1)
-			} else if !errors.Is(err, ErrConflict) {
-				t.Error(err)
+			case o.Status == RefundRequired:
+				refundRequired.Add(1)
+			default:
+				t.Errorf("payment left order %s %s", id, o.Status)
 			}
 		}()
 		go func() {
@@ -211,37 +245,51 @@ func TestCancelPayRaceOneWinner(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// A payment that lost to a cancel pays late: it re-reserves (stock is
-	// there) and wins after all, so count final states, not call results.
 	paid := r.count(`SELECT COUNT(*) FROM orders WHERE status = 'PAID'`)
-	cancelled := r.count(`SELECT COUNT(*) FROM orders WHERE status = 'CANCELLED'`)
-	require.EqualValues(t, orders, paid+cancelled)
-	require.EqualValues(t, paidWins.Load(), paid, "every successful payment left a paid order")
+	refund := r.count(`SELECT COUNT(*) FROM orders WHERE status = 'REFUND_REQUIRED'`)
+	require.EqualValues(t, orders, paid+refund, "no order is left CANCELLED: each was paid, in time or not")
+	require.EqualValues(t, paidWins.Load(), paid)
+	require.EqualValues(t, refundRequired.Load(), refund)
+	require.EqualValues(t, cancelWins.Load(), refund, "every cancel that won left its payment to be refunded")
+	require.EqualValues(t, paid, r.count(`SELECT COUNT(*) FROM stock_outbox`), "only the paid orders deduct")
+	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE token LIKE '%.late'`),
+		"a cancelled order is never re-reserved")
+	require.EqualValues(t, 2*refund, r.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE state = 'RELEASED'`))
 	r.waitApplied()
-	require.EqualValues(t, 100-2*paid, r.dbStock("A"))
+	r.requireQty("A", 100-2*paid, 0)
 	require.EqualValues(t, paid, r.count(`SELECT COUNT(*) FROM stock_ledger`), "one ledger row per paid line")
 	r.checkInvariant("A")
 }
 
+// A payment that arrives after the order expired re-reserves its lines in the
+// database (a reservation "<id>.late", COMMITTED at once) when the stock is
+// still there, and otherwise leaves the order REFUND_REQUIRED. A payment for a
+// cancelled order is always REFUND_REQUIRED. A PENDING order past its
+// deadline that nobody expired yet is simply paid.
 func TestLatePayment(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	ctx := context.Background()
 	r.addSKU("A", 5)
+	r.addSKU("B", 2)
+	r.addSKU("C", 3)
 
 	o, err := r.svc.Create(ctx, "u1", "", line("A", 3))
 	require.NoError(t, err)
 	r.clock.Advance(16 * time.Minute)
-	paid, err := r.svc.Pay(ctx, o.ID, "pay-late")
-	require.NoError(t, err, "stock is still there: the late payment re-reserves it")
+	paid, err := r.svc.Pay(ctx, o.ID, "pay-1")
+	require.NoError(t, err, "past its deadline but not expired: still held, so paid")
 	require.Equal(t, Paid, paid.Status)
-	require.Equal(t, o.ID+".late", paid.ReservationToken)
-	lv, err := r.st.Levels(ctx, "A")
+	require.Equal(t, o.ID, paid.ReservationToken)
+	require.Equal(t, Committed, r.reservationState(o.ID, "A"))
+	expired, err := r.svc.Expire(ctx, o.ID)
 	require.NoError(t, err)
-	require.Equal(t, stock.Levels{Initialised: true, Available: 2}, lv)
+	require.False(t, expired, "a paid order does not expire")
+	require.EqualValues(t, 2, r.redisAvailable("A"))
 
+	// Expired, then paid while the stock is still there: re-reserved.
 	o2, err := r.svc.Create(ctx, "u2", "", line("A", 2))
 	require.NoError(t, err)
-	expired, err := r.svc.Expire(ctx, o2.ID)
+	expired, err = r.svc.Expire(ctx, o2.ID)
 	require.NoError(t, err)
 	require.False(t, expired, "not past its deadline yet")
 	r.clock.Advance(16 * time.Minute)
@@ -251,19 +299,88 @@ func TestLatePayment(t *testing.T) {
 	expired, err = r.svc.Expire(ctx, o2.ID)
 	require.NoError(t, err)
 	require.False(t, expired, "expires once")
-	_, err = r.svc.Create(ctx, "u3", "", line("A", 2)) // takes what o2 gave back
+	require.Equal(t, Released, r.reservationState(o2.ID, "A"))
+	require.EqualValues(t, 2, r.redisAvailable("A"), "the expiry gave the units back")
+	late, err := r.svc.Pay(ctx, o2.ID, "pay-2")
 	require.NoError(t, err)
-	late, err := r.svc.Pay(ctx, o2.ID, "pay-late-2")
+	require.Equal(t, Paid, late.Status)
+	require.Equal(t, o2.ID+".late", late.ReservationToken)
+	stored, err := r.svc.Get(ctx, o2.ID)
 	require.NoError(t, err)
-	require.Equal(t, RefundRequired, late.Status, "the stock is gone: the payment must be refunded")
-	again, err := r.svc.Pay(ctx, o2.ID, "pay-late-2")
+	require.Equal(t, Paid, stored.Status)
+	require.Equal(t, o2.ID+".late", stored.ReservationToken)
+	require.Equal(t, Committed, r.reservationState(o2.ID+".late", "A"))
+	require.Equal(t, Released, r.reservationState(o2.ID, "A"), "the expired reservation stays released")
+	require.EqualValues(t, 5, r.sku("A").Reserved)
+	require.Zero(t, r.redisAvailable("A"), "Redis follows the re-reservation")
+	again, err := r.svc.Pay(ctx, o2.ID, "pay-2")
+	require.NoError(t, err)
+	require.Equal(t, Paid, again.Status, "replayed callback")
+	require.Equal(t, o2.ID+".late", again.ReservationToken)
+	_, err = r.svc.Pay(ctx, o2.ID, "pay-other")
+	require.ErrorIs(t, err, ErrConflict)
+	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, o2.ID+".late"), "re-reserved once")
+	_, err = r.svc.Create(ctx, "u9", "", line("A", 1))
+	require.ErrorIs(t, err, stock.ErrInsufficientStock)
+
+	// Expired, and the stock went to someone else: the payment must be refunded.
+	o3, err := r.svc.Create(ctx, "u3", "", line("B", 2))
+	require.NoError(t, err)
+	r.clock.Advance(16 * time.Minute)
+	expired, err = r.svc.Expire(ctx, o3.ID)
+	require.NoError(t, err)
+	require.True(t, expired)
+	o4, err := r.svc.Create(ctx, "u4", "", line("B", 2)) // takes what o3 gave back
+	require.NoError(t, err)
+	refund, err := r.svc.Pay(ctx, o3.ID, "pay-3")
+	require.NoError(t, err)
+	require.Equal(t, RefundRequired, refund.Status, "the stock is gone: the payment must be refunded")
+	require.Equal(t, "pay-3", *refund.PaymentID)
+	again, err = r.svc.Pay(ctx, o3.ID, "pay-3")
 	require.NoError(t, err)
 	require.Equal(t, RefundRequired, again.Status, "replayed callback")
-	refunded, err := r.svc.Refund(ctx, o2.ID)
+	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, o3.ID+".late"), "the refused re-reservation left nothing")
+	require.EqualValues(t, 2, r.sku("B").Reserved, "only o4 holds B")
+	require.Equal(t, Held, r.reservationState(o4.ID, "B"))
+	refunded, err := r.svc.Refund(ctx, o3.ID)
 	require.NoError(t, err)
 	require.Equal(t, Refunded, refunded.Status)
-	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox`), "only the paid order deducts")
-	r.checkInvariant("A")
+
+	// Cancelled by the buyer, then paid: refunded, never re-reserved.
+	o5, err := r.svc.Create(ctx, "u5", "", line("C", 1))
+	require.NoError(t, err)
+	_, err = r.svc.Cancel(ctx, o5.ID)
+	require.NoError(t, err)
+	refund, err = r.svc.Pay(ctx, o5.ID, "pay-5")
+	require.NoError(t, err)
+	require.Equal(t, RefundRequired, refund.Status)
+	require.Zero(t, r.sku("C").Reserved)
+	require.EqualValues(t, 3, r.redisAvailable("C"))
+	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, o5.ID+".late"))
+	refunded, err = r.svc.Refund(ctx, o5.ID)
+	require.NoError(t, err)
+	require.Equal(t, Refunded, refunded.Status)
+
+	require.Equal(t, []StockMessage{{Token: o.ID, SKU: "A", Op: OpDeduct, Qty: 3}, {Token: o2.ID + ".late", SKU: "A", Op: OpDeduct, Qty: 2}},
+		r.outbox(), "only the paid orders deduct (the late one under its late token); a REFUND_REQUIRED refund restores nothing")
+
+	// The late reservation is sold like any other, and a refund of the late
+	// order restores under the token its deduction carried.
+	redisApplied := r.redisApplied()
+	r.startPipeline()
+	r.waitApplied()
+	require.Equal(t, Sold, r.reservationState(o2.ID+".late", "A"))
+	r.requireQty("A", 0, 0)
+	_, err = r.svc.Refund(ctx, o2.ID)
+	require.NoError(t, err)
+	r.waitApplied()
+	redisApplied(1)
+	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_anomalies`))
+	r.requireQty("A", 2, 0)
+	require.EqualValues(t, 2, r.redisAvailable("A"))
+	for _, sku := range []string{"A", "B", "C"} {
+		r.checkInvariant(sku)
+	}
 }
 
 // endToEnd: many buyers order, most pay (some callbacks delivered three times
@@ -324,18 +441,20 @@ func endToEnd(t *testing.T, tr transport) {
 		sold += q
 	}
 	require.Greater(t, sold, int64(0))
-	require.EqualValues(t, initial-sold, r.dbStock("HOT"), "database stock = initial - paid")
+	r.requireQty("HOT", initial-sold, 0) // on_hand = initial - paid; nothing left reserved
 	var ledger []LedgerRow
 	require.NoError(t, r.db.Find(&ledger).Error)
 	got := map[string]int64{}
 	for _, l := range ledger {
 		require.Equal(t, OpDeduct, l.Op)
-		_, dup := got[l.OrderID]
+		_, dup := got[l.Token]
 		require.False(t, dup, "one ledger row per paid line")
-		got[l.OrderID] = l.Qty
+		got[l.Token] = l.Qty
 	}
-	require.Equal(t, paid, got, "every paid line, exactly once")
+	require.Equal(t, paid, got, "every paid line, exactly once, under its order's token")
 	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_anomalies`))
+	require.EqualValues(t, len(paid), r.count(`SELECT COUNT(*) FROM stock_reservations WHERE state = 'SOLD'`))
+	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE state IN ('HELD', 'COMMITTED')`))
 	r.checkInvariant("HOT")
 	t.Logf("end to end: %d paid orders, %d units sold, %d duplicate deliveries absorbed",
 		len(paid), sold, r.applier.Duplicate.Load())
@@ -344,45 +463,94 @@ func endToEnd(t *testing.T, tr transport) {
 func TestEndToEndMemory(t *testing.T) { endToEnd(t, memoryTransport(t)) }
 
 // The same operation published again (a redelivery, a duplicate send) changes
-// nothing; consecutive operations of a SKU are merged into one UPDATE.
+// nothing; consecutive operations of a SKU are merged into one UPDATE. A
+// DEDUCT needs a COMMITTED reservation of its quantity, a RESTORE its applied
+// DEDUCT; anything else is recorded as an anomaly and the queue moves on.
 func TestApplyExactlyOnce(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	ctx := context.Background()
 	r.addSKU("A", 10)
 	r.addSKU("B", 10)
-	msg := func(order, sku string, op Op, q int64) mq.Message {
-		return mq.Message{Key: sku, Body: []byte(fmt.Sprintf(`{"order_id":%q,"sku":%q,"op":%q,"qty":%d}`, order, sku, op, q))}
+	users := 0
+	create := func(sku string, q int64) string {
+		users++
+		o, err := r.svc.Create(ctx, fmt.Sprintf("u%d", users), "", line(sku, q))
+		require.NoError(t, err)
+		return o.ID
 	}
-	batch := []mq.Message{msg("o1", "A", OpDeduct, 2), msg("o2", "A", OpDeduct, 3), msg("o1", "A", OpDeduct, 2), msg("o3", "B", OpDeduct, 1)}
-	var updates int64
+	pay := func(sku string, q int64) string {
+		id := create(sku, q)
+		_, err := r.svc.Pay(ctx, id, "pay-"+id) // no relay runs: the test delivers
+		require.NoError(t, err)
+		return id
+	}
+	msg := func(token, sku string, op Op, q int64) mq.Message {
+		return mq.Message{Key: sku, Body: []byte(fmt.Sprintf(`{"token":%q,"sku":%q,"op":%q,"qty":%d}`, token, sku, op, q))}
+	}
+	o1, o2, o3 := pay("A", 2), pay("A", 3), pay("B", 1)
+	r.requireQty("A", 10, 5)
+	r.requireQty("B", 10, 1)
+
+	batch := []mq.Message{msg(o1, "A", OpDeduct, 2), msg(o2, "A", OpDeduct, 3), msg(o1, "A", OpDeduct, 2), msg(o3, "B", OpDeduct, 1)}
+	var skuUpdates, resUpdates int64
 	require.NoError(t, r.db.Callback().Raw().Before("gorm:raw").Register("count-updates", func(db *gorm.DB) {
-		if len(db.Statement.SQL.String()) >= 6 && db.Statement.SQL.String()[:6] == "UPDATE" {
-			updates++
+		if strings.HasPrefix(strings.TrimSpace(db.Statement.SQL.String()), "UPDATE skus") {
+			skuUpdates++
+		}
+	}))
+	require.NoError(t, r.db.Callback().Update().Before("gorm:update").Register("count-updates", func(db *gorm.DB) {
+		if db.Statement.Table == "stock_reservations" {
+			resUpdates++
 		}
 	}))
 	require.NoError(t, r.applier.Handle(ctx, batch))
 	require.NoError(t, r.db.Callback().Raw().Remove("count-updates"))
-	require.EqualValues(t, 2, updates, "one UPDATE per SKU for the whole delivery")
+	require.NoError(t, r.db.Callback().Update().Remove("count-updates"))
+	require.EqualValues(t, 2, skuUpdates, "one UPDATE of skus per SKU for the whole delivery")
+	require.EqualValues(t, 2, resUpdates, "one UPDATE of the reservations per SKU")
 	require.NoError(t, r.applier.Handle(ctx, batch))
-	require.EqualValues(t, 5, r.dbStock("A"))
-	require.EqualValues(t, 9, r.dbStock("B"))
+	r.requireQty("A", 5, 0)
+	r.requireQty("B", 9, 0)
+	for _, id := range []string{o1, o2} {
+		require.Equal(t, Sold, r.reservationState(id, "A"))
+	}
+	require.Equal(t, Sold, r.reservationState(o3, "B"))
 	require.EqualValues(t, 3, r.count(`SELECT COUNT(*) FROM stock_ledger`))
 	require.EqualValues(t, 3, r.applier.Applied.Load())
 	require.EqualValues(t, 5, r.applier.Duplicate.Load(), "one in-batch duplicate, then the whole batch again")
+	require.EqualValues(t, 5, r.redisAvailable("A"), "a deduction moves on_hand and reserved together: available stays")
+	r.checkInvariant("A")
+	r.checkInvariant("B")
 
-	// A deduction the database cannot cover is recorded, and the queue moves on.
-	require.NoError(t, r.applier.Handle(ctx, []mq.Message{msg("o4", "A", OpDeduct, 9), msg("o5", "A", OpDeduct, 5), msg("o6", "A", OpRestore, 1)}))
-	require.EqualValues(t, 1, r.dbStock("A"), "o5 applied, o4 refused, o6 restored")
-	var an AnomalyRow
-	require.NoError(t, r.db.Take(&an).Error)
-	require.Equal(t, AnomalyRow{ID: an.ID, OrderID: "o4", SKU: "A", Op: OpDeduct, Qty: 9, DBStock: 5,
-		Reason: "deduction would take database stock below zero"}, an)
+	// A deduction without a committed reservation (unknown, or only held) and
+	// a restore without its deduction are recorded, not applied; a restore
+	// after its deduction gives the units back, to the database and Redis.
+	o7 := create("A", 1) // held, not paid
+	require.NoError(t, r.applier.Handle(ctx, []mq.Message{msg("o4", "A", OpDeduct, 9), msg(o7, "A", OpDeduct, 1),
+		msg("o6", "A", OpRestore, 1), msg(o1, "A", OpRestore, 2)}))
+	r.requireQty("A", 7, 1)
+	require.Equal(t, Held, r.reservationState(o7, "A"), "an unpaid reservation is not sold")
+	require.EqualValues(t, 6, r.redisAvailable("A"), "the restore reached Redis")
+	var an []AnomalyRow
+	require.NoError(t, r.db.Order("id").Find(&an).Error)
+	require.Len(t, an, 3)
+	const noCommitted = "no committed reservation of this quantity"
+	require.Equal(t, []AnomalyRow{
+		{ID: an[0].ID, Token: "o4", SKU: "A", Op: OpDeduct, Qty: 9, OnHand: 5, Reason: noCommitted},
+		{ID: an[1].ID, Token: o7, SKU: "A", Op: OpDeduct, Qty: 1, OnHand: 5, Reason: noCommitted},
+		{ID: an[2].ID, Token: "o6", SKU: "A", Op: OpRestore, Qty: 1, OnHand: 5, Reason: "restore without its deduction"},
+	}, an)
 	require.NoError(t, r.applier.Handle(ctx, []mq.Message{msg("o4", "A", OpDeduct, 9)}))
-	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_anomalies`), "an anomaly is recorded once")
+	require.EqualValues(t, 3, r.count(`SELECT COUNT(*) FROM stock_anomalies`), "an anomaly is recorded once")
+	require.EqualValues(t, 3, r.applier.Anomalies.Load())
+	require.EqualValues(t, 4, r.applier.Applied.Load())
 
-	require.NoError(t, r.applier.Handle(ctx, []mq.Message{{Key: "A", Body: []byte("not json")}, msg("o7", "A", OpDeduct, 1)}))
+	o8 := pay("A", 1)
+	require.NoError(t, r.applier.Handle(ctx, []mq.Message{{Key: "A", Body: []byte("not json")}, msg(o8, "A", OpDeduct, 1)}))
 	require.EqualValues(t, 1, r.applier.Malformed.Load())
-	require.EqualValues(t, 0, r.dbStock("A"), "a malformed message does not block the queue")
+	r.requireQty("A", 6, 1) // o8 sold; o7 still held
+	require.Equal(t, Sold, r.reservationState(o8, "A"), "a malformed message does not block the queue")
+	r.checkInvariant("A")
 }
 
 // The process dies after the payment committed and before anything was sent:
@@ -395,12 +563,15 @@ func TestCrashBetweenCommitAndSend(t *testing.T) {
 	require.NoError(t, err)
 	_, err = r.svc.Pay(ctx, o.ID, "pay-1") // no relay runs: "crashed"
 	require.NoError(t, err)
-	require.EqualValues(t, 10, r.dbStock("A"))
-	r.checkInvariant("A") // paid-unapplied is counted
+	r.requireQty("A", 10, 3) // paid-unapplied stays reserved
+	require.Equal(t, Committed, r.reservationState(o.ID, "A"))
+	r.checkInvariant("A")
 
 	r.startPipeline() // the restarted node
 	r.waitApplied()
-	require.EqualValues(t, 7, r.dbStock("A"))
+	r.requireQty("A", 7, 0)
+	require.Equal(t, Sold, r.reservationState(o.ID, "A"))
+	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_ledger`))
 	r.checkInvariant("A")
 }
 
@@ -431,7 +602,7 @@ func TestCrashBetweenSendAndMark(t *testing.T) {
 	require.Eventually(t, func() bool { return r.applier.Duplicate.Load() == 4 }, 30*time.Second, 10*time.Millisecond,
 		"the first send (all four rows of A) was delivered twice and applied once")
 	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL`))
-	require.EqualValues(t, 12, r.dbStock("A"))
+	r.requireQty("A", 12, 0)
 	require.EqualValues(t, 4, r.count(`SELECT COUNT(*) FROM stock_ledger`))
 	r.checkInvariant("A")
 }
@@ -458,13 +629,16 @@ func TestConsumerCrashMidBatch(t *testing.T) {
 	r.startPipeline()
 	r.waitApplied()
 	require.GreaterOrEqual(t, crashes.Load(), int64(3))
-	require.EqualValues(t, 40, r.dbStock("A"))
+	r.requireQty("A", 40, 0)
+	require.EqualValues(t, 10, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE state = 'SOLD'`))
 	require.EqualValues(t, 10, r.count(`SELECT COUNT(*) FROM stock_ledger`))
 	r.checkInvariant("A")
 }
 
 // Redis loses its keys with orders pending and payments unapplied: the cold
-// init counts both, so nothing is created and nothing lost.
+// init reads on_hand - reserved from the SKU's row, and both kinds of order
+// are in reserved, so it gives exactly the units nobody holds. Nothing is
+// created and nothing lost, and the later deduction leaves Redis alone.
 func TestKeyLossWithPendingAndUnapplied(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	ctx := context.Background()
@@ -475,22 +649,101 @@ func TestKeyLossWithPendingAndUnapplied(t *testing.T) {
 	require.NoError(t, err)
 	_, err = r.svc.Pay(ctx, p.ID, "pay-1") // not applied: no relay
 	require.NoError(t, err)
-	require.NoError(t, r.rdb.FlushDB(ctx).Err())
+	r.requireQty("A", 10, 5)
+	require.NoError(t, r.rdb.FlushDB(ctx).Err()) // this package's Redis database loses every key
+	lv, err := r.st.Levels(ctx, "A")
+	require.NoError(t, err)
+	require.False(t, lv.Initialised)
 
-	n, err := r.st.Deduct(ctx, "A", 2, pending.ID)
-	require.NoError(t, err, "the pending order's token is recognised after the loss")
-	require.EqualValues(t, 5, n, "10 - 3 paid-unapplied - 2 held")
 	_, err = r.svc.Create(ctx, "u3", "", line("A", 6))
-	require.ErrorIs(t, err, stock.ErrInsufficientStock)
+	require.ErrorIs(t, err, stock.ErrInsufficientStock, "Redis refuses: the cold init gave 10 - 3 paid-unapplied - 2 held")
+	lv, err = r.st.Levels(ctx, "A")
+	require.NoError(t, err)
+	rec := r.sku("A")
+	require.Equal(t, stock.Levels{Initialised: true, Available: 5, Epoch: rec.RedisEpoch, Seq: rec.Seq}, lv,
+		"initialised from the row: its available, seq and the epoch it recorded")
+	require.NotZero(t, lv.Epoch)
+	require.EqualValues(t, 2, r.count(`SELECT COUNT(*) FROM orders`))
 	r.checkInvariant("A")
+
+	last, err := r.svc.Create(ctx, "u4", "", line("A", 5))
+	require.NoError(t, err, "exactly the units nobody holds can be taken")
+	require.Zero(t, r.redisAvailable("A"))
+	r.requireQty("A", 10, 10)
 	c, err := r.svc.Cancel(ctx, pending.ID)
 	require.NoError(t, err)
 	require.Equal(t, Cancelled, c.Status)
-	lv, err := r.st.Levels(ctx, "A")
-	require.NoError(t, err)
-	require.EqualValues(t, 7, lv.Available)
+	require.EqualValues(t, 2, r.redisAvailable("A"))
 	r.startPipeline()
 	r.waitApplied()
-	require.EqualValues(t, 7, r.dbStock("A"))
+	r.requireQty("A", 7, 5) // p sold; last still held
+	require.EqualValues(t, 2, r.redisAvailable("A"), "the deduction moved on_hand and reserved, not available")
+	r.checkInvariant("A")
+
+	// Lost again after the deduction: the init still matches.
+	require.NoError(t, r.rdb.FlushDB(ctx).Err())
+	require.EqualValues(t, 2, r.redisAvailable("A"))
+	_, err = r.svc.Cancel(ctx, last.ID)
+	require.NoError(t, err)
+	require.EqualValues(t, 7, r.redisAvailable("A"))
+	r.requireQty("A", 7, 0)
+	r.checkInvariant("A")
+}
+
+// Redis is wrong upwards (it came back from an old snapshot, a replica lost
+// writes): it admits what the database does not have. The database refuses
+// the reservation, the buyer gets insufficient stock, nothing is written, and
+// Redis is realigned from the database; concurrent checkouts cannot oversell.
+func TestDatabaseRefusesWhatRedisOverAdmits(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	r.addSKU("A", 5)
+	first, err := r.svc.Create(ctx, "u1", "", line("A", 3))
+	require.NoError(t, err)
+	inflate := func(n int64) {
+		lv, err := r.st.Levels(ctx, "A")
+		require.NoError(t, err)
+		// A change the init never saw (a seq beyond the database's): Redis gains n.
+		require.NoError(t, r.st.Apply(ctx, stock.Change{SKU: "A", Delta: n, Seq: lv.Seq + 1_000_000}))
+	}
+	inflate(10)
+	require.EqualValues(t, 12, r.redisAvailable("A"))
+
+	_, err = r.svc.Create(ctx, "u2", "", line("A", 4))
+	require.ErrorIs(t, err, stock.ErrInsufficientStock, "Redis admitted, the database refused")
+	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_reservations`))
+	r.requireQty("A", 5, 3)
+	require.EqualValues(t, 2, r.redisAvailable("A"), "realigned from the database")
+	r.checkInvariant("A")
+
+	inflate(20)
+	var wg sync.WaitGroup
+	var won, refused atomic.Int64
+	for i := 0; i < 12; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := r.svc.Create(ctx, fmt.Sprintf("b%d", i), "", line("A", 1))
+			switch {
+			case err == nil:
+				won.Add(1)
+			case errors.Is(err, stock.ErrInsufficientStock):
+				refused.Add(1)
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	require.EqualValues(t, 2, won.Load(), "exactly the units the database had")
+	require.EqualValues(t, 10, refused.Load())
+	require.EqualValues(t, 3, r.count(`SELECT COUNT(*) FROM orders`))
+	r.requireQty("A", 5, 5)
+	require.Zero(t, r.redisAvailable("A"))
+	r.checkInvariant("A")
+	_, err = r.svc.Cancel(ctx, first.ID)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, r.redisAvailable("A"))
 	r.checkInvariant("A")
 }

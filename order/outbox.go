@@ -20,7 +20,7 @@ import (
 // transaction of the order transition that causes it.
 type OutboxRow struct {
 	ID        int64      `gorm:"primaryKey"`
-	OrderID   string     `gorm:"column:order_id"`
+	Token     string     `gorm:"column:token"` // the reservation's token
 	SKU       string     `gorm:"column:sku"`
 	Op        Op         `gorm:"column:op"`
 	Qty       int64      `gorm:"column:qty"`
@@ -30,12 +30,13 @@ type OutboxRow struct {
 
 func (OutboxRow) TableName() string { return "stock_outbox" }
 
-// StockMessage is the body of one message on the ordered topic (key = SKU).
+// StockMessage is the body of one message on the ordered topic (key = SKU):
+// an operation on the reservation (Token, SKU).
 type StockMessage struct {
-	OrderID string `json:"order_id"`
-	SKU     string `json:"sku"`
-	Op      Op     `json:"op"`
-	Qty     int64  `json:"qty"`
+	Token string `json:"token"`
+	SKU   string `json:"sku"`
+	Op    Op     `json:"op"`
+	Qty   int64  `json:"qty"`
 }
 
 // RelayConfig tunes a Relay.
@@ -199,7 +200,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
 	for _, run := range runsBySKU(rows) {
 		msgs := make([]mq.Message, len(run))
 		for i, row := range run {
-			body, _ := json.Marshal(StockMessage{OrderID: row.OrderID, SKU: row.SKU, Op: row.Op, Qty: row.Qty})
+			body, _ := json.Marshal(StockMessage{Token: row.Token, SKU: row.SKU, Op: row.Op, Qty: row.Qty})
 			msgs[i] = mq.Message{Key: row.SKU, Body: body}
 		}
 		if serr = r.producer.Send(ctx, msgs...); serr != nil {

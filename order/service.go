@@ -2,9 +2,7 @@ package order
 
 import (
 	"context"
-	"crypto/sha256"
-	"database/sql"
-	"encoding/hex"
+
 	"errors"
 	"fmt"
 	"log/slog"
@@ -66,13 +64,6 @@ func NewService(db *gorm.DB, st *stock.Store, cfg Config) *Service {
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Microsecond) }
 
-// idempotentID derives the order id from the client's idempotency key, so
-// concurrent retries share one order id and therefore one reservation token.
-func idempotentID(userID, key string) string {
-	sum := sha256.Sum256([]byte(userID + "\x00" + key))
-	return "o" + hex.EncodeToString(sum[:16])
-}
-
 // Get returns the order with its items.
 func (s *Service) Get(ctx context.Context, id string) (*Order, error) {
 	if err := validateID("order id", id); err != nil {
@@ -96,9 +87,11 @@ func (s *Service) get(tx *gorm.DB, id string, forUpdate bool) (*Order, error) {
 	return &o, nil
 }
 
-// Create reserves every line in Redis and then writes the order; a sold-out
-// request never reaches the database. With an idempotency key, a retry
-// returns the same order (and a different body with the same key conflicts).
+// Create reserves every line and writes the order in the same database
+// transaction as its reservations: Redis admits each line (a sold-out request
+// never reaches the database), the database arbitrates. With an idempotency
+// key, a retry returns the same order (and a different body with the same
+// key conflicts). Order ids are random, never derived from request fields.
 func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []stock.Line) (*Order, error) {
 	if err := validateID("user_id", userID); err != nil {
 		return nil, err
@@ -110,76 +103,96 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []st
 	if err != nil {
 		return nil, err
 	}
-	id := uuid.Must(uuid.NewV7()).String()
 	if idemKey != "" {
-		id = idempotentID(userID, idemKey)
-		if o, err := s.Get(ctx, id); err == nil {
+		if o, err := s.byIdempotencyKey(ctx, userID, idemKey); err == nil {
 			return sameOrder(o, lines)
 		} else if !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}
 	}
 
-	if _, err := s.stock.DeductCart(ctx, id, lines); err != nil {
+	adm, err := s.stock.AdmitCart(ctx, lines)
+	if err != nil {
 		return nil, err
 	}
+	id := uuid.Must(uuid.NewV7()).String()
 	now := s.now()
 	o := &Order{ID: id, UserID: userID, Status: Pending, ReservationToken: id, ExpiresAt: now.Add(s.cfg.TTL), CreatedAt: now, UpdatedAt: now}
 	if idemKey != "" {
 		o.IdempotencyKey = &idemKey
 	}
-	for _, l := range lines {
+	req := &writeReq{order: o}
+	for i, l := range lines {
 		o.Items = append(o.Items, Item{OrderID: id, SKU: l.SKU, Qty: l.Qty})
+		req.rows = append(req.rows, Reservation{Token: id, SKU: l.SKU, OrderID: &o.ID, Qty: l.Qty, State: Held,
+			Result: adm[i].Remaining, ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now})
 	}
-	if err := s.orders.write(ctx, o); err != nil {
+	marks, err := s.orders.write(ctx, req)
+	if err != nil {
+		s.stock.UndoCart(context.WithoutCancel(ctx), lines, adm)
 		if isDuplicate(err) && idemKey != "" { // a concurrent retry wrote it first
-			winner, gerr := s.Get(ctx, id)
+			winner, gerr := s.byIdempotencyKey(ctx, userID, idemKey)
 			if gerr != nil {
 				return nil, gerr
 			}
 			return sameOrder(winner, lines)
 		}
-		s.undo(ctx, id, lines) // the order was not written: nothing may stay held
-		return nil, fmt.Errorf("order: write: %w", err)
+		return nil, s.refused(ctx, err)
 	}
-
-	// Re-affirm: if Redis lost its keys between the reservation and the
-	// write, the cold init may not have counted this order; a replay of the
-	// token takes the units again only where they are not held.
-	if _, err := s.stock.DeductCart(ctx, id, lines); err != nil {
-		switch {
-		case errors.Is(err, stock.ErrInsufficientStock):
-			if _, cerr := s.Cancel(context.WithoutCancel(ctx), id); cerr != nil && !errors.Is(cerr, ErrConflict) {
-				return nil, fmt.Errorf("order: cancelling an order whose stock was lost: %w", cerr)
-			}
-			return nil, err
-		case errors.Is(err, stock.ErrTokenReleased):
-			// Cancelled or expired meanwhile, or the hold was reaped before the
-			// row was written (a stall longer than the hold TTL): an order that
-			// holds nothing must not stay PENDING.
-			o, cerr := s.Cancel(context.WithoutCancel(ctx), id)
-			if cerr == nil {
-				return nil, fmt.Errorf("%w: the reservation expired before the order was written", stock.ErrUnavailable)
-			}
-			if errors.Is(cerr, ErrConflict) {
-				return o, nil
-			}
-			return nil, cerr
-		default:
-			s.cfg.Logger.Warn("order: re-affirming the reservation failed", "order", id, "err", err)
-		}
-	}
+	s.settle(ctx, lines, adm, marks)
 	s.cfg.OnCreated(ctx, o)
 	return o, nil
 }
 
-func (s *Service) undo(ctx context.Context, token string, lines []stock.Line) {
-	for _, l := range lines {
-		if _, err := s.stock.Undo(context.WithoutCancel(ctx), l.SKU, token); err != nil {
-			s.cfg.Logger.Error("order: undoing a reservation failed; the timeout release will give it back",
-				"token", token, "sku", l.SKU, "err", err)
-		}
+func (s *Service) byIdempotencyKey(ctx context.Context, userID, key string) (*Order, error) {
+	var ids []string
+	if err := s.db.WithContext(ctx).Model(&Order{}).Where("user_id = ? AND idempotency_key = ?", userID, key).
+		Pluck("id", &ids).Error; err != nil {
+		return nil, err
 	}
+	if len(ids) == 0 {
+		return nil, ErrNotFound
+	}
+	return s.Get(ctx, ids[0])
+}
+
+// refused turns a failed reservation write into the caller's error. When the
+// database refused what Redis admitted, Redis was wrong (it lost or rolled
+// back state): the SKU is realigned and the caller gets insufficient stock.
+func (s *Service) refused(ctx context.Context, err error) error {
+	var r errRefused
+	if !errors.As(err, &r) {
+		if errors.Is(err, stock.ErrUnknownSKU) {
+			return err
+		}
+		return fmt.Errorf("order: write: %w", err)
+	}
+	s.cfg.Logger.Warn("order: the database refused what Redis admitted; realigning", "sku", r.sku)
+	if rerr := s.stock.Realign(context.WithoutCancel(ctx), r.sku); rerr != nil {
+		s.cfg.Logger.Warn("order: realign failed; the periodic realign retries", "sku", r.sku, "err", rerr)
+	}
+	return fmt.Errorf("%w: %s", stock.ErrInsufficientStock, r.sku)
+}
+
+// settle makes Redis count what the database recorded: an admission taken
+// from a Redis value that was re-initialised before the reservation
+// committed is taken again from the new value (once: see stock.Apply). In
+// the common case the database's epoch is the admission's and nothing is sent.
+func (s *Service) settle(ctx context.Context, lines []stock.Line, adm []stock.Admission, marks map[string]mark) {
+	var chs []stock.Change
+	for i, l := range lines {
+		m := marks[l.SKU]
+		// An admission from an unlimited value took nothing, but it is settled
+		// like any other: if the SKU got a limit (Put realigned Redis to a new
+		// epoch) before this reservation committed, the new value did not count
+		// it. While Redis is still unlimited, or in the admission's own epoch,
+		// Apply changes nothing.
+		if m.epoch == adm[i].Epoch {
+			continue
+		}
+		chs = append(chs, stock.Change{SKU: l.SKU, Delta: -l.Qty, Seq: m.seq, Epoch: adm[i].Epoch})
+	}
+	s.apply(ctx, chs)
 }
 
 // sameOrder answers an idempotent replay: the stored order if the request
@@ -223,14 +236,15 @@ func (s *Service) Expire(ctx context.Context, id string) (bool, error) {
 	return err == nil, err
 }
 
+// close moves a PENDING order to to and releases its reservations in the same
+// transaction: the conditional transition picks one winner, so a cancel and
+// a timeout racing on two nodes give the units back once.
 func (s *Service) close(ctx context.Context, id string, to Status, cond func(*gorm.DB) *gorm.DB) (*Order, error) {
 	if err := validateID("order id", id); err != nil {
 		return nil, err
 	}
-	// The update and the read share a transaction (the UPDATE holds the row
-	// lock until commit), so the token released below is the one the order
-	// had when this call won, not one a late payment put there since.
 	var won bool
+	var chs []stock.Change
 	o, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
 		q := tx.Model(&Order{}).Where("id = ? AND status = ?", id, Pending)
 		if cond != nil {
@@ -241,7 +255,12 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 			return nil, res.Error
 		}
 		won = res.RowsAffected == 1
-		return s.get(tx, id, false)
+		o, err := s.get(tx, id, false)
+		if err != nil || !won {
+			return o, err
+		}
+		chs, _, err = releaseTx(tx, o.ReservationToken, "")
+		return o, err
 	})
 	if err != nil {
 		return nil, err
@@ -249,28 +268,19 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	if !won {
 		return o, fmt.Errorf("%w: order %s is %s", ErrConflict, id, o.Status)
 	}
-	s.giveBack(ctx, o)
+	s.apply(ctx, chs)
 	if to == Expired {
 		s.cfg.OnExpired(s.now().Sub(o.ExpiresAt))
 	}
 	return o, nil
 }
 
-// giveBack releases every line of o in Redis. A failure leaves the hold to the
-// timeout release (its deadline is in Redis too), so it is logged, not fatal.
-func (s *Service) giveBack(ctx context.Context, o *Order) {
-	for _, it := range o.Items {
-		if _, err := s.stock.Release(context.WithoutCancel(ctx), it.SKU, o.ReservationToken); err != nil {
-			s.cfg.Logger.Error("order: releasing stock failed; the timeout release will retry",
-				"order", o.ID, "sku", it.SKU, "err", err)
-		}
-	}
-}
-
 // Pay records a successful payment: idempotent by payment id. A PENDING order
-// becomes PAID with one DEDUCT outbox row per line in the same transaction. A
-// payment after the deadline (or after a cancel) re-reserves the stock under a
-// new token if it can and becomes PAID, else REFUND_REQUIRED.
+// becomes PAID: its reservations turn COMMITTED and one DEDUCT outbox row per
+// line is written, in one transaction. An EXPIRED order re-reserves its lines
+// in the database if the stock is still there (PAID) and otherwise becomes
+// REFUND_REQUIRED; a CANCELLED order (the buyer cancelled) becomes
+// REFUND_REQUIRED.
 func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error) {
 	if err := validateID("order id", id); err != nil {
 		return nil, err
@@ -278,8 +288,9 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 	if err := validateID("payment_id", paymentID); err != nil {
 		return nil, err
 	}
-	var late *Order
+	var chs []stock.Change
 	o, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
+		chs = nil
 		o, err := s.get(tx, id, true)
 		if err != nil {
 			return nil, err
@@ -287,31 +298,95 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 		if done, err := paidAlready(o, paymentID); done {
 			return o, err
 		}
-		switch {
-		case o.Status == Pending && s.now().Before(o.ExpiresAt):
-			return s.markPaid(tx, o, paymentID, o.ReservationToken, Pending)
-		case o.Status == Pending: // past its deadline: expire it, then pay late
-			if _, err := s.transition(tx, id, Expired, []Status{Pending}, nil); err != nil {
+		switch o.Status {
+		case Pending:
+			return s.markPaid(tx, o, paymentID, o.ReservationToken)
+		case Expired:
+			// The order's row lock serialises deliveries of one callback: only
+			// one of them reserves again.
+			token := o.ID + ".late"
+			marks, err := s.reserveLate(tx, o, token)
+			var r errRefused
+			if errors.As(err, &r) {
+				return nil, err // rolled back; REFUND_REQUIRED below
+			}
+			if err != nil {
 				return nil, err
 			}
-			o.Status = Expired
-			late = o
-			return o, nil
-		case o.Status == Expired || o.Status == Cancelled:
-			late = o
-			return o, nil
+			chs = changes(lineQty(o), marks, -1)
+			return s.markPaid(tx, o, paymentID, token)
+		case Cancelled:
+			return s.refundRequired(tx, o, paymentID)
 		}
 		return nil, fmt.Errorf("%w: order %s is %s", ErrConflict, id, o.Status)
 	})
+	var r errRefused
+	if errors.As(err, &r) {
+		o, err = s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
+			o, err := s.get(tx, id, true)
+			if err != nil {
+				return nil, err
+			}
+			if done, err := paidAlready(o, paymentID); done {
+				return o, err
+			}
+			if o.Status != Expired {
+				return nil, fmt.Errorf("%w: order %s is %s", ErrConflict, id, o.Status)
+			}
+			return s.refundRequired(tx, o, paymentID)
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
-	if late != nil {
-		s.giveBack(ctx, late) // no-op unless this call expired it
-		return s.payLate(ctx, late, paymentID)
-	}
-	s.confirm(ctx, o)
+	s.apply(ctx, chs)
+	s.cfg.OnOutbox()
 	return o, nil
+}
+
+// reserveLate reserves an expired order's lines again in the database alone,
+// as COMMITTED reservations under token (Redis follows through Apply).
+func (s *Service) reserveLate(tx *gorm.DB, o *Order, token string) (map[string]mark, error) {
+	now := s.now()
+	rows := make([]Reservation, len(o.Items))
+	for i, it := range o.Items {
+		rows[i] = Reservation{Token: token, SKU: it.SKU, OrderID: &o.ID, Qty: it.Qty, State: Committed,
+			ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now}
+	}
+	if err := tx.Create(&rows).Error; err != nil {
+		return nil, err
+	}
+	return reserveTx(tx, lineQty(o))
+}
+
+func lineQty(o *Order) map[string]int64 {
+	out := make(map[string]int64, len(o.Items))
+	for _, it := range o.Items {
+		out[it.SKU] += it.Qty
+	}
+	return out
+}
+
+func (s *Service) refundRequired(tx *gorm.DB, o *Order, paymentID string) (*Order, error) {
+	if err := s.recordPayment(tx, o, RefundRequired, map[string]any{"payment_id": paymentID, "paid_at": s.now()}); err != nil {
+		return nil, err
+	}
+	return s.get(tx, o.ID, false)
+}
+
+// recordPayment moves o from its current status to to, with set (the
+// payment's fields), conditionally.
+func (s *Service) recordPayment(tx *gorm.DB, o *Order, to Status, set map[string]any) error {
+	ok, err := s.transition(tx, o.ID, to, []Status{o.Status}, set)
+	switch {
+	case isDuplicate(err):
+		return fmt.Errorf("%w: payment %s belongs to another order", ErrConflict, set["payment_id"])
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("%w: order %s changed concurrently", ErrConflict, o.ID)
+	}
+	return nil
 }
 
 // paidAlready answers a replayed callback: the same payment id returns the
@@ -326,95 +401,40 @@ func paidAlready(o *Order, paymentID string) (bool, error) {
 	return true, fmt.Errorf("%w: order %s was paid by another payment", ErrConflict, o.ID)
 }
 
-// markPaid moves o (in state from) to PAID under token and writes its DEDUCT
-// outbox rows, in tx.
-func (s *Service) markPaid(tx *gorm.DB, o *Order, paymentID, token string, from ...Status) (*Order, error) {
+// markPaid moves o to PAID under token, commits token's held reservations
+// (a late payment's are committed already) and writes the DEDUCT outbox rows,
+// in tx.
+func (s *Service) markPaid(tx *gorm.DB, o *Order, paymentID, token string) (*Order, error) {
 	now := s.now()
-	ok, err := s.transition(tx, o.ID, Paid, from, map[string]any{
+	if err := s.recordPayment(tx, o, Paid, map[string]any{
 		"payment_id": paymentID, "paid_at": now, "reservation_token": token,
-	})
-	if err != nil {
-		if isDuplicate(err) {
-			return nil, fmt.Errorf("%w: payment %s belongs to another order", ErrConflict, paymentID)
+	}); err != nil {
+		return nil, err
+	}
+	if o.Status == Pending {
+		res := tx.Model(&Reservation{}).Where("token = ? AND state = ?", token, Held).Update("state", Committed)
+		if res.Error != nil {
+			return nil, res.Error
 		}
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("%w: order %s changed concurrently", ErrConflict, o.ID)
-	}
-	if err := writeOutbox(tx, o, OpDeduct); err != nil {
-		return nil, err
+		if res.RowsAffected != int64(len(o.Items)) {
+			return nil, fmt.Errorf("order: %s holds %d of its %d reservations", o.ID, res.RowsAffected, len(o.Items))
+		}
 	}
 	o.Status, o.PaymentID, o.PaidAt, o.ReservationToken = Paid, &paymentID, &now, token
+	if err := writeOutbox(tx, token, o.lines(), OpDeduct); err != nil {
+		return nil, err
+	}
 	return o, nil
 }
 
-// payLate re-reserves an expired or cancelled order's lines under a token of
-// its own (the old token is closed) and pays it, or records REFUND_REQUIRED.
-func (s *Service) payLate(ctx context.Context, o *Order, paymentID string) (*Order, error) {
-	token := o.ID + ".late"
-	_, rerr := s.stock.DeductCart(ctx, token, o.lines())
-	if rerr != nil && !errors.Is(rerr, stock.ErrInsufficientStock) {
-		return nil, rerr
-	}
-	paid, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
-		cur, err := s.get(tx, o.ID, true)
-		if err != nil {
-			return nil, err
-		}
-		if done, err := paidAlready(cur, paymentID); done {
-			return cur, err
-		}
-		if cur.Status != Expired && cur.Status != Cancelled {
-			return nil, fmt.Errorf("%w: order %s is %s", ErrConflict, o.ID, cur.Status)
-		}
-		if rerr != nil { // stock is gone: the payment must be refunded
-			ok, err := s.transition(tx, o.ID, RefundRequired, []Status{cur.Status}, map[string]any{"payment_id": paymentID, "paid_at": s.now()})
-			if err != nil || !ok {
-				return nil, errors.Join(err, fmt.Errorf("%w: order %s changed concurrently", ErrConflict, o.ID))
-			}
-			return s.get(tx, o.ID, false)
-		}
-		return s.markPaid(tx, cur, paymentID, token, cur.Status)
-	})
-	if err != nil {
-		if rerr == nil && (paid == nil || paid.ReservationToken != token) {
-			s.undo(ctx, token, o.lines())
-		}
-		return nil, err
-	}
-	if paid.Status == Paid && paid.ReservationToken == token {
-		s.confirm(ctx, paid)
-	} else if rerr == nil {
-		s.undo(ctx, token, o.lines())
-	}
-	return paid, nil
-}
-
-// confirm turns the paid order's holds into sales in Redis, and wakes the relay.
-func (s *Service) confirm(ctx context.Context, o *Order) {
-	s.cfg.OnOutbox()
-	for _, it := range o.Items {
-		_, err := s.stock.Confirm(context.WithoutCancel(ctx), it.SKU, o.ReservationToken)
-		switch {
-		case err == nil, errors.Is(err, stock.ErrNotHeld):
-			// ErrNotHeld: Redis was re-initialised after the payment committed and
-			// counted the line as paid-but-unapplied already.
-		default:
-			s.cfg.Logger.Error("order: confirming a paid line in Redis failed; reconcile will report it",
-				"order", o.ID, "sku", it.SKU, "err", err)
-		}
-	}
-}
-
-// Refund moves a PAID order to REFUNDED, writes RESTORE outbox rows for the
-// database and gives the units back in Redis. A REFUND_REQUIRED order (it
-// never took stock) just becomes REFUNDED.
+// Refund moves a PAID order to REFUNDED and writes RESTORE outbox rows: the
+// units come back to on_hand (and then to Redis) when the ordered consumer
+// applies them, after their deduction. A REFUND_REQUIRED order (it never took
+// stock) just becomes REFUNDED.
 func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
 	if err := validateID("order id", id); err != nil {
 		return nil, err
 	}
-	var restored bool
 	o, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
 		o, err := s.get(tx, id, true)
 		if err != nil {
@@ -427,10 +447,9 @@ func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
 			return nil, err
 		}
 		if o.Status == Paid {
-			if err := writeOutbox(tx, o, OpRestore); err != nil {
+			if err := writeOutbox(tx, o.ReservationToken, o.lines(), OpRestore); err != nil {
 				return nil, err
 			}
-			restored = true
 		}
 		o.Status = Refunded
 		return o, nil
@@ -438,28 +457,14 @@ func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
 	if err != nil {
 		return nil, err
 	}
-	if restored {
-		s.cfg.OnOutbox()
-		for _, it := range o.Items {
-			q, err := s.stock.Release(context.WithoutCancel(ctx), it.SKU, o.ReservationToken)
-			if err == nil && q == 0 {
-				// Redis no longer knows the sale (its tombstone expired, or a cold
-				// init counted it as paid-unapplied): give the units back directly.
-				_, err = s.stock.Adjust(context.WithoutCancel(ctx), it.SKU, it.Qty)
-			}
-			if err != nil {
-				s.cfg.Logger.Error("order: giving back refunded units in Redis failed; reconcile will repair it",
-					"order", o.ID, "sku", it.SKU, "err", err)
-			}
-		}
-	}
+	s.cfg.OnOutbox()
 	return o, nil
 }
 
-func writeOutbox(tx *gorm.DB, o *Order, op Op) error {
-	rows := make([]OutboxRow, len(o.Items))
-	for i, it := range o.Items {
-		rows[i] = OutboxRow{OrderID: o.ID, SKU: it.SKU, Op: op, Qty: it.Qty}
+func writeOutbox(tx *gorm.DB, token string, lines []stock.Line, op Op) error {
+	rows := make([]OutboxRow, len(lines))
+	for i, l := range lines {
+		rows[i] = OutboxRow{Token: token, SKU: l.SKU, Op: op, Qty: l.Qty}
 	}
 	return tx.Create(&rows).Error
 }
@@ -480,8 +485,7 @@ func (s *Service) inTx(ctx context.Context, fn func(tx *gorm.DB) (*Order, error)
 func retryDeadlock[T any](fn func() (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
 		v, err := fn()
-		var me *mysql.MySQLError
-		if attempt < 4 && errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205) {
+		if attempt < 4 && isDeadlock(err) {
 			time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
 			continue
 		}
@@ -489,67 +493,14 @@ func retryDeadlock[T any](fn func() (T, error)) (T, error) {
 	}
 }
 
+// isDeadlock recognises a transaction MySQL chose as a deadlock victim or
+// that waited too long for a lock: safe to run again.
+func isDeadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
 func isDuplicate(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == 1062 || errors.Is(err, gorm.ErrDuplicatedKey)
-}
-
-// Snapshot returns the stock.InitFunc over db: a SKU's stock, its unpaid
-// reservations and its paid-but-unapplied units, read in one consistent
-// snapshot.
-func Snapshot(db *gorm.DB) stock.InitFunc {
-	return func(ctx context.Context, sku string) (stock.Snapshot, error) {
-		return snapshot(ctx, db, sku)
-	}
-}
-
-func snapshot(ctx context.Context, db *gorm.DB, sku string) (stock.Snapshot, error) {
-	var snap stock.Snapshot
-	var opts []*sql.TxOptions
-	if db.Dialector.Name() == "mysql" { // one consistent read view for all three queries
-		opts = append(opts, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
-	}
-	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var err error
-		snap, err = readSnapshot(tx, sku, false)
-		return err
-	}, opts...)
-	return snap, err
-}
-
-// readSnapshot reads sku's stock (locking its row if forUpdate), its unpaid
-// reservations and its paid-but-unapplied units, in tx.
-func readSnapshot(tx *gorm.DB, sku string, forUpdate bool) (stock.Snapshot, error) {
-	var snap stock.Snapshot
-	q := tx.Table("skus").Select("stock").Where("sku = ?", sku)
-	if forUpdate {
-		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
-	}
-	var st []int64
-	if err := q.Pluck("stock", &st).Error; err != nil {
-		return snap, err
-	}
-	if len(st) == 0 {
-		return snap, stock.ErrUnknownSKU
-	}
-	snap.Stock = st[0]
-	var holds []struct {
-		Token     string
-		Qty       int64
-		ExpiresAt time.Time
-	}
-	if err := tx.Raw(`SELECT o.reservation_token AS token, i.qty, o.expires_at
-		FROM order_items i JOIN orders o ON o.id = i.order_id
-		WHERE i.sku = ? AND o.status = ?`, sku, Pending).Scan(&holds).Error; err != nil {
-		return snap, err
-	}
-	for _, h := range holds {
-		snap.Holds = append(snap.Holds, stock.Hold{Token: h.Token, Qty: h.Qty, Deadline: h.ExpiresAt})
-	}
-	err := tx.Raw(`SELECT COALESCE(SUM(CASE WHEN ob.op = ? THEN ob.qty ELSE -ob.qty END), 0)
-		FROM stock_outbox ob
-		LEFT JOIN stock_ledger l ON l.order_id = ob.order_id AND l.sku = ob.sku AND l.op = ob.op
-		LEFT JOIN stock_anomalies a ON a.order_id = ob.order_id AND a.sku = ob.sku AND a.op = ob.op
-		WHERE ob.sku = ? AND l.id IS NULL AND a.id IS NULL`, OpDeduct, sku).Scan(&snap.Pending).Error
-	return snap, err
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -109,14 +108,14 @@ func (c *TimeoutConfig) validate() error {
 // Timeouts releases unpaid orders at their deadline: a Redis delay queue fires
 // each order, and a database sweep, run by one node at a time under the
 // distributed lock, catches whatever the queue missed (Redis lost it, a poller
-// died) and reaps holds whose order was never written.
+// died) and releases expired token-API reservations.
 type Timeouts struct {
 	svc *Service
 	rdb redis.UniversalClient
 	cfg TimeoutConfig
 
-	// Expired counts the orders this node expired; Reaped the bare holds it
-	// gave back; Polls the claim calls it made to Redis.
+	// Expired counts the orders this node expired; Reaped the token-API
+	// reservations it released; Polls the claim calls it made to Redis.
 	Expired atomic.Int64
 	Reaped  atomic.Int64
 	Polls   atomic.Int64
@@ -201,9 +200,9 @@ func (t *Timeouts) requeueIfEarly(ctx context.Context, id string) error {
 	return t.rdb.ZAdd(ctx, dueKey, dueAt(o)).Err()
 }
 
-// SweepOnce expires every PENDING order past its deadline and gives back
-// every hold past its deadline whose order did not take care of it. The
-// caller holds the sweep lock (Start does that).
+// SweepOnce expires every PENDING order past its deadline and releases every
+// token-API reservation past its deadline. The caller holds the sweep lock
+// (Start does that).
 func (t *Timeouts) SweepOnce(ctx context.Context) (int, error) {
 	expired := 0
 	for {
@@ -230,75 +229,13 @@ func (t *Timeouts) SweepOnce(ctx context.Context) (int, error) {
 			break
 		}
 	}
-	return expired, t.reapHolds(ctx)
-}
-
-// reapHolds walks every SKU's hold deadlines (written atomically with each
-// reservation by the deduct script) and settles the holds that are due.
-func (t *Timeouts) reapHolds(ctx context.Context) error {
-	after := ""
 	for {
-		var skus []string
-		if err := t.svc.db.WithContext(ctx).Table("skus").Where("sku > ?", after).
-			Order("sku").Limit(t.cfg.SweepBatch).Pluck("sku", &skus).Error; err != nil {
-			return fmt.Errorf("timeout: reap: %w", err)
-		}
-		if len(skus) == 0 {
-			return nil
-		}
-		now := strconv.FormatInt(t.cfg.Now().UnixMilli(), 10)
-		pipe := t.rdb.Pipeline()
-		cmds := make([]*redis.StringSliceCmd, len(skus))
-		for i, sku := range skus {
-			cmds[i] = pipe.ZRangeByScore(ctx, stock.DeadlinesKey(sku), &redis.ZRangeBy{Min: "-inf", Max: now, Count: int64(t.cfg.SweepBatch)})
-		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("timeout: reap: %w", err)
-		}
-		for i, sku := range skus {
-			for _, token := range cmds[i].Val() {
-				if err := t.settleHold(ctx, sku, token); err != nil {
-					return err
-				}
-			}
-		}
-		after = skus[len(skus)-1]
-	}
-}
-
-// settleHold decides what a hold past its deadline is: a pending order's (the
-// order expires), a paid order's whose confirm was lost (confirm it), or
-// nobody's (its order was never written, or its release was lost: give it back).
-func (t *Timeouts) settleHold(ctx context.Context, sku, token string) error {
-	o, err := t.svc.Get(ctx, strings.TrimSuffix(token, ".late"))
-	switch {
-	case errors.Is(err, ErrNotFound) || errors.Is(err, stock.ErrInvalidArgument):
-		o = nil
-	case err != nil:
-		return err
-	}
-	if o != nil && o.ReservationToken == token {
-		switch o.Status {
-		case Pending:
-			ok, err := t.svc.Expire(ctx, o.ID)
-			if ok {
-				t.Expired.Add(1)
-			}
-			return err
-		case Paid:
-			_, err := t.svc.stock.Confirm(ctx, sku, token)
-			if errors.Is(err, stock.ErrNotHeld) {
-				err = nil
-			}
-			return err
+		n, err := t.svc.ReleaseExpiredTokens(ctx, t.cfg.SweepBatch)
+		t.Reaped.Add(int64(n))
+		if err != nil || n < t.cfg.SweepBatch {
+			return expired, err
 		}
 	}
-	q, err := t.svc.stock.Release(ctx, sku, token)
-	if q > 0 {
-		t.Reaped.Add(1)
-		t.cfg.Logger.Info("timeout: gave back a hold nobody released", "sku", sku, "token", token, "qty", q)
-	}
-	return err
 }
 
 // Start runs the poller and the sweeper until Stop; a second Start is a no-op.

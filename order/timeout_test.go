@@ -2,7 +2,6 @@ package order
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -22,7 +21,7 @@ type node struct {
 
 func (r *rig) node(cfg TimeoutConfig) *node {
 	r.t.Helper()
-	st, err := stock.NewStore(r.rdb, stock.Config{Init: Snapshot(r.db), Now: r.clock.Now})
+	st, err := stock.NewStore(r.rdb, stock.Config{Init: InitFunc(r.db)})
 	require.NoError(r.t, err)
 	n := &node{}
 	n.svc = NewService(r.db, st, Config{TTL: 15 * time.Minute, Now: r.clock.Now,
@@ -66,12 +65,16 @@ func (r *rig) waitNoPending() {
 	}, 60*time.Second, 10*time.Millisecond)
 }
 
+// requireStockBack asserts every SKU is back where it began: nothing
+// reserved in the database, all of on_hand available in Redis.
 func (r *rig) requireStockBack(stocked map[string]int64) {
 	r.t.Helper()
 	for sku, n := range stocked {
 		lv, err := r.st.Levels(context.Background(), sku)
 		require.NoError(r.t, err)
-		require.Equal(r.t, stock.Levels{Initialised: true, Available: n}, lv, "%s is back where it began", sku)
+		require.True(r.t, lv.Initialised, sku)
+		require.EqualValues(r.t, n, lv.Available, "%s is back where it began in Redis", sku)
+		r.requireQty(sku, n, 0)
 		r.checkInvariant(sku)
 	}
 }
@@ -117,33 +120,62 @@ func TestTimeoutsThreeNodes(t *testing.T) {
 }
 
 // Redis loses the delay queue before the deadlines: the sweep still releases
-// every order, and gives back a hold whose order was never written.
+// every order, and releases a token-API reservation at its own deadline (a
+// late replay of that token takes nothing). Units an admission took in Redis
+// that no database write ever recorded (the process died in between) are
+// not the sweep's: the realign gives them back.
 func TestSweepCatchesWhatTheQueueMissed(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	ctx := context.Background()
 	stocked := map[string]int64{"A": 100}
 	r.addSKU("A", 100)
 	n := r.node(fastTimeouts)
-	r.createOrders(n.svc, 40, "A")
-	_, err := r.st.Deduct(ctx, "A", 5, "bare-reservation") // the process died before writing the order
+	ids := r.createOrders(n.svc, 40, "A") // 60 units
+	r.clock.Advance(30 * time.Second)
+	left, err := n.svc.Reserve(ctx, "A", 5, "bare") // due 30s after the orders
 	require.NoError(t, err)
+	require.EqualValues(t, 35, left)
 	require.NoError(t, r.rdb.Del(ctx, dueKey).Err())
+	r.requireQty("A", 100, 65)
 
-	r.clock.Advance(15*time.Minute + time.Second) // orders due, the bare hold not yet (16m)
+	r.clock.Advance(15*time.Minute - 29*time.Second) // the orders are due, the token not yet
 	expired, err := n.tm.SweepOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 40, expired)
-	lv, err := r.st.Levels(ctx, "A")
-	require.NoError(t, err)
-	require.EqualValues(t, 5, lv.Held, "the bare hold waits for its own deadline")
+	require.Zero(t, n.tm.Reaped.Load())
+	for _, id := range ids {
+		o, err := n.svc.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, Expired, o.Status)
+		require.Equal(t, Released, r.reservationState(id, "A"))
+	}
+	require.Equal(t, Held, r.reservationState("t.bare", "A"), "the token reservation waits for its own deadline")
+	r.requireQty("A", 100, 5)
+	require.EqualValues(t, 95, r.redisAvailable("A"))
 
 	r.clock.Advance(time.Minute)
+	expired, err = n.tm.SweepOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, expired)
+	require.EqualValues(t, 1, n.tm.Reaped.Load())
+	require.Equal(t, Released, r.reservationState("t.bare", "A"))
+	r.requireStockBack(stocked)
+	_, err = n.svc.Reserve(ctx, "A", 5, "bare")
+	require.ErrorIs(t, err, ErrTokenReleased, "a late replay of the released token cannot take it again")
 	_, err = n.tm.SweepOnce(ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, 1, n.tm.Reaped.Load())
+	require.EqualValues(t, 1, n.tm.Reaped.Load(), "released once")
 	r.requireStockBack(stocked)
-	_, err = r.st.Deduct(ctx, "A", 5, "bare-reservation")
-	require.ErrorIs(t, err, stock.ErrTokenReleased, "a late order write for the reaped hold cannot take it again")
+
+	_, err = r.st.Admit(ctx, "A", 7, "") // ...and the process dies before its database write
+	require.NoError(t, err)
+	_, err = n.tm.SweepOnce(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 93, r.redisAvailable("A"), "no row holds the units: the sweep cannot see them")
+	done, err := NewCatalog(r.db, r.st, nil).Realign(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"A"}, done)
+	r.requireStockBack(stocked)
 }
 
 // A node holding the sweep lock dies: nobody sweeps while its lock lives, and
@@ -205,8 +237,10 @@ func TestPaymentRacesTimeout(t *testing.T) {
 		defer wg.Done()
 		for i, id := range ids {
 			if i%2 == 0 {
-				if _, err := n.svc.Pay(ctx, id, "pay-"+id); err != nil && !errors.Is(err, ErrConflict) {
+				if o, err := n.svc.Pay(ctx, id, "pay-"+id); err != nil {
 					t.Error(err)
+				} else if o.Status != Paid {
+					t.Errorf("order %s: payment left it %s", id, o.Status)
 				}
 			}
 		}
@@ -218,19 +252,24 @@ func TestPaymentRacesTimeout(t *testing.T) {
 	for i, id := range ids {
 		o, err := n.svc.Get(ctx, id)
 		require.NoError(t, err)
-		outbox := r.count(`SELECT COUNT(*) FROM stock_outbox WHERE order_id = ?`, id)
+		outbox := r.count(`SELECT COUNT(*) FROM stock_outbox WHERE token IN (?, ?)`, id, id+".late")
 		switch o.Status {
 		case Paid:
+			// Paid in time (under its id) or after it expired (re-reserved under "<id>.late").
+			require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ?`, o.ReservationToken), id)
 			require.EqualValues(t, 1, outbox, id)
+			require.Equal(t, Committed, r.reservationState(o.ReservationToken, "A"))
 			require.Zero(t, i%2, "only orders that were paid are PAID")
 		case Expired:
 			require.Zero(t, outbox, id)
+			require.Equal(t, Released, r.reservationState(id, "A"))
 		default:
 			t.Fatalf("order %s ended %s", id, o.Status)
 		}
 	}
 	require.EqualValues(t, 50, r.count(`SELECT COUNT(*) FROM orders WHERE status = 'PAID'`),
 		"every payment won, in time or late (stock was there to re-reserve)")
+	r.requireQty("A", 200, 50) // the paid orders (even i: one unit each) stay reserved until applied
 	r.checkInvariant("A")
 }
 

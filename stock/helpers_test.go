@@ -2,6 +2,8 @@ package stock
 
 import (
 	"context"
+	"errors"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,62 +68,75 @@ func forEachBackend(t *testing.T, fn func(t *testing.T, b backend, rdb redis.Uni
 	}
 }
 
-// fakeDB plays the database behind the init callback: durable stock, the
-// unpaid reservations whose order rows are written, and paid-unapplied units.
+// fakeDB plays the database behind the init callback and the arbitration:
+// per SKU on_hand, reserved, the change counter seq and the Redis epoch. mu
+// is the row lock: the init holds it while Redis is written, as the real one
+// holds the SKU's row lock.
 type fakeDB struct {
-	mu      sync.Mutex
-	stock   map[string]int64
-	rows    map[string]map[string]int64 // sku -> token -> qty
-	pending map[string]int64
-	calls   atomic.Int64
-	delay   time.Duration
+	mu       sync.Mutex
+	onHand   map[string]int64
+	reserved map[string]int64
+	seq      map[string]int64
+	epoch    map[string]int64
+	calls    atomic.Int64
+	delay    time.Duration
+	// beforeWrite, if set, runs under the row lock between the read and the
+	// Redis write.
+	beforeWrite func()
 }
 
-func newFakeDB(stock map[string]int64) *fakeDB {
-	return &fakeDB{stock: stock, rows: map[string]map[string]int64{}, pending: map[string]int64{}}
+func newFakeDB(onHand map[string]int64) *fakeDB {
+	return &fakeDB{onHand: onHand, reserved: map[string]int64{}, seq: map[string]int64{}, epoch: map[string]int64{}}
 }
 
-func (f *fakeDB) init(ctx context.Context, sku string) (Snapshot, error) {
+func (f *fakeDB) init(ctx context.Context, sku string, write func(Level) error) error {
 	f.calls.Add(1)
 	if f.delay > 0 {
 		time.Sleep(f.delay)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	st, ok := f.stock[sku]
+	oh, ok := f.onHand[sku]
 	if !ok {
-		return Snapshot{}, ErrUnknownSKU
+		return ErrUnknownSKU
 	}
-	snap := Snapshot{Stock: st, Pending: f.pending[sku]}
-	for token, q := range f.rows[sku] {
-		snap.Holds = append(snap.Holds, Hold{Token: token, Qty: q, Deadline: time.Now().Add(time.Hour)})
+	f.epoch[sku] = 1 + rand.Int64N(1<<52)
+	lv := Level{Available: oh - f.reserved[sku], Epoch: f.epoch[sku], Seq: f.seq[sku]}
+	if oh == Unlimited {
+		lv.Available = Unlimited
 	}
-	return snap, nil
+	if f.beforeWrite != nil {
+		f.beforeWrite()
+	}
+	return write(lv)
 }
 
-func (f *fakeDB) writeRow(sku, token string, qty int64) {
+// reserve is the conditional increment of reserved: false when on_hand -
+// reserved cannot cover qty. It returns the new seq and the epoch it saw.
+func (f *fakeDB) reserve(sku string, qty int64) (seq, epoch int64, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.rows[sku] == nil {
-		f.rows[sku] = map[string]int64{}
+	if f.onHand[sku] != Unlimited && f.onHand[sku]-f.reserved[sku] < qty {
+		return 0, 0, false
 	}
-	f.rows[sku][token] = qty
+	f.reserved[sku] += qty
+	f.seq[sku]++
+	return f.seq[sku], f.epoch[sku], true
 }
 
-func (f *fakeDB) deleteRow(sku, token string) {
+// release gives qty back (reserved goes down) and returns the new seq.
+func (f *fakeDB) release(sku string, qty int64) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.rows[sku], token)
+	f.reserved[sku] -= qty
+	f.seq[sku]++
+	return f.seq[sku]
 }
 
-func (f *fakeDB) rowsOf(sku string) map[string]int64 {
+func (f *fakeDB) available(sku string) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := map[string]int64{}
-	for k, v := range f.rows[sku] {
-		out[k] = v
-	}
-	return out
+	return f.onHand[sku] - f.reserved[sku]
 }
 
 func newStore(t *testing.T, rdb redis.UniversalClient, db *fakeDB) *Store {
@@ -142,10 +157,39 @@ func levels(t *testing.T, s *Store, sku string) Levels {
 	return lv
 }
 
-func sum(m map[string]int64) int64 {
-	var n int64
-	for _, v := range m {
-		n += v
+// buy runs the reservation protocol as package order does: Redis admits, the
+// database arbitrates; a refusal undoes (and, with realign, realigns); a
+// reservation that committed after a re-init is brought into the new value.
+func buy(ctx context.Context, s *Store, db *fakeDB, sku string, qty int64, realign bool) (bool, error) {
+	adm, err := s.Admit(ctx, sku, qty, "")
+	if errors.Is(err, ErrInsufficientStock) {
+		return false, nil
 	}
-	return n
+	if err != nil {
+		return false, err
+	}
+	latency()
+	seq, epoch, ok := db.reserve(sku, qty)
+	latency()
+	if !ok {
+		if err := s.Undo(ctx, sku, qty, adm, ""); err != nil || !realign {
+			return false, err
+		}
+		return false, s.Realign(ctx, sku)
+	}
+	if epoch != adm.Epoch && adm.Remaining != Unlimited {
+		return true, s.Apply(ctx, Change{SKU: sku, Delta: -qty, Seq: seq, Epoch: adm.Epoch})
+	}
+	return true, nil
+}
+
+// latency stands for a network round trip between the steps of the protocol,
+// so re-inits land in every window between them.
+func latency() { time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond) }
+
+// giveBack releases qty in the database, then in Redis.
+func giveBack(ctx context.Context, s *Store, db *fakeDB, sku string, qty int64) error {
+	seq := db.release(sku, qty)
+	latency()
+	return s.Apply(ctx, Change{SKU: sku, Delta: qty, Seq: seq})
 }

@@ -3,32 +3,28 @@ package stock
 // Every key of one SKU carries the SKU as a Redis Cluster hash tag, so all of
 // them live in one slot and each per-SKU script is cluster-safe.
 //
-//	inv:{SKU}:stock       string  available units; -1 = unlimited; absent = not initialised
-//	inv:{SKU}:holds       hash    token -> "qty:result" for every unpaid reservation
-//	inv:{SKU}:held        string  sum of the qty in holds
-//	inv:{SKU}:deadlines   zset    token -> deadline (unix ms) of each hold
-//	inv:{SKU}:tomb:TOKEN  string  "S:qty:result" (sold) or "R:qty" (released), expires
+//	inv:{SKU}:stock       hash    a = available units (-1 unlimited), e = epoch of
+//	                              the initialisation, s = the database seq it read;
+//	                              absent = not initialised
+//	inv:{SKU}:t:TOKEN     string  qty of a token-API reservation, expires with the hold
+//	                              (only so a replay is sent to the database)
 //	inv:{SKU}:initlock    string  the cold-init lock (token-owned)
 //	inv:{SKU}:buyers      hash    user -> units bought, for per-user limits
+//
+// Redis keeps no per-reservation state for orders: the database does.
 
 func skuTag(sku string) string { return "inv:{" + sku + "}:" }
 
-func stockKey(sku string) string     { return skuTag(sku) + "stock" }
-func holdsKey(sku string) string     { return skuTag(sku) + "holds" }
-func heldKey(sku string) string      { return skuTag(sku) + "held" }
-func deadlinesKey(sku string) string { return skuTag(sku) + "deadlines" }
+func stockKey(sku string) string        { return skuTag(sku) + "stock" }
+func tokenKey(sku, token string) string { return skuTag(sku) + "t:" + token }
+func initLockKey(sku string) string     { return skuTag(sku) + "initlock" }
+func buyersKey(sku string) string       { return skuTag(sku) + "buyers" }
 
-// DeadlinesKey names the zset of sku's hold deadlines (token -> unix ms), for
-// the timeout release.
-func DeadlinesKey(sku string) string { return deadlinesKey(sku) }
-func tombKey(sku, token string) string {
-	return skuTag(sku) + "tomb:" + token
-}
-func initLockKey(sku string) string { return skuTag(sku) + "initlock" }
-func buyersKey(sku string) string   { return skuTag(sku) + "buyers" }
-
-// tokenKeys are the keys a per-token script touches, in the order the scripts
-// declare them.
-func tokenKeys(sku, token string) []string {
-	return []string{stockKey(sku), holdsKey(sku), heldKey(sku), deadlinesKey(sku), tombKey(sku, token)}
+// admitKeys are the deduction script's KEYS: without a token, the stock key
+// twice (the script then keeps no token key).
+func admitKeys(sku, token string) []string {
+	if token == "" {
+		return []string{stockKey(sku), stockKey(sku)}
+	}
+	return []string{stockKey(sku), tokenKey(sku, token)}
 }

@@ -12,173 +12,97 @@ const (
 	resNotInitialised = -3
 	resInsufficient   = -2
 	resUnlimited      = -1
-	resReleased       = -4 // the token was released: it can take nothing any more
-	resNotHeld        = -5 // the token holds nothing (never reserved, or lost)
+	resReplay         = -4 // the token reserved before: the database answers
+	resCounted        = -5 // the change is already in Redis's value
+	resClamped        = -6 // the change would take Redis below zero: realign
 )
 
-// deductScript takes qty units for token, once.
+// deductScript admits a reservation: it checks and takes qty units at once.
 //
-//	KEYS[1] stock  KEYS[2] holds  KEYS[3] held  KEYS[4] deadlines  KEYS[5] tomb
-//	ARGV[1] token  ARGV[2] qty (> 0)  ARGV[3] hold deadline, unix ms
+//	KEYS[1] stock  KEYS[2] token key (or KEYS[1] again: no token to remember)
+//	ARGV[1] qty (> 0)  ARGV[2] token key TTL, ms (0: no token key)
 //
-// Returns -3 stock key absent (not initialised), -2 not enough (nothing
-// taken), -1 unlimited (nothing taken), -4 token already released, or n >= 0:
-// the units left after taking. A replay of a token that holds (or sold) its
-// units returns the first call's n and takes nothing.
+// Returns {r, epoch}: r is -3 not initialised, -2 not enough (nothing taken),
+// -1 unlimited (nothing taken), -4 the token was seen before (nothing taken:
+// the database has the answer), or n >= 0, the units left after taking; epoch
+// is the initialisation the units were taken from.
 var deductScript = redis.NewScript(`
-local stock = redis.call('GET', KEYS[1])
-if not stock then return -3 end
-stock = tonumber(stock)
-if stock == -1 then return -1 end
-local held = redis.call('HGET', KEYS[2], ARGV[1])
-if held then return tonumber(string.match(held, ':(%-?%d+)$')) end
-local tomb = redis.call('GET', KEYS[5])
-if tomb then
-  if string.sub(tomb, 1, 1) == 'S' then return tonumber(string.match(tomb, ':(%-?%d+)$')) end
-  return -4
-end
-local qty = tonumber(ARGV[2])
-if stock < qty then return -2 end
-local left = redis.call('DECRBY', KEYS[1], qty)
-redis.call('HSET', KEYS[2], ARGV[1], qty .. ':' .. left)
-redis.call('INCRBY', KEYS[3], qty)
-redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
-return left
+local v = redis.call('HMGET', KEYS[1], 'a', 'e')
+if not v[1] then return {-3, 0} end
+local a, e = tonumber(v[1]), tonumber(v[2])
+if a == -1 then return {-1, e} end
+local tk = ARGV[2] ~= '0'
+if tk and redis.call('EXISTS', KEYS[2]) == 1 then return {-4, e} end
+local q = tonumber(ARGV[1])
+if a < q then return {-2, e} end
+local left = redis.call('HINCRBY', KEYS[1], 'a', -q)
+if tk then redis.call('SET', KEYS[2], q, 'PX', ARGV[2]) end
+return {left, e}
 `)
 
-// releaseScript gives back what token holds, once.
+// undoScript gives back units a deduction took whose reservation the database
+// refused or never recorded.
 //
-//	KEYS[1] stock  KEYS[2] holds  KEYS[3] held  KEYS[4] deadlines  KEYS[5] tomb
-//	ARGV[1] token  ARGV[2] tombstone TTL, ms  ARGV[3] "release" or "undo"
+//	KEYS[1] stock  KEYS[2] token key (or KEYS[1] again)
+//	ARGV[1] qty  ARGV[2] epoch the deduction returned
 //
-// "release" (cancel, timeout, refund) ends the token: it gives back an unpaid
-// hold or a sale (refund) and leaves a tombstone so a late deduct with the same
-// token takes nothing. A token that holds nothing is tombstoned too, for the
-// same reason. "undo" (rolling back a partly reserved cart) gives back an
-// unpaid hold and leaves no tombstone, so the cart may be retried.
-// Returns the units given back (0 when there was nothing to give back). When
-// the stock key is absent (Redis lost it) nothing is added to it: the next
-// cold init counts from the database.
-var releaseScript = redis.NewScript(`
-local function giveback(q)
-  local s = redis.call('GET', KEYS[1])
-  if s and tonumber(s) >= 0 then redis.call('INCRBY', KEYS[1], q) end
-end
-local held = redis.call('HGET', KEYS[2], ARGV[1])
-if held then
-  local q = tonumber(string.match(held, '^(%d+):'))
-  redis.call('HDEL', KEYS[2], ARGV[1])
-  redis.call('DECRBY', KEYS[3], q)
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  giveback(q)
-  if ARGV[3] == 'release' then redis.call('SET', KEYS[5], 'R:' .. q, 'PX', ARGV[2]) end
-  return q
-end
-if ARGV[3] == 'undo' then return 0 end
-local tomb = redis.call('GET', KEYS[5])
-if tomb and string.sub(tomb, 1, 1) == 'S' then
-  local q = tonumber(string.match(tomb, '^S:(%d+)'))
-  giveback(q)
-  redis.call('SET', KEYS[5], 'R:' .. q, 'PX', ARGV[2])
-  return q
-end
-if not tomb then redis.call('SET', KEYS[5], 'R:0', 'PX', ARGV[2]) end
-return 0
+// The units go back only into the initialisation they were taken from: after a
+// re-init the value came from the database, which never had them. The token
+// key is dropped so the token may reserve again. Returns the new value, or -5
+// when nothing was given back.
+var undoScript = redis.NewScript(`
+if KEYS[2] ~= KEYS[1] then redis.call('DEL', KEYS[2]) end
+local v = redis.call('HMGET', KEYS[1], 'a', 'e')
+if not v[1] or tonumber(v[1]) < 0 or v[2] ~= ARGV[2] then return -5 end
+return redis.call('HINCRBY', KEYS[1], 'a', ARGV[1])
 `)
 
-// confirmScript turns token's unpaid hold into a sale (on payment).
-//
-//	KEYS[1] stock  KEYS[2] holds  KEYS[3] held  KEYS[4] deadlines  KEYS[5] tomb
-//	ARGV[1] token  ARGV[2] tombstone TTL, ms
-//
-// Returns the units sold (a replay returns them again), 0 for an unlimited
-// SKU, -4 if the token was released first, -5 if it holds nothing.
-var confirmScript = redis.NewScript(`
-local held = redis.call('HGET', KEYS[2], ARGV[1])
-if held then
-  local q, r = string.match(held, '^(%d+):(%-?%d+)$')
-  redis.call('HDEL', KEYS[2], ARGV[1])
-  redis.call('DECRBY', KEYS[3], tonumber(q))
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  redis.call('SET', KEYS[5], 'S:' .. q .. ':' .. r, 'PX', ARGV[2])
-  return tonumber(q)
-end
-local tomb = redis.call('GET', KEYS[5])
-if tomb then
-  if string.sub(tomb, 1, 1) == 'S' then return tonumber(string.match(tomb, '^S:(%d+)')) end
-  return -4
-end
-if redis.call('GET', KEYS[1]) == '-1' then return 0 end
-return -5
-`)
-
-// initScript initialises a cold SKU; it does nothing if the stock key exists
-// (the double check, atomic with the write).
-//
-//	KEYS[1] stock  KEYS[2] holds  KEYS[3] held  KEYS[4] deadlines
-//	KEYS[4+i] tomb of the i-th reservation listed in ARGV
-//	ARGV[1] database stock (-1 = unlimited)
-//	ARGV[2] paid-but-unapplied units (deductions minus restores not yet applied)
-//	ARGV[3+3(i-1)..] token, qty, deadline (unix ms) of each unpaid reservation
-//	in the database
-//
-// The holds are the union of those already in Redis (live reservations whose
-// order row may not be written yet) and the database's, less tokens with a
-// tombstone (already released or sold). The value written is
-// database stock - paid-but-unapplied - held, never below 0, so a cold key
-// never creates stock.
-// Returns {1, value, clamped} when it initialised, {0, current} when the key
-// was already there.
-var initScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur then return {0, tonumber(cur)} end
-local db = tonumber(ARGV[1])
-if db == -1 then
-  redis.call('SET', KEYS[1], -1)
-  return {1, -1, 0}
-end
-local add = {}
-local n = (#ARGV - 2) / 3
-for i = 1, n do
-  local token = ARGV[3 + 3 * (i - 1)]
-  if redis.call('HEXISTS', KEYS[2], token) == 0 and redis.call('EXISTS', KEYS[4 + i]) == 0 then
-    add[#add + 1] = i
-  end
-end
-local held = 0
-for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
-  held = held + tonumber(string.match(v, '^(%d+):'))
-end
-for _, i in ipairs(add) do held = held + tonumber(ARGV[4 + 3 * (i - 1)]) end
-local value = db - tonumber(ARGV[2]) - held
-local clamped = 0
-if value < 0 then value, clamped = 0, 1 end
-for _, i in ipairs(add) do
-  local b = 3 + 3 * (i - 1)
-  redis.call('HSET', KEYS[2], ARGV[b], ARGV[b + 1] .. ':' .. value)
-  redis.call('ZADD', KEYS[4], ARGV[b + 2], ARGV[b])
-end
-redis.call('SET', KEYS[3], held)
-redis.call('SET', KEYS[1], value)
-return {1, value, clamped}
-`)
-
-// adjustScript adds delta to an initialised, limited SKU's available units.
+// applyScript brings a change of available units the database committed
+// into Redis, exactly once.
 //
 //	KEYS[1] stock
-//	ARGV[1] delta (may be negative)
+//	ARGV[1] delta  ARGV[2] the database seq of the change
+//	ARGV[3] epoch of the deduction this change stands for, or 0 (none)
 //
-// Returns the new value; -3 if not initialised (the database change is picked
-// up by the next cold init), -1 if unlimited, -2 if a negative delta exceeds
-// what is available (held units cannot be taken away).
-var adjustScript = redis.NewScript(`
-local s = redis.call('GET', KEYS[1])
-if not s then return -3 end
-s = tonumber(s)
-if s == -1 then return -1 end
-local d = tonumber(ARGV[1])
-if s + d < 0 then return -2 end
-return redis.call('INCRBY', KEYS[1], d)
+// The change is already in Redis's value when the initialisation read the
+// database at or after seq (the init holds the SKU's row lock while it
+// writes, so it read either all of a change or none of it), or when it is a
+// deduction taken from this very initialisation. Otherwise delta is added.
+// Returns the new value; -3 not initialised (the next init reads the
+// database), -1 unlimited, -5 already counted, -6 the value would go below
+// zero (it is set to zero, and the caller realigns).
+var applyScript = redis.NewScript(`
+local v = redis.call('HMGET', KEYS[1], 'a', 'e', 's')
+if not v[1] then return -3 end
+local a = tonumber(v[1])
+if a == -1 then return -1 end
+if ARGV[3] ~= '0' and v[2] == ARGV[3] then return -5 end
+if tonumber(v[3]) >= tonumber(ARGV[2]) then return -5 end
+local n = a + tonumber(ARGV[1])
+if n < 0 then
+  redis.call('HSET', KEYS[1], 'a', 0)
+  return -6
+end
+redis.call('HSET', KEYS[1], 'a', n)
+return n
+`)
+
+// initScript writes a SKU's level read from the database.
+//
+//	KEYS[1] stock
+//	ARGV[1] available (-1 unlimited)  ARGV[2] epoch  ARGV[3] database seq
+//	ARGV[4] "cold" (only if absent: the double check, atomic with the write)
+//	        or "force" (realign: replace whatever Redis has)
+//
+// Returns {1, value} when it wrote, {0, current} when a cold init found the
+// key already there.
+var initScript = redis.NewScript(`
+if ARGV[4] == 'cold' then
+  local cur = redis.call('HGET', KEYS[1], 'a')
+  if cur then return {0, tonumber(cur)} end
+end
+redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3])
+return {1, tonumber(ARGV[1])}
 `)
 
 // quotaScript takes qty of a user's per-SKU purchase limit.
@@ -210,5 +134,6 @@ func LoadDeductScript(ctx context.Context, rdb redis.Scripter) error {
 	return deductScript.Load(ctx, rdb).Err()
 }
 
-// DeductKeys are the KEYS of the deduction script for sku and token.
-func DeductKeys(sku, token string) []string { return tokenKeys(sku, token) }
+// DeductKeys are the KEYS of the deduction script for sku, as an order line
+// uses it (no token key); its ARGV are qty and "0".
+func DeductKeys(sku string) []string { return admitKeys(sku, "") }

@@ -1,13 +1,15 @@
-// Package stock takes stock in Redis: one Lua script checks and takes units
-// atomically per SKU, each reservation is keyed by a token (usually the order
-// id) so replays and double releases change nothing, and a cold SKU is
-// initialised from the database by one caller under a distributed lock.
+// Package stock is the Redis side of the stock: it admits reservations at
+// Redis speed. One Lua script checks and takes units atomically per SKU; a
+// cold SKU is initialised from the database by one caller under a
+// distributed lock. Redis admits, the database arbitrates: a reservation
+// exists only once the database has recorded it (package order), so Redis may
+// be wrong for a moment (a late refusal, a unit hidden until realignment) but
+// never sells a unit twice.
 //
-// The promise: for every limited SKU at every quiet point
-//
-//	database stock = available + held by unpaid reservations + paid but not yet applied
-//
-// so units sold never exceed units stocked, even when Redis loses its keys.
+// Redis's value of a SKU is fenced against the database: each initialisation
+// carries an epoch and the database seq it read, so a change the database
+// committed is added to Redis exactly once, by the initialisation or by the
+// change itself (Store.Apply).
 package stock
 
 import (
@@ -15,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"time"
 )
 
 // Unlimited is what Deduct returns (and what a SKU's stock is) when the SKU
@@ -32,36 +33,27 @@ var (
 	ErrInsufficientStock = errors.New("stock: insufficient stock")
 	// ErrUnknownSKU: the init callback knows no such SKU.
 	ErrUnknownSKU = errors.New("stock: unknown sku")
-	// ErrTokenReleased: the token was released (cancel, timeout, refund) and can take nothing.
-	ErrTokenReleased = errors.New("stock: reservation already released")
-	// ErrNotHeld: the token holds no units of this SKU.
-	ErrNotHeld = errors.New("stock: no reservation held by this token")
+	// ErrReplay: the token reserved before; nothing was taken, and the
+	// database holds the answer.
+	ErrReplay = errors.New("stock: token reserved before")
 	// ErrUnavailable: the SKU could not be initialised in time (lock holder
 	// slow or gone, database down). Safe to retry.
 	ErrUnavailable = errors.New("stock: temporarily unavailable")
 )
 
-// Hold is one unpaid reservation known to the database.
-type Hold struct {
-	Token    string
-	Qty      int64
-	Deadline time.Time
+// Level is what one initialisation writes: the database's available units
+// (or Unlimited) as of its change counter Seq, under a fresh Epoch.
+type Level struct {
+	Available int64
+	Epoch     int64
+	Seq       int64
 }
 
-// Snapshot is what the database says about a SKU, read in one transaction.
-type Snapshot struct {
-	// Stock is the durable stock, or Unlimited.
-	Stock int64
-	// Holds are the unpaid reservations (pending orders' lines).
-	Holds []Hold
-	// Pending is the units paid but not yet applied to Stock, minus the units
-	// refunded but not yet restored to it.
-	Pending int64
-}
-
-// InitFunc reads a SKU's Snapshot from the database for a cold init. It
-// returns ErrUnknownSKU (wrapped or not) when the SKU does not exist.
-type InitFunc func(ctx context.Context, sku string) (Snapshot, error)
+// InitFunc reads sku's Level from the database and calls write with it while
+// the database still holds the SKU's row lock, so no change of available
+// units commits between the read and the write. It returns ErrUnknownSKU
+// (wrapped or not) when the SKU does not exist, and write's error otherwise.
+type InitFunc func(ctx context.Context, sku string, write func(Level) error) error
 
 // Line is one SKU and quantity of a cart.
 type Line struct {
@@ -72,6 +64,9 @@ type Line struct {
 var (
 	skuPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 	tokenPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	// keyPattern bounds a token as Admit stores it: a client's token with
+	// its namespace prefix.
+	keyPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,139}$`)
 )
 
 func invalid(format string, args ...any) error {

@@ -18,15 +18,12 @@ import (
 
 // Config tunes a Store. Only Init is required.
 type Config struct {
-	// Init reads a cold SKU from the database.
+	// Init reads a SKU's level from the database (cold init and realign).
 	Init InitFunc
-	// HoldTTL is how long an unpaid hold lives before the timeout release may
-	// give it back (the order TTL plus a grace period). Default 16m.
-	HoldTTL time.Duration
-	// TombstoneTTL is how long a finished token (released or sold) is
-	// remembered, so late replays take nothing and a refund can give back a
-	// sale. Default 7 days.
-	TombstoneTTL time.Duration
+	// TokenTTL is how long a token-API reservation's token is remembered in
+	// Redis, so a replay goes to the database instead of taking units again.
+	// Default 16m (the hold TTL).
+	TokenTTL time.Duration
 	// MaxQty bounds one line's quantity. Default DefaultMaxQty.
 	MaxQty int64
 	// InitWait bounds how long a caller waits for another caller's cold init
@@ -34,12 +31,9 @@ type Config struct {
 	InitWait time.Duration
 	// LockTTL is the cold-init lock's expiry. Default 5s.
 	LockTTL time.Duration
-	// Now is the clock for hold deadlines. Default time.Now.
-	Now func() time.Time
-	// Logger reports anomalies (a cold init that had to clamp at zero).
-	Logger *slog.Logger
+	Logger  *slog.Logger
 	// OnStockBack is told when units of a SKU may have come back (a release,
-	// a positive adjustment, a reset), so sold-out flags on every node can clear.
+	// a positive adjustment, a realign), so sold-out flags on every node can clear.
 	OnStockBack func(sku string)
 }
 
@@ -47,11 +41,8 @@ func (c *Config) setDefaults() error {
 	if c.Init == nil {
 		return errors.New("stock: Config.Init is required")
 	}
-	if c.HoldTTL == 0 {
-		c.HoldTTL = 16 * time.Minute
-	}
-	if c.TombstoneTTL == 0 {
-		c.TombstoneTTL = 7 * 24 * time.Hour
+	if c.TokenTTL == 0 {
+		c.TokenTTL = 16 * time.Minute
 	}
 	if c.MaxQty == 0 {
 		c.MaxQty = DefaultMaxQty
@@ -62,18 +53,15 @@ func (c *Config) setDefaults() error {
 	if c.LockTTL == 0 {
 		c.LockTTL = 5 * time.Second
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	if c.OnStockBack == nil {
 		c.OnStockBack = func(string) {}
 	}
-	if c.HoldTTL < time.Second || c.TombstoneTTL < c.HoldTTL || c.MaxQty < 1 || c.InitWait <= 0 || c.LockTTL < 100*time.Millisecond {
-		return fmt.Errorf("stock: invalid config (HoldTTL %s, TombstoneTTL %s, MaxQty %d, InitWait %s, LockTTL %s)",
-			c.HoldTTL, c.TombstoneTTL, c.MaxQty, c.InitWait, c.LockTTL)
+	if c.TokenTTL < time.Second || c.MaxQty < 1 || c.InitWait <= 0 || c.LockTTL < 100*time.Millisecond {
+		return fmt.Errorf("stock: invalid config (TokenTTL %s, MaxQty %d, InitWait %s, LockTTL %s)",
+			c.TokenTTL, c.MaxQty, c.InitWait, c.LockTTL)
 	}
 	return nil
 }
@@ -90,11 +78,12 @@ type Store struct {
 
 // Stats counts what a Store did, for metrics.
 type Stats struct {
-	Deducted     atomic.Int64 // deductions that took units (replays included)
-	Unlimited    atomic.Int64 // deductions of unlimited SKUs
-	Insufficient atomic.Int64 // deductions refused for lack of stock
+	Deducted     atomic.Int64 // admissions that took units
+	Unlimited    atomic.Int64 // admissions of unlimited SKUs
+	Insufficient atomic.Int64 // admissions refused for lack of stock
 	ColdInits    atomic.Int64 // cold inits this process performed
 	InitWaits    atomic.Int64 // times this process waited for another's cold init
+	Realigns     atomic.Int64 // forced re-initialisations (Redis was found wrong)
 	Released     atomic.Int64 // units given back
 }
 
@@ -108,186 +97,196 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	return &Store{rdb: rdb, cfg: cfg, locker: NewLocker(rdb)}, nil
 }
 
-// Deduct takes qty units of sku for token. It returns the units left (n >= 0)
-// or Unlimited. Replaying a token that holds or sold its units takes nothing
-// and returns the first call's result. Errors: ErrInvalidArgument,
-// ErrInsufficientStock, ErrTokenReleased, ErrUnknownSKU, ErrUnavailable.
-func (s *Store) Deduct(ctx context.Context, sku string, qty int64, token string) (int64, error) {
-	if err := s.validate(sku, token, qty); err != nil {
-		return 0, err
+// Admission is what Redis said when it admitted a reservation.
+type Admission struct {
+	// Remaining is what Redis has left after taking, or Unlimited.
+	Remaining int64
+	// Epoch is the initialisation the units were taken from (for Undo and Apply).
+	Epoch int64
+}
+
+// Admit takes qty units of sku in Redis: the admission of a reservation the
+// database then arbitrates. token is a token-API reservation's key, remembered
+// so a replay takes nothing (ErrReplay: ask the database); order lines pass
+// "" and keep nothing per reservation in Redis. Errors: ErrInvalidArgument,
+// ErrInsufficientStock, ErrReplay, ErrUnknownSKU, ErrUnavailable.
+func (s *Store) Admit(ctx context.Context, sku string, qty int64, token string) (Admission, error) {
+	if err := s.validate(sku, qty); err != nil {
+		return Admission{}, err
 	}
-	keys := tokenKeys(sku, token)
-	deadline := s.cfg.Now().Add(s.cfg.HoldTTL).UnixMilli()
+	if token != "" && !keyPattern.MatchString(token) {
+		return Admission{}, invalid("token must be 1-140 characters of A-Z a-z 0-9 . _ : -")
+	}
+	keys, ttl := admitKeys(sku, token), int64(0)
+	if token != "" {
+		ttl = s.cfg.TokenTTL.Milliseconds()
+	}
 	// A key can be lost again right after it was initialised (FLUSHALL in a
 	// loop); three rounds bound the work.
 	for round := 0; round < 3; round++ {
-		r, err := deductScript.Run(ctx, s.rdb, keys, token, qty, deadline).Int64()
+		res, err := deductScript.Run(ctx, s.rdb, keys, qty, ttl).Int64Slice()
 		if err != nil {
-			return 0, fmt.Errorf("stock: deduct %s: %w", sku, err)
+			return Admission{}, fmt.Errorf("stock: deduct %s: %w", sku, err)
 		}
-		if r == resNotInitialised {
+		if res[0] == resNotInitialised {
 			if err := s.ensureInit(ctx, sku); err != nil {
-				return 0, err
+				return Admission{}, err
 			}
 			continue
 		}
-		return s.deductResult(r)
+		return s.admission(res[0], res[1])
 	}
-	return 0, fmt.Errorf("%w: %s keeps losing its key", ErrUnavailable, sku)
+	return Admission{}, fmt.Errorf("%w: %s keeps losing its key", ErrUnavailable, sku)
 }
 
-// Request is one deduction of a batch.
+// Request is one admission of a batch.
 type Request struct {
-	SKU   string
-	Qty   int64
-	Token string
+	SKU string
+	Qty int64
 }
 
-// Result is what Deduct would have returned for one Request.
+// Result is what Admit would have returned for one Request.
 type Result struct {
-	Remaining int64
-	Err       error
+	Admission
+	Err error
 }
 
-// DeductMany runs many deductions in one round trip (a pipeline of EVALSHA),
-// for callers that batch requests. Each result is what Deduct returns for its
-// request; a SKU that is not initialised is initialised and retried alone.
-func (s *Store) DeductMany(ctx context.Context, reqs []Request) []Result {
+// AdmitMany runs many order-line admissions in one round trip (a pipeline of
+// EVALSHA), for callers that batch requests. A SKU that is not initialised
+// (or a server that lacks the script) is retried alone through Admit.
+func (s *Store) AdmitMany(ctx context.Context, reqs []Request) []Result {
 	out := make([]Result, len(reqs))
-	deadline := s.cfg.Now().Add(s.cfg.HoldTTL).UnixMilli()
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(reqs))
 	for i, r := range reqs {
-		if err := s.validate(r.SKU, r.Token, r.Qty); err != nil {
+		if err := s.validate(r.SKU, r.Qty); err != nil {
 			out[i].Err = err
 			continue
 		}
-		cmds[i] = deductScript.EvalSha(ctx, pipe, tokenKeys(r.SKU, r.Token), r.Token, r.Qty, deadline)
+		cmds[i] = deductScript.EvalSha(ctx, pipe, admitKeys(r.SKU, ""), r.Qty, 0)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command below
 	for i, cmd := range cmds {
 		if cmd == nil {
 			continue
 		}
-		n, err := cmd.Int64()
-		if err != nil || n == resNotInitialised {
-			// NOSCRIPT (first use on this server) or a cold SKU: the one-off path.
-			out[i].Remaining, out[i].Err = s.Deduct(ctx, reqs[i].SKU, reqs[i].Qty, reqs[i].Token)
+		res, err := cmd.Int64Slice()
+		if err != nil || res[0] == resNotInitialised {
+			out[i].Admission, out[i].Err = s.Admit(ctx, reqs[i].SKU, reqs[i].Qty, "")
 			continue
 		}
-		out[i].Remaining, out[i].Err = s.deductResult(n)
+		out[i].Admission, out[i].Err = s.admission(res[0], res[1])
 	}
 	return out
 }
 
-// deductResult turns a deduct script result (other than -3) into Deduct's
+// admission turns a deduct script result (other than -3) into Admit's
 // answer, and counts it.
-func (s *Store) deductResult(r int64) (int64, error) {
+func (s *Store) admission(r, epoch int64) (Admission, error) {
 	switch r {
 	case resInsufficient:
 		s.stats.Insufficient.Add(1)
-		return 0, ErrInsufficientStock
-	case resReleased:
-		return 0, ErrTokenReleased
+		return Admission{}, ErrInsufficientStock
+	case resReplay:
+		return Admission{}, ErrReplay
 	case resUnlimited:
 		s.stats.Unlimited.Add(1)
-		return r, nil
+		return Admission{Remaining: Unlimited, Epoch: epoch}, nil
 	}
 	s.stats.Deducted.Add(1)
-	return r, nil
+	return Admission{Remaining: r, Epoch: epoch}, nil
 }
 
-// Release gives back what token holds of sku (an unpaid hold, or a sale on
-// refund) and returns that quantity; a second release returns 0. The token can
-// take nothing afterwards.
-func (s *Store) Release(ctx context.Context, sku, token string) (int64, error) {
-	return s.release(ctx, sku, token, "release")
-}
-
-// Undo gives back token's unpaid hold of sku without closing the token, so
-// the same token may reserve again: for rolling back a reservation whose
-// order was never written.
-func (s *Store) Undo(ctx context.Context, sku, token string) (int64, error) {
-	return s.release(ctx, sku, token, "undo")
-}
-
-func (s *Store) release(ctx context.Context, sku, token, mode string) (int64, error) {
-	if err := s.validate(sku, token, 1); err != nil {
-		return 0, err
+// AdmitCart admits every line, or none: lines are taken in SKU order and, if
+// one fails, the lines already taken are undone. This holds on Redis Cluster,
+// where a cart's SKUs live in different slots and no script can see them all.
+// If the process dies half way, the units taken are hidden until the SKU is
+// next realigned; the database never counted them.
+func (s *Store) AdmitCart(ctx context.Context, lines []Line) ([]Admission, error) {
+	for _, l := range lines { // before anything is taken
+		if err := s.validate(l.SKU, l.Qty); err != nil {
+			return nil, err
+		}
 	}
-	q, err := releaseScript.Run(ctx, s.rdb, tokenKeys(sku, token), token, s.cfg.TombstoneTTL.Milliseconds(), mode).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("stock: release %s: %w", sku, err)
-	}
-	if q > 0 {
-		s.stats.Released.Add(q)
-		s.cfg.OnStockBack(sku)
-	}
-	return q, nil
-}
-
-// Confirm turns token's unpaid hold of sku into a sale (the order was paid)
-// and returns its quantity; a replay returns it again. An unlimited SKU
-// confirms 0. Errors: ErrTokenReleased, ErrNotHeld (Redis lost the hold, or
-// there never was one: re-reserve with Deduct).
-func (s *Store) Confirm(ctx context.Context, sku, token string) (int64, error) {
-	if err := s.validate(sku, token, 1); err != nil {
-		return 0, err
-	}
-	q, err := confirmScript.Run(ctx, s.rdb, tokenKeys(sku, token), token, s.cfg.TombstoneTTL.Milliseconds()).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("stock: confirm %s: %w", sku, err)
-	}
-	switch q {
-	case resReleased:
-		return 0, ErrTokenReleased
-	case resNotHeld:
-		return 0, ErrNotHeld
-	}
-	return q, nil
-}
-
-// DeductCart reserves every line for token, or none. Lines are taken in SKU
-// order and, if one fails, the lines already taken are undone (without a
-// tombstone, so the same token may try again). This holds on Redis Cluster,
-// where a cart's SKUs live in different slots and no single script can see
-// them all. The result maps each SKU to what Deduct returned for it. If the
-// process dies half way, the taken lines are holds like any other and the
-// timeout release gives them back.
-func (s *Store) DeductCart(ctx context.Context, token string, lines []Line) (map[string]int64, error) {
-	if err := ValidateToken(token); err != nil {
-		return nil, err
-	}
-	cart, err := s.NormaliseCart(lines)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]int64, len(cart))
-	for i, l := range cart {
-		r, err := s.Deduct(ctx, l.SKU, l.Qty, token)
+	out := make([]Admission, len(lines))
+	for i, l := range lines {
+		a, err := s.Admit(ctx, l.SKU, l.Qty, "")
 		if err != nil {
-			if uerr := s.undo(context.WithoutCancel(ctx), token, cart[:i]); uerr != nil {
-				return nil, fmt.Errorf("%w (and undoing the cart failed: %v)", err, uerr)
-			}
+			s.UndoCart(context.WithoutCancel(ctx), lines[:i], out[:i])
 			return nil, fmt.Errorf("%s: %w", l.SKU, err)
 		}
-		out[l.SKU] = r
+		out[i] = a
 	}
 	return out, nil
 }
 
-func (s *Store) undo(ctx context.Context, token string, taken []Line) error {
-	var errs []error
-	for _, l := range taken {
-		if _, err := s.release(ctx, l.SKU, token, "undo"); err != nil {
-			errs = append(errs, err)
+// UndoCart undoes AdmitCart's admissions (best effort: a unit left taken is
+// hidden until the SKU is realigned, never sold twice).
+func (s *Store) UndoCart(ctx context.Context, lines []Line, adm []Admission) {
+	for i, l := range lines {
+		if err := s.Undo(ctx, l.SKU, l.Qty, adm[i], ""); err != nil {
+			s.cfg.Logger.Warn("stock: undoing an admission failed; the realign gives the units back",
+				"sku", l.SKU, "err", err)
 		}
 	}
-	return errors.Join(errs...)
+}
+
+// Undo gives back qty units an admission took whose reservation the database
+// refused or never recorded, and forgets token (if any) so it may reserve again.
+func (s *Store) Undo(ctx context.Context, sku string, qty int64, adm Admission, token string) error {
+	if err := s.validate(sku, qty); err != nil {
+		return err
+	}
+	if adm.Remaining == Unlimited && token == "" {
+		return nil // nothing was taken
+	}
+	n, err := undoScript.Run(ctx, s.rdb, admitKeys(sku, token), qty, adm.Epoch).Int64()
+	if err != nil {
+		return fmt.Errorf("stock: undo %s: %w", sku, err)
+	}
+	if n != resCounted {
+		s.stats.Released.Add(qty)
+		s.cfg.OnStockBack(sku)
+	}
+	return nil
+}
+
+// Change is a change of a SKU's available units the database committed:
+// Delta at the SKU's change counter Seq. Epoch is set when the change stands
+// for an admission already taken in Redis (a reservation whose database write
+// committed after a re-init); 0 otherwise.
+type Change struct {
+	SKU   string
+	Delta int64
+	Seq   int64
+	Epoch int64
+}
+
+// Apply brings a committed change into Redis exactly once (see applyScript).
+// A change that would take Redis below zero sets it to zero and realigns the
+// SKU from the database. A SKU Redis does not have is left alone: its next
+// cold init reads the database.
+func (s *Store) Apply(ctx context.Context, c Change) error {
+	if err := ValidateSKU(c.SKU); err != nil {
+		return err
+	}
+	epoch := c.Epoch
+	n, err := applyScript.Run(ctx, s.rdb, []string{stockKey(c.SKU)}, c.Delta, c.Seq, epoch).Int64()
+	if err != nil {
+		return fmt.Errorf("stock: apply %s: %w", c.SKU, err)
+	}
+	switch {
+	case n == resClamped:
+		return s.Realign(ctx, c.SKU)
+	case n >= 0 && c.Delta > 0:
+		s.stats.Released.Add(c.Delta)
+		s.cfg.OnStockBack(c.SKU)
+	}
+	return nil
 }
 
 // NormaliseCart validates every line (before anything is touched), merges
-// repeated SKUs and sorts by SKU: the form DeductCart reserves, and the form
+// repeated SKUs and sorts by SKU: the form AdmitCart admits, and the form
 // an order stores its lines in.
 func (s *Store) NormaliseCart(lines []Line) ([]Line, error) {
 	if len(lines) == 0 || len(lines) > 100 {
@@ -295,10 +294,7 @@ func (s *Store) NormaliseCart(lines []Line) ([]Line, error) {
 	}
 	merged := map[string]int64{}
 	for _, l := range lines {
-		if err := ValidateSKU(l.SKU); err != nil {
-			return nil, err
-		}
-		if err := validateQty(l.Qty, s.cfg.MaxQty); err != nil {
+		if err := s.validate(l.SKU, l.Qty); err != nil {
 			return nil, err
 		}
 		merged[l.SKU] += l.Qty
@@ -314,34 +310,8 @@ func (s *Store) NormaliseCart(lines []Line) ([]Line, error) {
 	return cart, nil
 }
 
-// Adjust adds delta to sku's available units in Redis after the database
-// changed by delta (restock, correction). A SKU not initialised is left alone:
-// its next cold init reads the new database value. Returns the new available
-// value, or Unlimited; ErrInsufficientStock if a negative delta exceeds what
-// is available.
-func (s *Store) Adjust(ctx context.Context, sku string, delta int64) (int64, error) {
-	if err := ValidateSKU(sku); err != nil {
-		return 0, err
-	}
-	r, err := adjustScript.Run(ctx, s.rdb, []string{stockKey(sku)}, delta).Int64()
-	if err != nil {
-		return 0, fmt.Errorf("stock: adjust %s: %w", sku, err)
-	}
-	switch r {
-	case resNotInitialised:
-		return 0, nil
-	case resInsufficient:
-		return 0, ErrInsufficientStock
-	}
-	if delta > 0 {
-		s.cfg.OnStockBack(sku)
-	}
-	return r, nil
-}
-
-// Forget drops sku's stock value (not its holds), so the next use
-// re-initialises it from the database. Used when the database value is set
-// outright or repaired.
+// Forget drops sku's Redis value, so the next use re-initialises it from the
+// database.
 func (s *Store) Forget(ctx context.Context, sku string) error {
 	if err := ValidateSKU(sku); err != nil {
 		return err
@@ -361,10 +331,35 @@ func (s *Store) EnsureInit(ctx context.Context, sku string) error {
 	return s.ensureInit(ctx, sku)
 }
 
+// Realign replaces sku's Redis value with the database's, under the init
+// lock: for a Redis found wrong (a refused admission, a rolled-back or
+// failed-over Redis, reconcile). Exact even while reservations flow: an
+// admission taken from the replaced value is either counted by the database
+// read or brought in by its own Apply.
+func (s *Store) Realign(ctx context.Context, sku string) error {
+	if err := ValidateSKU(sku); err != nil {
+		return err
+	}
+	lock, err := s.locker.Obtain(ctx, initLockKey(sku), s.cfg.LockTTL, s.cfg.InitWait)
+	if err != nil {
+		return fmt.Errorf("%w: init lock for %s: %v", ErrUnavailable, sku, err)
+	}
+	defer s.releaseLock(ctx, sku, lock)
+	s.stats.Realigns.Add(1)
+	if err := s.write(ctx, sku, "force"); err != nil {
+		return err
+	}
+	s.cfg.OnStockBack(sku)
+	return nil
+}
+
 // TakeQuota counts qty units against user's purchase limit of sku, atomically;
 // false (nothing counted) if that would exceed limit.
 func (s *Store) TakeQuota(ctx context.Context, sku, user string, qty, limit int64) (bool, error) {
-	if err := s.validate(sku, user, qty); err != nil {
+	if err := s.validate(sku, qty); err != nil {
+		return false, err
+	}
+	if err := ValidateToken(user); err != nil {
 		return false, err
 	}
 	ok, err := quotaScript.Run(ctx, s.rdb, []string{buyersKey(sku)}, user, qty, limit).Int64()
@@ -376,7 +371,7 @@ func (s *Store) TakeQuota(ctx context.Context, sku, user string, qty, limit int6
 
 // ReturnQuota gives qty units of user's limit back (the purchase failed).
 func (s *Store) ReturnQuota(ctx context.Context, sku, user string, qty int64) error {
-	if err := s.validate(sku, user, qty); err != nil {
+	if err := s.validate(sku, qty); err != nil {
 		return err
 	}
 	return quotaScript.Run(ctx, s.rdb, []string{buyersKey(sku)}, user, -qty, 0).Err()
@@ -387,57 +382,36 @@ type Levels struct {
 	Initialised bool
 	Unlimited   bool
 	Available   int64 // units that can be taken now
-	Held        int64 // units held by unpaid reservations
+	Epoch       int64
+	Seq         int64
 }
 
 func (s *Store) Levels(ctx context.Context, sku string) (Levels, error) {
 	if err := ValidateSKU(sku); err != nil {
 		return Levels{}, err
 	}
-	vals, err := s.rdb.MGet(ctx, stockKey(sku), heldKey(sku)).Result()
+	vals, err := s.rdb.HMGet(ctx, stockKey(sku), "a", "e", "s").Result()
 	if err != nil {
 		return Levels{}, fmt.Errorf("stock: levels %s: %w", sku, err)
 	}
 	var lv Levels
-	if v, ok := vals[0].(string); ok {
+	num := func(v any) int64 {
+		n, _ := strconv.ParseInt(fmt.Sprint(v), 10, 64)
+		return n
+	}
+	if vals[0] != nil {
 		lv.Initialised = true
-		lv.Available, _ = strconv.ParseInt(v, 10, 64)
+		lv.Available, lv.Epoch, lv.Seq = num(vals[0]), num(vals[1]), num(vals[2])
 		lv.Unlimited = lv.Available == Unlimited
 	}
-	if v, ok := vals[1].(string); ok {
-		lv.Held, _ = strconv.ParseInt(v, 10, 64)
-	}
 	return lv, nil
-}
-
-// Holds lists the unpaid holds Redis has for sku (for reconcile and tests).
-func (s *Store) Holds(ctx context.Context, sku string) (map[string]int64, error) {
-	if err := ValidateSKU(sku); err != nil {
-		return nil, err
-	}
-	raw, err := s.rdb.HGetAll(ctx, holdsKey(sku)).Result()
-	if err != nil {
-		return nil, fmt.Errorf("stock: holds %s: %w", sku, err)
-	}
-	out := make(map[string]int64, len(raw))
-	for token, v := range raw {
-		var q, r int64
-		if _, err := fmt.Sscanf(v, "%d:%d", &q, &r); err != nil {
-			return nil, fmt.Errorf("stock: hold %s/%s is malformed: %q", sku, token, v)
-		}
-		out[token] = q
-	}
-	return out, nil
 }
 
 // Locker is the Store's lock client, for other jobs that need one.
 func (s *Store) Locker() *Locker { return s.locker }
 
-func (s *Store) validate(sku, token string, qty int64) error {
+func (s *Store) validate(sku string, qty int64) error {
 	if err := ValidateSKU(sku); err != nil {
-		return err
-	}
-	if err := ValidateToken(token); err != nil {
 		return err
 	}
 	return validateQty(qty, s.cfg.MaxQty)
@@ -466,12 +440,18 @@ func (s *Store) initCold(ctx context.Context, sku string) error {
 	for {
 		lock, err := s.locker.Obtain(ctx, initLockKey(sku), s.cfg.LockTTL, 0)
 		if err == nil {
-			s.stats.ColdInits.Add(1)
-			err = s.initLocked(ctx, sku)
-			if rerr := lock.Release(context.WithoutCancel(ctx)); rerr != nil && !errors.Is(rerr, ErrLockNotHeld) && err == nil {
-				s.cfg.Logger.Warn("stock: releasing init lock", "sku", sku, "err", rerr)
+			defer s.releaseLock(ctx, sku, lock)
+			// Check again under the lock; the script checks a third time,
+			// atomically with the write.
+			n, err := s.rdb.Exists(ctx, stockKey(sku)).Result()
+			if err != nil {
+				return fmt.Errorf("%w: %v", ErrUnavailable, err)
 			}
-			return err
+			if n == 1 {
+				return nil
+			}
+			s.stats.ColdInits.Add(1)
+			return s.write(ctx, sku, "cold")
 		}
 		if !errors.Is(err, ErrLockNotObtained) {
 			return fmt.Errorf("%w: init lock for %s: %v", ErrUnavailable, sku, err)
@@ -496,43 +476,25 @@ func (s *Store) initCold(ctx context.Context, sku string) error {
 	}
 }
 
-// initLocked runs under the init lock: check again, read the database, write.
-// The script checks a third time, atomically with the write, so even a lock
-// that expired during a slow read cannot make two inits both write.
-func (s *Store) initLocked(ctx context.Context, sku string) error {
-	n, err := s.rdb.Exists(ctx, stockKey(sku)).Result()
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+func (s *Store) releaseLock(ctx context.Context, sku string, lock *Lock) {
+	if err := lock.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, ErrLockNotHeld) {
+		s.cfg.Logger.Warn("stock: releasing init lock", "sku", sku, "err", err)
 	}
-	if n == 1 {
-		return nil
-	}
-	snap, err := s.cfg.Init(ctx, sku)
-	if err != nil {
-		if errors.Is(err, ErrUnknownSKU) {
-			return err
+}
+
+// write reads sku's level through the init callback and writes it to Redis
+// while the database row is locked; mode is "cold" or "force".
+func (s *Store) write(ctx context.Context, sku, mode string) error {
+	err := s.cfg.Init(ctx, sku, func(lv Level) error {
+		if lv.Available < Unlimited {
+			return fmt.Errorf("%w: %s has available %d in the database", ErrUnavailable, sku, lv.Available)
 		}
-		return fmt.Errorf("%w: reading %s: %v", ErrUnavailable, sku, err)
+		return initScript.Run(ctx, s.rdb, []string{stockKey(sku)}, lv.Available, lv.Epoch, lv.Seq, mode).Err()
+	})
+	switch {
+	case err == nil, errors.Is(err, ErrUnknownSKU), errors.Is(err, ErrUnavailable):
+		return err
+	default:
+		return fmt.Errorf("%w: initialising %s: %v", ErrUnavailable, sku, err)
 	}
-	if snap.Stock < Unlimited {
-		return fmt.Errorf("%w: snapshot of %s has stock %d", ErrUnavailable, sku, snap.Stock)
-	}
-	keys := []string{stockKey(sku), holdsKey(sku), heldKey(sku), deadlinesKey(sku)}
-	args := []any{snap.Stock, snap.Pending}
-	for _, h := range snap.Holds {
-		if ValidateToken(h.Token) != nil || h.Qty <= 0 {
-			return fmt.Errorf("%w: snapshot of %s has an invalid hold %q", ErrUnavailable, sku, h.Token)
-		}
-		keys = append(keys, tombKey(sku, h.Token))
-		args = append(args, h.Token, h.Qty, h.Deadline.UnixMilli())
-	}
-	res, err := initScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
-	if err != nil {
-		return fmt.Errorf("%w: init %s: %v", ErrUnavailable, sku, err)
-	}
-	if res[0] == 1 && res[2] == 1 {
-		s.cfg.Logger.Warn("stock: cold init clamped at 0: the database holds more than it has",
-			"sku", sku, "db_stock", snap.Stock, "pending", snap.Pending, "holds", len(snap.Holds))
-	}
-	return nil
 }

@@ -4,8 +4,8 @@
 //
 //	mysql-hot-row     UPDATE skus SET stock = stock - 1 WHERE sku = ? AND stock >= 1
 //	redis-lock        lock (SET NX PX), GET, SET, compare-and-delete unlock
-//	lua               this project's deduction: one EVALSHA per request (stock.Store.Deduct)
-//	lua-pipelined     the same script, 64 deductions per round trip (stock.Store.DeductMany)
+//	lua               this project's deduction: one EVALSHA per request (stock.Store.Admit)
+//	lua-pipelined     the same script, 64 deductions per round trip (stock.Store.AdmitMany)
 //	redis-benchmark   redis-benchmark running the same script by EVALSHA, -P 64 (the ceiling)
 //
 // and the ordered database sync of one hot SKU: the applier fed deliveries of
@@ -153,12 +153,10 @@ func main() {
 	}))
 
 	// This project's Lua deduction.
-	st, err := stock.NewStore(rdb, stock.Config{
-		Init: func(context.Context, string) (stock.Snapshot, error) { return stock.Snapshot{Stock: hotStock}, nil },
-	})
+	st, err := stock.NewStore(rdb, stock.Config{Init: fixedLevel})
 	must(err)
 	results = append(results, run("lua", *workers, *duration, func(ctx context.Context, w int, seq int64) (int, error) {
-		_, err := st.Deduct(ctx, "HOT", 1, fmt.Sprintf("a%d-%d", w, seq))
+		_, err := st.Admit(ctx, "HOT", 1, "")
 		return 1, err
 	}))
 	const batch = 64
@@ -166,9 +164,9 @@ func main() {
 	results = append(results, run("lua-pipelined", pipeWorkers, *duration, func(ctx context.Context, w int, seq int64) (int, error) {
 		reqs := make([]stock.Request, batch)
 		for i := range reqs {
-			reqs[i] = stock.Request{SKU: "HOT", Qty: 1, Token: fmt.Sprintf("b%d-%d-%d", w, seq, i)}
+			reqs[i] = stock.Request{SKU: "HOT", Qty: 1}
 		}
-		for _, r := range st.DeductMany(ctx, reqs) {
+		for _, r := range st.AdmitMany(ctx, reqs) {
 			if r.Err != nil {
 				return 0, r.Err
 			}
@@ -199,7 +197,7 @@ func openDatabase(ctx context.Context, dsnBase, name string) *sql.DB {
 
 // resetSchema drops the service's tables and migrates them again.
 func resetSchema(ctx context.Context, db *sql.DB) {
-	for _, q := range []string{`DROP TABLE IF EXISTS stock_ledger`, `DROP TABLE IF EXISTS stock_anomalies`, `DROP TABLE IF EXISTS goose_db_version`,
+	for _, q := range []string{`DROP TABLE IF EXISTS stock_ledger`, `DROP TABLE IF EXISTS stock_reservations`, `DROP TABLE IF EXISTS stock_anomalies`, `DROP TABLE IF EXISTS goose_db_version`,
 		`DROP TABLE IF EXISTS stock_outbox`, `DROP TABLE IF EXISTS order_items`, `DROP TABLE IF EXISTS orders`, `DROP TABLE IF EXISTS skus`} {
 		must(exec1(db, q))
 	}
@@ -213,7 +211,11 @@ func applyRun(ctx context.Context, db *sql.DB, size int) result {
 	gdb, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: db}), &gorm.Config{Logger: logger.Discard, TranslateError: true})
 	must(err)
 	resetSchema(ctx, db)
-	must(exec1(db, `INSERT INTO skus (sku, stock) VALUES ('HOT', ?)`, hotStock))
+	// Every DEDUCT needs a COMMITTED reservation: more than a run can apply.
+	const committed = 300_000
+	must(exec1(db, `INSERT INTO skus (sku, on_hand, reserved) VALUES ('HOT', ?, ?)`, hotStock, committed))
+	must(exec1(db, `INSERT INTO stock_reservations (token, sku, qty, state, expires_at)
+		SELECT CONCAT('o', seq), 'HOT', 1, 'COMMITTED', NOW() FROM seq_1_to_300000`))
 	ap := order.NewApplier(gdb, slog.New(slog.DiscardHandler))
 	var seq int64
 	name := fmt.Sprintf("sync-merged-%d", size)
@@ -224,7 +226,7 @@ func applyRun(ctx context.Context, db *sql.DB, size int) result {
 		msgs := make([]mq.Message, size)
 		for i := range msgs {
 			seq++
-			body, _ := json.Marshal(order.StockMessage{OrderID: fmt.Sprintf("o%d", seq), SKU: "HOT", Op: order.OpDeduct, Qty: 1})
+			body, _ := json.Marshal(order.StockMessage{Token: fmt.Sprintf("o%d", seq), SKU: "HOT", Op: order.OpDeduct, Qty: 1})
 			msgs[i] = mq.Message{Key: "HOT", Body: body}
 		}
 		return size, ap.Handle(ctx, msgs)
@@ -237,17 +239,17 @@ func applyRun(ctx context.Context, db *sql.DB, size int) result {
 	return r
 }
 
-// redisBenchmark runs redis-benchmark on the same script (random tokens, deep
-// pipelining): the ceiling of what this Redis can do with it.
+// redisBenchmark runs redis-benchmark on the same script (as an order line
+// calls it, deep pipelining): the ceiling of what this Redis can do with it.
 func redisBenchmark(ctx context.Context, rdb *redis.Client) result {
 	must(stock.LoadDeductScript(ctx, rdb))
-	must(rdb.Set(ctx, "inv:{RB}:stock", hotStock, 0).Err())
+	must(rdb.HSet(ctx, "inv:{RB}:stock", "a", hotStock, "e", 1, "s", 0).Err())
 	n := int(2_000_000 * duration.Seconds() / 5)
-	keys := stock.DeductKeys("RB", "__rand_int__")
+	keys := stock.DeductKeys("RB")
 	args := append([]string{"-h", strings.Split(*redisAddr, ":")[0], "-p", strings.Split(*redisAddr, ":")[1],
 		"--dbnum", strconv.Itoa(*redisDB), "-n", strconv.Itoa(n), "-c", "50", "-P", "64", "-r", "100000000", "-q",
-		"EVALSHA", stock.DeductScriptSHA(), "5"}, keys...)
-	args = append(args, "__rand_int__", "1", "0")
+		"EVALSHA", stock.DeductScriptSHA(), strconv.Itoa(len(keys))}, keys...)
+	args = append(args, "1", "0")
 	cmd := exec.CommandContext(ctx, "redis-benchmark", args...)
 	outb, err := cmd.CombinedOutput()
 	if err != nil {
@@ -347,4 +349,9 @@ func must(err error) {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(1)
 	}
+}
+
+// fixedLevel initialises every SKU with hotStock units (the Redis-only variants).
+func fixedLevel(_ context.Context, _ string, write func(stock.Level) error) error {
+	return write(stock.Level{Available: hotStock, Epoch: 1})
 }

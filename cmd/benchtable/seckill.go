@@ -104,29 +104,27 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) ([]htt
 	must(err)
 	must(a.Start(ctx))
 	defer a.Shutdown(context.Background())
-	for sku, n := range map[string]int64{"FLASH": 1_000_000_000, "GONE": 0, "SALE": 2000} {
+	for sku, n := range map[string]int64{"FLASH": 1_000_000_000, "GONE": 0, "SALE": 2000, "CART-A": 1_000_000_000, "CART-B": 1_000_000_000} {
 		_, err := a.Catalog.Put(ctx, sku, n, 0)
 		must(err)
 	}
 	base := "http://" + a.Addr()
 
 	// The bare handler: one EVALSHA of the same script per request, through go-redis.
-	bare, err := stock.NewStore(rdb, stock.Config{
-		Init: func(context.Context, string) (stock.Snapshot, error) { return stock.Snapshot{Stock: hotStock}, nil },
-	})
+	bare, err := stock.NewStore(rdb, stock.Config{Init: fixedLevel})
 	must(err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(err)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		n, err := bare.Deduct(r.Context(), "BARE", 1, fmt.Sprintf("t%d", time.Now().UnixNano()))
+		adm, err := bare.Admit(r.Context(), "BARE", 1, "")
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, `{"result":%d}`, n)
+		fmt.Fprintf(w, `{"result":%d}`, adm.Remaining)
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
@@ -147,6 +145,9 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) ([]htt
 	_ = check.Close()
 	sale.note = fmt.Sprintf("sold %d of 2000 (201s: %d), oversell %d", sold, sale.codes[201], max(sold-2000, 0))
 	rs = append(rs, sale)
+	rs = append(rs, load("orders, 2-line cart", base+"/v1/orders", *workers, *duration, func(w int, seq int64) string {
+		return fmt.Sprintf(`{"user_id":"c%d-%d","items":[{"sku":"CART-A","qty":1},{"sku":"CART-B","qty":2}]}`, w, seq)
+	}))
 
 	lag := syncLag(ctx, a, dsnBase, 400, *duration)
 	soak := ""

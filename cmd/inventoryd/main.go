@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/acme/inventory/internal/app"
 	"github.com/acme/inventory/migrations"
+	"github.com/acme/inventory/mq"
 )
 
 func main() {
@@ -104,19 +106,50 @@ func migrateCmd() *cobra.Command {
 			if len(args) == 1 && args[0] == "down" {
 				return migrations.DownAll(cmd.Context(), db, migrations.MySQL)
 			}
-			return migrations.Up(cmd.Context(), db, migrations.MySQL)
+			if err := migrations.Up(cmd.Context(), db, migrations.MySQL); err != nil {
+				return err
+			}
+			return migrateTopic(cmd)
 		},
 	}
+}
+
+// migrateTopic creates the ordered topic when INVENTORY_ROCKETMQ_NAMESRV is
+// set and the topic is missing: a fresh broker has none, and the consumer
+// cannot subscribe to a topic without a route. An existing topic is left as
+// it is; down leaves the topic too (its messages may still matter).
+func migrateTopic(cmd *cobra.Command) error {
+	ns := os.Getenv("INVENTORY_ROCKETMQ_NAMESRV")
+	if ns == "" {
+		return nil
+	}
+	topic := os.Getenv("INVENTORY_ROCKETMQ_TOPIC")
+	if topic == "" {
+		topic = "inventory_stock"
+	}
+	created, err := mq.EnsureTopic(cmd.Context(), strings.Split(ns, ","), topic, mq.DefaultQueues)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if created {
+		fmt.Fprintf(cmd.OutOrStdout(), "rocketmq: created topic %s with %d queues\n", topic, mq.DefaultQueues)
+	} else {
+		fmt.Fprintf(cmd.OutOrStdout(), "rocketmq: topic %s exists, left as it is\n", topic)
+	}
+	return nil
 }
 
 func reconcileCmd() *cobra.Command {
 	var repair bool
 	cmd := &cobra.Command{
 		Use:   "reconcile",
-		Short: "Report every SKU where database stock != available + held + paid-unapplied (exit 2 if any)",
-		Long: `reconcile checks the invariant for every limited SKU Redis holds and prints
-one JSON line per SKU where it fails. With --repair it resets those SKUs so
-Redis is re-initialised from the database. Run it at a quiet point.`,
+		Short: "Report every SKU where Redis and the database disagree (exit 2 if any)",
+		Long: `reconcile checks every SKU: Redis available = on_hand - reserved, reserved =
+the sum of live reservations, and no unresolved anomaly. It prints one JSON
+line per SKU where a check fails. With --repair it realigns Redis from the
+database and sets reserved to the live sum (anomalies need an operator).
+Redis numbers are exact at a quiet point; under traffic an admission in
+flight shows as a difference of its units.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := app.LoadConfig()
@@ -145,6 +178,6 @@ Redis is re-initialised from the database. Run it at a quiet point.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&repair, "repair", false, "reset every SKU found out of balance")
+	cmd.Flags().BoolVar(&repair, "repair", false, "realign every SKU found out of balance")
 	return cmd
 }

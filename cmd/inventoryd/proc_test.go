@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"sync"
 	"syscall"
@@ -151,6 +152,42 @@ func (p *proc) call(method, path, body string, header ...string) (int, map[strin
 	var out map[string]any
 	_ = json.Unmarshal(raw, &out)
 	return resp.StatusCode, out
+}
+
+// skuView is GET /v1/skus/{sku}'s answer for a limited SKU with onHand units
+// of which reserved are held, and redis as Redis's available units.
+func skuView(sku string, onHand, reserved, redis, perUserLimit int64) map[string]any {
+	return map[string]any{"sku": sku, "on_hand": float64(onHand), "reserved": float64(reserved),
+		"available": float64(onHand - reserved), "redis_available": float64(redis), "unlimited": false,
+		"per_user_limit": float64(perUserLimit)}
+}
+
+// requireSKU requires GET /v1/skus/{want["sku"]} to answer want now.
+func (p *proc) requireSKU(want map[string]any) {
+	p.t.Helper()
+	st, got := p.call("GET", "/v1/skus/"+want["sku"].(string), "")
+	require.Equal(p.t, 200, st, got)
+	require.Equal(p.t, want, got)
+}
+
+// waitSKU polls GET /v1/skus/{want["sku"]} until it answers want (what an
+// asynchronous step, such as the queue's sync, leads to), and fails with the
+// last answer if it does not within the deadline.
+func (p *proc) waitSKU(want map[string]any, within time.Duration, msg string) {
+	p.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		st, got := p.call("GET", "/v1/skus/"+want["sku"].(string), "")
+		if st == 200 && reflect.DeepEqual(want, got) {
+			return
+		}
+		if time.Now().After(deadline) {
+			require.Equal(p.t, 200, st, got)
+			require.Equal(p.t, want, got, "%s: not reached within %s", msg, within)
+			p.t.Fatalf("%s: not reached within %s", msg, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // signed returns callback headers for body signed with secret at time at.

@@ -43,21 +43,22 @@ type App struct {
 	Cfg Config
 	log *slog.Logger
 
-	rdb      redis.UniversalClient
-	db       *gorm.DB
-	sqlDB    *sql.DB
-	mini     *miniredis.Miniredis
-	memq     *mq.Memory
-	Stock    *stock.Store
-	Orders   *order.Service
-	Catalog  *order.Catalog
-	relay    *order.Relay
-	applier  *order.Applier
-	timeouts *order.Timeouts
-	producer mq.Producer
-	consumer mq.Consumer
-	soldOut  *httpapi.SoldOut
-	server   *httpapi.Server
+	rdb       redis.UniversalClient
+	db        *gorm.DB
+	sqlDB     *sql.DB
+	mini      *miniredis.Miniredis
+	memq      *mq.Memory
+	Stock     *stock.Store
+	Orders    *order.Service
+	Catalog   *order.Catalog
+	relay     *order.Relay
+	applier   *order.Applier
+	timeouts  *order.Timeouts
+	realigner *order.Realigner
+	producer  mq.Producer
+	consumer  mq.Consumer
+	soldOut   *httpapi.SoldOut
+	server    *httpapi.Server
 
 	httpSrv *http.Server
 	ln      net.Listener
@@ -68,8 +69,8 @@ type App struct {
 
 // New connects to the configured servers (or starts the embedded stand-ins),
 // and builds every component. It starts nothing in the background.
-func New(ctx context.Context, cfg Config, log *slog.Logger) (a *App, err error) {
-	a = &App{Cfg: cfg, log: log, done: make(chan error, 1)}
+func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) {
+	a := &App{Cfg: cfg, log: log, done: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			a.closeClients()
@@ -86,8 +87,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (a *App, err error) 
 
 	a.soldOut = httpapi.NewSoldOut(2*time.Second, nil)
 	a.Stock, err = stock.NewStore(a.rdb, stock.Config{
-		Init:        order.Snapshot(a.db),
-		HoldTTL:     cfg.OrderTTL + time.Minute,
+		Init:        order.InitFunc(a.db),
+		TokenTTL:    cfg.OrderTTL + time.Minute,
 		Logger:      log,
 		OnStockBack: a.publishStockBack,
 	})
@@ -106,6 +107,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (a *App, err error) 
 		return nil, err
 	}
 	a.Catalog = order.NewCatalog(a.db, a.Stock, log)
+	a.realigner = order.NewRealigner(a.Catalog, a.Stock.Locker(), 30*time.Second, log)
+	a.applier.OnApplied = func(ctx context.Context, chs []stock.Change) {
+		for _, c := range chs {
+			if err := a.Stock.Apply(ctx, c); err != nil {
+				log.Warn("apply: bringing a restore into Redis failed; the realign repairs it", "sku", c.SKU, "err", err)
+			}
+		}
+	}
 	if a.memq != nil {
 		a.consumer = a.memq.Consumer(a.applier.Handle, 64, 200*time.Millisecond)
 	} else {
@@ -162,6 +171,10 @@ func (a *App) openReal(ctx context.Context) error {
 	}
 	a.sqlDB.SetMaxOpenConns(64)
 	a.sqlDB.SetMaxIdleConns(64)
+	// A fresh broker has no topic: create it rather than fail to consume.
+	if err := mq.EnsureServiceTopic(ctx, a.Cfg.RocketMQNamesrv, a.Cfg.RocketMQTopic); err != nil {
+		return err
+	}
 	a.producer, err = mq.NewRocketProducer(mq.RocketMQConfig{
 		NameServers: a.Cfg.RocketMQNamesrv, Topic: a.Cfg.RocketMQTopic, Group: a.Cfg.RocketMQTopic + "_relay",
 		Instance: a.instance("producer"),
@@ -262,6 +275,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.stop = stop
 	a.relay.Start(bg)
 	a.timeouts.Start(bg)
+	a.realigner.Start(bg)
 	sub := a.rdb.Subscribe(bg, stockBackChannel)
 	a.bg.Add(1)
 	go func() {
@@ -315,6 +329,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 	errs = append(errs, a.consumer.Close())
 	a.relay.Stop()
 	a.timeouts.Stop()
+	a.realigner.Stop()
 	if a.stop != nil {
 		a.stop()
 	}

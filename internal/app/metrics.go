@@ -26,7 +26,8 @@ func registerDomainMetrics(reg prometheus.Registerer, a *App) {
 		counter("inventory_stock_unlimited_total", "Deductions of unlimited SKUs (-1).", st.Unlimited.Load),
 		counter("inventory_stock_cold_inits_total", "Cold SKUs this node initialised from the database.", st.ColdInits.Load),
 		counter("inventory_stock_init_waits_total", "Times this node waited for another's cold init.", st.InitWaits.Load),
-		counter("inventory_stock_released_units_total", "Units given back (cancel, timeout, refund, release).", st.Released.Load),
+		counter("inventory_stock_released_units_total", "Units given back in Redis (cancel, timeout, refund, release, undo).", st.Released.Load),
+		counter("inventory_stock_realigns_total", "SKUs this node realigned from the database (Redis was found wrong).", st.Realigns.Load),
 		counter("inventory_mq_sent_total", "Stock messages the relay published.", a.relay.Sent.Load),
 		counter("inventory_mq_applied_total", "Stock operations applied to the database.", a.applier.Applied.Load),
 		counter("inventory_mq_duplicates_total", "Stock operations delivered again and ignored.", a.applier.Duplicate.Load),
@@ -41,7 +42,7 @@ type dbCollector struct{ a *App }
 
 var (
 	ordersDesc  = prometheus.NewDesc("inventory_orders", "Orders by status.", []string{"status"}, nil)
-	heldDesc    = prometheus.NewDesc("inventory_reservations_held", "Unpaid orders and the units they hold.", []string{"what"}, nil)
+	heldDesc    = prometheus.NewDesc("inventory_reservations_held", "Live reservations (HELD or COMMITTED) and their units.", []string{"what"}, nil)
 	backlogDesc = prometheus.NewDesc("inventory_mq_backlog", "Stock operations written but not yet applied to the database.", nil, nil)
 	lagDesc     = prometheus.NewDesc("inventory_mq_lag_seconds", "Age of the oldest stock operation not yet applied.", nil, nil)
 )
@@ -65,10 +66,10 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(ordersDesc, prometheus.GaugeValue, float64(r.N), r.Status)
 		}
 	}
-	var held struct{ Orders, Units int64 }
-	if err := c.a.db.WithContext(ctx).Raw(`SELECT COUNT(DISTINCT o.id) AS orders, COALESCE(SUM(i.qty), 0) AS units
-		FROM orders o JOIN order_items i ON i.order_id = o.id WHERE o.status = 'PENDING'`).Scan(&held).Error; err == nil {
-		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(held.Orders), "orders")
+	var held struct{ Reservations, Units int64 }
+	if err := c.a.db.WithContext(ctx).Raw(`SELECT COUNT(*) AS reservations, COALESCE(SUM(qty), 0) AS units
+		FROM stock_reservations WHERE state IN ('HELD', 'COMMITTED')`).Scan(&held).Error; err == nil {
+		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(held.Reservations), "reservations")
 		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(held.Units), "units")
 	}
 	var b struct {
@@ -76,8 +77,8 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 		Oldest *time.Time
 	}
 	if err := c.a.db.WithContext(ctx).Raw(`SELECT COUNT(*) AS n, MIN(ob.created_at) AS oldest FROM stock_outbox ob
-		LEFT JOIN stock_ledger l ON l.order_id = ob.order_id AND l.sku = ob.sku AND l.op = ob.op
-		LEFT JOIN stock_anomalies an ON an.order_id = ob.order_id AND an.sku = ob.sku AND an.op = ob.op
+		LEFT JOIN stock_ledger l ON l.token = ob.token AND l.sku = ob.sku AND l.op = ob.op
+		LEFT JOIN stock_anomalies an ON an.token = ob.token AND an.sku = ob.sku AND an.op = ob.op
 		WHERE l.id IS NULL AND an.id IS NULL`).Scan(&b).Error; err == nil {
 		ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(b.N))
 		lag := 0.0

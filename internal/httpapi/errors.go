@@ -50,8 +50,7 @@ var codes = []struct {
 	{order.ErrNotFound, http.StatusNotFound, "not_found"},
 	{stock.ErrInsufficientStock, http.StatusConflict, "insufficient_stock"},
 	{order.ErrConflict, http.StatusConflict, "conflict"},
-	{stock.ErrTokenReleased, http.StatusConflict, "conflict"},
-	{stock.ErrNotHeld, http.StatusConflict, "conflict"},
+	{order.ErrTokenReleased, http.StatusConflict, "conflict"},
 	{stock.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 }
 

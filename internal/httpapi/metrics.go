@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
 )
 
@@ -68,7 +69,9 @@ func (m *Metrics) deduction(err error, n int64) {
 		result = "invalid"
 	case errors.Is(err, stock.ErrUnknownSKU):
 		result = "unknown_sku"
-	case errors.Is(err, stock.ErrTokenReleased):
+	case errors.Is(err, order.ErrConflict):
+		result = "conflict"
+	case errors.Is(err, order.ErrTokenReleased):
 		result = "released"
 	case errors.Is(err, stock.ErrUnavailable):
 		result = "unavailable"

@@ -104,6 +104,7 @@ func New(cfg Config, st *stock.Store, orders *order.Service, cat *order.Catalog,
 	v1.POST("/skus/:sku/adjust", s.adjustSKU, admin)
 	v1.GET("/skus/:sku", s.getSKU)
 	v1.POST("/stock/deduct", s.deduct)
+	v1.POST("/stock/commit", s.commit)
 	v1.POST("/stock/release", s.release)
 	v1.POST("/orders", s.createOrder)
 	v1.GET("/orders/:id", s.getOrder)
@@ -194,8 +195,9 @@ func (s *Server) adjustSKU(c echo.Context) error {
 		return err
 	}
 	var req struct {
-		Delta  *int64  `json:"delta"`
-		Reason *string `json:"reason"`
+		Delta     *int64  `json:"delta"`
+		Reason    *string `json:"reason"`
+		Reference *string `json:"reference"`
 	}
 	if err := bind(c, &req); err != nil {
 		return err
@@ -203,7 +205,11 @@ func (s *Server) adjustSKU(c echo.Context) error {
 	if err := required(map[string]bool{"delta": req.Delta != nil, "reason": req.Reason != nil}); err != nil {
 		return err
 	}
-	v, err := s.catalog.Adjust(c.Request().Context(), sku, *req.Delta, *req.Reason)
+	ref := ""
+	if req.Reference != nil {
+		ref = *req.Reference
+	}
+	v, err := s.catalog.Adjust(c.Request().Context(), sku, *req.Delta, *req.Reason, ref)
 	if err != nil {
 		return err
 	}
@@ -222,6 +228,8 @@ func (s *Server) getSKU(c echo.Context) error {
 	return c.JSON(http.StatusOK, v)
 }
 
+// deduct, commit and release are the token API: reservations named by the
+// client's token, in a namespace orders never share.
 func (s *Server) deduct(c echo.Context) error {
 	var req struct {
 		SKU   *string `json:"sku"`
@@ -234,7 +242,7 @@ func (s *Server) deduct(c echo.Context) error {
 	if err := required(map[string]bool{"sku": req.SKU != nil, "qty": req.Qty != nil, "token": req.Token != nil}); err != nil {
 		return err
 	}
-	n, err := s.stock.Deduct(c.Request().Context(), *req.SKU, *req.Qty, *req.Token)
+	n, err := s.orders.Reserve(c.Request().Context(), *req.SKU, *req.Qty, *req.Token)
 	s.cfg.Metrics.deduction(err, n)
 	if err != nil {
 		return err
@@ -242,18 +250,39 @@ func (s *Server) deduct(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]int64{"result": n})
 }
 
-func (s *Server) release(c echo.Context) error {
+// tokenReq reads the {"sku","token"} body of commit and release.
+func tokenReq(c echo.Context) (sku, token string, err error) {
 	var req struct {
 		SKU   *string `json:"sku"`
 		Token *string `json:"token"`
 	}
 	if err := bind(c, &req); err != nil {
-		return err
+		return "", "", err
 	}
 	if err := required(map[string]bool{"sku": req.SKU != nil, "token": req.Token != nil}); err != nil {
+		return "", "", err
+	}
+	return *req.SKU, *req.Token, nil
+}
+
+func (s *Server) commit(c echo.Context) error {
+	sku, token, err := tokenReq(c)
+	if err != nil {
 		return err
 	}
-	q, err := s.stock.Release(c.Request().Context(), *req.SKU, *req.Token)
+	q, err := s.orders.CommitToken(c.Request().Context(), sku, token)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]int64{"committed": q})
+}
+
+func (s *Server) release(c echo.Context) error {
+	sku, token, err := tokenReq(c)
+	if err != nil {
+		return err
+	}
+	q, err := s.orders.ReleaseToken(c.Request().Context(), sku, token)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,5 @@
+-- +goose Up
+SELECT 1;
+
+-- +goose Down
+SELECT 1;

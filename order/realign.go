@@ -1,0 +1,76 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/acme/inventory/stock"
+)
+
+const realignLockKey = "inv:{realign}:lock"
+
+// Realigner periodically realigns every SKU whose Redis value differs from
+// the database's, on one node at a time (a distributed lock): a Redis that
+// came back older, failed over to a lagging replica or kept units an
+// admission took and never recorded (its process died) is put right within
+// one interval, even if nobody buys the SKU.
+type Realigner struct {
+	cat      *Catalog
+	locker   *stock.Locker
+	interval time.Duration
+	log      *slog.Logger
+	run      runner
+
+	// Realigned counts the SKUs this node realigned.
+	Realigned atomic.Int64
+}
+
+// NewRealigner runs cat.Realign every interval (default 30s).
+func NewRealigner(cat *Catalog, locker *stock.Locker, interval time.Duration, log *slog.Logger) *Realigner {
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Realigner{cat: cat, locker: locker, interval: interval, log: log}
+}
+
+// Start runs the job until Stop; a second Start is a no-op.
+func (r *Realigner) Start(ctx context.Context) { r.run.start(ctx, r.loop) }
+
+// Stop ends the job and waits for it; safe before Start and twice.
+func (r *Realigner) Stop() { r.run.stop() }
+
+func (r *Realigner) loop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(r.interval/2 + rand.N(r.interval/2+1)):
+		}
+		// The lock is not released: it expires after one interval, so one run
+		// per interval happens across all nodes.
+		_, err := r.locker.Obtain(ctx, realignLockKey, r.interval, 0)
+		if err != nil {
+			if !errors.Is(err, stock.ErrLockNotObtained) && ctx.Err() == nil {
+				r.log.Warn("realign: lock", "err", err)
+			}
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, r.interval)
+		skus, err := r.cat.Realign(rctx)
+		cancel()
+		r.Realigned.Add(int64(len(skus)))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.log.Warn("realign: round failed", "err", err)
+		case len(skus) > 0:
+			r.log.Info("realign: Redis differed from the database", "skus", len(skus))
+		}
+	}
+}

@@ -1,0 +1,203 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/acme/inventory/stock"
+)
+
+// The token API: raw reservations a client names with its own token. They
+// live in a namespace of their own ("t." + token), so they can never touch an
+// order's reservation (whose token is the order's random id).
+
+// ErrTokenReleased: the token's reservation was released (or expired); it
+// can take nothing any more.
+var ErrTokenReleased = errors.New("order: reservation already released")
+
+// rawKey validates a token-API request's SKU and token and returns the
+// token's key in the database.
+func rawKey(sku, token string) (string, error) {
+	if err := stock.ValidateSKU(sku); err != nil {
+		return "", err
+	}
+	if err := stock.ValidateToken(token); err != nil {
+		return "", err
+	}
+	return "t." + token, nil
+}
+
+// Reserve takes qty units of sku for the client's token: Redis admits, the
+// database records a HELD reservation that expires after the order TTL. It
+// returns what Redis had left (or stock.Unlimited). A replay with the same
+// qty returns the first answer and takes nothing; with another qty it is a
+// conflict; after a release, ErrTokenReleased.
+func (s *Service) Reserve(ctx context.Context, sku string, qty int64, token string) (int64, error) {
+	key, err := rawKey(sku, token)
+	if err != nil {
+		return 0, err
+	}
+	adm, err := s.stock.Admit(ctx, sku, qty, key)
+	if errors.Is(err, stock.ErrReplay) {
+		return s.replay(ctx, sku, qty, key)
+	}
+	if err != nil {
+		return 0, err
+	}
+	now := s.now()
+	row := Reservation{Token: key, SKU: sku, Qty: qty, State: Held, Result: adm.Remaining,
+		ExpiresAt: now.Add(s.cfg.TTL), CreatedAt: now, UpdatedAt: now}
+	marks, err := s.orders.write(ctx, &writeReq{rows: []Reservation{row}})
+	if err != nil {
+		undo := s.stock.Undo(context.WithoutCancel(ctx), sku, qty, adm, key)
+		if isDuplicate(err) { // Redis forgot the token (a key loss): the database remembers
+			if undo != nil {
+				s.cfg.Logger.Warn("order: undoing a replayed admission failed; the realign repairs it", "sku", sku, "err", undo)
+			}
+			return s.replay(ctx, sku, qty, key)
+		}
+		return 0, s.refused(ctx, err)
+	}
+	s.settle(ctx, []stock.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, marks)
+	return adm.Remaining, nil
+}
+
+// replay answers a token seen before from its database row.
+func (s *Service) replay(ctx context.Context, sku string, qty int64, key string) (int64, error) {
+	var r Reservation
+	err := s.db.WithContext(ctx).Take(&r, "token = ? AND sku = ?", key, sku).Error
+	switch {
+	case errors.Is(err, gorm.ErrRecordNotFound):
+		// The first call is still writing (or failed and undid its admission).
+		return 0, fmt.Errorf("%w: a reservation with this token is in progress; retry", ErrConflict)
+	case err != nil:
+		return 0, err
+	case r.State == Released:
+		return 0, ErrTokenReleased
+	case r.Qty != qty:
+		return 0, fmt.Errorf("%w: token was used for %d units, not %d", ErrConflict, r.Qty, qty)
+	}
+	return r.Result, nil
+}
+
+// ReleaseToken gives back what the client's unpaid reservation holds, once:
+// a second release returns 0. A token never seen is recorded as released, so
+// a deduction that arrives after its release takes nothing. A committed
+// reservation cannot be released (it is a sale).
+func (s *Service) ReleaseToken(ctx context.Context, sku, token string) (int64, error) {
+	key, err := rawKey(sku, token)
+	if err != nil {
+		return 0, err
+	}
+	var chs []stock.Change
+	var released int64
+	_, err = s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
+		chs, released = nil, 0
+		// Read the row first, locking it (a current read): a plain read after
+		// releaseTx would see this transaction's snapshot, taken before a
+		// concurrent CommitToken (or Reserve) committed, and answer "released
+		// before" (0, nil) for a reservation that is committed (or still held).
+		var rows []Reservation
+		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("token = ? AND sku = ?", key, sku).
+			Find(&rows).Error; err != nil {
+			return nil, err
+		}
+		if len(rows) == 1 {
+			switch rows[0].State {
+			case Committed, Sold:
+				return nil, fmt.Errorf("%w: the reservation is committed (sold); it cannot be released", ErrConflict)
+			case Released:
+				return nil, nil // released before
+			}
+			var give map[string]int64
+			var err error
+			chs, give, err = releaseTx(tx, key, sku)
+			released = give[sku]
+			return nil, err
+		}
+		if ok, err := skuExists(tx, sku); err != nil || !ok {
+			return nil, errors.Join(err, fmt.Errorf("%w: sku %s", ErrNotFound, sku))
+		}
+		now := s.now()
+		return nil, tx.Create(&Reservation{Token: key, SKU: sku, State: Released, ExpiresAt: now, CreatedAt: now, UpdatedAt: now}).Error
+	})
+	if isDuplicate(err) { // a deduction with this token landed meanwhile: release it
+		return s.ReleaseToken(ctx, sku, token)
+	}
+	if err != nil {
+		return 0, err
+	}
+	s.apply(ctx, chs)
+	return released, nil
+}
+
+// CommitToken turns the client's held reservation into a sale: COMMITTED and
+// a DEDUCT outbox row in one transaction, the same path to the database
+// deduction as a paid order. A replay returns the quantity again.
+func (s *Service) CommitToken(ctx context.Context, sku, token string) (int64, error) {
+	key, err := rawKey(sku, token)
+	if err != nil {
+		return 0, err
+	}
+	var qty int64
+	_, err = s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
+		var r Reservation
+		if err := tx.Take(&r, "token = ? AND sku = ?", key, sku).Error; err != nil {
+			if errors.Is(err, gorm.ErrRecordNotFound) {
+				return nil, fmt.Errorf("%w: no reservation of %s with this token", ErrNotFound, sku)
+			}
+			return nil, err
+		}
+		qty = r.Qty
+		switch r.State {
+		case Committed, Sold:
+			return nil, nil
+		case Released:
+			return nil, ErrTokenReleased
+		}
+		res := tx.Model(&Reservation{}).Where("token = ? AND sku = ? AND state = ?", key, sku, Held).Update("state", Committed)
+		if res.Error != nil {
+			return nil, res.Error
+		}
+		if res.RowsAffected != 1 {
+			return nil, fmt.Errorf("%w: the reservation changed concurrently; retry", ErrConflict)
+		}
+		return nil, writeOutbox(tx, key, []stock.Line{{SKU: sku, Qty: r.Qty}}, OpDeduct)
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.cfg.OnOutbox()
+	return qty, nil
+}
+
+// ReleaseExpiredTokens releases the token API's HELD reservations past their
+// deadline (the timeout sweep); it returns how many it released.
+func (s *Service) ReleaseExpiredTokens(ctx context.Context, limit int) (int, error) {
+	var rows []Reservation
+	if err := s.db.WithContext(ctx).Where("state = ? AND expires_at <= ? AND order_id IS NULL", Held, s.now()).
+		Order("expires_at").Limit(limit).Find(&rows).Error; err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range rows {
+		var chs []stock.Change
+		_, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
+			var err error
+			chs, _, err = releaseTx(tx, r.Token, r.SKU) // a commit that won first leaves nothing HELD
+			return nil, err
+		})
+		if err != nil {
+			return n, err
+		}
+		if len(chs) > 0 {
+			n++
+		}
+		s.apply(ctx, chs)
+	}
+	return n, nil
+}
