@@ -188,15 +188,15 @@ func syncLag(ctx context.Context, a *app.App, dsnBase string, rate int, d time.D
 	for {
 		var left int
 		must(db.QueryRowContext(ctx, `SELECT COUNT(*) FROM stock_outbox ob LEFT JOIN stock_ledger l
-			ON l.order_id = ob.order_id AND l.sku = ob.sku AND l.op = ob.op WHERE l.id IS NULL`).Scan(&left))
+			ON l.token = ob.token AND l.sku = ob.sku AND l.op = ob.op WHERE l.id IS NULL`).Scan(&left))
 		if left == 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	rows, err := db.QueryContext(ctx, `SELECT TIMESTAMPDIFF(MICROSECOND, ob.created_at, l.applied_at) FROM stock_outbox ob
-		JOIN stock_ledger l ON l.order_id = ob.order_id AND l.sku = ob.sku AND l.op = ob.op WHERE ob.order_id IN
-		(SELECT id FROM orders WHERE user_id LIKE 'lag%')`)
+		JOIN stock_ledger l ON l.token = ob.token AND l.sku = ob.sku AND l.op = ob.op WHERE ob.token IN
+		(SELECT reservation_token FROM orders WHERE user_id LIKE 'lag%')`)
 	must(err)
 	defer rows.Close()
 	var lags []time.Duration

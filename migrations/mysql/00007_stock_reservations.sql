@@ -19,7 +19,7 @@ CREATE TABLE stock_reservations (
   created_at DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
   updated_at DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
   PRIMARY KEY (token, sku),
-  KEY stock_reservations_sku_state (sku, state),
+  KEY stock_reservations_sku_state (sku, state, token),
   KEY stock_reservations_state_expires (state, expires_at),
   CONSTRAINT stock_reservations_qty_valid CHECK (qty >= 0),
   CONSTRAINT stock_reservations_state_valid CHECK (state IN ('HELD', 'COMMITTED', 'SOLD', 'RELEASED'))

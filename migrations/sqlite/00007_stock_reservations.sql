@@ -12,7 +12,7 @@ CREATE TABLE stock_reservations (
   updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
   PRIMARY KEY (token, sku)
 );
-CREATE INDEX stock_reservations_sku_state ON stock_reservations (sku, state);
+CREATE INDEX stock_reservations_sku_state ON stock_reservations (sku, state, token);
 CREATE INDEX stock_reservations_state_expires ON stock_reservations (state, expires_at);
 
 -- +goose Down
