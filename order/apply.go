@@ -238,12 +238,16 @@ func committedQty(tx *gorm.DB, sku string, msgs []StockMessage) (map[string]int6
 	if len(tokens) == 0 {
 		return out, nil
 	}
+	// By primary key only: with the state in the WHERE, MariaDB picks the
+	// (sku, state) prefix and walks every committed row of a hot SKU.
 	var rows []Reservation
-	if err := tx.Where("sku = ? AND state = ? AND token IN ?", sku, Committed, tokens).Find(&rows).Error; err != nil {
+	if err := tx.Where("token IN ? AND sku = ?", tokens, sku).Find(&rows).Error; err != nil {
 		return nil, err
 	}
 	for _, r := range rows {
-		out[r.Token] = r.Qty
+		if r.State == Committed {
+			out[r.Token] = r.Qty
+		}
 	}
 	return out, nil
 }
@@ -253,7 +257,7 @@ func committedQty(tx *gorm.DB, sku string, msgs []StockMessage) (map[string]int6
 // restored (an unlimited SKU's on_hand stays -1).
 func applySKU(tx *gorm.DB, sku string, onHand int64, sold []string, deducted, back int64) error {
 	if len(sold) > 0 {
-		res := tx.Model(&Reservation{}).Where("sku = ? AND state = ? AND token IN ?", sku, Committed, sold).Update("state", Sold)
+		res := tx.Model(&Reservation{}).Where("token IN ? AND sku = ? AND state = ?", sold, sku, Committed).Update("state", Sold)
 		if res.Error != nil {
 			return res.Error
 		}

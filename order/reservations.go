@@ -127,7 +127,7 @@ func sortedKeys(m map[string]int64) []string {
 // Redis and the units released per SKU. A reservation that is not HELD is
 // left alone, so two releases racing give back once.
 func releaseTx(tx *gorm.DB, token, sku string) ([]stock.Change, map[string]int64, error) {
-	q := tx.Model(&Reservation{}).Where("token = ? AND state = ?", token, Held)
+	q := tx.Model(&Reservation{}).Where("token = ?", token) // by primary key; the state is checked below
 	if sku != "" {
 		q = q.Where("sku = ?", sku)
 	}
@@ -137,6 +137,9 @@ func releaseTx(tx *gorm.DB, token, sku string) ([]stock.Change, map[string]int64
 	}
 	give := map[string]int64{}
 	for _, r := range rows {
+		if r.State != Held {
+			continue
+		}
 		res := tx.Model(&Reservation{}).Where("token = ? AND sku = ? AND state = ?", r.Token, r.SKU, Held).
 			Update("state", Released)
 		if res.Error != nil {
