@@ -326,9 +326,12 @@ func (c *Catalog) fixReserved(ctx context.Context, sku string) error {
 	})
 }
 
-// Realign realigns every SKU whose Redis value differs from the database's
-// (the periodic job): a Redis that lost, rolled back or failed over state
-// gets the database's value. It returns the SKUs it realigned.
+// Realign realigns every SKU whose Redis value differs from the database's,
+// or whose Redis value comes from another initialisation than the last one
+// the database numbered (the periodic job): a Redis restored from a snapshot
+// older than the SKU's last init, or failed over to a replica that missed it,
+// is found even where its number happens to match. It returns the SKUs it
+// realigned.
 func (c *Catalog) Realign(ctx context.Context) ([]string, error) {
 	var done []string
 	after := ""
@@ -346,7 +349,7 @@ func (c *Catalog) Realign(ctx context.Context) ([]string, error) {
 			if err != nil {
 				return done, err
 			}
-			if !lv.Initialised || lv.Available == rec.available() {
+			if !lv.Initialised || lv.Available == rec.available() && lv.Epoch == rec.RedisEpoch {
 				continue
 			}
 			if err := c.stock.Realign(ctx, rec.SKU); err != nil {

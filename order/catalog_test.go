@@ -174,3 +174,32 @@ func TestRealignerRepairsDrift(t *testing.T) {
 	r.checkInvariant("A")
 	r.checkInvariant("B")
 }
+
+// A Redis that came back from before the SKU's last initialisation (a
+// snapshot restore, a failover to a replica that missed the init) is found by
+// its epoch even when its number happens to equal the database's.
+func TestRealignFindsAnOlderEpoch(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	cat := NewCatalog(r.db, r.st, nil)
+	_, err := cat.Put(ctx, "A", 10, 0)
+	require.NoError(t, err)
+	skus, err := cat.Realign(ctx)
+	require.NoError(t, err)
+	require.Empty(t, skus, "a fresh SKU is aligned")
+
+	old, err := r.st.Levels(ctx, "A")
+	require.NoError(t, err)
+	require.NoError(t, r.st.Realign(ctx, "A"))                                 // a new initialisation (the one the snapshot missed)
+	require.NoError(t, r.rdb.HSet(ctx, "inv:{A}:stock", "e", old.Epoch).Err()) // Redis comes back older
+	skus, err = cat.Realign(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"A"}, skus)
+	lv, err := r.st.Levels(ctx, "A")
+	require.NoError(t, err)
+	require.Equal(t, r.sku("A").RedisEpoch, lv.Epoch, "Redis carries the database's epoch again")
+	require.EqualValues(t, 10, lv.Available)
+	skus, err = cat.Realign(ctx)
+	require.NoError(t, err)
+	require.Empty(t, skus)
+}
