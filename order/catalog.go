@@ -244,23 +244,31 @@ type Report struct {
 // difference of its units.
 func (c *Catalog) Reconcile(ctx context.Context, repair bool) ([]Report, error) {
 	var out []Report
+	err := c.eachSKU(ctx, func(rec SKU) error {
+		r, err := c.check(ctx, rec, repair)
+		if r != nil {
+			out = append(out, *r)
+		}
+		return err
+	})
+	return out, err
+}
+
+// eachSKU calls fn with every SKU's record, in pages, in SKU order.
+func (c *Catalog) eachSKU(ctx context.Context, fn func(SKU) error) error {
 	after := ""
 	for {
 		var recs []SKU
 		if err := c.db.WithContext(ctx).Where("sku > ?", after).Order("sku").Limit(500).Find(&recs).Error; err != nil {
-			return out, err
+			return err
 		}
 		if len(recs) == 0 {
-			return out, nil
+			return nil
 		}
 		after = recs[len(recs)-1].SKU
 		for _, rec := range recs {
-			r, err := c.check(ctx, rec, repair)
-			if err != nil {
-				return out, err
-			}
-			if r != nil {
-				out = append(out, *r)
+			if err := fn(rec); err != nil {
+				return err
 			}
 		}
 	}
@@ -334,28 +342,19 @@ func (c *Catalog) fixReserved(ctx context.Context, sku string) error {
 // realigned.
 func (c *Catalog) Realign(ctx context.Context) ([]string, error) {
 	var done []string
-	after := ""
-	for {
-		var recs []SKU
-		if err := c.db.WithContext(ctx).Where("sku > ?", after).Order("sku").Limit(500).Find(&recs).Error; err != nil {
-			return done, err
+	err := c.eachSKU(ctx, func(rec SKU) error {
+		lv, err := c.stock.Levels(ctx, rec.SKU)
+		if err != nil {
+			return err
 		}
-		if len(recs) == 0 {
-			return done, nil
+		if !lv.Initialised || lv.Available == rec.available() && lv.Epoch == rec.RedisEpoch {
+			return nil
 		}
-		after = recs[len(recs)-1].SKU
-		for _, rec := range recs {
-			lv, err := c.stock.Levels(ctx, rec.SKU)
-			if err != nil {
-				return done, err
-			}
-			if !lv.Initialised || lv.Available == rec.available() && lv.Epoch == rec.RedisEpoch {
-				continue
-			}
-			if err := c.stock.Realign(ctx, rec.SKU); err != nil {
-				return done, err
-			}
-			done = append(done, rec.SKU)
+		if err := c.stock.Realign(ctx, rec.SKU); err != nil {
+			return err
 		}
-	}
+		done = append(done, rec.SKU)
+		return nil
+	})
+	return done, err
 }
