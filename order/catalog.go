@@ -244,8 +244,8 @@ type Report struct {
 // difference of its units.
 func (c *Catalog) Reconcile(ctx context.Context, repair bool) ([]Report, error) {
 	var out []Report
-	err := c.eachSKU(ctx, func(rec SKU) error {
-		r, err := c.check(ctx, rec, repair)
+	err := c.eachSKU(ctx, func(rec SKU, lv stock.Levels) error {
+		r, err := c.check(ctx, rec, lv, repair)
 		if r != nil {
 			out = append(out, *r)
 		}
@@ -254,8 +254,9 @@ func (c *Catalog) Reconcile(ctx context.Context, repair bool) ([]Report, error) 
 	return out, err
 }
 
-// eachSKU calls fn with every SKU's record, in pages, in SKU order.
-func (c *Catalog) eachSKU(ctx context.Context, fn func(SKU) error) error {
+// eachSKU calls fn with every SKU's record and Redis levels, in SKU order,
+// a page of 500 at a time (one query and one Redis round trip per page).
+func (c *Catalog) eachSKU(ctx context.Context, fn func(SKU, stock.Levels) error) error {
 	after := ""
 	for {
 		var recs []SKU
@@ -266,15 +267,23 @@ func (c *Catalog) eachSKU(ctx context.Context, fn func(SKU) error) error {
 			return nil
 		}
 		after = recs[len(recs)-1].SKU
-		for _, rec := range recs {
-			if err := fn(rec); err != nil {
+		skus := make([]string, len(recs))
+		for i, rec := range recs {
+			skus[i] = rec.SKU
+		}
+		lvs, err := c.stock.LevelsOf(ctx, skus)
+		if err != nil {
+			return err
+		}
+		for i, rec := range recs {
+			if err := fn(rec, lvs[i]); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-func (c *Catalog) check(ctx context.Context, rec SKU, repair bool) (*Report, error) {
+func (c *Catalog) check(ctx context.Context, rec SKU, lv stock.Levels, repair bool) (*Report, error) {
 	var live, anomalies int64
 	db := c.db.WithContext(ctx)
 	if err := db.Model(&Reservation{}).Select("COALESCE(SUM(qty), 0)").
@@ -282,10 +291,6 @@ func (c *Catalog) check(ctx context.Context, rec SKU, repair bool) (*Report, err
 		return nil, err
 	}
 	if err := db.Model(&AnomalyRow{}).Where("sku = ? AND resolved_at IS NULL", rec.SKU).Count(&anomalies).Error; err != nil {
-		return nil, err
-	}
-	lv, err := c.stock.Levels(ctx, rec.SKU)
-	if err != nil {
 		return nil, err
 	}
 	r := Report{SKU: rec.SKU, OnHand: rec.OnHand, Reserved: rec.Reserved, Live: live, Available: rec.available(), Anomalies: anomalies}
@@ -322,16 +327,12 @@ func (c *Catalog) check(ctx context.Context, rec SKU, repair bool) (*Report, err
 	return &r, nil
 }
 
-// fixReserved sets reserved to the sum of live reservations, under the row
-// lock (refused by the CHECK if on_hand cannot cover it: that needs an operator).
+// fixReserved sets reserved to the sum of live reservations in one UPDATE,
+// which holds the row lock while it runs (refused by the CHECK if on_hand
+// cannot cover it: that needs an operator).
 func (c *Catalog) fixReserved(ctx context.Context, sku string) error {
-	return c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Exec(`SELECT sku FROM skus WHERE sku = ? FOR UPDATE`, sku).Error; err != nil && tx.Dialector.Name() == "mysql" {
-			return err
-		}
-		return tx.Exec(`UPDATE skus SET seq = seq + 1, reserved = (SELECT COALESCE(SUM(qty), 0) FROM stock_reservations
-			WHERE sku = ? AND state IN ('HELD', 'COMMITTED')) WHERE sku = ?`, sku, sku).Error
-	})
+	return c.db.WithContext(ctx).Exec(`UPDATE skus SET seq = seq + 1, reserved = (SELECT COALESCE(SUM(qty), 0)
+		FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED')) WHERE sku = ?`, sku, sku).Error
 }
 
 // Realign realigns every SKU whose Redis value differs from the database's,
@@ -342,11 +343,7 @@ func (c *Catalog) fixReserved(ctx context.Context, sku string) error {
 // realigned.
 func (c *Catalog) Realign(ctx context.Context) ([]string, error) {
 	var done []string
-	err := c.eachSKU(ctx, func(rec SKU) error {
-		lv, err := c.stock.Levels(ctx, rec.SKU)
-		if err != nil {
-			return err
-		}
+	err := c.eachSKU(ctx, func(rec SKU, lv stock.Levels) error {
 		if !lv.Initialised || lv.Available == rec.available() && lv.Epoch == rec.RedisEpoch {
 			return nil
 		}

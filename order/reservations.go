@@ -171,7 +171,9 @@ func changes(qty map[string]int64, marks map[string]mark, sign int64) []stock.Ch
 
 // apply brings committed changes into Redis. A failure leaves Redis wrong in
 // the safe direction or for the realign to fix, so it is logged, not returned.
-func (s *Service) apply(ctx context.Context, chs []stock.Change) {
+// ApplyChanges brings changes the database committed into Redis (the
+// Applier's OnApplied for restores).
+func (s *Service) ApplyChanges(ctx context.Context, chs []stock.Change) {
 	for _, c := range chs {
 		if err := s.stock.Apply(context.WithoutCancel(ctx), c); err != nil {
 			s.cfg.Logger.Warn("order: bringing a committed change into Redis failed; the realign repairs it",

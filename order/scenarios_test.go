@@ -130,52 +130,13 @@ type scen struct {
 	cat *Catalog
 }
 
-type scenOpts struct {
-	// wrapInit wraps the stock.InitFunc (to pause a cold init).
-	wrapInit func(stock.InitFunc) stock.InitFunc
-	// hooks are added to the Redis client (fault injection).
-	hooks []redis.Hook
-	// cfg adjusts the stock config.
-	cfg func(*stock.Config)
-	// lenientApply logs (instead of failing on) an applier's Redis Apply
-	// error: under injected chaos a realign may find the init lock taken.
-	lenientApply bool
-}
+// scenOpts are the rig's options: faults to inject.
+type scenOpts = rigOpts
 
 func newScen(t *testing.T, opts scenOpts) *scen {
 	t.Helper()
-	srv := startScenRedis(t)
-	rdb := srv.client(t)
-	for _, h := range opts.hooks {
-		rdb.AddHook(h)
-	}
-	r := &rig{t: t, tr: memoryTransport(t), clock: newClock(), db: testenv.MySQL(t), rdb: rdb}
-	init := InitFunc(r.db)
-	if opts.wrapInit != nil {
-		init = opts.wrapInit(init)
-	}
-	cfg := stock.Config{Init: init}
-	if opts.cfg != nil {
-		opts.cfg(&cfg)
-	}
-	st, err := stock.NewStore(rdb, cfg)
-	require.NoError(t, err)
-	r.st = st
-	r.applier = NewApplier(r.db, nil)
-	r.applier.OnApplied = func(ctx context.Context, chs []stock.Change) {
-		for _, c := range chs {
-			if err := st.Apply(ctx, c); err != nil {
-				if opts.lenientApply {
-					t.Logf("applier: bringing %+v into Redis: %v (the realign repairs it)", c, err)
-				} else {
-					t.Errorf("applier: bringing %+v into Redis: %v", c, err)
-				}
-			}
-		}
-	}
-	r.relay = NewRelay(r.db, r.tr.producer, st.Locker(), RelayConfig{Interval: 20 * time.Millisecond})
-	r.svc = NewService(r.db, st, Config{TTL: 15 * time.Minute, Now: r.clock.Now, OnOutbox: r.relay.Wake})
-	return &scen{rig: r, cat: NewCatalog(r.db, st, nil)}
+	r := assemble(t, memoryTransport(t), testenv.MySQL(t), startScenRedis(t).client(t), opts)
+	return &scen{rig: r, cat: NewCatalog(r.db, r.st, nil)}
 }
 
 func (s *scen) redisDo(args ...any) {

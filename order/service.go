@@ -73,12 +73,17 @@ func (s *Service) Get(ctx context.Context, id string) (*Order, error) {
 }
 
 func (s *Service) get(tx *gorm.DB, id string, forUpdate bool) (*Order, error) {
+	return s.find(tx, forUpdate, "id = ?", id)
+}
+
+// find reads the order matching where, with its items.
+func (s *Service) find(tx *gorm.DB, forUpdate bool, where string, args ...any) (*Order, error) {
 	var o Order
 	q := tx.Preload("Items", func(db *gorm.DB) *gorm.DB { return db.Order("sku") })
 	if forUpdate {
 		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
 	}
-	if err := q.Take(&o, "id = ?", id).Error; err != nil {
+	if err := q.Where(where, args...).Take(&o).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
 			return nil, ErrNotFound
 		}
@@ -145,15 +150,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []st
 }
 
 func (s *Service) byIdempotencyKey(ctx context.Context, userID, key string) (*Order, error) {
-	var ids []string
-	if err := s.db.WithContext(ctx).Model(&Order{}).Where("user_id = ? AND idempotency_key = ?", userID, key).
-		Pluck("id", &ids).Error; err != nil {
-		return nil, err
-	}
-	if len(ids) == 0 {
-		return nil, ErrNotFound
-	}
-	return s.Get(ctx, ids[0])
+	return s.find(s.db.WithContext(ctx), false, "user_id = ? AND idempotency_key = ?", userID, key)
 }
 
 // refused turns a failed reservation write into the caller's error. When the
@@ -192,7 +189,7 @@ func (s *Service) settle(ctx context.Context, lines []stock.Line, adm []stock.Ad
 		}
 		chs = append(chs, stock.Change{SKU: l.SKU, Delta: -l.Qty, Seq: m.seq, Epoch: adm[i].Epoch})
 	}
-	s.apply(ctx, chs)
+	s.ApplyChanges(ctx, chs)
 }
 
 // sameOrder answers an idempotent replay: the stored order if the request
@@ -268,7 +265,7 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	if !won {
 		return o, fmt.Errorf("%w: order %s is %s", ErrConflict, id, o.Status)
 	}
-	s.apply(ctx, chs)
+	s.ApplyChanges(ctx, chs)
 	if to == Expired {
 		s.cfg.OnExpired(s.now().Sub(o.ExpiresAt))
 	}
@@ -339,7 +336,7 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 	if err != nil {
 		return nil, err
 	}
-	s.apply(ctx, chs)
+	s.ApplyChanges(ctx, chs)
 	s.cfg.OnOutbox()
 	return o, nil
 }

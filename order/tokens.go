@@ -53,11 +53,10 @@ func (s *Service) Reserve(ctx context.Context, sku string, qty int64, token stri
 		ExpiresAt: now.Add(s.cfg.TTL), CreatedAt: now, UpdatedAt: now}
 	marks, err := s.orders.write(ctx, &writeReq{rows: []Reservation{row}})
 	if err != nil {
-		undo := s.stock.Undo(context.WithoutCancel(ctx), sku, qty, adm, key)
+		if uerr := s.stock.Undo(context.WithoutCancel(ctx), sku, qty, adm, key); uerr != nil {
+			s.cfg.Logger.Warn("order: undoing an admission failed; the realign repairs it", "sku", sku, "err", uerr)
+		}
 		if isDuplicate(err) { // Redis forgot the token (a key loss): the database remembers
-			if undo != nil {
-				s.cfg.Logger.Warn("order: undoing a replayed admission failed; the realign repairs it", "sku", sku, "err", undo)
-			}
 			return s.replay(ctx, sku, qty, key)
 		}
 		return 0, s.refused(ctx, err)
@@ -131,7 +130,7 @@ func (s *Service) ReleaseToken(ctx context.Context, sku, token string) (int64, e
 	if err != nil {
 		return 0, err
 	}
-	s.apply(ctx, chs)
+	s.ApplyChanges(ctx, chs)
 	return released, nil
 }
 
@@ -197,7 +196,7 @@ func (s *Service) ReleaseExpiredTokens(ctx context.Context, limit int) (int, err
 		if len(chs) > 0 {
 			n++
 		}
-		s.apply(ctx, chs)
+		s.ApplyChanges(ctx, chs)
 	}
 	return n, nil
 }

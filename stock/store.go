@@ -237,8 +237,8 @@ func (s *Store) Undo(ctx context.Context, sku string, qty int64, adm Admission, 
 	if err := s.validate(sku, qty); err != nil {
 		return err
 	}
-	if adm.Remaining == Unlimited && token == "" {
-		return nil // nothing was taken
+	if adm.Remaining == Unlimited {
+		return nil // nothing was taken, and no token remembered
 	}
 	n, err := undoScript.Run(ctx, s.rdb, admitKeys(sku, token), qty, adm.Epoch).Int64()
 	if err != nil {
@@ -270,8 +270,7 @@ func (s *Store) Apply(ctx context.Context, c Change) error {
 	if err := ValidateSKU(c.SKU); err != nil {
 		return err
 	}
-	epoch := c.Epoch
-	n, err := applyScript.Run(ctx, s.rdb, []string{stockKey(c.SKU)}, c.Delta, c.Seq, epoch).Int64()
+	n, err := applyScript.Run(ctx, s.rdb, []string{stockKey(c.SKU)}, c.Delta, c.Seq, c.Epoch).Int64()
 	if err != nil {
 		return fmt.Errorf("stock: apply %s: %w", c.SKU, err)
 	}
@@ -327,6 +326,15 @@ func (s *Store) Forget(ctx context.Context, sku string) error {
 func (s *Store) EnsureInit(ctx context.Context, sku string) error {
 	if err := ValidateSKU(sku); err != nil {
 		return err
+	}
+	// The first check of the double check: a warm key costs one EXISTS, not
+	// a lock round.
+	n, err := s.rdb.Exists(ctx, stockKey(sku)).Result()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if n == 1 {
+		return nil
 	}
 	return s.ensureInit(ctx, sku)
 }
@@ -387,24 +395,42 @@ type Levels struct {
 }
 
 func (s *Store) Levels(ctx context.Context, sku string) (Levels, error) {
-	if err := ValidateSKU(sku); err != nil {
+	lvs, err := s.LevelsOf(ctx, []string{sku})
+	if err != nil {
 		return Levels{}, err
 	}
-	vals, err := s.rdb.HMGet(ctx, stockKey(sku), "a", "e", "s").Result()
-	if err != nil {
-		return Levels{}, fmt.Errorf("stock: levels %s: %w", sku, err)
+	return lvs[0], nil
+}
+
+// LevelsOf reads the levels of many SKUs in one round trip (a pipeline), in
+// the order given: for the jobs that walk the catalog.
+func (s *Store) LevelsOf(ctx context.Context, skus []string) ([]Levels, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(skus))
+	for i, sku := range skus {
+		if err := ValidateSKU(sku); err != nil {
+			return nil, err
+		}
+		cmds[i] = pipe.HMGet(ctx, stockKey(sku), "a", "e", "s")
 	}
-	var lv Levels
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("stock: levels: %w", err)
+	}
 	num := func(v any) int64 {
 		n, _ := strconv.ParseInt(fmt.Sprint(v), 10, 64)
 		return n
 	}
-	if vals[0] != nil {
-		lv.Initialised = true
-		lv.Available, lv.Epoch, lv.Seq = num(vals[0]), num(vals[1]), num(vals[2])
-		lv.Unlimited = lv.Available == Unlimited
+	out := make([]Levels, len(skus))
+	for i, cmd := range cmds {
+		vals := cmd.Val()
+		if vals[0] != nil {
+			lv := &out[i]
+			lv.Initialised = true
+			lv.Available, lv.Epoch, lv.Seq = num(vals[0]), num(vals[1]), num(vals[2])
+			lv.Unlimited = lv.Available == Unlimited
+		}
 	}
-	return lv, nil
+	return out, nil
 }
 
 // Locker is the Store's lock client, for other jobs that need one.

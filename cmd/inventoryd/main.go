@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -94,11 +93,14 @@ func migrateCmd() *cobra.Command {
 		Args:      cobra.MatchAll(cobra.MaximumNArgs(1), cobra.OnlyValidArgs),
 		ValidArgs: []string{"up", "down"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dsn := os.Getenv("INVENTORY_MYSQL_DSN")
-			if dsn == "" {
+			cfg, err := app.ParseConfig()
+			if err != nil {
+				return err
+			}
+			if cfg.MySQLDSN == "" {
 				return errors.New("migrate: INVENTORY_MYSQL_DSN is not set")
 			}
-			db, err := sql.Open("mysql", dsn)
+			db, err := sql.Open("mysql", cfg.MySQLDSN)
 			if err != nil {
 				return fmt.Errorf("migrate: %w", err)
 			}
@@ -109,7 +111,7 @@ func migrateCmd() *cobra.Command {
 			if err := migrations.Up(cmd.Context(), db, migrations.MySQL); err != nil {
 				return err
 			}
-			return migrateTopic(cmd)
+			return migrateTopic(cmd, cfg)
 		},
 	}
 }
@@ -118,16 +120,12 @@ func migrateCmd() *cobra.Command {
 // set and the topic is missing: a fresh broker has none, and the consumer
 // cannot subscribe to a topic without a route. An existing topic is left as
 // it is; down leaves the topic too (its messages may still matter).
-func migrateTopic(cmd *cobra.Command) error {
-	ns := os.Getenv("INVENTORY_ROCKETMQ_NAMESRV")
-	if ns == "" {
+func migrateTopic(cmd *cobra.Command, cfg app.Config) error {
+	if len(cfg.RocketMQNamesrv) == 0 {
 		return nil
 	}
-	topic := os.Getenv("INVENTORY_ROCKETMQ_TOPIC")
-	if topic == "" {
-		topic = "inventory_stock"
-	}
-	created, err := mq.EnsureTopic(cmd.Context(), strings.Split(ns, ","), topic, mq.DefaultQueues)
+	topic := cfg.RocketMQTopic
+	created, err := mq.EnsureTopic(cmd.Context(), cfg.RocketMQNamesrv, topic, mq.DefaultQueues)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}

@@ -108,13 +108,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	}
 	a.Catalog = order.NewCatalog(a.db, a.Stock, log)
 	a.realigner = order.NewRealigner(a.Catalog, a.Stock.Locker(), 30*time.Second, log)
-	a.applier.OnApplied = func(ctx context.Context, chs []stock.Change) {
-		for _, c := range chs {
-			if err := a.Stock.Apply(ctx, c); err != nil {
-				log.Warn("apply: bringing a restore into Redis failed; the realign repairs it", "sku", c.SKU, "err", err)
-			}
-		}
-	}
+	a.applier.OnApplied = a.Orders.ApplyChanges
 	if a.memq != nil {
 		a.consumer = a.memq.Consumer(a.applier.Handle, 64, 200*time.Millisecond)
 	} else {

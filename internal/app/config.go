@@ -27,11 +27,21 @@ type Config struct {
 
 // LoadConfig parses the environment and validates it.
 func LoadConfig() (Config, error) {
+	cfg, err := ParseConfig()
+	if err != nil {
+		return Config{}, err
+	}
+	return cfg, cfg.Validate()
+}
+
+// ParseConfig parses the environment, with the defaults, without requiring a
+// complete real-mode configuration (for commands that need only part of it).
+func ParseConfig() (Config, error) {
 	cfg, err := env.ParseAs[Config]()
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
-	return cfg, cfg.Validate()
+	return cfg, nil
 }
 
 // Validate checks the configuration on its own. Real mode needs every server
