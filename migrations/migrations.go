@@ -10,6 +10,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 
@@ -50,6 +51,23 @@ func Up(ctx context.Context, db *sql.DB, d Dialect) error {
 		return fmt.Errorf("migrate up: %w", err)
 	}
 	return nil
+}
+
+// Down rolls the newest applied migration back and returns its version (0
+// when none was applied).
+func Down(ctx context.Context, db *sql.DB, d Dialect) (int64, error) {
+	p, err := Provider(db, d)
+	if err != nil {
+		return 0, err
+	}
+	res, err := p.Down(ctx)
+	if errors.Is(err, goose.ErrNoNextVersion) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("migrate down: %w", err)
+	}
+	return res.Source.Version, nil
 }
 
 // DownAll rolls every applied migration back.

@@ -16,10 +16,10 @@ import (
 )
 
 // Applier is the mq.Handler that applies stock operations to the database
-// exactly once in effect: every (token, SKU, op) gets a unique ledger row in
-// the same transaction as the SKU's UPDATE, so a redelivered or duplicated
-// message finds its row and changes nothing. Consecutive operations of one
-// SKU in a delivery are merged into one UPDATE.
+// exactly once in effect: every (token, SKU, op) gets a unique ledger row (and
+// its stock movement) in the same transaction as the SKU's UPDATE, so a
+// redelivered or duplicated message finds its row and changes nothing.
+// Consecutive operations of one SKU in a delivery are merged into one UPDATE.
 //
 // DEDUCT turns a COMMITTED reservation SOLD and takes its units from on_hand
 // and reserved together (available does not move). RESTORE (a refund) adds
@@ -126,6 +126,7 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 				return err
 			}
 			var ledger []LedgerRow
+			var moves []Movement
 			var anomaly []AnomalyRow
 			restored := map[string]int64{}
 			for _, sku := range skus {
@@ -165,6 +166,7 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 						back += sm.Qty
 					}
 					ledger = append(ledger, LedgerRow{Token: sm.Token, SKU: sku, Op: sm.Op, Qty: sm.Qty})
+					moves = append(moves, appliedMovement(sku, oh, sm))
 				}
 				if err := applySKU(tx, sku, oh, sold, deducted, back); err != nil {
 					return err
@@ -177,6 +179,9 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 				if err := tx.Create(&ledger).Error; err != nil {
 					return err
 				}
+			}
+			if err := insertMovements(tx, moves); err != nil {
+				return err
 			}
 			if len(anomaly) > 0 {
 				if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&anomaly).Error; err != nil {
@@ -216,6 +221,20 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 		a.OnApplied(ctx, chs)
 	}
 	return nil
+}
+
+// appliedMovement is the movement of one applied operation, as applySKU
+// moves the SKU: a sale takes qty from on_hand and reserved, a refund gives
+// qty back to on_hand; an unlimited SKU's on_hand (-1) does not move.
+func appliedMovement(sku string, onHand int64, sm StockMessage) Movement {
+	m := Movement{SKU: sku, Kind: MoveSale, OnHandDelta: -sm.Qty, ReservedDelta: -sm.Qty, Reference: tokenRef(sm.Token)}
+	if sm.Op == OpRestore {
+		m.Kind, m.OnHandDelta, m.ReservedDelta = MoveRefund, sm.Qty, 0
+	}
+	if onHand == stock.Unlimited {
+		m.OnHandDelta = 0
+	}
+	return m
 }
 
 // deductedOnce reports whether token's DEDUCT of sku is applied (in the

@@ -104,6 +104,10 @@ func (b *batcher) flush(ctx context.Context, batch []*writeReq) {
 // writeTx inserts the batch's orders, items and reservation rows, then
 // reserves its units per SKU.
 func writeTx(tx *gorm.DB, batch []*writeReq) (map[string]mark, error) {
+	take, limits, err := countBuyers(tx, batch) // marks the rows, so first
+	if err != nil {
+		return nil, err
+	}
 	want := map[string]int64{}
 	var orders []*Order
 	var items []Item
@@ -129,6 +133,12 @@ func writeTx(tx *gorm.DB, batch []*writeReq) (map[string]mark, error) {
 		}
 	}
 	if err := tx.Create(rows).Error; err != nil {
+		return nil, err
+	}
+	if err := insertMovements(tx, reservationMovements(rows, MoveReserve, 1)); err != nil {
+		return nil, err
+	}
+	if err := takeQuotaTx(tx, take, limits); err != nil {
 		return nil, err
 	}
 	// Last, so the SKU rows (hot in a flash sale) stay locked only until commit.

@@ -80,14 +80,26 @@ func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int6
 		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).Find(&cur).Error; err != nil {
 			return err
 		}
+		// A new SKU's history opens with its stock; a SET records the change
+		// of on_hand read under the row lock (none when only the limit moves).
+		set := Movement{SKU: sku, Kind: MoveSet, OnHandDelta: onHand}
 		if len(cur) == 0 {
-			return tx.Create(&SKU{SKU: sku, OnHand: onHand, PerUserLimit: perUserLimit}).Error
+			if err := tx.Create(&SKU{SKU: sku, OnHand: onHand, PerUserLimit: perUserLimit}).Error; err != nil {
+				return err
+			}
+			return insertMovements(tx, []Movement{set})
 		}
 		if onHand != stock.Unlimited && onHand < cur[0].Reserved {
 			return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", ErrConflict, cur[0].Reserved, onHand)
 		}
-		return tx.Exec(`UPDATE skus SET on_hand = ?, per_user_limit = ?, seq = seq + 1 WHERE sku = ?`,
-			onHand, perUserLimit, sku).Error
+		if err := tx.Exec(`UPDATE skus SET on_hand = ?, per_user_limit = ?, seq = seq + 1 WHERE sku = ?`,
+			onHand, perUserLimit, sku).Error; err != nil {
+			return err
+		}
+		if set.OnHandDelta = onHand - cur[0].OnHand; set.OnHandDelta == 0 {
+			return nil
+		}
+		return insertMovements(tx, []Movement{set})
 	})
 	if err != nil {
 		return nil, err
@@ -127,6 +139,13 @@ func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, r
 		}
 		if res.RowsAffected == 0 {
 			return c.whyNotAdjusted(tx, sku, delta)
+		}
+		kind := MoveRestock
+		if delta < 0 {
+			kind = MoveCorrection
+		}
+		if err := insertMovements(tx, []Movement{{SKU: sku, Kind: kind, OnHandDelta: delta, Reason: reason, Reference: reference}}); err != nil {
+			return err
 		}
 		var err error
 		m, err = readMarks(tx, []string{sku})
@@ -328,11 +347,28 @@ func (c *Catalog) check(ctx context.Context, rec SKU, lv stock.Levels, repair bo
 }
 
 // fixReserved sets reserved to the sum of live reservations in one UPDATE,
-// which holds the row lock while it runs (refused by the CHECK if on_hand
-// cannot cover it: that needs an operator).
+// under the row lock (refused by the CHECK if on_hand cannot cover it: that
+// needs an operator), and records the repair as a CORRECTION of reserved.
 func (c *Catalog) fixReserved(ctx context.Context, sku string) error {
-	return c.db.WithContext(ctx).Exec(`UPDATE skus SET seq = seq + 1, reserved = (SELECT COALESCE(SUM(qty), 0)
-		FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED')) WHERE sku = ?`, sku, sku).Error
+	return c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var before, after []int64
+		if err := tx.Model(&SKU{}).Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).
+			Pluck("reserved", &before).Error; err != nil || len(before) == 0 {
+			return err
+		}
+		if err := tx.Exec(`UPDATE skus SET seq = seq + 1, reserved = (SELECT COALESCE(SUM(qty), 0)
+			FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED')) WHERE sku = ?`, sku, sku).Error; err != nil {
+			return err
+		}
+		if err := tx.Model(&SKU{}).Where("sku = ?", sku).Pluck("reserved", &after).Error; err != nil {
+			return err
+		}
+		if after[0] == before[0] {
+			return nil
+		}
+		return insertMovements(tx, []Movement{{SKU: sku, Kind: MoveCorrection, ReservedDelta: after[0] - before[0],
+			Reason: "reconcile: reserved set to the sum of live reservations"}})
+	})
 }
 
 // Realign realigns every SKU whose Redis value differs from the database's,

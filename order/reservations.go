@@ -34,6 +34,9 @@ type Reservation struct {
 	Token     string   `gorm:"primaryKey"`
 	SKU       string   `gorm:"primaryKey;column:sku"`
 	OrderID   *string  `gorm:"column:order_id"`
+	// Buyer is the user this reservation counts against in buyer_quotas
+	// (nil: it does not count).
+	Buyer     *string  `gorm:"column:buyer"`
 	Qty       int64    `gorm:"column:qty"`
 	State     ResState `gorm:"column:state"`
 	Result    int64    `gorm:"column:result"`
@@ -122,20 +125,29 @@ func sortedKeys(m map[string]int64) []string {
 	return keys
 }
 
+// release is what a release gave back: the changes for Redis, the units per
+// SKU, and the units given back to buyers' per-user limits.
+type release struct {
+	changes []stock.Change
+	units   map[string]int64
+	quotas  []buyerUnits
+}
+
 // releaseTx releases token's HELD reservations (all its SKUs, or only sku)
-// and gives their units back in the database; it returns the changes for
-// Redis and the units released per SKU. A reservation that is not HELD is
-// left alone, so two releases racing give back once.
-func releaseTx(tx *gorm.DB, token, sku string) ([]stock.Change, map[string]int64, error) {
+// and gives their units back in the database, with what they counted
+// against their buyers' limits. A reservation that is not HELD is left
+// alone, so two releases racing give back once.
+func releaseTx(tx *gorm.DB, token, sku string) (release, error) {
 	q := tx.Model(&Reservation{}).Where("token = ?", token) // by primary key; the state is checked below
 	if sku != "" {
 		q = q.Where("sku = ?", sku)
 	}
 	var rows []Reservation
 	if err := q.Order("sku").Find(&rows).Error; err != nil {
-		return nil, nil, err
+		return release{}, err
 	}
 	give := map[string]int64{}
+	var released []Reservation
 	for _, r := range rows {
 		if r.State != Held {
 			continue
@@ -143,20 +155,28 @@ func releaseTx(tx *gorm.DB, token, sku string) ([]stock.Change, map[string]int64
 		res := tx.Model(&Reservation{}).Where("token = ? AND sku = ? AND state = ?", r.Token, r.SKU, Held).
 			Update("state", Released)
 		if res.Error != nil {
-			return nil, nil, res.Error
+			return release{}, res.Error
 		}
 		if res.RowsAffected == 1 && r.Qty > 0 {
 			give[r.SKU] += r.Qty
+			released = append(released, r)
 		}
 	}
 	if len(give) == 0 {
-		return nil, give, nil
+		return release{units: give}, nil
 	}
 	marks, err := unreserveTx(tx, give)
 	if err != nil {
-		return nil, nil, err
+		return release{}, err
 	}
-	return changes(give, marks, 1), give, nil
+	if err := insertMovements(tx, reservationMovements(released, MoveRelease, -1)); err != nil {
+		return release{}, err
+	}
+	quotas, err := giveQuotaTx(tx, released)
+	if err != nil {
+		return release{}, err
+	}
+	return release{changes: changes(give, marks, 1), units: give, quotas: quotas}, nil
 }
 
 // changes turns per-SKU quantities and their marks into Redis changes of

@@ -189,7 +189,7 @@ func (r *rig) waitApplied() {
 	}, 90*time.Second, 20*time.Millisecond, "the outbox drains into the ledger")
 }
 
-// checkInvariant asserts SPEC section 3's invariant for sku at a quiet point:
+// checkInvariant asserts docs/SPEC.md section 3's invariant for sku at a quiet point:
 // reserved <= on_hand (limited SKUs), reserved = the sum of live reservation
 // rows, and Redis available = on_hand - reserved.
 func (r *rig) checkInvariant(sku string) {

@@ -159,7 +159,8 @@ func (s *Service) byIdempotencyKey(ctx context.Context, userID, key string) (*Or
 func (s *Service) refused(ctx context.Context, err error) error {
 	var r errRefused
 	if !errors.As(err, &r) {
-		if errors.Is(err, stock.ErrUnknownSKU) {
+		var limit errOverLimit
+		if errors.Is(err, stock.ErrUnknownSKU) || errors.As(err, &limit) {
 			return err
 		}
 		return fmt.Errorf("order: write: %w", err)
@@ -241,7 +242,7 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 		return nil, err
 	}
 	var won bool
-	var chs []stock.Change
+	var rel release
 	o, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
 		q := tx.Model(&Order{}).Where("id = ? AND status = ?", id, Pending)
 		if cond != nil {
@@ -256,7 +257,7 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 		if err != nil || !won {
 			return o, err
 		}
-		chs, _, err = releaseTx(tx, o.ReservationToken, "")
+		rel, err = releaseTx(tx, o.ReservationToken, "")
 		return o, err
 	})
 	if err != nil {
@@ -265,11 +266,23 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	if !won {
 		return o, fmt.Errorf("%w: order %s is %s", ErrConflict, id, o.Status)
 	}
-	s.ApplyChanges(ctx, chs)
+	s.ApplyChanges(ctx, rel.changes)
+	s.returnQuotas(ctx, rel.quotas)
 	if to == Expired {
 		s.cfg.OnExpired(s.now().Sub(o.ExpiresAt))
 	}
 	return o, nil
+}
+
+// returnQuotas tells Redis's per-user pre-filter what a release gave back
+// to buyers (the database already has). A failure leaves Redis counting
+// more than the buyer holds, which the database corrects: logged only.
+func (s *Service) returnQuotas(ctx context.Context, quotas []buyerUnits) {
+	for _, q := range quotas {
+		if err := s.stock.ReturnQuota(context.WithoutCancel(ctx), q.sku, q.user, q.qty); err != nil {
+			s.cfg.Logger.Warn("order: giving a buyer's quota back in Redis failed", "sku", q.sku, "err", err)
+		}
+	}
 }
 
 // Pay records a successful payment: idempotent by payment id. A PENDING order
@@ -303,12 +316,8 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 			// one of them reserves again.
 			token := o.ID + ".late"
 			marks, err := s.reserveLate(tx, o, token)
-			var r errRefused
-			if errors.As(err, &r) {
-				return nil, err // rolled back; REFUND_REQUIRED below
-			}
 			if err != nil {
-				return nil, err
+				return nil, err // refused: rolled back; REFUND_REQUIRED below
 			}
 			chs = changes(lineQty(o), marks, -1)
 			return s.markPaid(tx, o, paymentID, token)
@@ -317,8 +326,9 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 		}
 		return nil, fmt.Errorf("%w: order %s is %s", ErrConflict, id, o.Status)
 	})
-	var r errRefused
-	if errors.As(err, &r) {
+	var refused errRefused
+	var overLimit errOverLimit
+	if errors.As(err, &refused) || errors.As(err, &overLimit) {
 		o, err = s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
 			o, err := s.get(tx, id, true)
 			if err != nil {
@@ -342,15 +352,28 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 }
 
 // reserveLate reserves an expired order's lines again in the database alone,
-// as COMMITTED reservations under token (Redis follows through Apply).
+// as COMMITTED reservations under token (Redis follows through Apply),
+// counting them against the buyer's per-user limits again: refused
+// (errRefused, errOverLimit) when the stock or the limit is gone.
 func (s *Service) reserveLate(tx *gorm.DB, o *Order, token string) (map[string]mark, error) {
 	now := s.now()
-	rows := make([]Reservation, len(o.Items))
+	req := &writeReq{order: o, rows: make([]Reservation, len(o.Items))}
 	for i, it := range o.Items {
-		rows[i] = Reservation{Token: token, SKU: it.SKU, OrderID: &o.ID, Qty: it.Qty, State: Committed,
+		req.rows[i] = Reservation{Token: token, SKU: it.SKU, OrderID: &o.ID, Qty: it.Qty, State: Committed,
 			ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now}
 	}
+	take, limits, err := countBuyers(tx, []*writeReq{req})
+	if err != nil {
+		return nil, err
+	}
+	rows := req.rows
+	if err := takeQuotaTx(tx, take, limits); err != nil {
+		return nil, err
+	}
 	if err := tx.Create(&rows).Error; err != nil {
+		return nil, err
+	}
+	if err := insertMovements(tx, reservationMovements(rows, MoveReserve, 1)); err != nil {
 		return nil, err
 	}
 	return reserveTx(tx, lineQty(o))

@@ -112,10 +112,8 @@ func (s *Service) ReleaseToken(ctx context.Context, sku, token string) (int64, e
 			case Released:
 				return nil, nil // released before
 			}
-			var give map[string]int64
-			var err error
-			chs, give, err = releaseTx(tx, key, sku)
-			released = give[sku]
+			rel, err := releaseTx(tx, key, sku)
+			chs, released = rel.changes, rel.units[sku]
 			return nil, err
 		}
 		if ok, err := skuExists(tx, sku); err != nil || !ok {
@@ -186,8 +184,8 @@ func (s *Service) ReleaseExpiredTokens(ctx context.Context, limit int) (int, err
 	for _, r := range rows {
 		var chs []stock.Change
 		_, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
-			var err error
-			chs, _, err = releaseTx(tx, r.Token, r.SKU) // a commit that won first leaves nothing HELD
+			rel, err := releaseTx(tx, r.Token, r.SKU) // a commit that won first leaves nothing HELD
+			chs = rel.changes
 			return nil, err
 		})
 		if err != nil {

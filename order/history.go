@@ -1,0 +1,285 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/acme/inventory/stock"
+)
+
+// MovementKind says why a SKU's quantities moved.
+type MovementKind string
+
+const (
+	MoveReserve    MovementKind = "RESERVE"    // a reservation: reserved +qty
+	MoveRelease    MovementKind = "RELEASE"    // cancel, timeout, release: reserved -qty
+	MoveSale       MovementKind = "SALE"       // a paid reservation applied: on_hand and reserved -qty
+	MoveRefund     MovementKind = "REFUND"     // a refund applied: on_hand +qty
+	MoveRestock    MovementKind = "RESTOCK"    // an adjust with delta > 0
+	MoveCorrection MovementKind = "CORRECTION" // an adjust with delta < 0, or a reconcile repair
+	MoveSet        MovementKind = "SET"        // the admin PUT that sets on_hand outright
+)
+
+// Movement is one immutable change of a SKU's on_hand and reserved, written in
+// the transaction of the change. Nothing updates or deletes one: a mistake is
+// fixed by a correcting movement, so per SKU the sums of the deltas are
+// on_hand and reserved (counting from the SKU's first movement), and the
+// history is the audit trail.
+type Movement struct {
+	ID            int64        `json:"id" gorm:"primaryKey"`
+	SKU           string       `json:"sku" gorm:"column:sku"`
+	Kind          MovementKind `json:"kind" gorm:"column:kind"`
+	OnHandDelta   int64        `json:"on_hand_delta" gorm:"column:on_hand_delta"`
+	ReservedDelta int64        `json:"reserved_delta" gorm:"column:reserved_delta"`
+	Reason        string       `json:"reason" gorm:"column:reason"`
+	// Reference is what caused the movement: an order id, "token:" + a token
+	// API token, or the reference an adjust carried (a purchase order).
+	Reference string    `json:"reference" gorm:"column:reference"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func (Movement) TableName() string { return "stock_movements" }
+
+// insertMovements writes ms in tx, in one multi-row INSERT.
+func insertMovements(tx *gorm.DB, ms []Movement) error {
+	if len(ms) == 0 {
+		return nil
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for i := range ms {
+		ms[i].CreatedAt = now
+	}
+	return tx.Create(&ms).Error
+}
+
+// reservationMovements is one movement of kind per reservation row, moving
+// reserved by sign * qty.
+func reservationMovements(rows []Reservation, kind MovementKind, sign int64) []Movement {
+	out := make([]Movement, 0, len(rows))
+	for _, r := range rows {
+		ref := tokenRef(r.Token)
+		if r.OrderID != nil {
+			ref = *r.OrderID
+		}
+		out = append(out, Movement{SKU: r.SKU, Kind: kind, ReservedDelta: sign * r.Qty, Reference: ref})
+	}
+	return out
+}
+
+// tokenRef names a reservation token as a movement's reference: a token API
+// token ("t." + the client's) as "token:" + the client's token, an order's
+// token (its id, or id + ".late" for a late payment's re-reservation) as the
+// order id.
+func tokenRef(token string) string {
+	if tok, ok := strings.CutPrefix(token, "t."); ok {
+		return "token:" + tok
+	}
+	return strings.TrimSuffix(token, ".late")
+}
+
+// Page sizes of every listing: 0 asks for the default.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+func pageLimit(limit int) (int, error) {
+	switch {
+	case limit == 0:
+		return DefaultPageSize, nil
+	case limit < 1 || limit > MaxPageSize:
+		return 0, invalid("limit must be between 1 and %d", MaxPageSize)
+	}
+	return limit, nil
+}
+
+// MovementPage is one page of a SKU's history, oldest first. Next is the
+// cursor of the following page (the last id on this one), 0 on the last page.
+type MovementPage struct {
+	Items []Movement
+	Next  int64
+}
+
+// Movements returns sku's movements with an id above after, oldest first, at
+// most limit (0: DefaultPageSize). Ids are assigned when a movement is
+// inserted, not when it commits: a reader following the newest movements can
+// see an id before a lower one (a transaction still open) commits; a finished
+// change's movements are all there once its transaction committed.
+func (c *Catalog) Movements(ctx context.Context, sku string, after int64, limit int) (*MovementPage, error) {
+	if err := stock.ValidateSKU(sku); err != nil {
+		return nil, err
+	}
+	if after < 0 {
+		return nil, invalid("cursor must be a movement id")
+	}
+	limit, err := pageLimit(limit)
+	if err != nil {
+		return nil, err
+	}
+	db := c.db.WithContext(ctx)
+	if ok, err := skuExists(db, sku); err != nil || !ok {
+		return nil, errors.Join(err, fmt.Errorf("%w: %s", stock.ErrUnknownSKU, sku))
+	}
+	var ms []Movement
+	if err := db.Where("sku = ? AND id > ?", sku, after).Order("id").Limit(limit + 1).Find(&ms).Error; err != nil {
+		return nil, err
+	}
+	p := &MovementPage{Items: ms}
+	if ms == nil {
+		p.Items = []Movement{}
+	}
+	if len(ms) > limit {
+		p.Items = ms[:limit]
+		p.Next = p.Items[limit-1].ID
+	}
+	return p, nil
+}
+
+// SKUQuery selects a page of the SKU listing, in SKU order.
+type SKUQuery struct {
+	// LowStock keeps only limited SKUs with on_hand - reserved <= *LowStock.
+	LowStock *int64
+	// After is the cursor: the last SKU of the previous page ("" for the first).
+	After string
+	// Limit is the page size (0: DefaultPageSize).
+	Limit int
+}
+
+// SKUListItem is a SKU in a listing: the view Get returns without
+// redis_available. A listing is built from the database rows alone (one
+// query per page, no Redis round trip per SKU); GET /v1/skus/{sku} shows what
+// Redis has.
+type SKUListItem struct {
+	SKU          string `json:"sku"`
+	OnHand       int64  `json:"on_hand"`
+	Reserved     int64  `json:"reserved"`
+	Available    int64  `json:"available"`
+	Unlimited    bool   `json:"unlimited"`
+	PerUserLimit int64  `json:"per_user_limit"`
+}
+
+// SKUPage is one page of the SKU listing; Next is the cursor of the following
+// page ("" on the last).
+type SKUPage struct {
+	Items []SKUListItem
+	Next  string
+}
+
+// List returns a page of SKUs in SKU order. A low-stock filter reads the SKUs
+// in key order and keeps the matching ones (no index covers on_hand -
+// reserved): its cost grows with the catalog, not with the page.
+func (c *Catalog) List(ctx context.Context, q SKUQuery) (*SKUPage, error) {
+	if q.After != "" {
+		if err := stock.ValidateSKU(q.After); err != nil {
+			return nil, invalid("cursor must name a SKU")
+		}
+	}
+	if q.LowStock != nil && (*q.LowStock < 0 || *q.LowStock > MaxStock) {
+		return nil, invalid("low_stock must be between 0 and %d", int64(MaxStock))
+	}
+	limit, err := pageLimit(q.Limit)
+	if err != nil {
+		return nil, err
+	}
+	db := c.db.WithContext(ctx).Where("sku > ?", q.After)
+	if q.LowStock != nil {
+		db = db.Where("on_hand <> ? AND on_hand - reserved <= ?", stock.Unlimited, *q.LowStock)
+	}
+	var recs []SKU
+	if err := db.Order("sku").Limit(limit + 1).Find(&recs).Error; err != nil {
+		return nil, err
+	}
+	p := &SKUPage{Items: make([]SKUListItem, 0, min(len(recs), limit))}
+	for _, rec := range recs[:min(len(recs), limit)] {
+		p.Items = append(p.Items, SKUListItem{SKU: rec.SKU, OnHand: rec.OnHand, Reserved: rec.Reserved,
+			Available: rec.available(), Unlimited: rec.OnHand == stock.Unlimited, PerUserLimit: rec.PerUserLimit})
+	}
+	if len(recs) > limit {
+		p.Next = p.Items[limit-1].SKU
+	}
+	return p, nil
+}
+
+// OrderQuery selects a page of the order listing, newest first. Empty fields
+// do not filter.
+type OrderQuery struct {
+	UserID string
+	Status Status
+	// CreatedFrom and CreatedTo bound created_at, half-open: [from, to).
+	CreatedFrom, CreatedTo time.Time
+	// After is the cursor: the last order id of the previous page.
+	After string
+	// Limit is the page size (0: DefaultPageSize).
+	Limit int
+}
+
+var statuses = []Status{Pending, Paid, Cancelled, Expired, Refunded, RefundRequired}
+
+// OrderPage is one page of the order listing; Next is the cursor of the
+// following page ("" on the last).
+type OrderPage struct {
+	Items []Order
+	Next  string
+}
+
+// List returns a page of orders, newest first: order ids are UUIDv7, so id
+// order is creation order and the cursor is the last id seen. Each filter
+// has an index ending in id (migration 00014); the items of the page's
+// orders are read in one more query.
+func (s *Service) List(ctx context.Context, q OrderQuery) (*OrderPage, error) {
+	if q.UserID != "" {
+		if err := validateID("user_id", q.UserID); err != nil {
+			return nil, err
+		}
+	}
+	if q.Status != "" && !slices.Contains(statuses, q.Status) {
+		return nil, invalid("status must be one of PENDING, PAID, CANCELLED, EXPIRED, REFUNDED, REFUND_REQUIRED")
+	}
+	if !q.CreatedFrom.IsZero() && !q.CreatedTo.IsZero() && !q.CreatedFrom.Before(q.CreatedTo) {
+		return nil, invalid("created_from must be before created_to")
+	}
+	if q.After != "" && !idPattern.MatchString(q.After) {
+		return nil, invalid("cursor must name an order")
+	}
+	limit, err := pageLimit(q.Limit)
+	if err != nil {
+		return nil, err
+	}
+	db := s.db.WithContext(ctx).Preload("Items", func(db *gorm.DB) *gorm.DB { return db.Order("sku") })
+	if q.UserID != "" {
+		db = db.Where("user_id = ?", q.UserID)
+	}
+	if q.Status != "" {
+		db = db.Where("status = ?", q.Status)
+	}
+	// created_at is stored in UTC (microseconds): compare in UTC too, which
+	// SQLite, comparing the stored text, needs.
+	if !q.CreatedFrom.IsZero() {
+		db = db.Where("created_at >= ?", q.CreatedFrom.UTC())
+	}
+	if !q.CreatedTo.IsZero() {
+		db = db.Where("created_at < ?", q.CreatedTo.UTC())
+	}
+	if q.After != "" {
+		db = db.Where("id < ?", q.After)
+	}
+	var orders []Order
+	if err := db.Order("id DESC").Limit(limit + 1).Find(&orders).Error; err != nil {
+		return nil, err
+	}
+	p := &OrderPage{Items: orders}
+	if len(orders) > limit {
+		p.Items = orders[:limit]
+		p.Next = p.Items[limit-1].ID
+	}
+	if p.Items == nil {
+		p.Items = []Order{}
+	}
+	return p, nil
+}

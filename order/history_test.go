@@ -1,0 +1,534 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/stock"
+)
+
+// move is a movement without its id and time (asserted separately).
+type move struct {
+	Kind             MovementKind
+	OnHand, Reserved int64
+	Reason, Ref      string
+}
+
+// history reads sku's whole history through Movements, a page at a time,
+// checks ids strictly increase and every movement has a time, and returns it.
+func history(t *testing.T, cat *Catalog, sku string) []move {
+	t.Helper()
+	var out []move
+	var after int64
+	for {
+		p, err := cat.Movements(context.Background(), sku, after, MaxPageSize)
+		require.NoError(t, err)
+		for _, m := range p.Items {
+			require.Greater(t, m.ID, after, "ids increase")
+			require.Equal(t, sku, m.SKU)
+			require.False(t, m.CreatedAt.IsZero(), "movement %d has a time", m.ID)
+			after = m.ID
+			out = append(out, move{m.Kind, m.OnHandDelta, m.ReservedDelta, m.Reason, m.Reference})
+		}
+		if p.Next == 0 {
+			return out
+		}
+		require.Equal(t, after, p.Next)
+	}
+}
+
+// requireSums asserts the history adds up to the SKU's record.
+func requireSums(t *testing.T, r *rig, cat *Catalog, sku string) {
+	t.Helper()
+	var onHand, reserved int64
+	for _, m := range history(t, cat, sku) {
+		onHand += m.OnHand
+		reserved += m.Reserved
+	}
+	rec := r.sku(sku)
+	require.Equal(t, [2]int64{rec.OnHand, rec.Reserved}, [2]int64{onHand, reserved}, "%s: the movements sum to [on_hand, reserved]", sku)
+}
+
+// A SKU's whole life, each change one movement in order, with the sums equal
+// to on_hand and reserved at the end.
+func TestMovementsFullLife(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	cat := NewCatalog(r.db, r.st, nil)
+	redisApplied := r.redisApplied()
+	r.startPipeline()
+
+	_, err := cat.Put(ctx, "LIFE", 10, 0)
+	require.NoError(t, err)
+	_, err = cat.Put(ctx, "LIFE", 10, 3) // the limit alone: on_hand does not move, no movement
+	require.NoError(t, err)
+	_, err = cat.Adjust(ctx, "LIFE", 5, " restock ", "po-17")
+	require.NoError(t, err)
+	cancelled, err := r.svc.Create(ctx, "u1", "", line("LIFE", 3))
+	require.NoError(t, err)
+	_, err = r.svc.Cancel(ctx, cancelled.ID)
+	require.NoError(t, err)
+	paid, err := r.svc.Create(ctx, "u2", "", line("LIFE", 2))
+	require.NoError(t, err)
+	_, err = r.svc.Pay(ctx, paid.ID, "pay-1")
+	require.NoError(t, err)
+	r.waitApplied()
+	r.requireQty("LIFE", 13, 0)
+	_, err = r.svc.Refund(ctx, paid.ID)
+	require.NoError(t, err)
+	r.waitApplied()
+	redisApplied(1)
+	_, err = r.svc.Reserve(ctx, "LIFE", 1, "tok-1")
+	require.NoError(t, err)
+	released, err := r.svc.ReleaseToken(ctx, "LIFE", "tok-1")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, released)
+	released, err = r.svc.ReleaseToken(ctx, "LIFE", "tok-1") // gives back nothing: no movement
+	require.NoError(t, err)
+	require.EqualValues(t, 0, released)
+	_, err = cat.Adjust(ctx, "LIFE", -4, "shrinkage", "")
+	require.NoError(t, err)
+	_, err = cat.Put(ctx, "LIFE", 20, 3)
+	require.NoError(t, err)
+
+	require.Equal(t, []move{
+		{MoveSet, 10, 0, "", ""},
+		{MoveRestock, 5, 0, "restock", "po-17"},
+		{MoveReserve, 0, 3, "", cancelled.ID},
+		{MoveRelease, 0, -3, "", cancelled.ID},
+		{MoveReserve, 0, 2, "", paid.ID},
+		{MoveSale, -2, -2, "", paid.ID},
+		{MoveRefund, 2, 0, "", paid.ID},
+		{MoveReserve, 0, 1, "", "token:tok-1"},
+		{MoveRelease, 0, -1, "", "token:tok-1"},
+		{MoveCorrection, -4, 0, "shrinkage", ""},
+		{MoveSet, 9, 0, "", ""},
+	}, history(t, cat, "LIFE"))
+	r.requireQty("LIFE", 20, 0)
+	requireSums(t, r, cat, "LIFE")
+	r.checkInvariant("LIFE")
+}
+
+// A late payment re-reserves (RESERVE) under the order's ".late" token; the
+// sale names the order. An unlimited SKU's sale moves reserved only.
+func TestMovementsLatePaymentAndUnlimited(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	cat := NewCatalog(r.db, r.st, nil)
+	r.startPipeline()
+	_, err := cat.Put(ctx, "LATE", 5, 0)
+	require.NoError(t, err)
+	_, err = cat.Put(ctx, "UNL", stock.Unlimited, 0)
+	require.NoError(t, err)
+
+	o, err := r.svc.Create(ctx, "u1", "", []stock.Line{{SKU: "LATE", Qty: 2}, {SKU: "UNL", Qty: 4}})
+	require.NoError(t, err)
+	r.clock.Advance(16 * time.Minute)
+	expired, err := r.svc.Expire(ctx, o.ID)
+	require.NoError(t, err)
+	require.True(t, expired)
+	late, err := r.svc.Pay(ctx, o.ID, "pay-late")
+	require.NoError(t, err)
+	require.Equal(t, o.ID+".late", late.ReservationToken)
+	r.waitApplied()
+
+	require.Equal(t, []move{
+		{MoveSet, 5, 0, "", ""},
+		{MoveReserve, 0, 2, "", o.ID},
+		{MoveRelease, 0, -2, "", o.ID},
+		{MoveReserve, 0, 2, "", o.ID},
+		{MoveSale, -2, -2, "", o.ID},
+	}, history(t, cat, "LATE"))
+	require.Equal(t, []move{
+		{MoveSet, -1, 0, "", ""},
+		{MoveReserve, 0, 4, "", o.ID},
+		{MoveRelease, 0, -4, "", o.ID},
+		{MoveReserve, 0, 4, "", o.ID},
+		{MoveSale, 0, -4, "", o.ID},
+	}, history(t, cat, "UNL"))
+	requireSums(t, r, cat, "LATE")
+	requireSums(t, r, cat, "UNL")
+	r.requireQty("LATE", 3, 0)
+	r.requireQty("UNL", -1, 0)
+}
+
+// Reconcile's repair of reserved is recorded as a CORRECTION of reserved.
+func TestMovementsReconcileCorrection(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	cat := NewCatalog(r.db, r.st, nil)
+	_, err := cat.Put(ctx, "FIX", 10, 0)
+	require.NoError(t, err)
+	o, err := r.svc.Create(ctx, "u1", "", line("FIX", 3))
+	require.NoError(t, err)
+	require.NoError(t, r.db.Exec(`UPDATE skus SET reserved = 5 WHERE sku = 'FIX'`).Error) // drift outside the service
+	_, err = cat.Reconcile(ctx, true)
+	require.NoError(t, err)
+	r.requireQty("FIX", 10, 3)
+	require.Equal(t, []move{
+		{MoveSet, 10, 0, "", ""},
+		{MoveReserve, 0, 3, "", o.ID},
+		{MoveCorrection, 0, -2, "reconcile: reserved set to the sum of live reservations", ""},
+	}, history(t, cat, "FIX"))
+	_, err = cat.Reconcile(ctx, true) // nothing to repair: no movement
+	require.NoError(t, err)
+	require.Len(t, history(t, cat, "FIX"), 3)
+}
+
+// Many orders and token reservations on one SKU at once (group commit
+// batches them): the movements add up to reserved, with one RESERVE per
+// reservation that succeeded and one RELEASE per release that gave units back.
+func TestMovementsConserveUnderRace(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	cat := NewCatalog(r.db, r.st, nil)
+	_, err := cat.Put(ctx, "HOT", 40, 0)
+	require.NoError(t, err)
+
+	var reserved, releases, refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, err := r.svc.Create(ctx, fmt.Sprintf("u%d", i), "", line("HOT", 2))
+			switch {
+			case errors.Is(err, stock.ErrInsufficientStock):
+				refused.Add(1)
+			case err != nil:
+				t.Error(err)
+			default:
+				reserved.Add(1)
+				if i%2 == 0 {
+					if _, err := r.svc.Cancel(ctx, o.ID); err != nil {
+						t.Error(err)
+					}
+					releases.Add(1)
+				}
+			}
+			tok := fmt.Sprintf("tok-%d", i)
+			_, err = r.svc.Reserve(ctx, "HOT", 1, tok)
+			switch {
+			case errors.Is(err, stock.ErrInsufficientStock):
+				refused.Add(1)
+			case err != nil:
+				t.Error(err)
+			default:
+				reserved.Add(1)
+				if i%3 == 0 {
+					n, err := r.svc.ReleaseToken(ctx, "HOT", tok)
+					if err != nil {
+						t.Error(err)
+					}
+					if n == 1 {
+						releases.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Positive(t, reserved.Load())
+	require.Positive(t, refused.Load(), "more is asked than there is, even net of what goes back")
+
+	counts := map[MovementKind]int64{}
+	var sumReserved int64
+	for _, m := range history(t, cat, "HOT") {
+		counts[m.Kind]++
+		sumReserved += m.Reserved
+	}
+	require.Equal(t, r.sku("HOT").Reserved, sumReserved, "the movements sum to reserved")
+	require.Equal(t, map[MovementKind]int64{MoveSet: 1, MoveReserve: reserved.Load(), MoveRelease: releases.Load()}, counts)
+	require.EqualValues(t, reserved.Load(), r.count(`SELECT COUNT(*) FROM stock_reservations WHERE sku = 'HOT' AND qty > 0`))
+	requireSums(t, r, cat, "HOT")
+	r.checkInvariant("HOT")
+}
+
+// A reservation the database refuses (Redis admitted it wrongly) rolls back
+// with its movement: alone, and inside a group-committed batch that is then
+// written request by request.
+func TestMovementsRolledBackReservation(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	cat := NewCatalog(r.db, r.st, nil)
+	_, err := cat.Put(ctx, "R", 5, 0)
+	require.NoError(t, err)
+	first, err := r.svc.Create(ctx, "u1", "", line("R", 3))
+	require.NoError(t, err)
+	inflate := func(n int64) {
+		lv, err := r.st.Levels(ctx, "R")
+		require.NoError(t, err)
+		// A change the init never saw: Redis gains n units the database lacks.
+		require.NoError(t, r.st.Apply(ctx, stock.Change{SKU: "R", Delta: n, Seq: lv.Seq + 1_000_000}))
+	}
+	inflate(10)
+	_, err = r.svc.Create(ctx, "u2", "", line("R", 4))
+	require.ErrorIs(t, err, stock.ErrInsufficientStock, "Redis admitted, the database refused")
+	inflate(10)
+	_, err = r.svc.Reserve(ctx, "R", 3, "tok-r")
+	require.ErrorIs(t, err, stock.ErrInsufficientStock)
+	require.Equal(t, []move{
+		{MoveSet, 5, 0, "", ""},
+		{MoveReserve, 0, 3, "", first.ID},
+	}, history(t, cat, "R"))
+
+	// A batch that does not fit: 12 requests for the 2 units left.
+	b := newBatcher(r.db)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := b.write(ctx, &writeReq{rows: []Reservation{{Token: fmt.Sprintf("t.k%d", i), SKU: "R", Qty: 1,
+				State: Held, ExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}}})
+			var ref errRefused
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case !errors.As(err, &ref):
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	require.EqualValues(t, 2, ok.Load())
+	h := history(t, cat, "R")
+	require.Len(t, h, 4)
+	for _, m := range h[2:] {
+		require.Equal(t, MoveReserve, m.Kind)
+		require.EqualValues(t, 1, m.Reserved)
+		require.Regexp(t, `^token:k\d+$`, m.Ref)
+	}
+	r.requireQty("R", 5, 5)
+	requireSums(t, r, cat, "R")
+}
+
+// Seven movements read three at a time: 3, 3, 1, each page's cursor its last
+// id, no movement twice; and the reader's argument errors.
+func TestMovementsPagination(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	cat := NewCatalog(r.db, r.st, nil)
+	_, err := cat.Put(ctx, "PG", 10, 0)
+	require.NoError(t, err)
+	for i := range 6 {
+		delta := int64(i + 1)
+		if i%2 == 1 {
+			delta = -1
+		}
+		_, err := cat.Adjust(ctx, "PG", delta, fmt.Sprintf("r%d", i), "")
+		require.NoError(t, err)
+	}
+	_, err = cat.Put(ctx, "OTHER", 1, 0) // another SKU's movement never shows
+	require.NoError(t, err)
+
+	var sizes []int
+	var deltas []int64
+	seen := map[int64]bool{}
+	var after int64
+	for {
+		p, err := cat.Movements(ctx, "PG", after, 3)
+		require.NoError(t, err)
+		sizes = append(sizes, len(p.Items))
+		for _, m := range p.Items {
+			require.False(t, seen[m.ID], "movement %d twice", m.ID)
+			seen[m.ID] = true
+			deltas = append(deltas, m.OnHandDelta)
+		}
+		if p.Next == 0 {
+			break
+		}
+		require.Equal(t, p.Items[len(p.Items)-1].ID, p.Next)
+		after = p.Next
+	}
+	require.Equal(t, []int{3, 3, 1}, sizes)
+	require.Equal(t, []int64{10, 1, -1, 3, -1, 5, -1}, deltas)
+
+	p, err := cat.Movements(ctx, "PG", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, p.Items, 7, "limit 0 is the default page")
+	require.Zero(t, p.Next)
+	p, err = cat.Movements(ctx, "PG", p.Items[6].ID, 3)
+	require.NoError(t, err)
+	require.Equal(t, &MovementPage{Items: []Movement{}}, p, "past the end: an empty page")
+
+	for _, c := range []struct {
+		sku          string
+		after        int64
+		limit        int
+		err          error
+		wantContains string
+	}{
+		{"PG", 0, -1, stock.ErrInvalidArgument, "limit must be between 1 and 500"},
+		{"PG", 0, 501, stock.ErrInvalidArgument, "limit must be between 1 and 500"},
+		{"PG", -1, 3, stock.ErrInvalidArgument, "cursor"},
+		{"-PG", 0, 3, stock.ErrInvalidArgument, "sku must be"},
+		{"NOPE", 0, 3, stock.ErrUnknownSKU, "NOPE"},
+	} {
+		_, err := cat.Movements(ctx, c.sku, c.after, c.limit)
+		require.ErrorIs(t, err, c.err, "%+v", c)
+		require.ErrorContains(t, err, c.wantContains)
+	}
+}
+
+// The SKU listing: SKU order, pages with cursors, the low-stock filter (never
+// an unlimited SKU), values from the database row.
+func TestListSKUs(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	cat := NewCatalog(r.db, r.st, nil)
+	for _, s := range []struct {
+		sku   string
+		stock int64
+	}{{"A1", 10}, {"A2", 3}, {"A3", stock.Unlimited}, {"A4", 5}, {"A5", 0}} {
+		_, err := cat.Put(ctx, s.sku, s.stock, 0)
+		require.NoError(t, err)
+	}
+	_, err := cat.Put(ctx, "A1", 10, 2)
+	require.NoError(t, err)
+	_, err = r.svc.Create(ctx, "u1", "", line("A4", 3))
+	require.NoError(t, err)
+	a1 := SKUListItem{SKU: "A1", OnHand: 10, Available: 10, PerUserLimit: 2}
+	a2 := SKUListItem{SKU: "A2", OnHand: 3, Available: 3}
+	a3 := SKUListItem{SKU: "A3", OnHand: -1, Available: -1, Unlimited: true}
+	a4 := SKUListItem{SKU: "A4", OnHand: 5, Reserved: 3, Available: 2}
+	a5 := SKUListItem{SKU: "A5"}
+
+	list := func(q SKUQuery) *SKUPage {
+		t.Helper()
+		p, err := cat.List(ctx, q)
+		require.NoError(t, err)
+		return p
+	}
+	require.Equal(t, &SKUPage{Items: []SKUListItem{a1, a2, a3, a4, a5}}, list(SKUQuery{}))
+	require.Equal(t, &SKUPage{Items: []SKUListItem{a1, a2}, Next: "A2"}, list(SKUQuery{Limit: 2}))
+	require.Equal(t, &SKUPage{Items: []SKUListItem{a3, a4}, Next: "A4"}, list(SKUQuery{Limit: 2, After: "A2"}))
+	require.Equal(t, &SKUPage{Items: []SKUListItem{a5}}, list(SKUQuery{Limit: 2, After: "A4"}))
+	require.Equal(t, &SKUPage{Items: []SKUListItem{}}, list(SKUQuery{After: "A5"}))
+
+	low := func(n int64) *int64 { return &n }
+	require.Equal(t, &SKUPage{Items: []SKUListItem{a4, a5}}, list(SKUQuery{LowStock: low(2)}))
+	require.Equal(t, &SKUPage{Items: []SKUListItem{a2, a4}, Next: "A4"}, list(SKUQuery{LowStock: low(3), Limit: 2}))
+	require.Equal(t, &SKUPage{Items: []SKUListItem{a5}}, list(SKUQuery{LowStock: low(3), Limit: 2, After: "A4"}))
+	require.Equal(t, &SKUPage{Items: []SKUListItem{a5}}, list(SKUQuery{LowStock: low(0)}))
+
+	for _, q := range []SKUQuery{{Limit: -1}, {Limit: 501}, {After: "-A"}, {After: "a b"}, {LowStock: low(-1)}} {
+		_, err := cat.List(ctx, q)
+		require.ErrorIs(t, err, stock.ErrInvalidArgument, "%+v", q)
+	}
+}
+
+// The order listing: newest first, filters by user, status and a half-open
+// time window, pages with cursors, items loaded; and its argument errors.
+func TestListOrders(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	r.addSKU("A", 100)
+	r.addSKU("B", 100)
+	create := func(user string, lines ...stock.Line) *Order {
+		t.Helper()
+		o, err := r.svc.Create(ctx, user, "", lines)
+		require.NoError(t, err)
+		r.clock.Advance(time.Minute)
+		return o
+	}
+	o1 := create("u1", stock.Line{SKU: "A", Qty: 1})
+	o2 := create("u2", stock.Line{SKU: "B", Qty: 2}, stock.Line{SKU: "A", Qty: 3})
+	o3 := create("u1", stock.Line{SKU: "A", Qty: 4})
+	o4 := create("u1", stock.Line{SKU: "B", Qty: 5})
+	o5 := create("u2", stock.Line{SKU: "A", Qty: 6})
+	_, err := r.svc.Cancel(ctx, o3.ID)
+	require.NoError(t, err)
+	_, err = r.svc.Pay(ctx, o4.ID, "pay-4")
+	require.NoError(t, err)
+
+	type row struct {
+		id, user string
+		status   Status
+		items    []Item
+	}
+	want := map[string]row{}
+	for o, st := range map[*Order]Status{o1: Pending, o2: Pending, o3: Cancelled, o4: Paid, o5: Pending} {
+		want[o.ID] = row{o.ID, o.UserID, st, o.Items}
+	}
+	rows := func(os ...*Order) []row {
+		out := []row{}
+		for _, o := range os {
+			out = append(out, want[o.ID])
+		}
+		return out
+	}
+	list := func(q OrderQuery) ([]row, string) {
+		t.Helper()
+		p, err := r.svc.List(ctx, q)
+		require.NoError(t, err)
+		out := []row{}
+		for _, o := range p.Items {
+			out = append(out, row{o.ID, o.UserID, o.Status, o.Items})
+		}
+		return out, p.Next
+	}
+	check := func(q OrderQuery, next string, os ...*Order) {
+		t.Helper()
+		got, gotNext := list(q)
+		require.Equal(t, rows(os...), got, "%+v", q)
+		require.Equal(t, next, gotNext, "%+v: next cursor", q)
+	}
+
+	check(OrderQuery{}, "", o5, o4, o3, o2, o1)
+	check(OrderQuery{Limit: 2}, o4.ID, o5, o4)
+	check(OrderQuery{Limit: 2, After: o4.ID}, o2.ID, o3, o2)
+	check(OrderQuery{Limit: 2, After: o2.ID}, "", o1)
+	check(OrderQuery{UserID: "u1"}, "", o4, o3, o1)
+	check(OrderQuery{UserID: "u1", Limit: 1, After: o4.ID}, o3.ID, o3)
+	check(OrderQuery{UserID: "nobody"}, "")
+	check(OrderQuery{Status: Pending}, "", o5, o2, o1)
+	check(OrderQuery{Status: Cancelled}, "", o3)
+	check(OrderQuery{Status: Paid, UserID: "u1"}, "", o4)
+	check(OrderQuery{Status: Paid, UserID: "u2"}, "")
+	check(OrderQuery{CreatedFrom: o2.CreatedAt, CreatedTo: o4.CreatedAt}, "", o3, o2) // [from, to)
+	check(OrderQuery{CreatedFrom: o4.CreatedAt}, "", o5, o4)
+	check(OrderQuery{CreatedTo: o2.CreatedAt.Add(time.Microsecond)}, "", o2, o1)
+	check(OrderQuery{CreatedFrom: o1.CreatedAt.In(time.FixedZone("X", 3600)), CreatedTo: o3.CreatedAt.In(time.FixedZone("Y", -7200))}, "", o2, o1)
+	check(OrderQuery{CreatedFrom: o1.CreatedAt, UserID: "u2", Status: Pending, Limit: 1}, o5.ID, o5)
+
+	t0 := o1.CreatedAt
+	for _, q := range []OrderQuery{
+		{Status: "NOPE"}, {Status: "pending"}, {Limit: -1}, {Limit: 501}, {After: "-x"}, {After: "a b"},
+		{UserID: "bad user"}, {CreatedFrom: t0, CreatedTo: t0}, {CreatedFrom: t0.Add(time.Second), CreatedTo: t0},
+	} {
+		_, err := r.svc.List(ctx, q)
+		require.ErrorIs(t, err, stock.ErrInvalidArgument, "%+v", q)
+	}
+}
+
+// TestHistoryEmbedded runs this file's tests on the embedded default's
+// stand-ins (SQLite, miniredis), as TestEmbeddedContract does for the suite.
+func TestHistoryEmbedded(t *testing.T) {
+	embedded = true
+	defer func() { embedded = false }()
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"MovementsFullLife", TestMovementsFullLife},
+		{"MovementsLatePaymentAndUnlimited", TestMovementsLatePaymentAndUnlimited},
+		{"MovementsReconcileCorrection", TestMovementsReconcileCorrection},
+		{"MovementsConserveUnderRace", TestMovementsConserveUnderRace},
+		{"MovementsRolledBackReservation", TestMovementsRolledBackReservation},
+		{"MovementsPagination", TestMovementsPagination},
+		{"ListSKUs", TestListSKUs},
+		{"ListOrders", TestListOrders},
+	} {
+		t.Run(tc.name, tc.fn)
+	}
+}

@@ -1,0 +1,175 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/stock"
+)
+
+// quota is what buyer_quotas counts for user of sku.
+func (r *rig) quota(sku, user string) int64 {
+	r.t.Helper()
+	return r.count(`SELECT COALESCE(SUM(qty), 0) FROM buyer_quotas WHERE sku = ? AND user_id = ?`, sku, user)
+}
+
+func overLimit(t *testing.T, err error, user, sku string, limit int64) {
+	t.Helper()
+	require.ErrorIs(t, err, ErrConflict)
+	require.EqualError(t, err, fmt.Sprintf("buyer %s reached the per-user limit of %d for %s", user, limit, sku))
+}
+
+// The per-user limit is the database's: it holds on the order path, survives
+// Redis losing everything, comes back on cancel and on expiry, and a late
+// payment re-counts it (REFUND_REQUIRED when the buyer is at the limit).
+func TestPerUserLimitIsArbitratedByTheDatabase(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	sku := testenv.Unique("LIM")
+	cat := NewCatalog(r.db, r.st, nil)
+	_, err := cat.Put(ctx, sku, 100, 2)
+	require.NoError(t, err)
+	line := func(q int64) []stock.Line { return []stock.Line{{SKU: sku, Qty: q}} }
+
+	a1, err := r.svc.Create(ctx, "alice", "", line(1))
+	require.NoError(t, err)
+	a2, err := r.svc.Create(ctx, "alice", "", line(1))
+	require.NoError(t, err)
+	_, err = r.svc.Create(ctx, "alice", "", line(1))
+	overLimit(t, err, "alice", sku, 2)
+	_, err = r.svc.Create(ctx, "bob", "", line(3))
+	overLimit(t, err, "bob", sku, 2)
+	_, err = r.svc.Create(ctx, "bob", "", line(2))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), r.quota(sku, "alice"))
+	require.Equal(t, int64(2), r.quota(sku, "bob"))
+	r.requireQty(sku, 100, 4)
+	require.Equal(t, int64(3), r.count(`SELECT COUNT(*) FROM stock_reservations WHERE sku = ? AND buyer IS NOT NULL`, sku), "alice 1+1, bob 2")
+
+	// Redis forgets everything: the database still refuses alice.
+	require.NoError(t, r.rdb.FlushDB(ctx).Err())
+	_, err = r.svc.Create(ctx, "alice", "", line(1))
+	overLimit(t, err, "alice", sku, 2)
+	r.requireQty(sku, 100, 4)
+	r.checkInvariant(sku)
+
+	// A cancel gives the unit back to alice's limit.
+	_, err = r.svc.Cancel(ctx, a1.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), r.quota(sku, "alice"))
+	a3, err := r.svc.Create(ctx, "alice", "", line(1))
+	require.NoError(t, err)
+	_, err = r.svc.Create(ctx, "alice", "", line(1))
+	overLimit(t, err, "alice", sku, 2)
+
+	// Paid units keep counting; an expired order's come back.
+	stop := r.startPipeline()
+	_, err = r.svc.Pay(ctx, a2.ID, "pay-a2")
+	require.NoError(t, err)
+	r.waitApplied()
+	stop()
+	require.Equal(t, int64(2), r.quota(sku, "alice"))
+	r.clock.Advance(16 * time.Minute)
+	expired, err := r.svc.Expire(ctx, a3.ID)
+	require.NoError(t, err)
+	require.True(t, expired)
+	require.Equal(t, int64(1), r.quota(sku, "alice"))
+	a4, err := r.svc.Create(ctx, "alice", "", line(1))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), r.quota(sku, "alice"))
+
+	// a3's late payment would take alice past her limit: REFUND_REQUIRED,
+	// nothing re-reserved.
+	late, err := r.svc.Pay(ctx, a3.ID, "pay-a3")
+	require.NoError(t, err)
+	require.Equal(t, RefundRequired, late.Status)
+	require.Equal(t, int64(2), r.quota(sku, "alice"))
+	// With a4 cancelled, a late payment is within the limit and re-counts.
+	r.clock.Advance(-16 * time.Minute)
+	_, err = r.svc.Cancel(ctx, a4.ID)
+	require.NoError(t, err)
+	b1, err := r.svc.Create(ctx, "carol", "", line(1))
+	require.NoError(t, err)
+	r.clock.Advance(16 * time.Minute)
+	expired, err = r.svc.Expire(ctx, b1.ID)
+	require.NoError(t, err)
+	require.True(t, expired)
+	require.Equal(t, int64(0), r.quota(sku, "carol"))
+	paid, err := r.svc.Pay(ctx, b1.ID, "pay-b1")
+	require.NoError(t, err)
+	require.Equal(t, Paid, paid.Status)
+	require.Equal(t, int64(1), r.quota(sku, "carol"))
+	r.requireQty(sku, 99, 3) // alice: a2 sold; reserved: bob 2 held, carol 1 committed (late)
+	r.checkInvariant(sku)
+}
+
+// A limit set after a reservation was made does not count that reservation,
+// and its release gives nothing back that was not counted.
+func TestPerUserLimitSetLater(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	sku := testenv.Unique("LIM")
+	cat := NewCatalog(r.db, r.st, nil)
+	_, err := cat.Put(ctx, sku, 10, 0)
+	require.NoError(t, err)
+	first, err := r.svc.Create(ctx, "alice", "", []stock.Line{{SKU: sku, Qty: 3}})
+	require.NoError(t, err)
+	_, err = cat.Put(ctx, sku, 10, 1)
+	require.NoError(t, err)
+	_, err = r.svc.Cancel(ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), r.quota(sku, "alice"))
+	_, err = r.svc.Create(ctx, "alice", "", []stock.Line{{SKU: sku, Qty: 1}})
+	require.NoError(t, err)
+	_, err = r.svc.Create(ctx, "alice", "", []stock.Line{{SKU: sku, Qty: 1}})
+	overLimit(t, err, "alice", sku, 1)
+	r.checkInvariant(sku)
+}
+
+// Many concurrent purchases by the same buyers, group-committed together:
+// each buyer gets exactly the limit, every other attempt is refused, and the
+// counts, reservations and Redis agree.
+func TestPerUserLimitRace(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	sku := testenv.Unique("LIM")
+	_, err := NewCatalog(r.db, r.st, nil).Put(ctx, sku, 1000, 3)
+	require.NoError(t, err)
+	const buyers, attempts = 5, 20
+	var mu sync.Mutex
+	won := map[string]int{}
+	var wg sync.WaitGroup
+	for b := 0; b < buyers; b++ {
+		for i := 0; i < attempts; i++ {
+			wg.Add(1)
+			go func(user string) {
+				defer wg.Done()
+				_, err := r.svc.Create(ctx, user, "", []stock.Line{{SKU: sku, Qty: 1}})
+				switch {
+				case err == nil:
+					mu.Lock()
+					won[user]++
+					mu.Unlock()
+				case errors.Is(err, ErrConflict):
+				default:
+					t.Errorf("%s: %v", user, err)
+				}
+			}(fmt.Sprintf("buyer-%d", b))
+		}
+	}
+	wg.Wait()
+	for b := 0; b < buyers; b++ {
+		user := fmt.Sprintf("buyer-%d", b)
+		require.Equal(t, 3, won[user], user)
+		require.Equal(t, int64(3), r.quota(sku, user), user)
+	}
+	r.requireQty(sku, 1000, 3*buyers)
+	r.checkInvariant(sku)
+}
