@@ -1,6 +1,6 @@
 // Command benchtable measures, side by side in one run on one machine, what a
 // deduction of one hot SKU costs done five ways, and prints a table of
-// throughput, latency and the ratios SPEC section 7 sets targets for:
+// throughput, latency and the ratios docs/SPEC.md section 7 sets targets for:
 //
 //	mysql-hot-row     UPDATE hot_row SET stock = stock - 1 WHERE sku = ? AND stock >= 1
 //	redis-lock        lock (SET NX PX), GET, SET, compare-and-delete unlock

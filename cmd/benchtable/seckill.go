@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/acme/inventory/internal/app"
+	"github.com/acme/inventory/internal/identity"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -31,10 +32,11 @@ type httpResult struct {
 	note     string
 }
 
-// load posts to url from n clients for d; body makes each request's body.
-// With record false it keeps no per-request latencies (the soak measures the
-// process's memory, which must not include its own bookkeeping).
-func load(name, url string, n int, d time.Duration, body func(w int, seq int64) string, record ...bool) httpResult {
+// load posts to url from n clients for d; header gives each client's headers
+// (its credentials), body makes each request's body. With record false it
+// keeps no per-request latencies (the soak measures the process's memory,
+// which must not include its own bookkeeping).
+func load(name, url string, n int, d time.Duration, header func(w int) http.Header, body func(w int, seq int64) string, record ...bool) httpResult {
 	keep := len(record) == 0 || record[0]
 	tr := &http.Transport{MaxIdleConns: n, MaxIdleConnsPerHost: n, MaxConnsPerHost: n}
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
@@ -51,9 +53,16 @@ func load(name, url string, n int, d time.Duration, body func(w int, seq int64) 
 		go func() {
 			defer wg.Done()
 			local := map[int]int64{}
+			h := header(w)
+			h.Set("Content-Type", "application/json")
 			for seq := int64(0); time.Now().Before(stop); seq++ {
 				t0 := time.Now()
-				resp, err := client.Post(url, "application/json", bytes.NewBufferString(body(w, seq)))
+				req, err := http.NewRequest(http.MethodPost, url, bytes.NewBufferString(body(w, seq)))
+				if err != nil {
+					panic(err)
+				}
+				req.Header = h.Clone()
+				resp, err := client.Do(req)
 				if err != nil {
 					local[-1]++
 					continue
@@ -83,6 +92,22 @@ func load(name, url string, n int, d time.Duration, body func(w int, seq int64) 
 	return r
 }
 
+// The bench service's secrets (random enough for the service's checks).
+const (
+	benchAdmin    = "bench-admin-7c1e9a3f5b2d4e6a8c0f1b3d5e7a9c2b"
+	benchClient   = "bench-client-2b4d6f8a0c1e3a5c7e9b1d3f5a7c9e0b"
+	benchPayment  = "bench-payment-9e7c5a3b1d0f8e6c4a2b0d9f7e5c3a1b"
+	benchBuyerKey = "bench-buyers-4f6a8c0e2b4d6f8a1c3e5b7d9f0a2c4e"
+)
+
+// credentials are the headers of buyer prefix+w's requests: the client
+// credential and the buyer token the storefront signs for that buyer.
+func credentials(prefix string, w int) http.Header {
+	tok, err := identity.Issue(benchBuyerKey, fmt.Sprintf("%s%d", prefix, w), 24*time.Hour)
+	must(err)
+	return http.Header{"Authorization": {"Bearer " + benchClient}, identity.Header: {tok}}
+}
+
 // seckillBench runs the real service in this process (real mode: Redis,
 // MySQL, RocketMQ) and a bare net/http handler doing one EVALSHA through
 // go-redis, and loads both alike.
@@ -96,7 +121,8 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) ([]htt
 	cfg := app.Config{
 		HTTPAddr: "127.0.0.1:0", RedisURL: fmt.Sprintf("redis://%s/%d", *redisAddr, *redisDB),
 		MySQLDSN: strings.TrimSuffix(dsnBase, "/") + "/inv_bench_http", RocketMQNamesrv: []string{"127.0.0.1:9876"},
-		RocketMQTopic: topic, AdminToken: "bench-admin-token-0123", PaymentSecret: "bench-payment-secret-0123",
+		RocketMQTopic: topic, AdminToken: benchAdmin, PaymentSecret: benchPayment,
+		ClientTokens: []string{benchClient}, BuyerKey: benchBuyerKey,
 		OrderTTL: 15 * time.Minute, SeckillRate: 1e9, ShutdownTimeout: 10 * time.Second, InstanceName: topic,
 	}
 	must(cfg.Validate())
@@ -129,14 +155,16 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) ([]htt
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 
-	user := func(prefix string) func(w int, seq int64) string {
-		return func(w int, seq int64) string { return fmt.Sprintf(`{"user_id":"%s%d-%d"}`, prefix, w, seq) }
-	}
+	// Each client is one buyer (no SKU here has a per-user limit) with the
+	// client credential and the buyer token a storefront signs; the bare
+	// handler is sent the same headers, so both cost the client alike.
+	buyer := func(prefix string) func(w int) http.Header { return func(w int) http.Header { return credentials(prefix, w) } }
+	empty := func(int, int64) string { return `{}` }
 	var rs []httpResult
-	rs = append(rs, load("bare net/http + EVALSHA", "http://"+ln.Addr().String()+"/", *workers, *duration, user("b")))
-	rs = append(rs, load("seckill, selling", base+"/v1/seckill/FLASH/buy", *workers, *duration, user("s")))
-	rs = append(rs, load("seckill, sold out", base+"/v1/seckill/GONE/buy", *workers, *duration, user("g")))
-	sale := load("seckill, 2000 units", base+"/v1/seckill/SALE/buy", *workers, *duration, user("x"))
+	rs = append(rs, load("bare net/http + EVALSHA", "http://"+ln.Addr().String()+"/", *workers, *duration, buyer("b"), empty))
+	rs = append(rs, load("seckill, selling", base+"/v1/seckill/FLASH/buy", *workers, *duration, buyer("s"), empty))
+	rs = append(rs, load("seckill, sold out", base+"/v1/seckill/GONE/buy", *workers, *duration, buyer("g"), empty))
+	sale := load("seckill, 2000 units", base+"/v1/seckill/SALE/buy", *workers, *duration, buyer("x"), empty)
 
 	// Oversell: the orders the database holds for SALE against its stock.
 	var sold int64
@@ -145,8 +173,8 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) ([]htt
 	_ = check.Close()
 	sale.note = fmt.Sprintf("sold %d of 2000 (201s: %d), oversell %d", sold, sale.codes[201], max(sold-2000, 0))
 	rs = append(rs, sale)
-	rs = append(rs, load("orders, 2-line cart", base+"/v1/orders", *workers, *duration, func(w int, seq int64) string {
-		return fmt.Sprintf(`{"user_id":"c%d-%d","items":[{"sku":"CART-A","qty":1},{"sku":"CART-B","qty":2}]}`, w, seq)
+	rs = append(rs, load("orders, 2-line cart", base+"/v1/orders", *workers, *duration, buyer("c"), func(int, int64) string {
+		return `{"items":[{"sku":"CART-A","qty":1},{"sku":"CART-B","qty":2}]}`
 	}))
 
 	lag := syncLag(ctx, a, dsnBase, 400, *duration)
@@ -226,9 +254,8 @@ func soakRun(base string, d time.Duration) string {
 	start := time.Now()
 	go func() {
 		defer close(done)
-		load("soak", base+"/v1/seckill/FLASH/buy", *workers, d, func(w int, seq int64) string {
-			return fmt.Sprintf(`{"user_id":"soak%d-%d"}`, w, seq)
-		}, false)
+		load("soak", base+"/v1/seckill/FLASH/buy", *workers, d, func(w int) http.Header { return credentials("soak", w) },
+			func(int, int64) string { return `{}` }, false)
 	}()
 	every := d / 12
 	for t := time.NewTicker(every); ; {

@@ -87,9 +87,13 @@ func serve(cmd *cobra.Command, _ []string) error {
 }
 
 func migrateCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:       "migrate [up|down]",
-		Short:     "Apply (up, default) or roll back (down) every schema migration on INVENTORY_MYSQL_DSN",
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "migrate [up|down]",
+		Short: "Apply every pending schema migration (up, default), or roll back the newest one (down)",
+		Long: `migrate up applies every pending migration on INVENTORY_MYSQL_DSN and creates
+the ordered RocketMQ topic when INVENTORY_ROCKETMQ_NAMESRV is set and it is missing.
+migrate down rolls back one migration, the newest; --all rolls back every one.`,
 		Args:      cobra.MatchAll(cobra.MaximumNArgs(1), cobra.OnlyValidArgs),
 		ValidArgs: []string{"up", "down"},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -105,8 +109,27 @@ func migrateCmd() *cobra.Command {
 				return fmt.Errorf("migrate: %w", err)
 			}
 			defer db.Close()
-			if len(args) == 1 && args[0] == "down" {
-				return migrations.DownAll(cmd.Context(), db, migrations.MySQL)
+			down := len(args) == 1 && args[0] == "down"
+			switch {
+			case all && !down:
+				return errors.New("migrate: --all goes with down")
+			case down && all:
+				if err := migrations.DownAll(cmd.Context(), db, migrations.MySQL); err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), "migrate: rolled back every migration")
+				return nil
+			case down:
+				v, err := migrations.Down(cmd.Context(), db, migrations.MySQL)
+				if err != nil {
+					return err
+				}
+				if v == 0 {
+					fmt.Fprintln(cmd.OutOrStdout(), "migrate: nothing to roll back")
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "migrate: rolled back version %d\n", v)
+				}
+				return nil
 			}
 			if err := migrations.Up(cmd.Context(), db, migrations.MySQL); err != nil {
 				return err
@@ -114,6 +137,8 @@ func migrateCmd() *cobra.Command {
 			return migrateTopic(cmd, cfg)
 		},
 	}
+	cmd.Flags().BoolVar(&all, "all", false, "with down: roll back every migration, not only the newest")
+	return cmd
 }
 
 // migrateTopic creates the ordered topic when INVENTORY_ROCKETMQ_NAMESRV is

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -20,8 +19,11 @@ import (
 )
 
 const (
-	adminToken    = "e2e-admin-token-0123456789"
-	paymentSecret = "e2e-payment-secret-0123456789"
+	adminToken    = "e2e-admin-5b0e1c9f7a2d4e6b8c3f1a0d9e7b5c2a"
+	clientToken   = "e2e-client-1f3e5d7c9b2a4f6e8d0c1b3a5f7e9d2c"
+	clientToken2  = "e2e-client-9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f"
+	paymentSecret = "e2e-payment-8d6f4b2a0c9e7d5b3f1a8c6e4d2b0f9a"
+	buyerKey      = "e2e-buyers-3a5c7e9f1b2d4f6a8c0e2d4b6f8a1c3e"
 	e2eRedisDB    = 5
 )
 
@@ -51,7 +53,9 @@ func realEnv(t *testing.T) (env []string, db *sql.DB) {
 		"INVENTORY_ROCKETMQ_NAMESRV=" + testenv.RocketMQNamesrv(),
 		"INVENTORY_ROCKETMQ_TOPIC=" + topic,
 		"INVENTORY_ADMIN_TOKEN=" + adminToken,
+		"INVENTORY_CLIENT_TOKENS=" + clientToken + "," + clientToken2,
 		"INVENTORY_PAYMENT_SECRET=" + paymentSecret,
+		"INVENTORY_BUYER_KEY=" + buyerKey,
 		"INVENTORY_SECKILL_RATE=1000",
 	}, db
 }
@@ -156,7 +160,7 @@ func TestServeRealServers(t *testing.T) {
 	st, bob := p.call("POST", "/v1/orders", `{"user_id":"bob","items":[{"sku":"TEE","qty":1}]}`)
 	require.Equal(t, 201, st, bob)
 	p.requireSKU(skuView("TEE", 8, 1, 7, 0))
-	st, body = p.call("POST", "/v1/orders/"+bob["id"].(string)+"/cancel", "")
+	st, body = p.call("POST", "/v1/orders/"+bob["id"].(string)+"/cancel", "", "X-Buyer-Token", p.buyer("bob"))
 	require.Equal(t, 200, st)
 	require.Equal(t, "CANCELLED", body["status"])
 	st, body = p.call("GET", "/v1/orders/"+bob["id"].(string), "")
@@ -207,7 +211,7 @@ func TestServeRealServers(t *testing.T) {
 		{"missing token", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1}`, nil, 400, "invalid_argument"},
 		{"unknown field", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"t","x":1}`, nil, 400, "invalid_argument"},
 		{"bad token", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"a b"}`, nil, 400, "invalid_argument"},
-		{"body too large", "POST", "/v1/stock/deduct", big, nil, 400, "invalid_argument"},
+		{"body too large", "POST", "/v1/stock/deduct", big, nil, 413, "payload_too_large"},
 		{"unknown sku", "POST", "/v1/stock/deduct", `{"sku":"NOPE","qty":1,"token":"t"}`, nil, 404, "not_found"},
 		{"unknown sku get", "GET", "/v1/skus/NOPE", ``, nil, 404, "not_found"},
 		{"bad sku in path", "GET", "/v1/skus/BAD%7Bx%7D", ``, nil, 400, "invalid_argument"},
@@ -231,17 +235,19 @@ func TestServeRealServers(t *testing.T) {
 		{"order: no items", "POST", "/v1/orders", `{"user_id":"u","items":[]}`, nil, 400, "invalid_argument"},
 		{"order: item without qty", "POST", "/v1/orders", `{"user_id":"u","items":[{"sku":"TEE"}]}`, nil, 400, "invalid_argument"},
 		{"order: huge qty", "POST", "/v1/orders", `{"user_id":"u","items":[{"sku":"TEE","qty":100000}]}`, nil, 400, "invalid_argument"},
-		{"order: missing user", "POST", "/v1/orders", `{"items":[{"sku":"TEE","qty":1}]}`, nil, 400, "invalid_argument"},
+		{"order: no buyer token", "POST", "/v1/orders", `{"items":[{"sku":"TEE","qty":1}]}`, nil, 401, "unauthorized"},
+		{"order: another buyer's user_id", "POST", "/v1/orders", `{"user_id":"bob","items":[{"sku":"TEE","qty":1}]}`, []string{"X-Buyer-Token", p.buyer("mallory")}, 403, "forbidden"},
 		{"order: not enough", "POST", "/v1/orders", `{"user_id":"u","items":[{"sku":"TEE","qty":11}]}`, nil, 409, "insufficient_stock"},
 		{"order: unknown", "GET", "/v1/orders/nope", ``, nil, 404, "not_found"},
-		{"cancel: refunded order", "POST", "/v1/orders/" + id + "/cancel", ``, nil, 409, "conflict"},
+		{"cancel: refunded order", "POST", "/v1/orders/" + id + "/cancel", ``, []string{"X-Buyer-Token", p.buyer("alice")}, 409, "conflict"},
+		{"cancel: another buyer's order", "POST", "/v1/orders/" + id + "/cancel", ``, []string{"X-Buyer-Token", p.buyer("mallory")}, 403, "forbidden"},
 		{"callback: unsigned", "POST", "/v1/payments/callback", cb, nil, 401, "unauthorized"},
 		{"callback: wrong signature", "POST", "/v1/payments/callback", cb, wrongSig, 401, "unauthorized"},
 		{"callback: stale timestamp", "POST", "/v1/payments/callback", cb, stale, 401, "unauthorized"},
 		{"callback: body not signed", "POST", "/v1/payments/callback", cb + " ", hdr, 401, "unauthorized"},
 		{"callback: bad status", "POST", "/v1/payments/callback", maybe, signed(paymentSecret, time.Now(), maybe), 400, "invalid_argument"},
 		{"callback: unknown order", "POST", "/v1/payments/callback", unknownOrder, signed(paymentSecret, time.Now(), unknownOrder), 404, "not_found"},
-		{"seckill: no user", "POST", "/v1/seckill/PHONE/buy", `{}`, nil, 400, "invalid_argument"},
+		{"seckill: no buyer token", "POST", "/v1/seckill/TEE/buy", `{}`, nil, 401, "unauthorized"},
 		{"seckill: sold out", "POST", "/v1/seckill/PHONE/buy", `{"user_id":"u4"}`, nil, 409, "insufficient_stock"},
 		{"unknown route", "GET", "/v1/nothing", ``, nil, 404, "not_found"},
 	}
@@ -280,29 +286,24 @@ func TestRefusesToStartWithoutSecrets(t *testing.T) {
 		"INVENTORY_ROCKETMQ_NAMESRV=127.0.0.1:9876", "INVENTORY_HTTP_ADDR=127.0.0.1:0"}
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err)
-	require.Contains(t, string(out), "INVENTORY_ADMIN_TOKEN")
-	require.Contains(t, string(out), "INVENTORY_PAYMENT_SECRET")
+	for _, name := range []string{"INVENTORY_ADMIN_TOKEN", "INVENTORY_CLIENT_TOKENS", "INVENTORY_PAYMENT_SECRET", "INVENTORY_BUYER_KEY"} {
+		require.Contains(t, string(out), name)
+	}
 }
 
 // The embedded default, as `make run` starts it: a checkout from a new SKU to
 // the database stock, through the API alone.
 func TestEmbeddedCheckout(t *testing.T) {
 	p := start(t)
-	var admin, secret string
-	re := regexp.MustCompile(`admin token:\s+(\S+)\s+payment secret:\s+(\S+)`)
-	require.Eventually(t, func() bool {
-		out, _ := p.output()
-		m := re.FindStringSubmatch(out)
-		if m != nil {
-			admin, secret = m[1], m[2]
-		}
-		return m != nil
-	}, 10*time.Second, 20*time.Millisecond, "the banner prints the admin token and payment secret")
+	exports := p.exports()
+	admin, secret := exports["ADMIN_TOKEN"], exports["PAYMENT_SECRET"]
+	require.Equal(t, p.base, exports["INVENTORY_URL"])
 
 	st, body := p.call("PUT", "/v1/skus/WALK", `{"stock":5}`, "Authorization", "Bearer "+admin)
 	require.Equal(t, 200, st, body)
-	st, order := p.call("POST", "/v1/orders", `{"user_id":"walker","items":[{"sku":"WALK","qty":2}]}`)
+	st, order := p.call("POST", "/v1/orders", `{"items":[{"sku":"WALK","qty":2}]}`, "X-Buyer-Token", exports["ALICE_TOKEN"])
 	require.Equal(t, 201, st, order)
+	require.Equal(t, "alice", order["user_id"], "the buyer is the one the token names")
 	p.requireSKU(skuView("WALK", 5, 2, 3, 0))
 	cb := fmt.Sprintf(`{"order_id":%q,"payment_id":"walk-pay","status":"SUCCESS"}`, order["id"])
 	st, paid := p.call("POST", "/v1/payments/callback", cb, signed(secret, time.Now(), cb)...)
@@ -435,7 +436,7 @@ func TestTwoNodesAndReconcile(t *testing.T) {
 	st, body = c.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u5"}`)
 	require.Equal(t, 409, st, body)
 	require.Equal(t, "insufficient_stock", errCode(body), "the two held units stay held after the loss")
-	st, body = c.call("POST", "/v1/orders/"+first["id"].(string)+"/cancel", "")
+	st, body = c.call("POST", "/v1/orders/"+first["id"].(string)+"/cancel", "", "X-Buyer-Token", c.buyer("u1"))
 	require.Equal(t, 200, st, body)
 	require.Equal(t, "CANCELLED", body["status"])
 	c.requireSKU(skuView("PHONE", 2, 1, 1, 0))

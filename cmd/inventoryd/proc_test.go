@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/internal/httpapi"
+	"github.com/acme/inventory/internal/identity"
 )
 
 var (
@@ -54,6 +57,10 @@ type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	base   string
+	// client and buyerKey are the client credential and buyer-token key the
+	// process was configured with (read from its banner in embedded mode):
+	// call uses them as the checkout backend would.
+	client, buyerKey string
 	mu     sync.Mutex // guards stdout and stderr
 	stdout bytes.Buffer
 	stderr bytes.Buffer
@@ -111,7 +118,41 @@ func start(t *testing.T, env ...string) *proc {
 	case <-time.After(60 * time.Second):
 		t.Fatal("inventoryd did not start listening")
 	}
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "INVENTORY_CLIENT_TOKENS="); ok {
+			p.client, _, _ = strings.Cut(v, ",")
+		}
+		if v, ok := strings.CutPrefix(kv, "INVENTORY_BUYER_KEY="); ok {
+			p.buyerKey = v
+		}
+	}
 	return p
+}
+
+// exports waits for the embedded banner and returns its export lines as a
+// map (INVENTORY_URL, ADMIN_TOKEN, CLIENT_TOKEN, ...), and makes call use
+// the client credential it printed.
+func (p *proc) exports() map[string]string {
+	p.t.Helper()
+	re := regexp.MustCompile(`(?m)^export ([A-Z_]+)=(\S+)$`)
+	out := map[string]string{}
+	require.Eventually(p.t, func() bool {
+		stdout, _ := p.output()
+		for _, m := range re.FindAllStringSubmatch(stdout, -1) {
+			out[m[1]] = m[2]
+		}
+		return out["BOB_TOKEN"] != ""
+	}, 10*time.Second, 20*time.Millisecond, "the banner prints export lines")
+	p.client = out["CLIENT_TOKEN"]
+	return out
+}
+
+// buyer is the X-Buyer-Token the storefront signs for user.
+func (p *proc) buyer(user string) string {
+	p.t.Helper()
+	tok, err := identity.Issue(p.buyerKey, user, time.Hour)
+	require.NoError(p.t, err)
+	return tok
 }
 
 type lockedWriter struct {
@@ -137,21 +178,42 @@ func (p *proc) stop() {
 	}
 }
 
-// call sends a request and decodes the JSON answer into a map.
+// call sends a request as the checkout backend would and decodes the JSON
+// answer into a map: with the client credential unless the request carries
+// an Authorization, and, for a body naming a user_id, the buyer token the
+// storefront signs for that user unless it carries one.
 func (p *proc) call(method, path, body string, header ...string) (int, map[string]any) {
+	p.t.Helper()
+	h := http.Header{}
+	for i := 0; i+1 < len(header); i += 2 {
+		h.Set(header[i], header[i+1])
+	}
+	if h.Get("Authorization") == "" && p.client != "" {
+		h.Set("Authorization", "Bearer "+p.client)
+	}
+	var b struct {
+		UserID string `json:"user_id"`
+	}
+	if h.Get(identity.Header) == "" && p.buyerKey != "" && json.Unmarshal([]byte(body), &b) == nil && b.UserID != "" {
+		h.Set(identity.Header, p.buyer(b.UserID))
+	}
+	resp, raw := p.send(method, path, body, h)
+	var out map[string]any
+	_ = json.Unmarshal(raw, &out)
+	return resp.StatusCode, out
+}
+
+// send sends exactly this request and returns the answer and its body.
+func (p *proc) send(method, path, body string, h http.Header) (*http.Response, []byte) {
 	p.t.Helper()
 	req, err := http.NewRequest(method, p.base+path, bytes.NewBufferString(body))
 	require.NoError(p.t, err)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
+	req.Header = h
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(p.t, err)
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	_ = json.Unmarshal(raw, &out)
-	return resp.StatusCode, out
+	return resp, raw
 }
 
 // skuView is GET /v1/skus/{sku}'s answer for a limited SKU with onHand units

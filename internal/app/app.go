@@ -28,6 +28,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/acme/inventory/internal/httpapi"
+	"github.com/acme/inventory/internal/identity"
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/order"
@@ -124,8 +125,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerDomainMetrics(reg, a)
+	buyers, err := identity.NewVerifier(a.Cfg.BuyerKey, nil)
+	if err != nil {
+		return nil, fmt.Errorf("config: INVENTORY_BUYER_KEY: %w", err)
+	}
+	proxies, err := httpapi.ParseCIDRs(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("config: INVENTORY_TRUSTED_PROXIES: %w", err)
+	}
 	a.server = httpapi.New(httpapi.Config{
-		AdminToken: a.Cfg.AdminToken, PaymentSecret: a.Cfg.PaymentSecret, SeckillRate: cfg.SeckillRate,
+		AdminToken: a.Cfg.AdminToken, ClientTokens: a.Cfg.ClientTokens, Buyers: buyers,
+		PaymentSecret: a.Cfg.PaymentSecret, TrustedProxies: proxies, SeckillRate: cfg.SeckillRate,
 		Ready: a.ready, Gatherer: reg, Metrics: httpapi.NewMetrics(reg), Logger: log,
 	}, a.Stock, a.Orders, a.Catalog, a.soldOut)
 	return a, nil
@@ -212,11 +222,17 @@ func (a *App) openEmbedded(ctx context.Context) error {
 	if a.Cfg.PaymentSecret == "" {
 		a.Cfg.PaymentSecret = randomSecret()
 	}
+	if len(a.Cfg.ClientTokens) == 0 {
+		a.Cfg.ClientTokens = []string{randomSecret()}
+	}
+	if a.Cfg.BuyerKey == "" {
+		a.Cfg.BuyerKey = randomSecret()
+	}
 	return nil
 }
 
 func randomSecret() string {
-	b := make([]byte, 16)
+	b := make([]byte, 32)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
@@ -364,17 +380,35 @@ func (a *App) Seed(ctx context.Context) error {
 	return nil
 }
 
-// Banner is what the embedded default prints for the person who started it.
+// Banner is what the embedded default prints for the person who started it:
+// export lines for a second shell (the README's examples use them), with the
+// buyer-token key and signed buyer tokens for two demo buyers.
 func (a *App) Banner() string {
 	base := "http://" + strings.Replace(a.Addr(), "[::]", "localhost", 1)
-	return fmt.Sprintf(`inventoryd is running on embedded stand-ins (in-process Redis, SQLite, queue); data lives in memory.
-  admin token:    %s
-  payment secret: %s
-  demo SKUs:      DEMO-TSHIRT (100), DEMO-PHONE (10, 1 per user), DEMO-EBOOK (unlimited)
-try:
-  curl -s %s/v1/skus/DEMO-TSHIRT
-  curl -s -X POST %s/v1/orders -H 'Idempotency-Key: first' -d '{"user_id":"alice","items":[{"sku":"DEMO-TSHIRT","qty":2}]}'
-  curl -s -X POST %s/v1/seckill/DEMO-PHONE/buy -d '{"user_id":"bob"}'
+	var b strings.Builder
+	fmt.Fprintf(&b, `inventoryd is running on embedded stand-ins (in-process Redis, SQLite, queue); data lives in memory.
+demo SKUs: DEMO-TSHIRT (100), DEMO-PHONE (10, 1 per user), DEMO-EBOOK (unlimited)
+In another shell, paste these lines; the README's examples use them:
+
+export INVENTORY_URL=%s
+export ADMIN_TOKEN=%s
+export CLIENT_TOKEN=%s
+export PAYMENT_SECRET=%s
+`, base, a.Cfg.AdminToken, a.Cfg.ClientTokens[0], a.Cfg.PaymentSecret)
+	// A storefront signs buyer tokens with this key; a PEM key is the
+	// public half and cannot sign, so with one there is nothing more to print.
+	if !strings.HasPrefix(strings.TrimSpace(a.Cfg.BuyerKey), "-----BEGIN") {
+		fmt.Fprintf(&b, "export BUYER_KEY=%s\n", a.Cfg.BuyerKey)
+		for _, buyer := range []string{"alice", "bob"} {
+			if tok, err := identity.Issue(a.Cfg.BuyerKey, buyer, 24*time.Hour); err == nil {
+				fmt.Fprintf(&b, "export %s_TOKEN=%s\n", strings.ToUpper(buyer), tok)
+			}
+		}
+	}
+	fmt.Fprintf(&b, `
+try (README.md, "Examples", has more):
+  curl -s -H "Authorization: Bearer $CLIENT_TOKEN" $INVENTORY_URL/v1/skus/DEMO-TSHIRT
 API description: %s/openapi.yaml
-`, a.Cfg.AdminToken, a.Cfg.PaymentSecret, base, base, base, base)
+`, base)
+	return b.String()
 }

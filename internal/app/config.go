@@ -3,21 +3,34 @@ package app
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/acme/inventory/internal/httpapi"
 )
 
-// Config is read from the environment (SPEC section 6).
+// Config is read from the environment (docs/SPEC.md section 6).
 type Config struct {
-	HTTPAddr        string        `env:"INVENTORY_HTTP_ADDR" envDefault:":8080"`
-	RedisURL        string        `env:"INVENTORY_REDIS_URL"`
-	RedisCluster    []string      `env:"INVENTORY_REDIS_CLUSTER" envSeparator:","`
-	MySQLDSN        string        `env:"INVENTORY_MYSQL_DSN"`
-	RocketMQNamesrv []string      `env:"INVENTORY_ROCKETMQ_NAMESRV" envSeparator:","`
-	RocketMQTopic   string        `env:"INVENTORY_ROCKETMQ_TOPIC" envDefault:"inventory_stock"`
-	AdminToken      string        `env:"INVENTORY_ADMIN_TOKEN"`
-	PaymentSecret   string        `env:"INVENTORY_PAYMENT_SECRET"`
+	HTTPAddr        string   `env:"INVENTORY_HTTP_ADDR" envDefault:":8080"`
+	RedisURL        string   `env:"INVENTORY_REDIS_URL"`
+	RedisCluster    []string `env:"INVENTORY_REDIS_CLUSTER" envSeparator:","`
+	MySQLDSN        string   `env:"INVENTORY_MYSQL_DSN"`
+	RocketMQNamesrv []string `env:"INVENTORY_ROCKETMQ_NAMESRV" envSeparator:","`
+	RocketMQTopic   string   `env:"INVENTORY_ROCKETMQ_TOPIC" envDefault:"inventory_stock"`
+	AdminToken      string   `env:"INVENTORY_ADMIN_TOKEN"`
+	// ClientTokens are the client credentials (comma-separated; several at
+	// once so one can be rotated without downtime).
+	ClientTokens  []string `env:"INVENTORY_CLIENT_TOKENS" envSeparator:","`
+	PaymentSecret string   `env:"INVENTORY_PAYMENT_SECRET"`
+	// BuyerKey verifies the buyer tokens the storefront signs: an HMAC secret
+	// (HS256) or a PEM public key (RS256, PS256, ES256, EdDSA).
+	BuyerKey string `env:"INVENTORY_BUYER_KEY"`
+	// TrustedProxies (CIDRs or addresses) may set X-Forwarded-For; by
+	// default the connection's remote address is the client.
+	TrustedProxies  []string      `env:"INVENTORY_TRUSTED_PROXIES" envSeparator:","`
 	OrderTTL        time.Duration `env:"INVENTORY_ORDER_TTL" envDefault:"15m"`
 	SeckillRate     float64       `env:"INVENTORY_SECKILL_RATE" envDefault:"50"`
 	ShutdownTimeout time.Duration `env:"INVENTORY_SHUTDOWN_TIMEOUT" envDefault:"15s"`
@@ -60,7 +73,7 @@ func (c Config) Validate() error {
 		return errors.New("config: INVENTORY_SECKILL_RATE must be positive")
 	}
 	if c.Embedded() {
-		return nil
+		return c.validateSecrets()
 	}
 	var missing []string
 	if c.RedisURL == "" && len(c.RedisCluster) == 0 {
@@ -72,17 +85,65 @@ func (c Config) Validate() error {
 	if len(c.RocketMQNamesrv) == 0 {
 		missing = append(missing, "INVENTORY_ROCKETMQ_NAMESRV")
 	}
-	if c.AdminToken == "" {
-		missing = append(missing, "INVENTORY_ADMIN_TOKEN")
-	}
-	if c.PaymentSecret == "" {
-		missing = append(missing, "INVENTORY_PAYMENT_SECRET")
+	for name, set := range map[string]bool{
+		"INVENTORY_ADMIN_TOKEN": c.AdminToken != "", "INVENTORY_CLIENT_TOKENS": len(c.ClientTokens) > 0,
+		"INVENTORY_PAYMENT_SECRET": c.PaymentSecret != "", "INVENTORY_BUYER_KEY": c.BuyerKey != "",
+	} {
+		if !set {
+			missing = append(missing, name)
+		}
 	}
 	if len(missing) > 0 {
+		slices.Sort(missing)
 		return fmt.Errorf("config: with external servers configured, these are required too: %v", missing)
 	}
-	if len(c.AdminToken) < 16 || len(c.PaymentSecret) < 16 {
-		return errors.New("config: INVENTORY_ADMIN_TOKEN and INVENTORY_PAYMENT_SECRET must be at least 16 characters")
+	return c.validateSecrets()
+}
+
+// validateSecrets refuses weak or reused secrets, in embedded mode too when
+// they are supplied (generated ones are strong).
+func (c Config) validateSecrets() error {
+	seen := map[string]string{}
+	check := func(name, v string) error {
+		if v == "" {
+			return nil
+		}
+		if err := strongSecret(v); err != nil {
+			return fmt.Errorf("config: %s: %w", name, err)
+		}
+		if other, ok := seen[v]; ok {
+			return fmt.Errorf("config: %s must differ from %s", name, other)
+		}
+		seen[v] = name
+		return nil
+	}
+	var errs []error
+	errs = append(errs, check("INVENTORY_ADMIN_TOKEN", c.AdminToken), check("INVENTORY_PAYMENT_SECRET", c.PaymentSecret))
+	for i, t := range c.ClientTokens {
+		errs = append(errs, check(fmt.Sprintf("INVENTORY_CLIENT_TOKENS[%d]", i), t))
+	}
+	if !strings.HasPrefix(strings.TrimSpace(c.BuyerKey), "-----BEGIN") {
+		errs = append(errs, check("INVENTORY_BUYER_KEY", c.BuyerKey))
+	}
+	if _, err := httpapi.ParseCIDRs(c.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("config: INVENTORY_TRUSTED_PROXIES: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// strongSecret accepts a secret of at least 32 characters drawn from at
+// least 12 different ones (a random hex or base64 string of 16+ bytes
+// passes; "aaaa...", "1234..." and words padded out do not).
+func strongSecret(v string) error {
+	if len(v) < 32 {
+		return fmt.Errorf("must be at least 32 characters (got %d); generate one with: openssl rand -hex 32", len(v))
+	}
+	distinct := map[rune]bool{}
+	for _, r := range v {
+		distinct[r] = true
+	}
+	if len(distinct) < 12 {
+		return errors.New("is too repetitive to be a secret; generate one with: openssl rand -hex 32")
 	}
 	return nil
 }

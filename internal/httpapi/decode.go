@@ -22,7 +22,7 @@ func readBody(c echo.Context) ([]byte, error) {
 		return nil, badRequest("could not read the request body")
 	}
 	if len(body) > maxBody {
-		return nil, badRequest(fmt.Sprintf("request body larger than %d bytes", maxBody))
+		return nil, tooLarge()
 	}
 	return body, nil
 }

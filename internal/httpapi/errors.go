@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -27,17 +29,25 @@ type errorBody struct {
 	Error Error `json:"error"`
 }
 
-// apiError is an error with its answer already decided.
+// apiError is an error with its answer already decided, and a header to
+// send with it (WWW-Authenticate on 401, Retry-After on 429).
 type apiError struct {
 	status int
 	code   string
 	msg    string
+	header [2]string
 }
 
 func (e *apiError) Error() string { return e.msg }
 
-func badRequest(msg string) error   { return &apiError{http.StatusBadRequest, "invalid_argument", msg} }
-func unauthorized(msg string) error { return &apiError{http.StatusUnauthorized, "unauthorized", msg} }
+func badRequest(msg string) error {
+	return &apiError{status: http.StatusBadRequest, code: "invalid_argument", msg: msg}
+}
+
+func tooLarge() error {
+	return &apiError{status: http.StatusRequestEntityTooLarge, code: "payload_too_large",
+		msg: fmt.Sprintf("request body larger than %d bytes", maxBody)}
+}
 
 // codes maps domain errors to answers, in one place. Anything else is internal.
 var codes = []struct {
@@ -54,15 +64,23 @@ var codes = []struct {
 	{stock.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 }
 
-// errorHandler writes the error shape; only internal errors are logged, and
-// their detail stays in the log.
+// errorHandler writes the error shape. Internal errors are logged at error
+// level and unavailable dependencies at warn, with the request id; their
+// detail stays in the log. Client errors are not logged.
 func (s *Server) errorHandler(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
 	status, body := s.answer(err)
-	if status == http.StatusInternalServerError {
-		s.log.Error("internal error", "method", c.Request().Method, "path", c.Path(), "err", err)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.header[0] != "" {
+		c.Response().Header().Set(ae.header[0], ae.header[1])
+	}
+	switch status {
+	case http.StatusInternalServerError:
+		s.log.Error("internal error", "request_id", requestIDOf(c), "method", c.Request().Method, "path", c.Path(), "err", err)
+	case http.StatusServiceUnavailable:
+		s.log.Warn("dependency unavailable", "request_id", requestIDOf(c), "method", c.Request().Method, "path", c.Path(), "err", err)
 	}
 	if c.Request().Method == http.MethodHead {
 		_ = c.NoContent(status)
@@ -82,9 +100,9 @@ func (s *Server) answer(err error) (int, errorBody) {
 		case http.StatusNotFound:
 			return he.Code, errorBody{Error{"not_found", "no such route"}}
 		case http.StatusMethodNotAllowed:
-			return he.Code, errorBody{Error{"invalid_argument", "method not allowed"}}
+			return he.Code, errorBody{Error{"method_not_allowed", "this route does not take that method (see the Allow header)"}}
 		case http.StatusRequestEntityTooLarge:
-			return http.StatusBadRequest, errorBody{Error{"invalid_argument", "request body too large"}}
+			return he.Code, errorBody{Error{"payload_too_large", fmt.Sprintf("request body larger than %d bytes", maxBody)}}
 		case http.StatusTooManyRequests:
 			return he.Code, errorBody{Error{"rate_limited", "too many requests; slow down"}}
 		case http.StatusUnsupportedMediaType, http.StatusBadRequest:
@@ -93,13 +111,27 @@ func (s *Server) answer(err error) (int, errorBody) {
 	}
 	for _, c := range codes {
 		if errors.Is(err, c.err) {
-			return c.status, errorBody{Error{c.code, err.Error()}}
+			return c.status, errorBody{Error{c.code, userMessage(err)}}
 		}
 	}
 	if dependencyDown(err) {
 		return http.StatusServiceUnavailable, errorBody{Error{"unavailable", "a dependency (Redis or the database) is unavailable; retry later"}}
 	}
 	return http.StatusInternalServerError, errorBody{Error{"internal", "internal error"}}
+}
+
+// pkgPrefix is a Go package's prefix on an error's text ("order: ",
+// "stock: "), at the start or after another message's colon; codePrefix a
+// sentinel's name that the answer's code already says.
+var (
+	pkgPrefix  = regexp.MustCompile(`(^|: )(?:stock|order|mq|identity|app): `)
+	codePrefix = regexp.MustCompile(`^(?:invalid argument|conflict): `)
+)
+
+// userMessage is err's text for a client: what went wrong, without the
+// package names Go errors carry.
+func userMessage(err error) string {
+	return codePrefix.ReplaceAllString(pkgPrefix.ReplaceAllString(err.Error(), "$1"), "")
 }
 
 // dependencyDown recognises a failure to reach Redis or the database (as

@@ -51,6 +51,7 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder) {
 		require.True(t, ok, "error shape: %v", body)
 		require.NotEmpty(t, e["code"])
 		require.NotEmpty(t, e["message"])
+		require.NotRegexp(t, `(^|: )(stock|order|mq|identity|app): `, e["message"], "messages carry no Go package names")
 	}
 }
 
@@ -59,7 +60,7 @@ func fuzzRoute(f *testing.F, path string, seeds ...string) {
 		f.Add([]byte(s))
 	}
 	a := embeddedApp(f)
-	h := a.Handler()
+	h := storefront(f, a)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		before := state(t, h)
 		rec := httptest.NewRecorder()
@@ -93,7 +94,7 @@ func FuzzPaymentCallback(f *testing.F) {
 		f.Add([]byte(s), "1700000000", "00")
 	}
 	a := embeddedApp(f)
-	h := a.Handler()
+	h := storefront(f, a)
 	f.Fuzz(func(t *testing.T, body []byte, ts, sig string) {
 		before := state(t, h)
 		req := httptest.NewRequest("POST", "/v1/payments/callback", bytes.NewReader(body))
@@ -109,7 +110,7 @@ func FuzzPaymentCallback(f *testing.F) {
 
 // The same embedded app answers the documented errors of every route class.
 func TestEmbeddedErrorShape(t *testing.T) {
-	h := embeddedApp(t).Handler()
+	h := storefront(t, embeddedApp(t))
 	for _, c := range []struct {
 		method, path, body string
 		status             int
@@ -135,7 +136,7 @@ func TestSeckillRateLimit(t *testing.T) {
 	require.NoError(t, a.Start(context.Background()))
 	defer a.Shutdown(context.Background())
 	require.NoError(t, a.Seed(context.Background()))
-	h := a.Handler()
+	h := storefront(t, a)
 	codes := map[int]int{}
 	for i := 0; i < 5; i++ {
 		req := httptest.NewRequest("POST", "/v1/seckill/DEMO-TSHIRT/buy", bytes.NewBufferString(fmt.Sprintf(`{"user_id":"u%d"}`, i)))
@@ -154,7 +155,7 @@ func TestSeckillRateLimit(t *testing.T) {
 // When the database goes away, requests that need it get 503 unavailable, not 500.
 func TestDependencyDownIs503(t *testing.T) {
 	a := embeddedApp(t)
-	h := a.Handler()
+	h := storefront(t, a)
 	require.NoError(t, a.Shutdown(context.Background())) // closes Redis and the database under the handler
 	for _, path := range []string{"/v1/skus/DEMO-TSHIRT", "/v1/orders/o1"} {
 		rec := httptest.NewRecorder()

@@ -1,19 +1,18 @@
-// Package httpapi serves the inventory API (SPEC section 5) on Echo.
+// Package httpapi serves the inventory API (docs/SPEC.md section 5) on Echo.
 package httpapi
 
 import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/subtle"
 	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,8 +20,8 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/time/rate"
 
+	"github.com/acme/inventory/internal/identity"
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
 )
@@ -32,8 +31,20 @@ var openAPI []byte
 
 // Config is what the HTTP layer needs besides the domain services.
 type Config struct {
-	AdminToken    string
+	AdminToken string
+	// ClientTokens are the client credentials accepted on client routes
+	// (several, so one can be rotated without downtime).
+	ClientTokens []string
+	// Buyers verifies X-Buyer-Token, the buyer identity behind orders and
+	// seckill purchases. Required.
+	Buyers        *identity.Verifier
 	PaymentSecret string
+	// TrustedProxies are the proxies whose X-Forwarded-For is believed; with
+	// none, the connection's remote address is the client.
+	TrustedProxies []*net.IPNet
+	// RateLimitClients bounds how many client addresses the seckill rate
+	// limit remembers (least recently seen dropped first). Default 100000.
+	RateLimitClients int
 	// ReplayWindow bounds how far a callback's X-Timestamp may be from now. Default 5m.
 	ReplayWindow time.Duration
 	// SeckillRate is each client's (IP's) rate on the seckill route, per
@@ -71,6 +82,9 @@ func New(cfg Config, st *stock.Store, orders *order.Service, cat *order.Catalog,
 	if cfg.SeckillRate == 0 {
 		cfg.SeckillRate = 50
 	}
+	if cfg.RateLimitClients == 0 {
+		cfg.RateLimitClients = 100_000
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -90,7 +104,8 @@ func New(cfg Config, st *stock.Store, orders *order.Service, cat *order.Catalog,
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
-	e.Use(middleware.Recover(), cfg.Metrics.observe(func(err error) int { status, _ := s.answer(err); return status }))
+	e.IPExtractor = ipExtractor(cfg.TrustedProxies)
+	e.Use(requestID, middleware.Recover(), cfg.Metrics.observe(func(err error) int { status, _ := s.answer(err); return status }))
 	e.Use(middleware.BodyLimit(strconv.Itoa(maxBody)))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
@@ -99,31 +114,27 @@ func New(cfg Config, st *stock.Store, orders *order.Service, cat *order.Catalog,
 	e.GET("/openapi.yaml", func(c echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", openAPI) })
 
 	v1 := e.Group("/v1")
-	admin := s.requireAdmin
+	admin, client := s.requireAdmin, s.requireClient
 	v1.PUT("/skus/:sku", s.putSKU, admin)
 	v1.POST("/skus/:sku/adjust", s.adjustSKU, admin)
-	v1.GET("/skus/:sku", s.getSKU)
-	v1.POST("/stock/deduct", s.deduct)
-	v1.POST("/stock/commit", s.commit)
-	v1.POST("/stock/release", s.release)
-	v1.POST("/orders", s.createOrder)
-	v1.GET("/orders/:id", s.getOrder)
-	v1.POST("/orders/:id/cancel", s.cancelOrder)
+	v1.GET("/skus/:sku", s.getSKU, client)
+	v1.POST("/stock/deduct", s.deduct, client)
+	v1.POST("/stock/commit", s.commit, client)
+	v1.POST("/stock/release", s.release, client)
+	v1.POST("/orders", s.createOrder, client)
+	v1.GET("/orders/:id", s.getOrder, client)
+	v1.POST("/orders/:id/cancel", s.cancelOrder, client)
 	v1.POST("/orders/:id/refund", s.refundOrder, admin)
 	v1.POST("/payments/callback", s.paymentCallback)
+	s.listingRoutes(v1, client, admin)
+	limits := newLimiterStore(cfg.SeckillRate, cfg.RateLimitClients)
 	limiter := middleware.RateLimiterWithConfig(middleware.RateLimiterConfig{
-		Store: middleware.NewRateLimiterMemoryStoreWithConfig(middleware.RateLimiterMemoryStoreConfig{
-			Rate: rate.Limit(cfg.SeckillRate), Burst: int(2 * cfg.SeckillRate), ExpiresIn: time.Minute,
-		}),
+		Store:               limits,
 		IdentifierExtractor: func(c echo.Context) (string, error) { return c.RealIP(), nil },
-		DenyHandler: func(echo.Context, string, error) error {
-			return &apiError{http.StatusTooManyRequests, "rate_limited", "too many requests from this client; slow down"}
-		},
-		ErrorHandler: func(echo.Context, error) error {
-			return &apiError{http.StatusTooManyRequests, "rate_limited", "too many requests from this client; slow down"}
-		},
+		DenyHandler:         func(echo.Context, string, error) error { return rateLimited(limits.retryAfter()) },
+		ErrorHandler:        func(echo.Context, error) error { return rateLimited(limits.retryAfter()) },
 	})
-	v1.POST("/seckill/:sku/buy", s.seckill, limiter)
+	v1.POST("/seckill/:sku/buy", s.seckill, client, limiter)
 	s.e = e
 	return s
 }
@@ -133,16 +144,6 @@ func (s *Server) Handler() http.Handler { return s.e }
 
 // Echo exposes the router (to serve it on a listener).
 func (s *Server) Echo() *echo.Echo { return s.e }
-
-func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		got, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
-		if !ok || s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) != 1 {
-			return unauthorized("admin route: missing or wrong bearer token")
-		}
-		return next(c)
-	}
-}
 
 func (s *Server) readyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
@@ -294,6 +295,14 @@ type itemReq struct {
 	Qty *int64  `json:"qty"`
 }
 
+// created answers 201 with the order and its Location.
+func created(c echo.Context, o *order.Order) error {
+	c.Response().Header().Set(echo.HeaderLocation, "/v1/orders/"+o.ID)
+	return c.JSON(http.StatusCreated, o)
+}
+
+// createOrder places an order for the buyer X-Buyer-Token names; user_id in
+// the body is optional and, when given, must be that buyer.
 func (s *Server) createOrder(c echo.Context) error {
 	var req struct {
 		UserID *string   `json:"user_id"`
@@ -302,7 +311,11 @@ func (s *Server) createOrder(c echo.Context) error {
 	if err := bind(c, &req); err != nil {
 		return err
 	}
-	if err := required(map[string]bool{"user_id": req.UserID != nil, "items": req.Items != nil}); err != nil {
+	if err := required(map[string]bool{"items": req.Items != nil}); err != nil {
+		return err
+	}
+	user, err := s.buyer(c, req.UserID)
+	if err != nil {
 		return err
 	}
 	lines := make([]stock.Line, len(req.Items))
@@ -312,12 +325,12 @@ func (s *Server) createOrder(c echo.Context) error {
 		}
 		lines[i] = stock.Line{SKU: *it.SKU, Qty: *it.Qty}
 	}
-	o, err := s.orders.Create(c.Request().Context(), *req.UserID, c.Request().Header.Get("Idempotency-Key"), lines)
+	o, err := s.orders.Create(c.Request().Context(), user, c.Request().Header.Get("Idempotency-Key"), lines)
 	s.cfg.Metrics.deduction(err, 0)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusCreated, o)
+	return created(c, o)
 }
 
 func (s *Server) getOrder(c echo.Context) error {
@@ -328,8 +341,23 @@ func (s *Server) getOrder(c echo.Context) error {
 	return c.JSON(http.StatusOK, o)
 }
 
+// cancelOrder: the buyer who placed the order (X-Buyer-Token), or an admin.
 func (s *Server) cancelOrder(c echo.Context) error {
-	o, err := s.orders.Cancel(c.Request().Context(), c.Param("id"))
+	ctx, id := c.Request().Context(), c.Param("id")
+	if !isAdmin(c) {
+		user, err := s.buyer(c, nil)
+		if err != nil {
+			return err
+		}
+		o, err := s.orders.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if o.UserID != user {
+			return forbidden("the order belongs to another buyer")
+		}
+	}
+	o, err := s.orders.Cancel(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -354,18 +382,18 @@ func (s *Server) paymentCallback(c echo.Context) error {
 	}
 	ts, sig := c.Request().Header.Get("X-Timestamp"), c.Request().Header.Get("X-Signature")
 	if ts == "" || sig == "" {
-		return unauthorized("X-Timestamp and X-Signature are required")
+		return unauthorized("X-Timestamp and X-Signature are required", callbackChallenge)
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return unauthorized("X-Timestamp must be unix seconds")
+		return unauthorized("X-Timestamp must be unix seconds", callbackChallenge)
 	}
 	if age := s.cfg.Now().Sub(time.Unix(sec, 0)); age > s.cfg.ReplayWindow || age < -s.cfg.ReplayWindow {
-		return unauthorized("X-Timestamp is outside the replay window")
+		return unauthorized("X-Timestamp is outside the replay window", callbackChallenge)
 	}
 	got, err := hex.DecodeString(sig)
 	if err != nil || !hmac.Equal(got, Sign(s.cfg.PaymentSecret, ts, body)) {
-		return unauthorized("X-Signature does not match")
+		return unauthorized("X-Signature does not match", callbackChallenge)
 	}
 	var req struct {
 		OrderID   *string `json:"order_id"`
@@ -396,6 +424,9 @@ func (s *Server) paymentCallback(c echo.Context) error {
 	return badRequest(`status must be "SUCCESS" or "FAILED"`)
 }
 
+// callbackChallenge names the callback's scheme on a 401.
+const callbackChallenge = `HMAC-SHA256 realm="payments", headers="X-Timestamp X-Signature"`
+
 // Sign is the callback signature: HMAC-SHA256(secret, timestamp + "." + body).
 func Sign(secret, timestamp string, body []byte) []byte {
 	mac := hmac.New(sha256.New, []byte(secret))
@@ -419,26 +450,28 @@ func (s *Server) seckill(c echo.Context) error {
 	if err := bind(c, &req); err != nil {
 		return err
 	}
-	if err := required(map[string]bool{"user_id": req.UserID != nil}); err != nil {
-		return err
-	}
+	// Sold out is answered before the buyer token is verified: it costs
+	// nothing and tells nothing about anyone.
 	if s.soldOut.Is(sku) {
 		s.cfg.Metrics.soldOutFlag.Inc()
 		return fmt.Errorf("%w: %s is sold out", stock.ErrInsufficientStock, sku)
+	}
+	user, err := s.buyer(c, req.UserID)
+	if err != nil {
+		return err
 	}
 	ctx := c.Request().Context()
 	limit, err := s.limit(ctx, sku)
 	if err != nil {
 		return err
 	}
-	user := *req.UserID
 	if limit > 0 {
 		ok, err := s.stock.TakeQuota(ctx, sku, user, 1, limit)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("%w: user %s reached the per-user limit of %d for %s", order.ErrConflict, user, limit, sku)
+			return fmt.Errorf("%w: buyer %s reached the per-user limit of %d for %s", order.ErrConflict, user, limit, sku)
 		}
 	}
 	o, err := s.orders.Create(ctx, user, "", []stock.Line{{SKU: sku, Qty: 1}})
@@ -454,7 +487,7 @@ func (s *Server) seckill(c echo.Context) error {
 		}
 		return err
 	}
-	return c.JSON(http.StatusCreated, o)
+	return created(c, o)
 }
 
 // limit is sku's per-user limit, cached for a few seconds so the hot path

@@ -64,7 +64,7 @@ func pay(t *testing.T, a *app.App, id, paymentID string) (int, string) {
 	body := `{"order_id":"` + id + `","payment_id":"` + paymentID + `","status":"SUCCESS"}`
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	sig := hex.EncodeToString(httpapi.Sign(a.Cfg.PaymentSecret, ts, []byte(body)))
-	return call(t, a.Handler(), "POST", "/v1/payments/callback", body, "X-Timestamp", ts, "X-Signature", sig)
+	return call(t, storefront(t, a), "POST", "/v1/payments/callback", body, "X-Timestamp", ts, "X-Signature", sig)
 }
 
 func orderOf(t *testing.T, body string) map[string]any {
@@ -79,7 +79,7 @@ func orderOf(t *testing.T, body string) map[string]any {
 // client tokens away from orders.
 func TestTokenAPI(t *testing.T) {
 	a := embeddedApp(t)
-	h := a.Handler()
+	h := storefront(t, a)
 	const sku = "DEMO-TSHIRT"
 	get := func(status int, want string) { t.Helper(); expect(t, h, "GET", "/v1/skus/"+sku, "", status, want) }
 	get(200, skuBody(sku, 100, 0, 100, 100, 0))
@@ -90,14 +90,14 @@ func TestTokenAPI(t *testing.T) {
 	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":2,"token":"tok-a"}`, 200, `{"result":98}`)
 	get(200, skuBody(sku, 100, 2, 98, 98, 0))
 	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":3,"token":"tok-a"}`, 409,
-		errBody("conflict", "order: conflict: token was used for 2 units, not 3"))
+		errBody("conflict", "token was used for 2 units, not 3"))
 	get(200, skuBody(sku, 100, 2, 98, 98, 0))
 
 	// Commit, replay, and a release that comes too late.
 	expect(t, h, "POST", "/v1/stock/commit", `{"sku":"DEMO-TSHIRT","token":"tok-a"}`, 200, `{"committed":2}`)
 	expect(t, h, "POST", "/v1/stock/commit", `{"sku":"DEMO-TSHIRT","token":"tok-a"}`, 200, `{"committed":2}`)
 	expect(t, h, "POST", "/v1/stock/release", `{"sku":"DEMO-TSHIRT","token":"tok-a"}`, 409,
-		errBody("conflict", "order: conflict: the reservation is committed (sold); it cannot be released"))
+		errBody("conflict", "the reservation is committed (sold); it cannot be released"))
 	// The commit reaches on_hand through the outbox and the ordered consumer.
 	require.Eventually(t, func() bool {
 		_, got := call(t, h, "GET", "/v1/skus/"+sku, "")
@@ -114,24 +114,24 @@ func TestTokenAPI(t *testing.T) {
 	get(200, skuBody(sku, 98, 0, 98, 98, 0))
 	expect(t, h, "POST", "/v1/stock/release", `{"sku":"DEMO-TSHIRT","token":"tok-b"}`, 200, `{"released":0}`)
 	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":2,"token":"tok-b"}`, 409,
-		errBody("conflict", "order: reservation already released"))
+		errBody("conflict", "reservation already released"))
 	expect(t, h, "POST", "/v1/stock/commit", `{"sku":"DEMO-TSHIRT","token":"tok-b"}`, 409,
-		errBody("conflict", "order: reservation already released"))
+		errBody("conflict", "reservation already released"))
 	get(200, skuBody(sku, 98, 0, 98, 98, 0))
 
 	// A release that overtakes its deduction: the deduction takes nothing.
 	expect(t, h, "POST", "/v1/stock/release", `{"sku":"DEMO-TSHIRT","token":"tok-c"}`, 200, `{"released":0}`)
 	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":1,"token":"tok-c"}`, 409,
-		errBody("conflict", "order: reservation already released"))
+		errBody("conflict", "reservation already released"))
 	get(200, skuBody(sku, 98, 0, 98, 98, 0))
 
 	// Commit of a token never seen; the routes' other errors.
 	expect(t, h, "POST", "/v1/stock/commit", `{"sku":"DEMO-TSHIRT","token":"tok-d"}`, 404,
-		errBody("not_found", "order: not found: no reservation of DEMO-TSHIRT with this token"))
+		errBody("not_found", "not found: no reservation of DEMO-TSHIRT with this token"))
 	expect(t, h, "POST", "/v1/stock/release", `{"sku":"NOPE","token":"tok-d"}`, 404,
-		errBody("not_found", "order: not found: sku NOPE"))
+		errBody("not_found", "not found: sku NOPE"))
 	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-PHONE","qty":11,"token":"tok-e"}`, 409,
-		`{"error":{"code":"insufficient_stock","message":"stock: insufficient stock"}}`)
+		`{"error":{"code":"insufficient_stock","message":"insufficient stock"}}`)
 	for _, c := range []struct{ path, body string }{
 		{"/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":0,"token":"tok-f"}`},
 		{"/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":10001,"token":"tok-f"}`},
@@ -153,7 +153,7 @@ func TestTokenAPI(t *testing.T) {
 // or committing it through the token API does nothing to the order.
 func TestTokenAPICannotTouchOrders(t *testing.T) {
 	a := embeddedApp(t)
-	h := a.Handler()
+	h := storefront(t, a)
 	const sku = "DEMO-TSHIRT"
 	code, body := call(t, h, "POST", "/v1/orders", `{"user_id":"alice","items":[{"sku":"DEMO-TSHIRT","qty":3}]}`)
 	require.Equal(t, 201, code, body)
@@ -166,10 +166,10 @@ func TestTokenAPICannotTouchOrders(t *testing.T) {
 	for _, tok := range []string{id, id + ".late"} {
 		req := `{"sku":"DEMO-TSHIRT","token":"` + tok + `"}`
 		expect(t, h, "POST", "/v1/stock/commit", req, 404,
-			errBody("not_found", "order: not found: no reservation of DEMO-TSHIRT with this token"))
+			errBody("not_found", "not found: no reservation of DEMO-TSHIRT with this token"))
 		expect(t, h, "POST", "/v1/stock/release", req, 200, `{"released":0}`)
 		expect(t, h, "POST", "/v1/stock/release", req, 200, `{"released":0}`)
-		expect(t, h, "POST", "/v1/stock/commit", req, 409, errBody("conflict", "order: reservation already released"))
+		expect(t, h, "POST", "/v1/stock/commit", req, 409, errBody("conflict", "reservation already released"))
 		expect(t, h, "GET", "/v1/skus/"+sku, "", 200, after)
 	}
 	code, body = call(t, h, "GET", "/v1/orders/"+id, "")
@@ -184,14 +184,14 @@ func TestTokenAPICannotTouchOrders(t *testing.T) {
 		return sameJSON(got, skuBody(sku, 97, 0, 97, 97, 0))
 	}, 10*time.Second, 20*time.Millisecond, "the paid order leaves on_hand")
 	// The cancel of a paid order conflicts: the order is the order's, not the token API's.
-	code, body = call(t, h, "POST", "/v1/orders/"+id+"/cancel", "")
+	code, body = call(t, h, "POST", "/v1/orders/"+id+"/cancel", "", "X-Buyer-Token", buyerToken(t, a, "alice"))
 	require.Equal(t, 409, code, body)
 }
 
 // A token of the longest allowed length (128) reserves: the namespace prefix
 // the service adds must not count against it.
 func TestTokenAPILongestToken(t *testing.T) {
-	h := embeddedApp(t).Handler()
+	h := storefront(t, embeddedApp(t))
 	for _, n := range []int{1, 126, 127, 128} {
 		tok := strings.Repeat("k", n)
 		expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":1,"token":"`+tok+`"}`, 200, `{"result":99}`)
@@ -203,7 +203,7 @@ func TestTokenAPILongestToken(t *testing.T) {
 
 // Deducting from an unlimited SKU answers -1; an unknown SKU is 404.
 func TestDeductUnlimitedAndUnknown(t *testing.T) {
-	h := embeddedApp(t).Handler()
+	h := storefront(t, embeddedApp(t))
 	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-EBOOK","qty":5,"token":"e1"}`, 200, `{"result":-1}`)
 	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-EBOOK","qty":5,"token":"e1"}`, 200, `{"result":-1}`)
 	code, body := call(t, h, "POST", "/v1/stock/deduct", `{"sku":"NOPE","qty":1,"token":"e2"}`)
@@ -220,17 +220,17 @@ func TestDeductUnlimitedAndUnknown(t *testing.T) {
 // adjust takes an optional reference of at most 128 characters.
 func TestAdjustReference(t *testing.T) {
 	a := embeddedApp(t)
-	h := a.Handler()
+	h := storefront(t, a)
 	auth := []string{"Authorization", "Bearer " + a.Cfg.AdminToken}
 	expect(t, h, "POST", "/v1/skus/DEMO-TSHIRT/adjust", `{"delta":5,"reason":"restock"}`, 200,
 		skuBody("DEMO-TSHIRT", 105, 0, 105, 105, 0), auth...)
 	expect(t, h, "POST", "/v1/skus/DEMO-TSHIRT/adjust", `{"delta":-3,"reason":"shrinkage","reference":"`+strings.Repeat("r", 128)+`"}`, 200,
 		skuBody("DEMO-TSHIRT", 102, 0, 102, 102, 0), auth...)
 	expect(t, h, "POST", "/v1/skus/DEMO-TSHIRT/adjust", `{"delta":1,"reason":"x","reference":"`+strings.Repeat("r", 129)+`"}`, 400,
-		errBody("invalid_argument", "stock: invalid argument: reference must be at most 128 characters"), auth...)
-	expect(t, h, "POST", "/v1/skus/NOPE/adjust", `{"delta":1,"reason":"x"}`, 404, errBody("not_found", "order: not found: sku NOPE"), auth...)
+		errBody("invalid_argument", "reference must be at most 128 characters"), auth...)
+	expect(t, h, "POST", "/v1/skus/NOPE/adjust", `{"delta":1,"reason":"x"}`, 404, errBody("not_found", "not found: sku NOPE"), auth...)
 	expect(t, h, "POST", "/v1/skus/DEMO-EBOOK/adjust", `{"delta":1,"reason":"x"}`, 409,
-		errBody("conflict", "order: conflict: DEMO-EBOOK has unlimited stock; set a stock first"), auth...)
+		errBody("conflict", "DEMO-EBOOK has unlimited stock; set a stock first"), auth...)
 	code, body := call(t, h, "POST", "/v1/skus/DEMO-TSHIRT/adjust", `{"delta":1,"reason":"x"}`)
 	require.Equal(t, 401, code, body)
 	code, body = call(t, h, "POST", "/v1/skus/DEMO-TSHIRT/adjust", `{"delta":0,"reason":"x"}`, auth...)
@@ -242,11 +242,11 @@ func TestAdjustReference(t *testing.T) {
 // went back on cancel and stay back); a refund then closes it.
 func TestPaymentAfterCancelIsRefundRequired(t *testing.T) {
 	a := embeddedApp(t)
-	h := a.Handler()
+	h := storefront(t, a)
 	code, body := call(t, h, "POST", "/v1/orders", `{"user_id":"bob","items":[{"sku":"DEMO-TSHIRT","qty":4}]}`)
 	require.Equal(t, 201, code, body)
 	id := orderOf(t, body)["id"].(string)
-	code, body = call(t, h, "POST", "/v1/orders/"+id+"/cancel", "")
+	code, body = call(t, h, "POST", "/v1/orders/"+id+"/cancel", "", "X-Buyer-Token", buyerToken(t, a, "bob"))
 	require.Equal(t, 200, code, body)
 	require.Equal(t, "CANCELLED", orderOf(t, body)["status"])
 	expect(t, h, "GET", "/v1/skus/DEMO-TSHIRT", "", 200, skuBody("DEMO-TSHIRT", 100, 0, 100, 100, 0))
@@ -274,7 +274,7 @@ func TestPaymentAfterCancelIsRefundRequired(t *testing.T) {
 // most once, every release gives back what was taken, and the database and
 // Redis agree at the end.
 func TestTokenAPIConcurrent(t *testing.T) {
-	h := embeddedApp(t).Handler()
+	h := storefront(t, embeddedApp(t))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	took := map[string]int{}

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/internal/testenv"
+)
+
+// flushRedis empties the e2e Redis database under a running service: the
+// loss of every key, as after a restart without persistence.
+func flushRedis(t *testing.T) {
+	t.Helper()
+	opt, err := redis.ParseURL(testenv.RedisURL())
+	require.NoError(t, err)
+	opt.DB = e2eRedisDB
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	require.NoError(t, rdb.FlushDB(context.Background()).Err())
+}
+
+// Who may do what, through the real binary on the real servers: every
+// route refuses anonymous callers (401 with WWW-Authenticate) and changes
+// nothing; either configured client credential works; a buyer cannot act as
+// another.
+func TestContractCredentials(t *testing.T) {
+	env, db := realEnv(t)
+	p := start(t, env...)
+	admin := []string{"Authorization", "Bearer " + adminToken}
+	st, body := p.call("PUT", "/v1/skus/TEE", `{"stock":10}`, admin...)
+	require.Equal(t, 200, st, body)
+	count := func() string {
+		var n [3]int
+		require.NoError(t, db.QueryRow(`SELECT (SELECT COUNT(*) FROM orders), (SELECT COUNT(*) FROM stock_reservations), (SELECT reserved FROM skus WHERE sku = 'TEE')`).Scan(&n[0], &n[1], &n[2]))
+		return fmt.Sprint(n)
+	}
+	before := count()
+	for _, r := range []struct{ method, path, body string }{
+		{"PUT", "/v1/skus/TEE", `{"stock":1}`},
+		{"POST", "/v1/skus/TEE/adjust", `{"delta":1,"reason":"x"}`},
+		{"GET", "/v1/skus/TEE", ``},
+		{"GET", "/v1/skus", ``},
+		{"GET", "/v1/skus/TEE/movements", ``},
+		{"POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"a"}`},
+		{"POST", "/v1/stock/commit", `{"sku":"TEE","token":"a"}`},
+		{"POST", "/v1/stock/release", `{"sku":"TEE","token":"a"}`},
+		{"POST", "/v1/orders", `{"user_id":"alice","items":[{"sku":"TEE","qty":1}]}`},
+		{"GET", "/v1/orders", ``},
+		{"GET", "/v1/orders/x", ``},
+		{"POST", "/v1/orders/x/cancel", ``},
+		{"POST", "/v1/orders/x/refund", ``},
+		{"POST", "/v1/seckill/TEE/buy", `{"user_id":"alice"}`},
+		{"POST", "/v1/payments/callback", `{"order_id":"x","payment_id":"p","status":"SUCCESS"}`},
+	} {
+		for _, auth := range []string{"", "Bearer wrong-token", "Bearer " + paymentSecret, clientToken} {
+			h := http.Header{"X-Buyer-Token": {p.buyer("alice")}}
+			if auth != "" {
+				h.Set("Authorization", auth)
+			}
+			resp, raw := p.send(r.method, r.path, r.body, h)
+			require.Equal(t, 401, resp.StatusCode, "%s %s with %q: %s", r.method, r.path, auth, raw)
+			require.NotEmpty(t, resp.Header.Get("WWW-Authenticate"), "%s %s", r.method, r.path)
+			require.Contains(t, string(raw), `"code":"unauthorized"`)
+		}
+	}
+	require.Equal(t, before, count(), "refused requests changed nothing")
+
+	// Rotation: both configured client credentials work at once.
+	for _, tok := range []string{clientToken, clientToken2} {
+		st, body = p.call("GET", "/v1/skus/TEE", "", "Authorization", "Bearer "+tok)
+		require.Equal(t, 200, st, body)
+	}
+	// A buyer cannot order, buy or cancel as another.
+	st, body = p.call("POST", "/v1/orders", `{"user_id":"bob","items":[{"sku":"TEE","qty":1}]}`, "X-Buyer-Token", p.buyer("mallory"))
+	require.Equal(t, 403, st, body)
+	st, body = p.call("POST", "/v1/seckill/TEE/buy", `{"user_id":"bob"}`, "X-Buyer-Token", p.buyer("mallory"))
+	require.Equal(t, 403, st, body)
+	st, order := p.call("POST", "/v1/orders", `{"user_id":"bob","items":[{"sku":"TEE","qty":1}]}`)
+	require.Equal(t, 201, st, order)
+	st, body = p.call("POST", "/v1/orders/"+order["id"].(string)+"/cancel", "", "X-Buyer-Token", p.buyer("mallory"))
+	require.Equal(t, 403, st, body)
+	require.Equal(t, "forbidden", errCode(body))
+	st, body = p.call("POST", "/v1/orders/"+order["id"].(string)+"/cancel", "", "X-Buyer-Token", p.buyer("bob"))
+	require.Equal(t, 200, st, body)
+	p.stop()
+	stdout, stderr := p.output()
+	for _, secret := range []string{adminToken, clientToken, clientToken2, paymentSecret, buyerKey} {
+		require.NotContains(t, stdout+stderr, secret, "secrets never reach the output")
+	}
+}
+
+// Weak secrets stop the real binary before it touches anything.
+func TestContractRefusesWeakSecrets(t *testing.T) {
+	env, _ := realEnv(t)
+	for _, weak := range []string{"INVENTORY_CLIENT_TOKENS=" + clientToken + ",short", "INVENTORY_ADMIN_TOKEN=" + strings.Repeat("ab", 20)} {
+		cmd := exec.Command(binary(t))
+		cmd.Env = append(append([]string{}, env...), "INVENTORY_HTTP_ADDR=127.0.0.1:0", weak)
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, weak)
+		require.Contains(t, string(out), "openssl rand -hex 32", string(out))
+	}
+}
+
+// The per-user limit holds on both purchase paths, from 50 connections at
+// once, survives Redis losing everything (the database is its record), and
+// comes back when an order is cancelled.
+func TestContractPerUserLimit(t *testing.T) {
+	env, db := realEnv(t)
+	p := start(t, env...)
+	st, body := p.call("PUT", "/v1/skus/PHONE", `{"stock":100,"per_user_limit":2}`, "Authorization", "Bearer "+adminToken)
+	require.Equal(t, 200, st, body)
+
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var ids []string
+	var wg sync.WaitGroup
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			var st int
+			var body map[string]any
+			if i%2 == 0 {
+				st, body = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"greedy"}`)
+			} else {
+				st, body = p.call("POST", "/v1/orders", `{"user_id":"greedy","items":[{"sku":"PHONE","qty":1}]}`)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			codes[st]++
+			if st == 201 {
+				ids = append(ids, body["id"].(string))
+			} else {
+				require.Equal(t, "conflict", errCode(body), "%d: %v", st, body)
+			}
+		}(i)
+	}
+	wg.Wait()
+	require.Equal(t, map[int]int{201: 2, 409: 48}, codes)
+	p.requireSKU(skuView("PHONE", 100, 2, 98, 2))
+
+	flushRedis(t)
+	for _, path := range []string{"/v1/seckill/PHONE/buy", "/v1/orders"} {
+		body := `{"user_id":"greedy"}`
+		if path == "/v1/orders" {
+			body = `{"user_id":"greedy","items":[{"sku":"PHONE","qty":1}]}`
+		}
+		st, got := p.call("POST", path, body)
+		require.Equal(t, 409, st, "%s after the Redis loss: %v", path, got)
+		require.Equal(t, "buyer greedy reached the per-user limit of 2 for PHONE", got["error"].(map[string]any)["message"])
+	}
+	st, body = p.call("POST", "/v1/orders/"+ids[0]+"/cancel", "", "X-Buyer-Token", p.buyer("greedy"))
+	require.Equal(t, 200, st, body)
+	st, body = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"greedy"}`)
+	require.Equal(t, 201, st, "the cancelled unit comes back to the buyer's limit: %v", body)
+	var counted int
+	require.NoError(t, db.QueryRow(`SELECT qty FROM buyer_quotas WHERE sku = 'PHONE' AND user_id = 'greedy'`).Scan(&counted))
+	require.Equal(t, 2, counted)
+	p.requireSKU(skuView("PHONE", 100, 2, 98, 2))
+}
+
+// HTTP conventions through the real binary: 201 + Location, X-Request-ID
+// echoed, 413, 405 with its own code and Allow, spoofed forwarding headers
+// not believed by the seckill rate limit, and 429 with Retry-After.
+func TestContractHTTPConventions(t *testing.T) {
+	env, _ := realEnv(t)
+	p := start(t, append(env, "INVENTORY_SECKILL_RATE=1")...)
+	st, body := p.call("PUT", "/v1/skus/TEE", `{"stock":100}`, "Authorization", "Bearer "+adminToken)
+	require.Equal(t, 200, st, body)
+
+	h := http.Header{"Authorization": {"Bearer " + clientToken}, "X-Buyer-Token": {p.buyer("alice")}, "X-Request-Id": {"trace-1"}}
+	resp, raw := p.send("POST", "/v1/orders", `{"items":[{"sku":"TEE","qty":1}]}`, h)
+	require.Equal(t, 201, resp.StatusCode, string(raw))
+	require.Regexp(t, `^/v1/orders/[0-9a-f-]{36}$`, resp.Header.Get("Location"))
+	require.Equal(t, "trace-1", resp.Header.Get("X-Request-ID"))
+	st, got := p.call("GET", resp.Header.Get("Location"), "")
+	require.Equal(t, 200, st, got)
+
+	resp, raw = p.send("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"`+strings.Repeat("x", 1<<17)+`"}`, http.Header{"Authorization": {"Bearer " + clientToken}})
+	require.Equal(t, 413, resp.StatusCode, string(raw))
+	require.Contains(t, string(raw), `"code":"payload_too_large"`)
+	resp, raw = p.send("DELETE", "/v1/orders/x", "", http.Header{"Authorization": {"Bearer " + clientToken}})
+	require.Equal(t, 405, resp.StatusCode, string(raw))
+	require.Contains(t, string(raw), `"code":"method_not_allowed"`)
+	require.Contains(t, resp.Header.Get("Allow"), "GET")
+
+	codes := map[int]int{}
+	for i := 0; i < 6; i++ {
+		h := http.Header{"Authorization": {"Bearer " + clientToken}, "X-Buyer-Token": {p.buyer(fmt.Sprintf("u%d", i))},
+			"X-Forwarded-For": {fmt.Sprintf("203.0.113.%d", i)}, "X-Real-Ip": {fmt.Sprintf("203.0.113.%d", i)}}
+		resp, raw := p.send("POST", "/v1/seckill/TEE/buy", `{}`, h)
+		codes[resp.StatusCode]++
+		if resp.StatusCode == 429 {
+			require.Equal(t, "1", resp.Header.Get("Retry-After"))
+			require.Contains(t, string(raw), `"code":"rate_limited"`)
+		}
+	}
+	require.Equal(t, map[int]int{201: 2, 429: 4}, codes, "a burst of twice the rate from one address, however it dresses up")
+}
+
+// A payment provider retries webhooks: a callback replayed after the refund
+// is answered from the order and pages nobody (nothing logged at error).
+func TestContractReplayedCallbackAfterRefundIsQuiet(t *testing.T) {
+	env, _ := realEnv(t)
+	p := start(t, env...)
+	admin := []string{"Authorization", "Bearer " + adminToken}
+	st, body := p.call("PUT", "/v1/skus/TEE", `{"stock":10}`, admin...)
+	require.Equal(t, 200, st, body)
+	st, order := p.call("POST", "/v1/orders", `{"user_id":"alice","items":[{"sku":"TEE","qty":2}]}`)
+	require.Equal(t, 201, st, order)
+	id := order["id"].(string)
+	cb := fmt.Sprintf(`{"order_id":%q,"payment_id":"pay-r","status":"SUCCESS"}`, id)
+	st, body = p.call("POST", "/v1/payments/callback", cb, signed(paymentSecret, time.Now(), cb)...)
+	require.Equal(t, 200, st, body)
+	p.waitSKU(skuView("TEE", 8, 0, 8, 0), 60*time.Second, "the payment is applied")
+	st, body = p.call("POST", "/v1/orders/"+id+"/refund", "", admin...)
+	require.Equal(t, 200, st, body)
+	p.waitSKU(skuView("TEE", 10, 0, 10, 0), 60*time.Second, "the refund is applied")
+	for i := 0; i < 3; i++ {
+		st, body = p.call("POST", "/v1/payments/callback", cb, signed(paymentSecret, time.Now(), cb)...)
+		require.Equal(t, 200, st, body)
+		require.Equal(t, "REFUNDED", body["status"])
+	}
+	p.requireSKU(skuView("TEE", 10, 0, 10, 0))
+	p.stop()
+	_, stderr := p.output()
+	require.NotContains(t, stderr, `"level":"ERROR"`, stderr)
+}
+
+// migrate down rolls back one step; --all rolls back everything; up again
+// restores the schema.
+func TestContractMigrateDown(t *testing.T) {
+	dsn := testenv.MySQLDatabase(t)
+	db, err := sql.Open("mysql", dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	migrate := func(args ...string) string {
+		cmd := exec.Command(binary(t), append([]string{"migrate"}, args...)...)
+		cmd.Env = []string{"INVENTORY_MYSQL_DSN=" + dsn}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+		return string(out)
+	}
+	version := func() int {
+		var v int
+		require.NoError(t, db.QueryRow(`SELECT COALESCE(MAX(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&v))
+		return v
+	}
+	migrate("up")
+	top := version()
+	require.GreaterOrEqual(t, top, 16)
+	require.Equal(t, fmt.Sprintf("migrate: rolled back version %d\n", top), migrate("down"))
+	require.Equal(t, top-1, version())
+	require.Equal(t, fmt.Sprintf("migrate: rolled back version %d\n", top-1), migrate("down"))
+	require.Equal(t, top-2, version())
+	migrate("up")
+	require.Equal(t, top, version())
+	require.Equal(t, "migrate: rolled back every migration\n", migrate("down", "--all"))
+	require.Equal(t, 0, version())
+	require.Equal(t, "migrate: nothing to roll back\n", migrate("down"))
+	cmd := exec.Command(binary(t), "migrate", "up", "--all")
+	cmd.Env = []string{"INVENTORY_MYSQL_DSN=" + dsn}
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "--all goes with down")
+}

@@ -1,0 +1,79 @@
+package app
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	strongA = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+	strongB = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
+	strongC = "9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+	strongD = "5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d"
+	strongE = "e0d1c2b3a4958677869a5b4c3d2e1f0a"
+)
+
+func realConfig() Config {
+	return Config{
+		HTTPAddr: ":0", RedisURL: "redis://127.0.0.1:6379/0", MySQLDSN: "u:p@tcp(127.0.0.1:3306)/db",
+		RocketMQNamesrv: []string{"127.0.0.1:9876"}, OrderTTL: 15 * time.Minute, ShutdownTimeout: time.Second,
+		SeckillRate: 50, AdminToken: strongA, ClientTokens: []string{strongB, strongE}, PaymentSecret: strongC, BuyerKey: strongD,
+	}
+}
+
+func TestRealModeNeedsEveryCredential(t *testing.T) {
+	require.NoError(t, realConfig().Validate())
+	for name, clear := range map[string]func(*Config){
+		"INVENTORY_ADMIN_TOKEN":    func(c *Config) { c.AdminToken = "" },
+		"INVENTORY_CLIENT_TOKENS":  func(c *Config) { c.ClientTokens = nil },
+		"INVENTORY_PAYMENT_SECRET": func(c *Config) { c.PaymentSecret = "" },
+		"INVENTORY_BUYER_KEY":      func(c *Config) { c.BuyerKey = "" },
+	} {
+		c := realConfig()
+		clear(&c)
+		err := c.Validate()
+		require.Error(t, err, name)
+		require.Contains(t, err.Error(), name)
+	}
+}
+
+// Weak or reused secrets are refused, in real mode and in embedded mode when
+// supplied; the message says which and how to make a good one.
+func TestWeakSecretsAreRefused(t *testing.T) {
+	weak := map[string]string{
+		"short":       "abc123",
+		"31 chars":    strongA[:31],
+		"repetitive":  strings.Repeat("ab", 20),
+		"padded word": "password" + strings.Repeat("1234", 6),
+	}
+	embedded := Config{HTTPAddr: ":0", OrderTTL: time.Minute, ShutdownTimeout: time.Second, SeckillRate: 1}
+	for what, v := range weak {
+		for _, mode := range []Config{realConfig(), embedded} {
+			for field, set := range map[string]func(*Config){
+				"INVENTORY_ADMIN_TOKEN":      func(c *Config) { c.AdminToken = v },
+				"INVENTORY_CLIENT_TOKENS[1]": func(c *Config) { c.ClientTokens = []string{strongB, v} },
+				"INVENTORY_PAYMENT_SECRET":   func(c *Config) { c.PaymentSecret = v },
+				"INVENTORY_BUYER_KEY":        func(c *Config) { c.BuyerKey = v },
+			} {
+				c := mode
+				set(&c)
+				err := c.Validate()
+				require.Error(t, err, "%s %s (embedded=%v)", what, field, c.Embedded())
+				require.Contains(t, err.Error(), field)
+				require.Contains(t, err.Error(), "openssl rand -hex 32")
+			}
+		}
+	}
+	c := realConfig()
+	c.ClientTokens = []string{strongB, strongA}
+	require.ErrorContains(t, c.Validate(), "INVENTORY_CLIENT_TOKENS[1] must differ from INVENTORY_ADMIN_TOKEN")
+	c = realConfig()
+	c.BuyerKey = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n-----END PUBLIC KEY-----"
+	require.NoError(t, c.Validate(), "a PEM public key is not a secret to measure")
+	c = realConfig()
+	c.TrustedProxies = []string{"10.0.0.0/8", "192.0.2.1", "nonsense"}
+	require.ErrorContains(t, c.Validate(), `INVENTORY_TRUSTED_PROXIES: "nonsense" is not an IP address or CIDR`)
+}

@@ -1,0 +1,160 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/acme/inventory/order"
+)
+
+// Listings answer {"items":[...],"next_cursor":"..."}, next_cursor absent on
+// the last page. A cursor is opaque to clients: base64url (unpadded) of the
+// last key of the page (a SKU, an order id, a movement id); a client passes it
+// back unchanged.
+
+type page[T any] struct {
+	Items      []T    `json:"items"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// listingRoutes registers the listings: SKUs and orders for clients, a SKU's
+// stock movements (the audit trail) for admins. A nil middleware is skipped.
+func (s *Server) listingRoutes(v1 *echo.Group, client, admin echo.MiddlewareFunc) {
+	with := func(m echo.MiddlewareFunc) []echo.MiddlewareFunc {
+		if m == nil {
+			return nil
+		}
+		return []echo.MiddlewareFunc{m}
+	}
+	v1.GET("/skus", s.listSKUs, with(client)...)
+	v1.GET("/orders", s.listOrders, with(client)...)
+	v1.GET("/skus/:sku/movements", s.skuMovements, with(admin)...)
+}
+
+// listSKUs: GET /v1/skus?low_stock=&limit=&cursor=
+func (s *Server) listSKUs(c echo.Context) error {
+	limit, cursor, err := pageParams(c)
+	if err != nil {
+		return err
+	}
+	q := order.SKUQuery{After: cursor, Limit: limit}
+	if v, ok, err := filterParam(c, "low_stock"); err != nil {
+		return err
+	} else if ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return badRequest("low_stock must be an integer")
+		}
+		q.LowStock = &n
+	}
+	p, err := s.catalog.List(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, page[order.SKUListItem]{Items: p.Items, NextCursor: encodeCursor(p.Next)})
+}
+
+// listOrders: GET /v1/orders?user_id=&status=&created_from=&created_to=&limit=&cursor=
+// (times in RFC 3339, the window half-open: [created_from, created_to)).
+func (s *Server) listOrders(c echo.Context) error {
+	limit, cursor, err := pageParams(c)
+	if err != nil {
+		return err
+	}
+	q := order.OrderQuery{After: cursor, Limit: limit}
+	var status string
+	for name, dst := range map[string]*string{"user_id": &q.UserID, "status": &status} {
+		if *dst, _, err = filterParam(c, name); err != nil {
+			return err
+		}
+	}
+	q.Status = order.Status(status)
+	for name, dst := range map[string]*time.Time{"created_from": &q.CreatedFrom, "created_to": &q.CreatedTo} {
+		v, ok, err := filterParam(c, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if *dst, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return badRequest(name + " must be an RFC 3339 time, e.g. 2025-01-02T15:04:05Z")
+		}
+	}
+	p, err := s.orders.List(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, page[order.Order]{Items: p.Items, NextCursor: encodeCursor(p.Next)})
+}
+
+// skuMovements: GET /v1/skus/{sku}/movements?limit=&cursor=, oldest first.
+func (s *Server) skuMovements(c echo.Context) error {
+	sku, err := skuParam(c)
+	if err != nil {
+		return err
+	}
+	limit, cursor, err := pageParams(c)
+	if err != nil {
+		return err
+	}
+	var after int64
+	if cursor != "" {
+		if after, err = strconv.ParseInt(cursor, 10, 64); err != nil || after < 1 {
+			return badRequest("cursor is malformed")
+		}
+	}
+	p, err := s.catalog.Movements(c.Request().Context(), sku, after, limit)
+	if err != nil {
+		return err
+	}
+	next := ""
+	if p.Next > 0 {
+		next = encodeCursor(strconv.FormatInt(p.Next, 10))
+	}
+	return c.JSON(http.StatusOK, page[order.Movement]{Items: p.Items, NextCursor: next})
+}
+
+// pageParams reads limit (1-500; absent: the default page size) and the
+// decoded cursor ("" when absent).
+func pageParams(c echo.Context) (limit int, cursor string, err error) {
+	if v, ok := c.QueryParams()["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > order.MaxPageSize {
+			return 0, "", badRequest("limit must be an integer between 1 and " + strconv.Itoa(order.MaxPageSize))
+		}
+		limit = n
+	}
+	if v := c.QueryParam("cursor"); v != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(v)
+		if err != nil || len(raw) == 0 {
+			return 0, "", badRequest("cursor is malformed; pass back a next_cursor unchanged")
+		}
+		cursor = string(raw)
+	}
+	return limit, cursor, nil
+}
+
+// filterParam reads an optional filter. A filter given empty is refused, not
+// ignored: dropping it would widen the listing the client asked for.
+func filterParam(c echo.Context, name string) (string, bool, error) {
+	v, ok := c.QueryParams()[name]
+	if !ok {
+		return "", false, nil
+	}
+	if len(v) != 1 || v[0] == "" {
+		return "", false, badRequest(name + " must be given once, not empty")
+	}
+	return v[0], true, nil
+}
+
+func encodeCursor(key string) string {
+	if key == "" {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(key))
+}

@@ -1,0 +1,112 @@
+// Package identity verifies who a buyer is. The storefront signs a short
+// JWT for its logged-in buyer (subject = the buyer's user id); the checkout
+// backend passes it along in the X-Buyer-Token header, and the per-user limit
+// keys on the verified subject, never on a field the caller could set.
+//
+// The key is either an HMAC secret (HS256, shared with the storefront) or a
+// PEM public key (RS256/PS256 for RSA, ES256 for P-256, EdDSA for Ed25519),
+// so the storefront can keep the private half to itself.
+package identity
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Header carries the buyer's token.
+const Header = "X-Buyer-Token"
+
+// ErrInvalid: the buyer token is missing, malformed, expired, or not signed
+// with the configured key.
+var ErrInvalid = errors.New("invalid buyer token")
+
+// subjectPattern is what a user id may be (the order package's id rule).
+var subjectPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
+
+// Verifier checks buyer tokens against one key.
+type Verifier struct {
+	key     any
+	methods []string
+	leeway  time.Duration
+	now     func() time.Time
+}
+
+// NewVerifier reads key: a PEM public key, or else an HMAC secret of at least
+// 32 bytes. Tokens must carry exp and a sub that is a valid user id.
+func NewVerifier(key string, now func() time.Time) (*Verifier, error) {
+	if now == nil {
+		now = time.Now
+	}
+	v := &Verifier{leeway: 30 * time.Second, now: now}
+	if strings.HasPrefix(strings.TrimSpace(key), "-----BEGIN") {
+		pub, methods, err := parsePublicKey([]byte(key))
+		if err != nil {
+			return nil, err
+		}
+		v.key, v.methods = pub, methods
+		return v, nil
+	}
+	if len(key) < 32 {
+		return nil, errors.New("the buyer token key must be a PEM public key or an HMAC secret of at least 32 bytes")
+	}
+	v.key, v.methods = []byte(key), []string{"HS256"}
+	return v, nil
+}
+
+func parsePublicKey(pemKey []byte) (any, []string, error) {
+	if k, err := jwt.ParseRSAPublicKeyFromPEM(pemKey); err == nil {
+		if k.N.BitLen() < 2048 {
+			return nil, nil, errors.New("the buyer token RSA key must have at least 2048 bits")
+		}
+		return k, []string{"RS256", "PS256"}, nil
+	}
+	if k, err := jwt.ParseECPublicKeyFromPEM(pemKey); err == nil {
+		return k, []string{"ES256"}, nil
+	}
+	if k, err := jwt.ParseEdPublicKeyFromPEM(pemKey); err == nil {
+		return k, []string{"EdDSA"}, nil
+	}
+	return nil, nil, errors.New("the buyer token key is PEM but not an RSA, ECDSA or Ed25519 public key")
+}
+
+// Buyer returns the user id a valid token names.
+func (v *Verifier) Buyer(token string) (string, error) {
+	if token == "" {
+		return "", fmt.Errorf("%w: the %s header is required", ErrInvalid, Header)
+	}
+	var claims jwt.RegisteredClaims
+	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return v.key, nil },
+		jwt.WithValidMethods(v.methods), jwt.WithExpirationRequired(), jwt.WithLeeway(v.leeway),
+		jwt.WithTimeFunc(v.now))
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return "", fmt.Errorf("%w: it has expired", ErrInvalid)
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return "", fmt.Errorf("%w: it must carry exp", ErrInvalid)
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
+		return "", fmt.Errorf("%w: its signature does not verify with the configured key", ErrInvalid)
+	case err != nil:
+		return "", fmt.Errorf("%w: %s", ErrInvalid, "it is malformed or not yet valid")
+	}
+	if !subjectPattern.MatchString(claims.Subject) {
+		return "", fmt.Errorf("%w: its sub must be a user id (1-64 characters of A-Z a-z 0-9 . _ : -)", ErrInvalid)
+	}
+	return claims.Subject, nil
+}
+
+// Issue signs a token for user valid for ttl with an HMAC secret: what a
+// storefront does (the embedded default uses it for its demo buyers, and
+// tests for theirs).
+func Issue(secret, user string, ttl time.Duration) (string, error) {
+	now := time.Now()
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
+		Subject:   user,
+		IssuedAt:  jwt.NewNumericDate(now),
+		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+	}).SignedString([]byte(secret))
+}
