@@ -304,6 +304,11 @@ func TestEmbeddedContract(t *testing.T) {
 		{"SweepCatchesWhatTheQueueMissed", TestSweepCatchesWhatTheQueueMissed},
 		{"PaymentRacesTimeout", TestPaymentRacesTimeout},
 		{"EarlyClaimIsRequeued", TestEarlyClaimIsRequeued},
+		{"PerUserLimitIsArbitratedByTheDatabase", TestPerUserLimitIsArbitratedByTheDatabase},
+		{"PerUserLimitSetLater", TestPerUserLimitSetLater},
+		{"PerUserLimitRace", TestPerUserLimitRace},
+		{"RetentionPrunesFinishedHistory", TestRetentionPrunesFinishedHistory},
+		{"RetentionConcurrentRuns", TestRetentionConcurrentRuns},
 	} {
 		t.Run(tc.name, tc.fn)
 	}

@@ -34,6 +34,11 @@ type Config struct {
 	OrderTTL        time.Duration `env:"INVENTORY_ORDER_TTL" envDefault:"15m"`
 	SeckillRate     float64       `env:"INVENTORY_SECKILL_RATE" envDefault:"50"`
 	ShutdownTimeout time.Duration `env:"INVENTORY_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+	// Retention is how long finished history (applied outbox rows, ledger
+	// rows, stock movements) is kept before one node prunes it, every
+	// RetentionInterval. It must exceed the broker's message retention.
+	Retention         time.Duration `env:"INVENTORY_RETENTION" envDefault:"720h"`
+	RetentionInterval time.Duration `env:"INVENTORY_RETENTION_INTERVAL" envDefault:"10m"`
 	// InstanceName tells this node's RocketMQ clients apart (default: host and pid).
 	InstanceName string `env:"INVENTORY_INSTANCE"`
 }
@@ -68,6 +73,12 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		return errors.New("config: INVENTORY_SHUTDOWN_TIMEOUT must be positive")
+	}
+	if c.Retention != 0 && c.Retention < time.Hour { // 0: the default
+		return fmt.Errorf("config: INVENTORY_RETENTION must be at least 1h (and longer than the broker keeps messages), got %s", c.Retention)
+	}
+	if c.RetentionInterval != 0 && c.RetentionInterval < time.Second {
+		return fmt.Errorf("config: INVENTORY_RETENTION_INTERVAL must be at least 1s, got %s", c.RetentionInterval)
 	}
 	if c.SeckillRate <= 0 {
 		return errors.New("config: INVENTORY_SECKILL_RATE must be positive")

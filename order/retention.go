@@ -1,0 +1,232 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/acme/inventory/stock"
+)
+
+const retentionLockKey = "inv:{retention}:lock"
+
+// openingReason marks the movement that stands for a SKU's pruned history:
+// kind SET, deltas = the sum of the movements it replaced.
+const openingReason = "opening balance"
+
+// RetentionConfig tunes the pruning of finished history. Zero values take
+// the defaults.
+type RetentionConfig struct {
+	// Horizon is how long finished rows are kept. It must exceed how late a
+	// stock message can arrive (the broker's retention; RocketMQ keeps 72h by
+	// default): a message later than the horizon finds no ledger row and is
+	// recorded as an anomaly, never applied a second time (see Retention).
+	// Default 30 days.
+	Horizon time.Duration
+	// Interval is how often one node prunes. Default 10m.
+	Interval time.Duration
+	// Batch bounds the rows one statement deletes. Default 1000.
+	Batch int
+	Now   func() time.Time
+	// Logger receives warnings. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *RetentionConfig) defaults() {
+	if c.Horizon <= 0 {
+		c.Horizon = 30 * 24 * time.Hour
+	}
+	if c.Interval <= 0 {
+		c.Interval = 10 * time.Minute
+	}
+	if c.Batch <= 0 {
+		c.Batch = 1000
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Retention prunes finished history older than the horizon, in bounded
+// batches, on one node at a time (a distributed lock per interval):
+//
+//   - outbox rows that were sent and applied (a ledger or anomaly row exists);
+//   - ledger rows. Exactly-once does not rest on them alone: a DEDUCT needs a
+//     COMMITTED reservation (the row is SOLD after its first application) and
+//     a RESTORE needs its DEDUCT's ledger row, so a duplicate that arrives
+//     after its ledger row was pruned is recorded as an anomaly and changes
+//     nothing. Outbox rows go first, so a sent row never outlives the proof
+//     that it was applied;
+//   - stock movements, compacted per SKU: the pruned movements are replaced
+//     by one "opening balance" movement (kind SET, their summed deltas) that
+//     takes the id of the last one, so a SKU's deltas still sum to on_hand
+//     and reserved and its history still reads in order.
+//
+// Reservations, orders and anomalies are kept: they are the record.
+type Retention struct {
+	db     *gorm.DB
+	locker *stock.Locker
+	cfg    RetentionConfig
+	run    runner
+}
+
+func NewRetention(db *gorm.DB, locker *stock.Locker, cfg RetentionConfig) *Retention {
+	cfg.defaults()
+	return &Retention{db: db, locker: locker, cfg: cfg}
+}
+
+// errConcurrentFold: another node compacted the same movements first (two
+// runs overlapped when a lock expired); this batch rolls back.
+var errConcurrentFold = errors.New("retention: movements folded concurrently")
+
+// Pruned counts what one run removed.
+type Pruned struct {
+	Outbox, Ledger, Movements int64
+}
+
+// Start runs the job until Stop; a second Start is a no-op.
+func (r *Retention) Start(ctx context.Context) { r.run.start(ctx, r.loop) }
+
+// Stop ends the job and waits for it; safe before Start and twice.
+func (r *Retention) Stop() { r.run.stop() }
+
+func (r *Retention) loop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(r.cfg.Interval/2 + rand.N(r.cfg.Interval/2+1)):
+		}
+		// Not released: it expires after one interval, so one run per
+		// interval happens across all nodes.
+		if _, err := r.locker.Obtain(ctx, retentionLockKey, r.cfg.Interval, 0); err != nil {
+			if !errors.Is(err, stock.ErrLockNotObtained) && ctx.Err() == nil {
+				r.cfg.Logger.Warn("retention: lock", "err", err)
+			}
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.Interval)
+		p, err := r.PruneOnce(rctx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			r.cfg.Logger.Warn("retention: run failed; the next one continues", "err", err)
+		case p != Pruned{}:
+			r.cfg.Logger.Info("retention: pruned finished history", "outbox", p.Outbox, "ledger", p.Ledger, "movements", p.Movements)
+		}
+	}
+}
+
+// PruneOnce prunes everything older than the horizon, batch by batch.
+func (r *Retention) PruneOnce(ctx context.Context) (Pruned, error) {
+	var p Pruned
+	cutoff := r.cfg.Now().UTC().Add(-r.cfg.Horizon)
+	db := r.db.WithContext(ctx)
+	var err error
+	if p.Outbox, err = r.batches(ctx, func() (int64, error) {
+		return r.deleteIDs(db, "stock_outbox", `SELECT ob.id FROM stock_outbox ob
+			WHERE ob.sent_at IS NOT NULL AND ob.created_at < ?
+			  AND (EXISTS (SELECT 1 FROM stock_ledger l WHERE l.token = ob.token AND l.sku = ob.sku AND l.op = ob.op)
+			    OR EXISTS (SELECT 1 FROM stock_anomalies a WHERE a.token = ob.token AND a.sku = ob.sku AND a.op = ob.op))
+			ORDER BY ob.id LIMIT ?`, cutoff)
+	}); err != nil {
+		return p, err
+	}
+	if p.Ledger, err = r.batches(ctx, func() (int64, error) {
+		return r.deleteIDs(db, "stock_ledger", `SELECT id FROM stock_ledger WHERE applied_at < ? ORDER BY id LIMIT ?`, cutoff)
+	}); err != nil {
+		return p, err
+	}
+	p.Movements, err = r.batches(ctx, func() (int64, error) { return r.compactMovements(db, cutoff) })
+	return p, err
+}
+
+// batches runs one until it deletes less than a batch.
+func (r *Retention) batches(ctx context.Context, one func() (int64, error)) (int64, error) {
+	var total int64
+	for ctx.Err() == nil {
+		n, err := one()
+		total += n
+		if err != nil || n < int64(r.cfg.Batch) {
+			return total, err
+		}
+	}
+	return total, ctx.Err()
+}
+
+// deleteIDs deletes the rows of table that query (cutoff, limit) selects.
+// Ids are read first: MariaDB has no LIMIT in an IN subquery, and SQLite no
+// DELETE ... LIMIT.
+func (r *Retention) deleteIDs(db *gorm.DB, table, query string, cutoff time.Time) (int64, error) {
+	var ids []int64
+	if err := db.Raw(query, cutoff, r.cfg.Batch).Scan(&ids).Error; err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	res := db.Exec(fmt.Sprintf("DELETE FROM %s WHERE id IN ?", table), ids)
+	return res.RowsAffected, res.Error
+}
+
+// compactMovements folds up to one batch of movements older than cutoff
+// (opening balances aside) into one opening balance per SKU, in one
+// transaction, and returns how many it folded.
+func (r *Retention) compactMovements(db *gorm.DB, cutoff time.Time) (int64, error) {
+	var folded int64
+	err := db.Transaction(func(tx *gorm.DB) error {
+		var old []Movement
+		if err := tx.Where("created_at < ? AND NOT (kind = ? AND reason = ?)", cutoff, MoveSet, openingReason).
+			Order("id").Limit(r.cfg.Batch).Find(&old).Error; err != nil {
+			return err
+		}
+		bySKU := map[string][]Movement{}
+		var skus []string
+		for _, m := range old {
+			if _, ok := bySKU[m.SKU]; !ok {
+				skus = append(skus, m.SKU)
+			}
+			bySKU[m.SKU] = append(bySKU[m.SKU], m)
+		}
+		for _, sku := range skus {
+			ms := bySKU[sku]
+			last := ms[len(ms)-1]
+			// The SKU's earlier opening balance folds in too.
+			var opening []Movement
+			if err := tx.Where("sku = ? AND id < ? AND kind = ? AND reason = ?", sku, last.ID, MoveSet, openingReason).
+				Find(&opening).Error; err != nil {
+				return err
+			}
+			sum := Movement{ID: last.ID, SKU: sku, Kind: MoveSet, Reason: openingReason, CreatedAt: last.CreatedAt}
+			ids := make([]int64, 0, len(ms)+len(opening))
+			for _, m := range append(opening, ms...) {
+				sum.OnHandDelta += m.OnHandDelta
+				sum.ReservedDelta += m.ReservedDelta
+				ids = append(ids, m.ID)
+			}
+			res := tx.Exec(`DELETE FROM stock_movements WHERE id IN ?`, ids)
+			if res.Error != nil {
+				return res.Error
+			}
+			if res.RowsAffected != int64(len(ids)) {
+				// Another run folded some of them first: summing them again
+				// would count them twice.
+				return errConcurrentFold
+			}
+			if err := tx.Create(&sum).Error; err != nil {
+				return err
+			}
+		}
+		folded = int64(len(old))
+		return nil
+	})
+	return folded, err
+}
