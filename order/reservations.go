@@ -31,9 +31,9 @@ const (
 // Reservation is one arbitrated reservation: an order line, or a raw
 // reservation of the token API (Token "t." + the client's token, OrderID nil).
 type Reservation struct {
-	Token     string   `gorm:"primaryKey"`
-	SKU       string   `gorm:"primaryKey;column:sku"`
-	OrderID   *string  `gorm:"column:order_id"`
+	Token   string  `gorm:"primaryKey"`
+	SKU     string  `gorm:"primaryKey;column:sku"`
+	OrderID *string `gorm:"column:order_id"`
 	// Buyer is the user this reservation counts against in buyer_quotas
 	// (nil: it does not count).
 	Buyer     *string  `gorm:"column:buyer"`
