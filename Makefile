@@ -5,7 +5,7 @@ GO ?= go
 .PHONY: run build test bench lint up down
 
 run:
-	$(GO) run ./cmd/inventoryd
+	@GO=$(GO) scripts/run.sh
 
 build:
 	$(GO) build -o bin/inventoryd ./cmd/inventoryd

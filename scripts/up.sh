@@ -114,9 +114,19 @@ start_rocketmq() {
   log "rocketmq $ROCKETMQ_VERSION: $(grep -m1 -o 'The broker.*boot success.*' "$home/broker.out" || echo "broker $ROCKETMQ_VERSION up")"
 }
 
+# The README's examples (cmd/inventoryd/readme_test.go runs them) call the API
+# with curl, read answers with jq and sign payment callbacks with openssl.
+ensure_tools() {
+  local tool missing=()
+  for tool in jq curl openssl; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
+  done
+  [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+}
+
 what=${1:-all}
 case $what in
-  all) start_redis; start_mariadb; start_rocketmq ;;
+  all) ensure_tools; start_redis; start_mariadb; start_rocketmq ;;
   redis) start_redis ;;
   mariadb) start_mariadb ;;
   rocketmq) start_rocketmq ;;

@@ -262,7 +262,7 @@ func TestServeRealServers(t *testing.T) {
 
 	st, body = p.call("GET", "/readyz", "")
 	require.Equal(t, 200, st)
-	require.Equal(t, map[string]any{"redis": "ok", "database": "ok", "queue": "ok"}, body)
+	require.Equal(t, map[string]any{"redis": "ok", "database": "ok", "sync": "ok"}, body)
 	resp, err := http.Get(p.base + "/metrics")
 	require.NoError(t, err)
 	resp.Body.Close()

@@ -54,17 +54,17 @@ func binary(t *testing.T) string {
 
 // proc is a running inventoryd.
 type proc struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	base   string
+	t    *testing.T
+	cmd  *exec.Cmd
+	base string
 	// client and buyerKey are the client credential and buyer-token key the
 	// process was configured with (read from its banner in embedded mode):
 	// call uses them as the checkout backend would.
 	client, buyerKey string
-	mu     sync.Mutex // guards stdout and stderr
-	stdout bytes.Buffer
-	stderr bytes.Buffer
-	exited chan error
+	mu               sync.Mutex // guards stdout and stderr
+	stdout           bytes.Buffer
+	stderr           bytes.Buffer
+	exited           chan error
 }
 
 // output is everything the process wrote so far (stdout, stderr).
