@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -188,6 +189,9 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 					return err
 				}
 			}
+			if err := markApplied(tx, skus, bySKU); err != nil {
+				return err
+			}
 			if len(restored) > 0 {
 				marks, err := readMarks(tx, sortedKeys(restored))
 				if err != nil {
@@ -221,6 +225,20 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 		a.OnApplied(ctx, chs)
 	}
 	return nil
+}
+
+// markApplied stamps the outbox rows of the delivery's operations (applied,
+// duplicate or anomaly: each is handled) as applied, so the sync backlog is
+// read from the unapplied rows alone. One UPDATE per delivery.
+func markApplied(tx *gorm.DB, skus []string, bySKU map[string][]StockMessage) error {
+	var keys [][]any
+	for _, sku := range skus {
+		for _, sm := range bySKU[sku] {
+			keys = append(keys, []any{sm.Token, sm.SKU, sm.Op})
+		}
+	}
+	return tx.Exec(`UPDATE stock_outbox SET applied_at = ? WHERE applied_at IS NULL AND (token, sku, op) IN ?`,
+		time.Now().UTC(), keys).Error
 }
 
 // appliedMovement is the movement of one applied operation, as applySKU

@@ -58,7 +58,8 @@ func (c *RetentionConfig) defaults() {
 // Retention prunes finished history older than the horizon, in bounded
 // batches, on one node at a time (a distributed lock per interval):
 //
-//   - outbox rows that were sent and applied (a ledger or anomaly row exists);
+//   - outbox rows that were sent and applied (applied_at, stamped in the
+//     consumer's transaction);
 //   - ledger rows. Exactly-once does not rest on them alone: a DEDUCT needs a
 //     COMMITTED reservation (the row is SOLD after its first application) and
 //     a RESTORE needs its DEDUCT's ledger row, so a duplicate that arrives
@@ -132,11 +133,8 @@ func (r *Retention) PruneOnce(ctx context.Context) (Pruned, error) {
 	db := r.db.WithContext(ctx)
 	var err error
 	if p.Outbox, err = r.batches(ctx, func() (int64, error) {
-		return r.deleteIDs(db, "stock_outbox", `SELECT ob.id FROM stock_outbox ob
-			WHERE ob.sent_at IS NOT NULL AND ob.created_at < ?
-			  AND (EXISTS (SELECT 1 FROM stock_ledger l WHERE l.token = ob.token AND l.sku = ob.sku AND l.op = ob.op)
-			    OR EXISTS (SELECT 1 FROM stock_anomalies a WHERE a.token = ob.token AND a.sku = ob.sku AND a.op = ob.op))
-			ORDER BY ob.id LIMIT ?`, cutoff)
+		return r.deleteIDs(db, "stock_outbox", `SELECT id FROM stock_outbox
+			WHERE applied_at < ? AND sent_at IS NOT NULL ORDER BY id LIMIT ?`, cutoff)
 	}); err != nil {
 		return p, err
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -38,6 +40,26 @@ type Service struct {
 	stock  *stock.Store
 	cfg    Config
 	orders *batcher
+
+	transitions sync.Map // Status -> *atomic.Int64
+}
+
+// count records one order reaching status on this node (metrics read
+// Transitions; counting in memory keeps a scrape off the orders table).
+func (s *Service) count(status Status) {
+	v, _ := s.transitions.LoadOrStore(status, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+// Transitions is how many orders reached each status on this node (a new
+// order counts as PENDING).
+func (s *Service) Transitions() map[Status]int64 {
+	out := map[Status]int64{}
+	s.transitions.Range(func(k, v any) bool {
+		out[k.(Status)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
 }
 
 func NewService(db *gorm.DB, st *stock.Store, cfg Config) *Service {
@@ -146,6 +168,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []st
 	}
 	s.settle(ctx, lines, adm, marks)
 	s.cfg.OnCreated(ctx, o)
+	s.count(Pending)
 	return o, nil
 }
 
@@ -268,6 +291,7 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	}
 	s.ApplyChanges(ctx, rel.changes)
 	s.returnQuotas(ctx, rel.quotas)
+	s.count(to)
 	if to == Expired {
 		s.cfg.OnExpired(s.now().Sub(o.ExpiresAt))
 	}
@@ -299,12 +323,14 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 		return nil, err
 	}
 	var chs []stock.Change
+	var before Status // what this call found, to count only a transition it made
 	o, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
 		chs = nil
 		o, err := s.get(tx, id, true)
 		if err != nil {
 			return nil, err
 		}
+		before = o.Status
 		if done, err := paidAlready(o, paymentID); done {
 			return o, err
 		}
@@ -334,6 +360,7 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 			if err != nil {
 				return nil, err
 			}
+			before = o.Status
 			if done, err := paidAlready(o, paymentID); done {
 				return o, err
 			}
@@ -345,6 +372,9 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if o.Status != before {
+		s.count(o.Status)
 	}
 	s.ApplyChanges(ctx, chs)
 	s.cfg.OnOutbox()
@@ -440,7 +470,7 @@ func (s *Service) markPaid(tx *gorm.DB, o *Order, paymentID, token string) (*Ord
 			return nil, fmt.Errorf("order: %s holds %d of its %d reservations", o.ID, res.RowsAffected, len(o.Items))
 		}
 	}
-	o.Status, o.PaymentID, o.PaidAt, o.ReservationToken = Paid, &paymentID, &now, token
+	o.Status, o.PaymentID, o.PaidAt, o.ReservationToken, o.UpdatedAt = Paid, &paymentID, &now, token, now
 	if err := writeOutbox(tx, token, o.lines(), OpDeduct); err != nil {
 		return nil, err
 	}
@@ -477,6 +507,7 @@ func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.count(Refunded)
 	s.cfg.OnOutbox()
 	return o, nil
 }

@@ -158,7 +158,9 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) ([]htt
 	// Each client is one buyer (no SKU here has a per-user limit) with the
 	// client credential and the buyer token a storefront signs; the bare
 	// handler is sent the same headers, so both cost the client alike.
-	buyer := func(prefix string) func(w int) http.Header { return func(w int) http.Header { return credentials(prefix, w) } }
+	buyer := func(prefix string) func(w int) http.Header {
+		return func(w int) http.Header { return credentials(prefix, w) }
+	}
 	empty := func(int, int64) string { return `{}` }
 	var rs []httpResult
 	rs = append(rs, load("bare net/http + EVALSHA", "http://"+ln.Addr().String()+"/", *workers, *duration, buyer("b"), empty))

@@ -56,6 +56,7 @@ type App struct {
 	applier   *order.Applier
 	timeouts  *order.Timeouts
 	realigner *order.Realigner
+	retention *order.Retention
 	producer  mq.Producer
 	consumer  mq.Consumer
 	soldOut   *httpapi.SoldOut
@@ -109,6 +110,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	}
 	a.Catalog = order.NewCatalog(a.db, a.Stock, log)
 	a.realigner = order.NewRealigner(a.Catalog, a.Stock.Locker(), 30*time.Second, log)
+	a.retention = order.NewRetention(a.db, a.Stock.Locker(), order.RetentionConfig{
+		Horizon: cfg.Retention, Interval: cfg.RetentionInterval, Logger: log,
+	})
 	a.applier.OnApplied = a.Orders.ApplyChanges
 	if a.memq != nil {
 		a.consumer = a.memq.Consumer(a.applier.Handle, 64, 200*time.Millisecond)
@@ -136,7 +140,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	a.server = httpapi.New(httpapi.Config{
 		AdminToken: a.Cfg.AdminToken, ClientTokens: a.Cfg.ClientTokens, Buyers: buyers,
 		PaymentSecret: a.Cfg.PaymentSecret, TrustedProxies: proxies, SeckillRate: cfg.SeckillRate,
-		Ready: a.ready, Gatherer: reg, Metrics: httpapi.NewMetrics(reg), Logger: log,
+		Ready: a.ready, Degraded: a.degraded, Gatherer: reg, Metrics: httpapi.NewMetrics(reg), Logger: log,
 	}, a.Stock, a.Orders, a.Catalog, a.soldOut)
 	return a, nil
 }
@@ -244,21 +248,27 @@ func (a *App) publishStockBack(sku string) {
 	}
 }
 
+// ready is what the API needs: Redis and the database.
 func (a *App) ready(ctx context.Context) map[string]error {
-	out := map[string]error{
+	return map[string]error{
 		"redis":    a.rdb.Ping(ctx).Err(),
 		"database": a.sqlDB.PingContext(ctx),
 	}
+}
+
+// degraded is what the API can do without: the sync to the broker. Orders
+// and reservations keep being taken and recorded while it is down; their
+// outbox rows go out when it is back.
+func (a *App) degraded(ctx context.Context) map[string]error {
 	if a.memq != nil {
-		out["queue"] = nil
-	} else {
-		out["queue"] = a.producerReady(ctx)
+		return map[string]error{"sync": nil}
 	}
-	return out
+	return map[string]error{"sync": a.producerReady(ctx)}
 }
 
 // producerReady checks the relay's path to the broker: an unsent outbox
-// backlog older than a minute means messages are not getting out.
+// backlog older than a minute means messages are not getting out. It reads
+// unsent rows only (an index range), however long the history.
 func (a *App) producerReady(ctx context.Context) error {
 	var n int64
 	err := a.db.WithContext(ctx).Raw(`SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL AND created_at < ?`,
@@ -289,6 +299,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.relay.Start(bg)
 	a.timeouts.Start(bg)
 	a.realigner.Start(bg)
+	a.retention.Start(bg)
 	sub := a.rdb.Subscribe(bg, stockBackChannel)
 	a.bg.Add(1)
 	go func() {
@@ -343,6 +354,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 	a.relay.Stop()
 	a.timeouts.Stop()
 	a.realigner.Stop()
+	a.retention.Stop()
 	if a.stop != nil {
 		a.stop()
 	}

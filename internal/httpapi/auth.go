@@ -30,6 +30,10 @@ import (
 
 const bearerChallenge = `Bearer realm="inventory"`
 
+// buyerChallenge names the buyer token's own scheme: a JWT in X-Buyer-Token,
+// not a bearer credential in Authorization.
+const buyerChallenge = `JWT realm="buyer", header="X-Buyer-Token"`
+
 // hasToken reports whether got equals one of want, in constant time per
 // candidate (every candidate is compared, whichever matches).
 func hasToken(got string, want ...string) bool {
@@ -90,7 +94,7 @@ func isAdmin(c echo.Context) bool { v, _ := c.Get(ctxAdmin).(bool); return v }
 func (s *Server) buyer(c echo.Context, bodyUser *string) (string, error) {
 	user, err := s.cfg.Buyers.Buyer(c.Request().Header.Get(identity.Header))
 	if err != nil {
-		return "", unauthorized(err.Error(), `Bearer realm="buyer"`)
+		return "", unauthorized(err.Error(), buyerChallenge)
 	}
 	if bodyUser != nil && *bodyUser != user {
 		return "", forbidden("user_id does not match the buyer the X-Buyer-Token names")

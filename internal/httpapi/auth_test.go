@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -16,11 +17,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/internal/app"
+	"github.com/acme/inventory/internal/httpapi"
 )
 
 // send serves one request on h exactly as given and returns the recorder.
 func send(t *testing.T, h http.Handler, method, path, body string, header ...string) *httptest.ResponseRecorder {
 	t.Helper()
+	h = validating(t, h) // the exchange is checked against openapi.yaml
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
@@ -137,7 +140,7 @@ func TestBuyerIdentity(t *testing.T) {
 			rec := send(t, h, "POST", path, body, with(c.token)...)
 			require.Equal(t, 401, rec.Code, "%s %s: %s", name, path, rec.Body)
 			require.JSONEq(t, errBody("unauthorized", c.want), rec.Body.String(), name)
-			require.Equal(t, `Bearer realm="buyer"`, rec.Header().Get("WWW-Authenticate"))
+			require.Equal(t, `JWT realm="buyer", header="X-Buyer-Token"`, rec.Header().Get("WWW-Authenticate"))
 		}
 	}
 	// A body naming another user than the token: 403, nothing reserved.
@@ -291,4 +294,23 @@ func TestRequestIDInLogs(t *testing.T) {
 	require.Equal(t, 503, rec.Code, rec.Body.String())
 	require.Equal(t, "trace-7f3a", rec.Header().Get("X-Request-ID"))
 	require.Contains(t, logs.String(), `"msg":"dependency unavailable","request_id":"trace-7f3a"`)
+}
+
+// A broker outage degrades the sync, not the API: /readyz stays 200 and says
+// so; a dependency the API needs makes it 503.
+func TestReadinessDegradesTheSyncNotTheAPI(t *testing.T) {
+	var redisDown error
+	s := httpapi.New(httpapi.Config{
+		Ready: func(context.Context) map[string]error { return map[string]error{"redis": redisDown, "database": nil} },
+		Degraded: func(context.Context) map[string]error {
+			return map[string]error{"sync": errors.New("12 stock messages unsent for over a minute")}
+		},
+	}, nil, nil, nil, nil)
+	rec := send(t, s.Handler(), "GET", "/readyz", "")
+	require.Equal(t, 200, rec.Code)
+	require.JSONEq(t, `{"redis":"ok","database":"ok","sync":"degraded: 12 stock messages unsent for over a minute"}`, rec.Body.String())
+	redisDown = errors.New("dial tcp 127.0.0.1:6379: connection refused")
+	rec = send(t, s.Handler(), "GET", "/readyz", "")
+	require.Equal(t, 503, rec.Code)
+	require.JSONEq(t, `{"redis":"dial tcp 127.0.0.1:6379: connection refused","database":"ok","sync":"degraded: 12 stock messages unsent for over a minute"}`, rec.Body.String())
 }

@@ -95,3 +95,16 @@ func required(fields map[string]bool) error {
 	}
 	return nil
 }
+
+// jsonSerializer writes answers as Echo's default does, without escaping
+// <, > and & (messages read "Bearer <admin token>", not "\u003c...").
+type jsonSerializer struct{ echo.DefaultJSONSerializer }
+
+func (jsonSerializer) Serialize(c echo.Context, v any, indent string) error {
+	enc := json.NewEncoder(c.Response())
+	enc.SetEscapeHTML(false)
+	if indent != "" {
+		enc.SetIndent("", indent)
+	}
+	return enc.Encode(v)
+}
