@@ -2,7 +2,7 @@
 # servers (Redis, MariaDB, RocketMQ) on loopback, installing them if missing.
 GO ?= go
 
-.PHONY: run build test bench lint up down
+.PHONY: run build test bench soak lint up down
 
 run:
 	@GO=$(GO) scripts/run.sh
@@ -15,6 +15,13 @@ test:
 
 bench:
 	scripts/bench.sh
+
+# The history soak: ORDERS orders through one SKU, with flat-cost columns at
+# each decade (cold init, Redis per order, reservation latency, DB work).
+ORDERS ?= 1000000
+soak:
+	scripts/up.sh
+	$(GO) run ./cmd/benchtable -only history -orders $(ORDERS)
 
 lint:
 	$(GO) vet ./...

@@ -109,12 +109,16 @@ return {1, tonumber(ARGV[1])}
 //
 //	KEYS[1] buyers (hash user -> units bought)
 //	ARGV[1] user  ARGV[2] qty (negative gives back)  ARGV[3] limit
+//	ARGV[4] ttl (ms): the hash expires that long after its last purchase
 //
 // Returns 1 when the user stays within limit (the units are counted), 0 when
-// the purchase would exceed it (nothing counted).
+// the purchase would exceed it (nothing counted). The hash is a pre-filter
+// (the database records the limit), so it expires instead of keeping every
+// buyer of the SKU forever.
 var quotaScript = redis.NewScript(`
 local q = tonumber(ARGV[2])
 if q < 0 then
+  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 1 end
   local left = redis.call('HINCRBY', KEYS[1], ARGV[1], q)
   if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
   return 1
@@ -122,6 +126,7 @@ end
 local had = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 if had + q > tonumber(ARGV[3]) then return 0 end
 redis.call('HINCRBY', KEYS[1], ARGV[1], q)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return 1
 `)
 

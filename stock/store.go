@@ -24,6 +24,11 @@ type Config struct {
 	// Redis, so a replay goes to the database instead of taking units again.
 	// Default 16m (the hold TTL).
 	TokenTTL time.Duration
+	// QuotaTTL is how long a SKU's per-user pre-filter (the buyers hash) is
+	// kept after its last purchase. The database is the limit's record; the
+	// hash only spares it repeat buyers during a sale, so it may forget
+	// afterwards instead of growing with every buyer forever. Default 24h.
+	QuotaTTL time.Duration
 	// MaxQty bounds one line's quantity. Default DefaultMaxQty.
 	MaxQty int64
 	// InitWait bounds how long a caller waits for another caller's cold init
@@ -46,6 +51,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxQty == 0 {
 		c.MaxQty = DefaultMaxQty
+	}
+	if c.QuotaTTL == 0 {
+		c.QuotaTTL = 24 * time.Hour
 	}
 	if c.InitWait == 0 {
 		c.InitWait = 3 * time.Second
@@ -370,7 +378,7 @@ func (s *Store) TakeQuota(ctx context.Context, sku, user string, qty, limit int6
 	if err := ValidateToken(user); err != nil {
 		return false, err
 	}
-	ok, err := quotaScript.Run(ctx, s.rdb, []string{buyersKey(sku)}, user, qty, limit).Int64()
+	ok, err := quotaScript.Run(ctx, s.rdb, []string{buyersKey(sku)}, user, qty, limit, s.cfg.QuotaTTL.Milliseconds()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("stock: quota %s: %w", sku, err)
 	}
@@ -382,7 +390,7 @@ func (s *Store) ReturnQuota(ctx context.Context, sku, user string, qty int64) er
 	if err := s.validate(sku, qty); err != nil {
 		return err
 	}
-	return quotaScript.Run(ctx, s.rdb, []string{buyersKey(sku)}, user, -qty, 0).Err()
+	return quotaScript.Run(ctx, s.rdb, []string{buyersKey(sku)}, user, -qty, 0, s.cfg.QuotaTTL.Milliseconds()).Err()
 }
 
 // Levels is what Redis holds for one SKU.

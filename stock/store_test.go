@@ -424,6 +424,19 @@ func TestUserQuota(t *testing.T) {
 		_, err = s.TakeQuota(ctx, "A", "bad user", 1, 2)
 		require.ErrorIs(t, err, ErrInvalidArgument)
 		require.Empty(t, back)
+
+		// The pre-filter forgets: it expires a day after the last purchase
+		// (the database keeps the limit), and a give-back after it expired
+		// leaves nothing behind.
+		ttl, err := rdb.PTTL(ctx, buyersKey("A")).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttl, 23*time.Hour)
+		require.LessOrEqual(t, ttl, 24*time.Hour)
+		require.NoError(t, rdb.Del(ctx, buyersKey("A")).Err())
+		require.NoError(t, s.ReturnQuota(ctx, "A", "u1", 1))
+		n, err := rdb.Exists(ctx, buyersKey("A")).Result()
+		require.NoError(t, err)
+		require.Zero(t, n)
 		require.NoError(t, s.Forget(ctx, "A"))
 		require.Equal(t, []string{"A"}, back, "a reset may bring stock back")
 	})

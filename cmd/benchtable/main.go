@@ -57,7 +57,8 @@ var (
 	out       = flag.String("out", "bench-results/results.md", "where to write the table too")
 	soakFor   = flag.Duration("soak", 2*time.Minute, "how long the memory soak keeps the seckill load on (0: skip)")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the HTTP phases (service and load in this process) to this file")
-	only      = flag.String("only", "", `run one group only: "http" (the HTTP phases) or "sync" (the ordered database sync)`)
+	only      = flag.String("only", "", `run one group only: "http" (the HTTP phases), "sync" (the ordered database sync) or "history" (the soak of -orders orders through one SKU)`)
+	orders    = flag.Int("orders", 1_000_000, "with -only history: how many orders the soak drives through one SKU")
 )
 
 const hotStock = 1_000_000_000_000 // never runs out during a run
@@ -128,6 +129,11 @@ func main() {
 		return
 	case "sync":
 		report(nil, []result{applyRun(ctx, db, 32), applyRun(ctx, db, 1)}, nil, "")
+		return
+	case "history":
+		table := historySoak(ctx, rdb, *mysqlDSN, *orders)
+		fmt.Print(table)
+		must(os.WriteFile(strings.TrimSuffix(*out, ".md")+"-history.md", []byte(table), 0o644))
 		return
 	}
 
@@ -223,9 +229,9 @@ func openDatabase(ctx context.Context, dsnBase, name string) *sql.DB {
 
 // resetSchema drops the service's tables and migrates them again.
 func resetSchema(ctx context.Context, db *sql.DB) {
-	for _, q := range []string{`DROP TABLE IF EXISTS stock_ledger`, `DROP TABLE IF EXISTS stock_reservations`, `DROP TABLE IF EXISTS stock_anomalies`, `DROP TABLE IF EXISTS goose_db_version`,
-		`DROP TABLE IF EXISTS stock_outbox`, `DROP TABLE IF EXISTS order_items`, `DROP TABLE IF EXISTS orders`, `DROP TABLE IF EXISTS skus`} {
-		must(exec1(db, q))
+	for _, t := range []string{"stock_ledger", "stock_reservations", "stock_anomalies", "goose_db_version", "stock_movements",
+		"buyer_quotas", "stock_outbox", "order_items", "orders", "skus"} {
+		must(exec1(db, "DROP TABLE IF EXISTS "+t))
 	}
 	must(migrations.Up(ctx, db, migrations.MySQL))
 }
