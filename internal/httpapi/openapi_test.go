@@ -119,8 +119,22 @@ func TestOpenAPIDocument(t *testing.T) {
 	walk("", doc)
 
 	statusCode := map[string][]string{
-		"400": {"invalid_argument"}, "401": {"unauthorized"}, "404": {"not_found"},
-		"409": {"conflict", "insufficient_stock"}, "429": {"rate_limited"}, "500": {"internal"}, "503": {"unavailable"},
+		"400": {"invalid_argument"}, "401": {"unauthorized"}, "403": {"forbidden"}, "404": {"not_found"},
+		"405": {"method_not_allowed"}, "409": {"conflict", "insufficient_stock"}, "413": {"payload_too_large"},
+		"429": {"rate_limited"}, "500": {"internal"}, "503": {"unavailable"},
+	}
+	// The headers answers carry: X-Request-ID always, and per status.
+	statusHeaders := map[string][]string{"201": {"Location"}, "401": {"WWW-Authenticate"}, "405": {"Allow"}, "429": {"Retry-After"}}
+	checkHeaders := func(where, status string, r map[string]any) {
+		headers := mapAt(t, r, "headers")
+		require.Equal(t, "#/components/headers/RequestID", mapAt(t, headers, "X-Request-ID")["$ref"], "%s %s: X-Request-ID", where, status)
+		for _, name := range statusHeaders[status] {
+			h := mapAt(t, deref(t, doc, headers[name]))
+			require.Equal(t, true, h["required"], "%s %s: header %s is required", where, status, name)
+		}
+	}
+	for name, r := range mapAt(t, doc, "components", "responses") {
+		checkHeaders("components.responses."+name, "", mapAt(t, r))
 	}
 	paths := mapAt(t, doc, "paths")
 	require.NotEmpty(t, paths)
@@ -140,6 +154,7 @@ func TestOpenAPIDocument(t *testing.T) {
 				require.Regexp(t, `^[1-5][0-9][0-9]$`, status, "%s: response key", where)
 				r := mapAt(t, deref(t, doc, resp))
 				require.NotEmpty(t, r["description"], "%s %s: description", where, status)
+				checkHeaders(where, status, r)
 				if status[0] == '2' {
 					success++
 					continue
@@ -256,29 +271,32 @@ func TestOpenAPIPatternsMatchValidation(t *testing.T) {
 	require.Equal(t, "#/components/schemas/Qty", mapAt(t, deduct, "qty")["$ref"])
 	require.Equal(t, "#/components/schemas/Token", mapAt(t, deduct, "token")["$ref"])
 	require.Equal(t, "#/components/schemas/SKUName", mapAt(t, deduct, "sku")["$ref"])
-}
 
-// Admin operations (security: admin) answer 401 without the bearer token;
-// the others do not ask for it.
-func TestOpenAPISecurityMatchesRoutes(t *testing.T) {
-	doc := loadSpec(t)
-	h := embeddedApp(t).Handler()
-	for path, item := range mapAt(t, doc, "paths") {
-		for method, op := range item.(map[string]any) {
-			if !slices.Contains(httpMethods, method) {
-				continue
-			}
-			_, admin := op.(map[string]any)["security"]
-			url := strings.NewReplacer("{sku}", "DEMO-TSHIRT", "{id}", "o1").Replace(path)
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(strings.ToUpper(method), url, strings.NewReader("{}")))
-			code, body := rec.Code, rec.Body.String()
-			if admin {
-				require.Equal(t, http.StatusUnauthorized, code, "%s %s: %s", method, path, body)
-			} else if path != "/v1/payments/callback" {
-				require.NotEqual(t, http.StatusUnauthorized, code, "%s %s: %s", method, path, body)
-			}
+	// Headers: an X-Request-ID is echoed exactly when it matches the
+	// documented pattern (otherwise replaced by a fresh id, which matches
+	// it too); an Idempotency-Key is accepted exactly when it matches its.
+	a := embeddedApp(t)
+	h := storefront(t, a)
+	requestIDRe := regexp.MustCompile(mapAt(t, doc, "components", "headers", "RequestID", "schema")["pattern"].(string))
+	var keyRe *regexp.Regexp
+	for _, p := range mapAt(t, doc, "paths", "/v1/orders", "post")["parameters"].([]any) {
+		if pm := mapAt(t, deref(t, doc, p)); pm["name"] == "Idempotency-Key" {
+			keyRe = regexp.MustCompile(mapAt(t, pm, "schema")["pattern"].(string))
 		}
+	}
+	require.NotNil(t, keyRe, "POST /v1/orders documents Idempotency-Key")
+	headerSamples := append(slices.Clone(samples), "a b", "a/b+c=d", "~", "\x7f", "\t", strings.Repeat("k", 128)+"x", "é")
+	for i, s := range headerSamples {
+		rec := send(t, h, "GET", "/healthz", "", "X-Request-ID", s)
+		echoed := rec.Header().Get("X-Request-ID") == s
+		require.Equal(t, requestIDRe.MatchString(s), echoed, "X-Request-ID %q", s)
+		require.Regexp(t, requestIDRe, rec.Header().Get("X-Request-ID"))
+
+		if s == "" {
+			continue // no key at all
+		}
+		code, body := call(t, h, "POST", "/v1/orders", `{"user_id":"k`+strconv.Itoa(i)+`","items":[{"sku":"DEMO-EBOOK","qty":1}]}`, "Idempotency-Key", s)
+		require.Equal(t, keyRe.MatchString(s), code == http.StatusCreated, "Idempotency-Key %q: %d %s", s, code, body)
 	}
 }
 
@@ -286,7 +304,7 @@ func TestOpenAPISecurityMatchesRoutes(t *testing.T) {
 // embedded app: status and code.
 func TestDocumentedErrorsPerRoute(t *testing.T) {
 	a := embeddedApp(t)
-	h := a.Handler()
+	h := storefront(t, a)
 	admin := []string{"Authorization", "Bearer " + a.Cfg.AdminToken}
 	code, body := call(t, h, "POST", "/v1/orders", `{"user_id":"u1","items":[{"sku":"DEMO-TSHIRT","qty":2}]}`, "Idempotency-Key", "k1")
 	require.Equal(t, 201, code, body)
@@ -315,17 +333,17 @@ func TestDocumentedErrorsPerRoute(t *testing.T) {
 		{"POST", "/v1/stock/deduct", `{"sku":"NOPE","qty":1,"token":"t1"}`, nil, 404, "not_found"},
 		{"POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":1.5,"token":"t1"}`, nil, 400, "invalid_argument"},
 		{"POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":1,"token":"t1"} {}`, nil, 400, "invalid_argument"},
-		{"POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":1,"token":"` + strings.Repeat("x", 70<<10) + `"}`, nil, 400, "invalid_argument"},
+		{"POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":1,"token":"` + strings.Repeat("x", 70<<10) + `"}`, nil, 413, "payload_too_large"},
 		{"POST", "/v1/stock/commit", `{"sku":"NOPE","token":"t1"}`, nil, 404, "not_found"},
 		{"POST", "/v1/orders", `{"user_id":"u1","items":[{"sku":"NOPE","qty":1}]}`, nil, 404, "not_found"},
 		{"POST", "/v1/orders", `{"user_id":"u1","items":[{"sku":"DEMO-TSHIRT","qty":3}]}`, []string{"Idempotency-Key", "k1"}, 409, "conflict"},
 		{"POST", "/v1/orders", `{"user_id":"u1","items":[{"sku":"DEMO-TSHIRT","qty":1}]}`, []string{"Idempotency-Key", "a b"}, 400, "invalid_argument"},
 		{"POST", "/v1/orders", `{"user_id":"u1","items":[{"sku":"DEMO-TSHIRT","qty":6000},{"sku":"DEMO-TSHIRT","qty":6000}]}`, nil, 400, "invalid_argument"},
 		{"POST", "/v1/orders", `{"user_id":"u1","items":[{"sku":"DEMO-PHONE","qty":10}]}`, nil, 409, "insufficient_stock"},
-		{"POST", "/v1/orders", `{"user_id":"` + strings.Repeat("u", 65) + `","items":[{"sku":"DEMO-TSHIRT","qty":1}]}`, nil, 400, "invalid_argument"},
+		{"POST", "/v1/orders", `{"user_id":"` + strings.Repeat("u", 65) + `","items":[{"sku":"DEMO-TSHIRT","qty":1}]}`, []string{"X-Buyer-Token", buyerToken(t, a, "u1")}, 403, "forbidden"},
 		{"GET", "/v1/orders/nope", "", nil, 404, "not_found"},
 		{"GET", "/v1/orders/-x", "", nil, 400, "invalid_argument"},
-		{"POST", "/v1/orders/nope/cancel", "", nil, 404, "not_found"},
+		{"POST", "/v1/orders/nope/cancel", "", []string{"X-Buyer-Token", buyerToken(t, a, "u1")}, 404, "not_found"},
 		{"POST", "/v1/orders/" + id + "/refund", "", nil, 401, "unauthorized"},
 		{"POST", "/v1/orders/" + id + "/refund", "", admin, 409, "conflict"},
 		{"POST", "/v1/orders/nope/refund", "", admin, 404, "not_found"},
@@ -334,7 +352,7 @@ func TestDocumentedErrorsPerRoute(t *testing.T) {
 		{"POST", "/v1/seckill/DEMO-PHONE/buy", `{"user_id":"u1"}`, nil, 409, "conflict"},
 		{"POST", "/v1/seckill/-X/buy", `{"user_id":"u1"}`, nil, 400, "invalid_argument"},
 		{"GET", "/v1/nothing", "", nil, 404, "not_found"},
-		{"DELETE", "/v1/skus/DEMO-TSHIRT", "", nil, 405, "invalid_argument"},
+		{"DELETE", "/v1/skus/DEMO-TSHIRT", "", nil, 405, "method_not_allowed"},
 	} {
 		code, body := call(t, h, c.method, c.path, c.body, c.header...)
 		require.Equal(t, c.status, code, "%s %s %.80s: %s", c.method, c.path, c.body, body)
@@ -342,9 +360,10 @@ func TestDocumentedErrorsPerRoute(t *testing.T) {
 	}
 
 	// Cancel of a cancelled order; payments for an unknown order or with a bad id.
-	code, body = call(t, h, "POST", "/v1/orders/"+id+"/cancel", "")
+	u1 := []string{"X-Buyer-Token", buyerToken(t, a, "u1")}
+	code, body = call(t, h, "POST", "/v1/orders/"+id+"/cancel", "", u1...)
 	require.Equal(t, 200, code, body)
-	code, body = call(t, h, "POST", "/v1/orders/"+id+"/cancel", "")
+	code, body = call(t, h, "POST", "/v1/orders/"+id+"/cancel", "", u1...)
 	require.Equal(t, 409, code, body)
 	require.Contains(t, body, `"code":"conflict"`)
 	code, body = pay(t, a, "nope", "p1")

@@ -17,10 +17,11 @@ import (
 // a request carries no Authorization, and, for a body naming a user_id
 // without an X-Buyer-Token, the token the storefront signs for that logged-in
 // buyer. The credentials themselves are tested on a.Handler() directly
-// (auth_test.go).
+// (auth_test.go). Every exchange is checked against openapi.yaml as the
+// service sees it (validating), the storefront's headers included.
 func storefront(t testing.TB, a *app.App) http.Handler {
-	h := a.Handler()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := validating(t, a.Handler())
+	return storefrontHandler(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "" {
 			r.Header.Set("Authorization", "Bearer "+a.Cfg.ClientTokens[0])
 		}
@@ -37,6 +38,14 @@ func storefront(t testing.TB, a *app.App) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
+
+// storefrontHandler is the storefront; its exchanges are already checked
+// against the document, so call and send do not check them again.
+type storefrontHandler func(http.ResponseWriter, *http.Request)
+
+func (f storefrontHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { f(w, r) }
+
+func (storefrontHandler) checksOpenAPI() {}
 
 // buyerToken is what the storefront signs for its logged-in buyer user.
 func buyerToken(_ testing.TB, a *app.App, user string) string {

@@ -22,6 +22,7 @@ import (
 // and the body (every answer is checked to be well-formed JSON first).
 func call(t *testing.T, h http.Handler, method, path, body string, header ...string) (int, string) {
 	t.Helper()
+	h = validating(t, h) // the exchange is checked against openapi.yaml
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
@@ -127,11 +128,11 @@ func TestTokenAPI(t *testing.T) {
 
 	// Commit of a token never seen; the routes' other errors.
 	expect(t, h, "POST", "/v1/stock/commit", `{"sku":"DEMO-TSHIRT","token":"tok-d"}`, 404,
-		errBody("not_found", "not found: no reservation of DEMO-TSHIRT with this token"))
+		errBody("not_found", "no reservation of DEMO-TSHIRT with this token"))
 	expect(t, h, "POST", "/v1/stock/release", `{"sku":"NOPE","token":"tok-d"}`, 404,
-		errBody("not_found", "not found: sku NOPE"))
+		errBody("not_found", "unknown sku: NOPE"))
 	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-PHONE","qty":11,"token":"tok-e"}`, 409,
-		`{"error":{"code":"insufficient_stock","message":"insufficient stock"}}`)
+		`{"error":{"code":"insufficient_stock","message":"insufficient stock: DEMO-PHONE"}}`)
 	for _, c := range []struct{ path, body string }{
 		{"/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":0,"token":"tok-f"}`},
 		{"/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":10001,"token":"tok-f"}`},
@@ -166,7 +167,7 @@ func TestTokenAPICannotTouchOrders(t *testing.T) {
 	for _, tok := range []string{id, id + ".late"} {
 		req := `{"sku":"DEMO-TSHIRT","token":"` + tok + `"}`
 		expect(t, h, "POST", "/v1/stock/commit", req, 404,
-			errBody("not_found", "not found: no reservation of DEMO-TSHIRT with this token"))
+			errBody("not_found", "no reservation of DEMO-TSHIRT with this token"))
 		expect(t, h, "POST", "/v1/stock/release", req, 200, `{"released":0}`)
 		expect(t, h, "POST", "/v1/stock/release", req, 200, `{"released":0}`)
 		expect(t, h, "POST", "/v1/stock/commit", req, 409, errBody("conflict", "reservation already released"))
@@ -228,7 +229,7 @@ func TestAdjustReference(t *testing.T) {
 		skuBody("DEMO-TSHIRT", 102, 0, 102, 102, 0), auth...)
 	expect(t, h, "POST", "/v1/skus/DEMO-TSHIRT/adjust", `{"delta":1,"reason":"x","reference":"`+strings.Repeat("r", 129)+`"}`, 400,
 		errBody("invalid_argument", "reference must be at most 128 characters"), auth...)
-	expect(t, h, "POST", "/v1/skus/NOPE/adjust", `{"delta":1,"reason":"x"}`, 404, errBody("not_found", "not found: sku NOPE"), auth...)
+	expect(t, h, "POST", "/v1/skus/NOPE/adjust", `{"delta":1,"reason":"x"}`, 404, errBody("not_found", "unknown sku: NOPE"), auth...)
 	expect(t, h, "POST", "/v1/skus/DEMO-EBOOK/adjust", `{"delta":1,"reason":"x"}`, 409,
 		errBody("conflict", "DEMO-EBOOK has unlimited stock; set a stock first"), auth...)
 	code, body := call(t, h, "POST", "/v1/skus/DEMO-TSHIRT/adjust", `{"delta":1,"reason":"x"}`)
