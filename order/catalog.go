@@ -188,7 +188,7 @@ func (c *Catalog) whyNotAdjusted(tx *gorm.DB, sku string, delta int64) error {
 	}
 	switch {
 	case len(cur) == 0:
-		return fmt.Errorf("%w: sku %s", ErrNotFound, sku)
+		return unknownSKU(sku)
 	case cur[0].OnHand == stock.Unlimited:
 		return fmt.Errorf("%w: %s has unlimited stock; set a stock first", ErrConflict, sku)
 	case cur[0].OnHand+delta > MaxStock:
@@ -201,7 +201,7 @@ func (c *Catalog) record(ctx context.Context, sku string) (SKU, error) {
 	var rec SKU
 	if err := c.db.WithContext(ctx).Take(&rec, "sku = ?", sku).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return rec, fmt.Errorf("%w: sku %s", ErrNotFound, sku)
+			return rec, unknownSKU(sku)
 		}
 		return rec, err
 	}
@@ -236,7 +236,7 @@ func (c *Catalog) Limit(ctx context.Context, sku string) (int64, error) {
 		return 0, err
 	}
 	if len(limits) == 0 {
-		return 0, fmt.Errorf("%w: sku %s", ErrNotFound, sku)
+		return 0, unknownSKU(sku)
 	}
 	return limits[0], nil
 }

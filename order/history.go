@@ -3,7 +3,6 @@ package order
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -124,7 +123,7 @@ func (c *Catalog) Movements(ctx context.Context, sku string, after int64, limit 
 	}
 	db := c.db.WithContext(ctx)
 	if ok, err := skuExists(db, sku); err != nil || !ok {
-		return nil, errors.Join(err, fmt.Errorf("%w: %s", stock.ErrUnknownSKU, sku))
+		return nil, errors.Join(err, unknownSKU(sku))
 	}
 	var ms []Movement
 	if err := db.Where("sku = ? AND id > ?", sku, after).Order("id").Limit(limit + 1).Find(&ms).Error; err != nil {

@@ -49,6 +49,14 @@ var (
 	ErrConflict = errors.New("order: conflict")
 )
 
+// unknownSKU: there is no such SKU. It is ErrNotFound and stock.ErrUnknownSKU
+// alike, with one message wherever it is found.
+type unknownSKU string
+
+func (u unknownSKU) Error() string { return "unknown sku: " + string(u) }
+
+func (u unknownSKU) Is(target error) bool { return target == ErrNotFound || target == stock.ErrUnknownSKU }
+
 // Order is one order and its lines.
 type Order struct {
 	ID               string     `json:"id" gorm:"primaryKey"`

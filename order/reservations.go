@@ -3,7 +3,6 @@ package order
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -73,7 +72,7 @@ func reserveTx(tx *gorm.DB, want map[string]int64) (map[string]mark, error) {
 		}
 		if res.RowsAffected == 0 {
 			if ok, err := skuExists(tx, sku); err != nil || !ok {
-				return nil, errors.Join(err, fmt.Errorf("%w: %s", stock.ErrUnknownSKU, sku))
+				return nil, errors.Join(err, unknownSKU(sku))
 			}
 			return nil, errRefused{sku}
 		}

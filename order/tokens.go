@@ -117,7 +117,7 @@ func (s *Service) ReleaseToken(ctx context.Context, sku, token string) (int64, e
 			return nil, err
 		}
 		if ok, err := skuExists(tx, sku); err != nil || !ok {
-			return nil, errors.Join(err, fmt.Errorf("%w: sku %s", ErrNotFound, sku))
+			return nil, errors.Join(err, unknownSKU(sku))
 		}
 		now := s.now()
 		return nil, tx.Create(&Reservation{Token: key, SKU: sku, State: Released, ExpiresAt: now, CreatedAt: now, UpdatedAt: now}).Error

@@ -142,7 +142,7 @@ func (s *Store) Admit(ctx context.Context, sku string, qty int64, token string) 
 			}
 			continue
 		}
-		return s.admission(res[0], res[1])
+		return s.admission(sku, res[0], res[1])
 	}
 	return Admission{}, fmt.Errorf("%w: %s keeps losing its key", ErrUnavailable, sku)
 }
@@ -183,18 +183,18 @@ func (s *Store) AdmitMany(ctx context.Context, reqs []Request) []Result {
 			out[i].Admission, out[i].Err = s.Admit(ctx, reqs[i].SKU, reqs[i].Qty, "")
 			continue
 		}
-		out[i].Admission, out[i].Err = s.admission(res[0], res[1])
+		out[i].Admission, out[i].Err = s.admission(reqs[i].SKU, res[0], res[1])
 	}
 	return out
 }
 
 // admission turns a deduct script result (other than -3) into Admit's
 // answer, and counts it.
-func (s *Store) admission(r, epoch int64) (Admission, error) {
+func (s *Store) admission(sku string, r, epoch int64) (Admission, error) {
 	switch r {
 	case resInsufficient:
 		s.stats.Insufficient.Add(1)
-		return Admission{}, ErrInsufficientStock
+		return Admission{}, fmt.Errorf("%w: %s", ErrInsufficientStock, sku)
 	case resReplay:
 		return Admission{}, ErrReplay
 	case resUnlimited:
@@ -221,7 +221,7 @@ func (s *Store) AdmitCart(ctx context.Context, lines []Line) ([]Admission, error
 		a, err := s.Admit(ctx, l.SKU, l.Qty, "")
 		if err != nil {
 			s.UndoCart(context.WithoutCancel(ctx), lines[:i], out[:i])
-			return nil, fmt.Errorf("%s: %w", l.SKU, err)
+			return nil, err // it names the SKU
 		}
 		out[i] = a
 	}
@@ -526,7 +526,9 @@ func (s *Store) write(ctx context.Context, sku, mode string) error {
 		return initScript.Run(ctx, s.rdb, []string{stockKey(sku)}, lv.Available, lv.Epoch, lv.Seq, mode).Err()
 	})
 	switch {
-	case err == nil, errors.Is(err, ErrUnknownSKU), errors.Is(err, ErrUnavailable):
+	case errors.Is(err, ErrUnknownSKU):
+		return fmt.Errorf("%w: %s", ErrUnknownSKU, sku)
+	case err == nil, errors.Is(err, ErrUnavailable):
 		return err
 	default:
 		return fmt.Errorf("%w: initialising %s: %v", ErrUnavailable, sku, err)

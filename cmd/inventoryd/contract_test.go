@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,6 +108,13 @@ func TestContractRefusesWeakSecrets(t *testing.T) {
 		cmd := exec.Command(binary(t))
 		cmd.Env = append(append([]string{}, env...), "INVENTORY_HTTP_ADDR=127.0.0.1:0", weak)
 		out, err := cmd.CombinedOutput()
+		require.Error(t, err, weak)
+		require.Contains(t, string(out), "openssl rand -hex 32", string(out))
+
+		// The embedded default refuses a weak secret it is given too.
+		cmd = exec.Command(binary(t))
+		cmd.Env = []string{"INVENTORY_HTTP_ADDR=127.0.0.1:0", weak}
+		out, err = cmd.CombinedOutput()
 		require.Error(t, err, weak)
 		require.Contains(t, string(out), "openssl rand -hex 32", string(out))
 	}
@@ -273,4 +282,60 @@ func TestContractMigrateDown(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err)
 	require.Contains(t, string(out), "--all goes with down")
+}
+
+// make run says it is building before the first (slow) build, then serves
+// and prints its banner.
+func TestMakeRunSaysItIsBuilding(t *testing.T) {
+	cmd := exec.Command("make", "-s", "run")
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "INVENTORY_HTTP_ADDR=127.0.0.1:0")
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // make, the script and the server: stop them all
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "export INVENTORY_URL=") },
+		3*time.Minute, 100*time.Millisecond, "the banner appears")
+	text := out.String()
+	building := strings.Index(text, "building inventoryd")
+	require.GreaterOrEqual(t, building, 0, text)
+	require.Less(t, building, strings.Index(text, "export INVENTORY_URL="), "it says so before anything else")
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// With a trusted proxy configured, its X-Forwarded-For names the client:
+// buyers behind it each get their own bucket.
+func TestContractTrustedProxy(t *testing.T) {
+	env, _ := realEnv(t)
+	p := start(t, append(env, "INVENTORY_SECKILL_RATE=1", "INVENTORY_TRUSTED_PROXIES=127.0.0.1")...)
+	st, body := p.call("PUT", "/v1/skus/TEE", `{"stock":100}`, "Authorization", "Bearer "+adminToken)
+	require.Equal(t, 200, st, body)
+	codes := map[int]int{}
+	for i := 0; i < 6; i++ {
+		h := http.Header{"Authorization": {"Bearer " + clientToken}, "X-Buyer-Token": {p.buyer(fmt.Sprintf("u%d", i))},
+			"X-Forwarded-For": {fmt.Sprintf("203.0.113.%d", i)}}
+		resp, _ := p.send("POST", "/v1/seckill/TEE/buy", `{}`, h)
+		codes[resp.StatusCode]++
+	}
+	require.Equal(t, map[int]int{201: 6}, codes)
 }

@@ -125,7 +125,7 @@ func (s *Server) answer(err error) (int, errorBody) {
 // sentinel's name that the answer's code already says.
 var (
 	pkgPrefix  = regexp.MustCompile(`(^|: )(?:stock|order|mq|identity|app): `)
-	codePrefix = regexp.MustCompile(`^(?:invalid argument|conflict): `)
+	codePrefix = regexp.MustCompile(`^(?:invalid argument|conflict|not found): `)
 )
 
 // userMessage is err's text for a client: what went wrong, without the
