@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,18 +47,25 @@ type RelayConfig struct {
 	Interval time.Duration
 	// Batch bounds the rows read per round. Default 200.
 	Batch int
+	// Parallel bounds the SKUs whose messages are being sent at once; each
+	// SKU's own messages go out one request after another. Default 8.
+	Parallel int
 	// LockTTL is the single-runner lock's expiry (renewed while running). Default 10s.
 	LockTTL time.Duration
 	Logger  *slog.Logger
 	// afterSend, in tests, runs after each send and before the row is marked
-	// sent; an error stops the round there, as a crash would.
+	// sent; an error stops the round there, as a crash would: nothing of the
+	// round is marked sent.
 	afterSend func(row OutboxRow) error
 }
 
-// Relay publishes outbox rows in id order to the ordered topic, on one node at
-// a time (a distributed lock, renewed while it runs). A crash between the send
-// and marking the row sent sends it again later: the consumer's ledger makes
-// that harmless. A row is never sent before its transaction commits.
+// Relay publishes outbox rows to the ordered topic, on one node at a time (a
+// distributed lock, renewed while it runs). Each SKU's rows go out in id
+// order; different SKUs go out concurrently, and a SKU whose send fails is
+// held back (with its own backoff) while the others go on. A crash between
+// the send and marking the row sent sends it again later: the consumer's
+// ledger makes that harmless. A row is never sent before its transaction
+// commits.
 type Relay struct {
 	db       *gorm.DB
 	producer mq.Producer
@@ -65,9 +74,28 @@ type Relay struct {
 	wake     chan struct{}
 	run      runner
 
+	mu   sync.Mutex
+	held map[string]heldBack // SKUs whose last send failed
+
 	// Sent counts the messages this relay published.
 	Sent atomic.Int64
 }
+
+// heldBack is a SKU whose send failed: its rows are not read again before
+// until, so a SKU that keeps failing neither fills every batch nor slows
+// the others down.
+type heldBack struct {
+	until time.Time
+	delay time.Duration // the last wait; doubled on each failure
+}
+
+const (
+	// maxSKUBackoff bounds the wait of a SKU that keeps failing.
+	maxSKUBackoff = 5 * time.Second
+	// maxHeldInQuery bounds the SKUs the outbox query leaves out; rows of
+	// further held-back SKUs are read and skipped.
+	maxHeldInQuery = 500
+)
 
 const relayLockKey = "inv:{relay}:lock"
 
@@ -78,13 +106,16 @@ func NewRelay(db *gorm.DB, p mq.Producer, locker *stock.Locker, cfg RelayConfig)
 	if cfg.Batch <= 0 {
 		cfg.Batch = 200
 	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 8
+	}
 	if cfg.LockTTL <= 0 {
 		cfg.LockTTL = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Relay{db: db, producer: p, locker: locker, cfg: cfg, wake: make(chan struct{}, 1)}
+	return &Relay{db: db, producer: p, locker: locker, cfg: cfg, wake: make(chan struct{}, 1), held: map[string]heldBack{}}
 }
 
 // Wake makes the relay look at the outbox now (after a commit).
@@ -121,6 +152,7 @@ func (r *Relay) lead(ctx context.Context, lock *stock.Lock) {
 	lost, stop := lock.KeepAlive(ctx, r.cfg.LockTTL)
 	defer stop()
 	backoff := r.cfg.Interval
+	var warned time.Time // failed sends are logged at most once a second
 	for {
 		select {
 		case <-lost:
@@ -128,7 +160,7 @@ func (r *Relay) lead(ctx context.Context, lock *stock.Lock) {
 			return
 		default:
 		}
-		n, err := r.RelayOnce(ctx)
+		read, sent, failed, err := r.round(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -137,10 +169,15 @@ func (r *Relay) lead(ctx context.Context, lock *stock.Lock) {
 			backoff = min(2*backoff, 5*time.Second)
 			r.sleep(ctx, backoff/2+rand.N(backoff/2))
 			continue
-		case n == r.cfg.Batch:
-			continue // more waiting
+		case failed != nil && time.Since(warned) >= time.Second:
+			// Those SKUs wait on their own backoff; the others go on.
+			r.cfg.Logger.Warn("relay: held back SKUs whose send failed", "err", failed)
+			warned = time.Now()
 		}
 		backoff = r.cfg.Interval
+		if read == r.cfg.Batch && sent > 0 {
+			continue // more waiting
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -163,9 +200,16 @@ func (r *Relay) sleep(ctx context.Context, d time.Duration) {
 // maxRun bounds the messages of one send request.
 const maxRun = 128
 
+// skuRuns is one SKU's rows of a round, in id order, in chunks of at most
+// maxRun (one send request each).
+type skuRuns struct {
+	sku  string
+	runs [][]OutboxRow
+}
+
 // runsBySKU groups rows (in id order) by SKU, keeping id order within each
-// SKU, in chunks of at most maxRun.
-func runsBySKU(rows []OutboxRow) [][]OutboxRow {
+// SKU; the SKUs come in the order of their oldest row.
+func runsBySKU(rows []OutboxRow) []skuRuns {
 	var order []string
 	by := map[string][]OutboxRow{}
 	for _, row := range rows {
@@ -174,53 +218,169 @@ func runsBySKU(rows []OutboxRow) [][]OutboxRow {
 		}
 		by[row.SKU] = append(by[row.SKU], row)
 	}
-	var runs [][]OutboxRow
-	for _, sku := range order {
+	out := make([]skuRuns, len(order))
+	for i, sku := range order {
+		out[i].sku = sku
 		for rs := by[sku]; len(rs) > 0; {
 			n := min(len(rs), maxRun)
-			runs = append(runs, rs[:n])
+			out[i].runs = append(out[i].runs, rs[:n])
 			rs = rs[n:]
 		}
 	}
-	return runs
+	return out
 }
 
-// RelayOnce sends up to one batch of unsent rows in id order and marks them
-// sent; it returns how many it sent.
+// RelayOnce sends up to one batch of unsent rows and marks them sent; it
+// returns how many it sent. The rows of a SKU whose send failed stay unsent
+// (and the SKU is held back for a while); the error names it, and the other
+// SKUs' rows are sent and marked all the same.
 func (r *Relay) RelayOnce(ctx context.Context) (int, error) {
-	var rows []OutboxRow
-	if err := r.db.WithContext(ctx).Where("sent_at IS NULL").Order("id").Limit(r.cfg.Batch).Find(&rows).Error; err != nil {
-		return 0, err
+	_, sent, failed, err := r.round(ctx)
+	return sent, errors.Join(failed, err)
+}
+
+// SendError is a round's failed sends: the SKUs named were held back, and
+// the other SKUs' rows went out.
+type SendError struct {
+	SKUs []string
+	Errs []error // one per SKU
+}
+
+func (e *SendError) Error() string {
+	msg := fmt.Sprintf("relay: sending %s failed: %v", e.SKUs[0], e.Errs[0])
+	if len(e.SKUs) > 1 {
+		msg += fmt.Sprintf(" (and %d more SKUs)", len(e.SKUs)-1)
 	}
-	// One request per SKU run: rows of one SKU go out together, in id order,
-	// on that SKU's queue. Rows of a SKU never pass each other: a SKU's rows
-	// are sent in one request, and a failed send stops the round.
-	sent := make([]int64, 0, len(rows))
-	var serr error
-	for _, run := range runsBySKU(rows) {
-		msgs := make([]mq.Message, len(run))
-		for i, row := range run {
-			body, _ := json.Marshal(StockMessage{Token: row.Token, SKU: row.SKU, Op: row.Op, Qty: row.Qty})
-			msgs[i] = mq.Message{Key: row.SKU, Body: body}
-		}
-		if serr = r.producer.Send(ctx, msgs...); serr != nil {
-			break
-		}
-		if r.cfg.afterSend != nil {
-			if serr = r.cfg.afterSend(run[0]); serr != nil {
-				return len(sent), serr // "crash": the sent rows stay unmarked
+	return msg
+}
+
+func (e *SendError) Unwrap() []error { return e.Errs }
+
+// round reads up to one batch of unsent rows (leaving out held-back SKUs),
+// sends each SKU's runs in order, up to Parallel SKUs at once, and marks what
+// went out in one update. It returns the rows read and sent, the failed sends
+// (a *SendError, nil if none) and an error that stopped the round (nothing
+// of it is marked sent then).
+func (r *Relay) round(ctx context.Context) (read, sent int, failed, err error) {
+	held := r.heldSKUs(time.Now())
+	q := r.db.WithContext(ctx).Where("sent_at IS NULL")
+	if len(held) > 0 {
+		skus := make([]string, 0, min(len(held), maxHeldInQuery))
+		for sku := range held {
+			if len(skus) == maxHeldInQuery {
+				break
 			}
+			skus = append(skus, sku)
 		}
-		for _, row := range run {
-			sent = append(sent, row.ID)
-		}
-		r.Sent.Add(int64(len(run)))
+		q = q.Where("sku NOT IN ?", skus)
 	}
-	if len(sent) > 0 {
-		if err := r.db.WithContext(ctx).Model(&OutboxRow{}).Where("id IN ?", sent).
+	var rows []OutboxRow
+	if err := q.Order("id").Limit(r.cfg.Batch).Find(&rows).Error; err != nil {
+		return 0, 0, nil, err
+	}
+	groups := runsBySKU(slices.DeleteFunc(slices.Clone(rows), func(row OutboxRow) bool { return held[row.SKU] }))
+
+	// One goroutine per SKU, at most Parallel at once: a SKU's rows go out in
+	// one request per run, in id order, and stop at its first failure, so its
+	// later rows never pass the failed ones.
+	type result struct {
+		ids   []int64
+		err   error // the send that failed
+		crash error // afterSend stopped the round
+	}
+	results := make([]result, len(groups))
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	sem := make(chan struct{}, r.cfg.Parallel)
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			res := &results[i]
+			for _, run := range g.runs {
+				if res.err = r.send(sctx, run); res.err != nil {
+					return
+				}
+				if r.cfg.afterSend != nil {
+					if res.crash = r.cfg.afterSend(run[0]); res.crash != nil {
+						stop()
+						return
+					}
+				}
+				for _, row := range run {
+					res.ids = append(res.ids, row.ID)
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	var ids []int64
+	fails := &SendError{}
+	for i, res := range results {
+		if res.crash != nil {
+			return len(rows), 0, nil, res.crash // "crash": the sent rows stay unmarked
+		}
+		ids = append(ids, res.ids...)
+		if res.err != nil {
+			fails.SKUs = append(fails.SKUs, groups[i].sku)
+			fails.Errs = append(fails.Errs, res.err)
+		}
+	}
+	if len(ids) > 0 {
+		if err := r.db.WithContext(ctx).Model(&OutboxRow{}).Where("id IN ?", ids).
 			Update("sent_at", time.Now().UTC()).Error; err != nil {
-			return 0, fmt.Errorf("relay: marking sent: %w", err)
+			return len(rows), 0, nil, fmt.Errorf("relay: marking sent: %w", err)
+		}
+		r.Sent.Add(int64(len(ids)))
+	}
+	r.holdBack(groups, fails.SKUs)
+	if len(fails.SKUs) == 0 {
+		return len(rows), len(ids), nil, nil
+	}
+	return len(rows), len(ids), fails, nil
+}
+
+// send publishes one run of one SKU's rows in one request.
+func (r *Relay) send(ctx context.Context, run []OutboxRow) error {
+	msgs := make([]mq.Message, len(run))
+	for i, row := range run {
+		body, _ := json.Marshal(StockMessage{Token: row.Token, SKU: row.SKU, Op: row.Op, Qty: row.Qty})
+		msgs[i] = mq.Message{Key: row.SKU, Body: body}
+	}
+	return r.producer.Send(ctx, msgs...)
+}
+
+// heldSKUs is the set of SKUs not to read at now.
+func (r *Relay) heldSKUs(now time.Time) map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]bool{}
+	for sku, h := range r.held {
+		if now.Before(h.until) {
+			out[sku] = true
 		}
 	}
-	return len(sent), serr
+	return out
+}
+
+// holdBack holds back the SKUs whose send failed (a jittered wait, doubled
+// on each failure in a row) and forgets the others of the round.
+func (r *Relay) holdBack(groups []skuRuns, failed []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	for _, sku := range failed {
+		d := r.cfg.Interval
+		if h, ok := r.held[sku]; ok {
+			d = min(2*h.delay, maxSKUBackoff)
+		}
+		r.held[sku] = heldBack{until: now.Add(d/2 + rand.N(d/2+1)), delay: d}
+	}
+	for _, g := range groups {
+		if !slices.Contains(failed, g.sku) {
+			delete(r.held, g.sku)
+		}
+	}
 }

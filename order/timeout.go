@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
@@ -15,12 +17,28 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
-// The delay queue lives under one hash tag so its scripts run on Redis Cluster.
+// The delay queue is sharded so that no key and no Cluster slot carries every
+// order: an order waits in shard fnv32a(id) mod Shards, whose two keys share
+// the hash tag {timeouts:<n>} (the claim script needs both in one slot), and
+// the shards' tags hash to different slots, spread over the masters.
+func dueKey(shard int) string     { return "inv:{timeouts:" + strconv.Itoa(shard) + "}:due" }     // zset order id -> deadline (unix ms)
+func claimedKey(shard int) string { return "inv:{timeouts:" + strconv.Itoa(shard) + "}:claimed" } // zset order id -> lease end (unix ms)
+
+// The unsharded queue of earlier versions. Nothing is scheduled there any
+// more, but pollers still drain it, so that orders an older node put there
+// (before the upgrade, or during a rolling one) are released at their
+// deadline rather than left to the sweep.
 const (
-	dueKey       = "inv:{timeouts}:due"     // zset order id -> deadline (unix ms)
-	claimedKey   = "inv:{timeouts}:claimed" // zset order id -> lease end (unix ms)
-	sweepLockKey = "inv:{timeouts}:sweeplock"
+	legacyDueKey     = "inv:{timeouts}:due"
+	legacyClaimedKey = "inv:{timeouts}:claimed"
 )
+
+// sweepLockKey may stay one key for the whole fleet: each node tries it once
+// per SweepInterval, and no order touches it.
+const sweepLockKey = "inv:{timeouts}:sweeplock"
+
+// maxShards bounds TimeoutConfig.Shards (every poll claims from every shard).
+const maxShards = 1024
 
 // claimScript hands due orders to one poller.
 //
@@ -55,10 +73,16 @@ return out
 
 // TimeoutConfig tunes the timeout release. Zero values take the defaults.
 type TimeoutConfig struct {
+	// Shards is how many shards the delay queue is split into. Default 16.
+	// Every node must use the same value: an order waits in the shard its id
+	// hashes to, and a node polls only the shards it knows, so after lowering
+	// it the orders left in the higher shards are released by the sweep.
+	Shards int
 	// MaxPollWait bounds the poller's sleep when nothing is due soon (and so
 	// sets how often an idle poller calls Redis). Default 1s.
 	MaxPollWait time.Duration
-	// ClaimBatch bounds the orders one claim takes. Default 100.
+	// ClaimBatch bounds the orders one poll takes, split evenly over the
+	// shards (at least one from each). Default 100.
 	ClaimBatch int
 	// Lease is how long a claimed order is left to its poller before another
 	// may take it. Default 30s.
@@ -86,6 +110,9 @@ func (c *TimeoutConfig) validate() error {
 	def(&c.SweepInterval, 30*time.Second)
 	def(&c.SweepLockTTL, 15*time.Second)
 	def(&c.RunTimeout, time.Minute)
+	if c.Shards == 0 {
+		c.Shards = 16
+	}
 	if c.ClaimBatch == 0 {
 		c.ClaimBatch = 100
 	}
@@ -99,7 +126,7 @@ func (c *TimeoutConfig) validate() error {
 		c.Logger = slog.Default()
 	}
 	if c.MaxPollWait < time.Millisecond || c.Lease < time.Second || c.SweepInterval < 10*time.Millisecond ||
-		c.SweepLockTTL < 300*time.Millisecond || c.RunTimeout <= 0 || c.ClaimBatch < 1 || c.SweepBatch < 1 {
+		c.SweepLockTTL < 300*time.Millisecond || c.RunTimeout <= 0 || c.ClaimBatch < 1 || c.SweepBatch < 1 || c.Shards < 1 || c.Shards > maxShards {
 		return fmt.Errorf("order: invalid timeout config %+v", *c)
 	}
 	return nil
@@ -110,37 +137,97 @@ func (c *TimeoutConfig) validate() error {
 // distributed lock, catches whatever the queue missed (Redis lost it, a poller
 // died) and releases expired token-API reservations.
 type Timeouts struct {
-	svc *Service
-	rdb redis.UniversalClient
-	cfg TimeoutConfig
+	svc    *Service
+	rdb    redis.UniversalClient
+	cfg    TimeoutConfig
+	shards []queue
+	legacy queue
 
 	// Expired counts the orders this node expired; Reaped the token-API
-	// reservations it released; Polls the claim calls it made to Redis.
+	// reservations it released; Polls the claim round trips it made to Redis
+	// (one per poll: the shards' claims go out in one pipeline, which on
+	// Cluster is one request per master, sent at once).
 	Expired atomic.Int64
 	Reaped  atomic.Int64
 	Polls   atomic.Int64
+
+	// turn rotates the shard a poll starts with.
+	turn atomic.Uint32
+	// legacyAt is when the next poll looks at the legacy queue (unix ms; 0:
+	// now). While it has entries, every poll does; once it is seen empty,
+	// once per SweepInterval, for entries an older node may still add.
+	legacyAt atomic.Int64
+	// sleepUntil is when the sleeping poller wakes (unix ms; 0 while it
+	// polls), and scheduled the earliest deadline Schedule saw since the
+	// poll began: an order wakes the poller only if it is due before the
+	// poller would wake anyway, so a busy node does not poll every shard
+	// for every order it creates.
+	sleepUntil atomic.Int64
+	scheduled  atomic.Int64
 
 	run  runner
 	wake chan struct{}
 }
 
+// queue is one due/claimed pair of the delay queue: a shard, or the legacy
+// queue.
+type queue struct{ due, claimed string }
+
 func NewTimeouts(svc *Service, rdb redis.UniversalClient, cfg TimeoutConfig) (*Timeouts, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Timeouts{svc: svc, rdb: rdb, cfg: cfg, wake: make(chan struct{}, 1)}, nil
+	t := &Timeouts{svc: svc, rdb: rdb, cfg: cfg, wake: make(chan struct{}, 1),
+		shards: make([]queue, cfg.Shards), legacy: queue{legacyDueKey, legacyClaimedKey}}
+	for i := range t.shards {
+		t.shards[i] = queue{dueKey(i), claimedKey(i)}
+	}
+	t.turn.Store(rand.Uint32()) // nodes start on different shards
+	t.scheduled.Store(math.MaxInt64)
+	return t, nil
+}
+
+// shardOf is the shard order id waits in: a stable hash, the same on every node.
+func (t *Timeouts) shardOf(id string) queue {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return t.shards[h.Sum32()%uint32(len(t.shards))]
 }
 
 // Schedule puts o on the delay queue at its deadline (Service.OnCreated).
 // Losing this write is safe: the sweep finds the order in the database.
 func (t *Timeouts) Schedule(ctx context.Context, o *Order) {
-	if err := t.rdb.ZAdd(ctx, dueKey, dueAt(o)).Err(); err != nil {
+	z := dueAt(o)
+	if err := t.rdb.ZAdd(ctx, t.shardOf(o.ID).due, z).Err(); err != nil {
 		t.cfg.Logger.Warn("timeout: scheduling failed; the sweep will release the order", "order", o.ID, "err", err)
 		return
 	}
-	select { // the poller may be sleeping past this deadline
-	case t.wake <- struct{}{}:
-	default:
+	due := int64(z.Score)
+	lowerTo(&t.scheduled, due)
+	if due < t.sleepUntil.Load() { // the poller sleeps past this deadline
+		select {
+		case t.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Unschedule drops a finished order (paid or cancelled) from its shard, so
+// the queue holds pending orders only and Redis keeps nothing per finished
+// order. A failure is harmless: the entry is claimed at its deadline and
+// found not PENDING.
+func (t *Timeouts) Unschedule(ctx context.Context, o *Order) {
+	if err := t.rdb.ZRem(ctx, t.shardOf(o.ID).due, o.ID).Err(); err != nil {
+		t.cfg.Logger.Warn("timeout: unscheduling failed; the entry is dropped at its deadline", "order", o.ID, "err", err)
+	}
+}
+
+// lowerTo sets a to v if v is lower.
+func lowerTo(a *atomic.Int64, v int64) {
+	for cur := a.Load(); v < cur; cur = a.Load() {
+		if a.CompareAndSwap(cur, v) {
+			return
+		}
 	}
 }
 
@@ -150,45 +237,118 @@ func dueAt(o *Order) redis.Z {
 	return redis.Z{Score: float64((o.ExpiresAt.UnixMicro() + 999) / 1000), Member: o.ID}
 }
 
-// PollOnce claims the due orders and expires them. It returns how many it
-// expired and when the next entry is due (zero if none).
+// PollOnce claims the due orders from every shard (and the legacy queue when
+// it is time to look at it) and expires them. It returns how many it expired
+// and when the next entry of the queues it saw is due (zero if none).
 func (t *Timeouts) PollOnce(ctx context.Context) (int, time.Time, error) {
-	t.Polls.Add(1)
 	now := t.cfg.Now()
-	res, err := claimScript.Run(ctx, t.rdb, []string{dueKey, claimedKey},
-		now.UnixMilli(), t.cfg.ClaimBatch, t.cfg.Lease.Milliseconds()).StringSlice()
-	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("timeout: claim: %w", err)
+	// Every shard, starting from a rotating one: the claims are split evenly,
+	// and the order they are worked in moves on each poll.
+	first := int(t.turn.Add(1) % uint32(len(t.shards)))
+	qs := make([]queue, 0, len(t.shards)+1)
+	withLegacy := now.UnixMilli() >= t.legacyAt.Load()
+	if withLegacy {
+		qs = append(qs, t.legacy) // the oldest orders first
 	}
+	qs = append(append(qs, t.shards[first:]...), t.shards[:first]...)
+	limit := max(1, (t.cfg.ClaimBatch+len(qs)-1)/len(qs))
+
+	claims, err := t.claim(ctx, qs, now, limit)
+	errs := []error{err}
 	var next time.Time
-	if ms, _ := strconv.ParseInt(res[0], 10, 64); ms >= 0 {
-		next = time.UnixMilli(ms)
+	for i, c := range claims {
+		if withLegacy && i == 0 && c.ok {
+			// Look again when its next entry is due, or after a sweep
+			// interval at the latest (an older node may still add to it).
+			at := now.Add(t.cfg.SweepInterval).UnixMilli()
+			if c.next >= 0 {
+				at = min(at, c.next)
+			}
+			t.legacyAt.Store(at)
+		}
+		if c.next >= 0 && (next.IsZero() || c.next < next.UnixMilli()) {
+			next = time.UnixMilli(c.next)
+		}
 	}
+
 	expired := 0
-	var errs []error
-	for _, id := range res[1:] {
-		ok, err := t.svc.Expire(ctx, id)
-		if err == nil && !ok {
-			err = t.requeueIfEarly(ctx, id)
-		}
-		if err != nil { // keep the claim: its lease brings it back
-			errs = append(errs, err)
-			continue
-		}
-		if ok {
-			expired++
-		}
-		if err := t.rdb.ZRem(ctx, claimedKey, id).Err(); err != nil {
-			errs = append(errs, err)
+	done := make([][]any, len(qs)) // per queue, the claims that need nothing more
+	for i, c := range claims {
+		for _, id := range c.ids {
+			ok, err := t.svc.Expire(ctx, id)
+			if err == nil && !ok {
+				err = t.requeueIfEarly(ctx, id)
+			}
+			if err != nil { // keep the claim: its lease brings it back
+				errs = append(errs, err)
+				continue
+			}
+			if ok {
+				expired++
+			}
+			done[i] = append(done[i], id)
 		}
 	}
 	t.Expired.Add(int64(expired))
+	pipe := t.rdb.Pipeline()
+	for i, ids := range done {
+		if len(ids) > 0 {
+			pipe.ZRem(ctx, qs[i].claimed, ids...)
+		}
+	}
+	if pipe.Len() > 0 {
+		// Record the work done even if the round was just stopped; a claim
+		// left behind comes back when its lease ends and is dropped then.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := pipe.Exec(dctx); err != nil {
+			errs = append(errs, fmt.Errorf("timeout: dropping claims: %w", err))
+		}
+	}
 	return expired, next, errors.Join(errs...)
 }
 
+// claimed is what the claim script gave one poll from one queue.
+type claimed struct {
+	ok   bool     // the claim ran (if not, the error says why)
+	ids  []string // the orders claimed
+	next int64    // the earliest score left in the queue (unix ms), -1 if none
+}
+
+// claim runs the claim script on every queue in qs, in one pipeline, taking
+// up to limit entries from each.
+func (t *Timeouts) claim(ctx context.Context, qs []queue, now time.Time, limit int) ([]claimed, error) {
+	t.Polls.Add(1)
+	args := []any{now.UnixMilli(), limit, t.cfg.Lease.Milliseconds()}
+	pipe := t.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(qs))
+	for i, q := range qs {
+		cmds[i] = claimScript.EvalSha(ctx, pipe, []string{q.due, q.claimed}, args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command's own error is looked at below
+	out := make([]claimed, len(qs))
+	var errs []error
+	for i, cmd := range cmds {
+		out[i].next = -1
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			// This server has not seen the script yet (a restart, a new
+			// master): nothing ran, and EVAL loads it.
+			cmd = claimScript.Run(ctx, t.rdb, []string{qs[i].due, qs[i].claimed}, args...)
+		}
+		res, err := cmd.StringSlice()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("timeout: claim from %s: %w", qs[i].due, err))
+			continue
+		}
+		next, _ := strconv.ParseInt(res[0], 10, 64)
+		out[i] = claimed{ok: true, ids: res[1:], next: next}
+	}
+	return out, errors.Join(errs...)
+}
+
 // requeueIfEarly puts back an order that was claimed before this node's
-// clock says it is due (clocks differ between nodes); an order that is no
-// longer PENDING needs nothing.
+// clock says it is due (clocks differ between nodes), into its shard; an
+// order that is no longer PENDING needs nothing.
 func (t *Timeouts) requeueIfEarly(ctx context.Context, id string) error {
 	o, err := t.svc.Get(ctx, id)
 	if errors.Is(err, ErrNotFound) {
@@ -197,7 +357,7 @@ func (t *Timeouts) requeueIfEarly(ctx context.Context, id string) error {
 	if err != nil || o.Status != Pending {
 		return err
 	}
-	return t.rdb.ZAdd(ctx, dueKey, dueAt(o)).Err()
+	return t.rdb.ZAdd(ctx, t.shardOf(id).due, dueAt(o)).Err()
 }
 
 // SweepOnce expires every PENDING order past its deadline and releases every
@@ -247,6 +407,8 @@ func (t *Timeouts) Stop() { t.run.stop() }
 func (t *Timeouts) pollLoop(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
+		t.sleepUntil.Store(0) // awake: Schedule leaves its deadline in scheduled
+		t.scheduled.Store(math.MaxInt64)
 		rctx, cancel := context.WithTimeout(ctx, t.cfg.RunTimeout)
 		_, next, err := t.PollOnce(rctx)
 		cancel()
@@ -260,8 +422,17 @@ func (t *Timeouts) pollLoop(ctx context.Context) {
 			backoff = min(2*backoff, 10*time.Second)
 		default:
 			backoff = 100 * time.Millisecond
+			now := t.cfg.Now()
 			if !next.IsZero() {
-				wait = min(wait, max(next.Sub(t.cfg.Now()), time.Millisecond))
+				wait = min(wait, max(next.Sub(now), time.Millisecond))
+			}
+			// Publish the wake-up time, then look at what was scheduled
+			// during the poll: an order scheduled from here on sees the
+			// wake-up time and wakes the poller if it is due sooner.
+			until := now.Add(wait).UnixMilli()
+			t.sleepUntil.Store(until)
+			if due := t.scheduled.Load(); due < until {
+				wait = max(time.UnixMilli(due).Sub(now), time.Millisecond)
 			}
 		}
 		select {

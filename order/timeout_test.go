@@ -3,13 +3,17 @@ package order
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/stock"
 )
 
@@ -25,7 +29,8 @@ func (r *rig) node(cfg TimeoutConfig) *node {
 	require.NoError(r.t, err)
 	n := &node{}
 	n.svc = NewService(r.db, st, Config{TTL: 15 * time.Minute, Now: r.clock.Now,
-		OnCreated: func(ctx context.Context, o *Order) { n.tm.Schedule(ctx, o) }})
+		OnCreated:  func(ctx context.Context, o *Order) { n.tm.Schedule(ctx, o) },
+		OnFinished: func(ctx context.Context, o *Order) { n.tm.Unschedule(ctx, o) }})
 	cfg.Now = r.clock.Now
 	n.tm, err = NewTimeouts(n.svc, r.rdb, cfg)
 	require.NoError(r.t, err)
@@ -94,12 +99,23 @@ func TestTimeoutsThreeNodes(t *testing.T) {
 	nodes := []*node{r.node(fastTimeouts), r.node(fastTimeouts), r.node(fastTimeouts)}
 	ids := r.createOrders(nodes[0].svc, 1000, "A", "B")
 	require.EqualValues(t, 1000, r.count(`SELECT COUNT(*) FROM orders WHERE status = 'PENDING'`))
+	perShard := queueSizes(t, r.rdb, nodes[0].tm)
+	require.Len(t, perShard, 16)
+	var queued int64
+	for key, n := range perShard {
+		require.NotZero(t, n, "%s: the orders are spread over every shard", key)
+		queued += n
+	}
+	require.EqualValues(t, 1000, queued)
 
 	for _, n := range nodes {
 		n.tm.Start(context.Background())
 	}
 	r.clock.Advance(15*time.Minute + time.Second)
 	r.waitNoPending()
+	// The sweep races the pollers: the entries of orders it expired are
+	// dropped when a poller claims them.
+	waitQueueEmpty(t, r.rdb, nodes[0].tm)
 	for _, n := range nodes {
 		n.tm.Stop()
 		n.tm.Stop() // double stop is fine
@@ -114,9 +130,56 @@ func TestTimeoutsThreeNodes(t *testing.T) {
 	require.Zero(t, reaped, "the orders gave their holds back; nothing was left to reap")
 	require.EqualValues(t, 1000, r.count(`SELECT COUNT(*) FROM orders WHERE status = 'EXPIRED'`))
 	r.requireStockBack(stocked)
-	due, err := r.rdb.ZCard(context.Background(), dueKey).Result()
-	require.NoError(t, err)
-	require.Zero(t, due)
+	requireQueueEmpty(t, r.rdb, nodes[0].tm)
+}
+
+// queueSizes is how many entries each shard of tm's delay queue holds (due
+// and claimed), by due key; the legacy queue is counted when not empty.
+func queueSizes(t testing.TB, rdb redis.Cmdable, tm *Timeouts) map[string]int64 {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]int64{}
+	for _, q := range append(slices.Clone(tm.shards), tm.legacy) {
+		due, err := rdb.ZCard(ctx, q.due).Result()
+		require.NoError(t, err)
+		claimed, err := rdb.ZCard(ctx, q.claimed).Result()
+		require.NoError(t, err)
+		if q != tm.legacy || due+claimed > 0 {
+			out[q.due] = due + claimed
+		}
+	}
+	return out
+}
+
+// requireQueueEmpty asserts nothing is left on tm's delay queue, in any
+// shard or in the legacy queue.
+func requireQueueEmpty(t testing.TB, rdb redis.Cmdable, tm *Timeouts) {
+	t.Helper()
+	for key, n := range queueSizes(t, rdb, tm) {
+		require.Zero(t, n, "%s is empty", key)
+	}
+}
+
+// waitQueueEmpty waits until the running pollers have emptied tm's delay
+// queue (the claims of orders expired are dropped at the end of a poll).
+func waitQueueEmpty(t testing.TB, rdb redis.Cmdable, tm *Timeouts) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, n := range queueSizes(t, rdb, tm) {
+			if n > 0 {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "the pollers drain the queue")
+}
+
+// dropQueue makes Redis lose the whole delay queue.
+func dropQueue(t testing.TB, rdb redis.Cmdable, tm *Timeouts) {
+	t.Helper()
+	for _, q := range append(slices.Clone(tm.shards), tm.legacy) {
+		require.NoError(t, rdb.Del(context.Background(), q.due, q.claimed).Err())
+	}
 }
 
 // Redis loses the delay queue before the deadlines: the sweep still releases
@@ -135,7 +198,7 @@ func TestSweepCatchesWhatTheQueueMissed(t *testing.T) {
 	left, err := n.svc.Reserve(ctx, "A", 5, "bare") // due 30s after the orders
 	require.NoError(t, err)
 	require.EqualValues(t, 35, left)
-	require.NoError(t, r.rdb.Del(ctx, dueKey).Err())
+	dropQueue(t, r.rdb, n.tm)
 	r.requireQty("A", 100, 65)
 
 	r.clock.Advance(15*time.Minute - 29*time.Second) // the orders are due, the token not yet
@@ -186,7 +249,7 @@ func TestSweepLockTakeover(t *testing.T) {
 	r.addSKU("A", 100)
 	n := r.node(fastTimeouts)
 	r.createOrders(n.svc, 20, "A")
-	require.NoError(t, r.rdb.Del(ctx, dueKey).Err()) // only the sweep can release them
+	dropQueue(t, r.rdb, n.tm) // only the sweep can release them
 	r.clock.Advance(16 * time.Minute)
 
 	dead, err := r.st.Locker().Obtain(ctx, sweepLockKey, 800*time.Millisecond, 0)
@@ -277,8 +340,14 @@ func TestTimeoutsConfigAndLifecycle(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	_, err := NewTimeouts(r.svc, r.rdb, TimeoutConfig{Lease: time.Millisecond})
 	require.Error(t, err, "a lease shorter than a second is refused")
+	for _, shards := range []int{-1, maxShards + 1} {
+		_, err = NewTimeouts(r.svc, r.rdb, TimeoutConfig{Shards: shards})
+		require.Error(t, err, "%d shards are refused", shards)
+	}
 	tm, err := NewTimeouts(r.svc, r.rdb, TimeoutConfig{})
 	require.NoError(t, err)
+	require.Len(t, tm.shards, 16, "16 shards by default")
+	require.Equal(t, queue{"inv:{timeouts:15}:due", "inv:{timeouts:15}:claimed"}, tm.shards[15])
 	tm.Stop() // before Start
 	tm.Start(context.Background())
 	tm.Start(context.Background()) // no second set of loops
@@ -304,10 +373,10 @@ func TestEarlyClaimIsRequeued(t *testing.T) {
 	expired, _, err := fast.PollOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, expired)
-	score, err := r.rdb.ZScore(ctx, dueKey, o.ID).Result()
-	require.NoError(t, err, "the order is back on the queue")
+	score, err := r.rdb.ZScore(ctx, fast.shardOf(o.ID).due, o.ID).Result()
+	require.NoError(t, err, "the order is back on the queue, in its shard")
 	require.EqualValues(t, dueAt(o).Score, score)
-	claimed, err := r.rdb.ZCard(ctx, claimedKey).Result()
+	claimed, err := r.rdb.ZCard(ctx, fast.shardOf(o.ID).claimed).Result()
 	require.NoError(t, err)
 	require.Zero(t, claimed)
 
@@ -316,4 +385,326 @@ func TestEarlyClaimIsRequeued(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, expired)
 	r.requireStockBack(map[string]int64{"A": 10})
+}
+
+// One poll claims from every shard: with a claim batch of one per shard and
+// every shard holding due orders, it takes exactly one from each. Its sleep
+// is the earliest deadline over all the shards.
+func TestTimeoutPollClaimsFromEveryShard(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	r.addSKU("A", 1000)
+	cfg := fastTimeouts
+	cfg.ClaimBatch = 16 // with the legacy queue, 17 queues: one each
+	n := r.node(cfg)
+	r.createOrders(n.svc, 400, "A")
+	before := queueSizes(t, r.rdb, n.tm)
+	for key, size := range before {
+		require.NotZero(t, size, key)
+	}
+	r.clock.Advance(15*time.Minute + time.Millisecond)
+
+	expired, next, err := n.tm.PollOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 16, expired)
+	require.False(t, next.After(r.clock.Now()), "more are due: poll again at once")
+	for key, size := range queueSizes(t, r.rdb, n.tm) {
+		require.Equal(t, before[key]-1, size, "%s gave one order", key)
+	}
+	for {
+		got, _, err := n.tm.PollOnce(ctx)
+		require.NoError(t, err)
+		if got == 0 {
+			break
+		}
+	}
+	require.Zero(t, r.count(`SELECT COUNT(*) FROM orders WHERE status = 'PENDING'`))
+	requireQueueEmpty(t, r.rdb, n.tm)
+
+	// Two orders, five seconds apart, in two shards: the poll sleeps until
+	// the first, then until the second.
+	first, err := n.svc.Create(ctx, "u1", "", line("A", 1))
+	require.NoError(t, err)
+	var second *Order
+	for second == nil || n.tm.shardOf(second.ID) == n.tm.shardOf(first.ID) {
+		r.clock.Advance(5 * time.Second)
+		second, err = n.svc.Create(ctx, "u2", "", line("A", 1))
+		require.NoError(t, err)
+	}
+	for range 20 { // whichever shard a poll starts with
+		expired, next, err = n.tm.PollOnce(ctx)
+		require.NoError(t, err)
+		require.Zero(t, expired)
+		require.EqualValues(t, dueAt(first).Score, next.UnixMilli())
+	}
+	r.clock.Advance(first.ExpiresAt.Sub(r.clock.Now()) + time.Millisecond)
+	expired, next, err = n.tm.PollOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, expired)
+	require.EqualValues(t, dueAt(second).Score, next.UnixMilli())
+}
+
+// Orders an older version scheduled on the unsharded queue (one of them
+// claimed by a poller that died) are still released by the queue, once each;
+// an early claim moves its order into its shard; and an order an older node
+// adds after the queue was seen empty is found within a sweep interval.
+func TestTimeoutLegacyQueueIsDrained(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	r.addSKU("A", 100)
+	n := r.node(fastTimeouts)
+	older := NewService(r.db, r.st, Config{TTL: 15 * time.Minute, Now: r.clock.Now,
+		OnCreated: func(ctx context.Context, o *Order) {
+			require.NoError(t, r.rdb.ZAdd(ctx, legacyDueKey, dueAt(o)).Err())
+		}})
+	ids := r.createOrders(older, 30, "A")
+	dead := ids[0] // claimed by an older poller that died; its lease ends at the deadline
+	score, err := r.rdb.ZScore(ctx, legacyDueKey, dead).Result()
+	require.NoError(t, err)
+	require.NoError(t, r.rdb.ZRem(ctx, legacyDueKey, dead).Err())
+	require.NoError(t, r.rdb.ZAdd(ctx, legacyClaimedKey, redis.Z{Score: score, Member: dead}).Err())
+	for key, size := range queueSizes(t, r.rdb, n.tm) {
+		if key != legacyDueKey {
+			require.Zero(t, size, key)
+		}
+	}
+
+	// A poller whose clock runs ahead claims early from the legacy queue:
+	// the orders go back, each into its shard.
+	ahead := fastTimeouts
+	ahead.Now = func() time.Time { return r.clock.Now().Add(20 * time.Minute) }
+	ahead.ClaimBatch = 5 * 17 // five from each of the 16 shards and the legacy queue
+	fast, err := NewTimeouts(n.svc, r.rdb, ahead)
+	require.NoError(t, err)
+	expired, _, err := fast.PollOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, expired)
+	moved := 0
+	for _, id := range ids {
+		if _, err := r.rdb.ZScore(ctx, n.tm.shardOf(id).due, id).Result(); err == nil {
+			moved++
+		}
+	}
+	require.Equal(t, 5, moved, "the early claims moved into their shards")
+
+	r.clock.Advance(15*time.Minute + time.Second)
+	total := 0
+	for {
+		got, _, err := n.tm.PollOnce(ctx)
+		require.NoError(t, err)
+		if got == 0 {
+			break
+		}
+		total += got
+	}
+	require.Equal(t, 30, total, "the queue released every order")
+	require.EqualValues(t, 30, r.count(`SELECT COUNT(*) FROM orders WHERE status = 'EXPIRED'`))
+	requireQueueEmpty(t, r.rdb, n.tm)
+	r.requireStockBack(map[string]int64{"A": 100})
+	require.Equal(t, r.clock.Now().Add(fastTimeouts.SweepInterval).UnixMilli(), n.tm.legacyAt.Load(),
+		"an empty legacy queue is looked at again after a sweep interval, not on every poll")
+
+	// A rolling upgrade: an older node still schedules there.
+	late, err := older.Create(ctx, "late", "", line("A", 1))
+	require.NoError(t, err)
+	r.clock.Advance(15*time.Minute + time.Second)
+	expired, _, err = n.tm.PollOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, expired)
+	o, err := n.svc.Get(ctx, late.ID)
+	require.NoError(t, err)
+	require.Equal(t, Expired, o.Status)
+	requireQueueEmpty(t, r.rdb, n.tm)
+	require.EqualValues(t, 31, n.tm.Expired.Load())
+}
+
+// On the real Redis Cluster the shards' keys land on many slots, spread
+// over the masters, and three pollers release each order exactly once
+// through the queue alone (the sweep is kept out of the way).
+//
+// This test does not flush the cluster (the stock package's tests use it,
+// perhaps at the same time): it uses SKU names of its own and deletes the
+// delay queue's keys before and after.
+func TestTimeoutShardsOnCluster(t *testing.T) {
+	ctx := context.Background()
+	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(), PoolSize: 64})
+	t.Cleanup(func() { _ = rc.Close() })
+	require.NoError(t, rc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }),
+		"a real Redis Cluster is required (run `make up`)")
+	masters := map[string]bool{}
+	var mu sync.Mutex
+	require.NoError(t, rc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		masters[c.Options().Addr] = true
+		return nil
+	}))
+
+	r := newRig(t, memoryTransport(t)) // the database and the clock
+	cfg := TimeoutConfig{MaxPollWait: 20 * time.Millisecond, SweepInterval: time.Hour, Now: r.clock.Now}
+	var nodes []*node
+	for range 3 {
+		st, err := stock.NewStore(rc, stock.Config{Init: InitFunc(r.db)})
+		require.NoError(t, err)
+		n := &node{}
+		n.svc = NewService(r.db, st, Config{TTL: 15 * time.Minute, Now: r.clock.Now,
+			OnCreated: func(ctx context.Context, o *Order) { n.tm.Schedule(ctx, o) }})
+		n.tm, err = NewTimeouts(n.svc, rc, cfg)
+		require.NoError(t, err)
+		t.Cleanup(n.tm.Stop)
+		nodes = append(nodes, n)
+	}
+	tm := nodes[0].tm
+	var keys []string
+	for _, q := range append(slices.Clone(tm.shards), tm.legacy) {
+		keys = append(keys, q.due, q.claimed)
+	}
+	dropKeys := func() {
+		for _, k := range keys {
+			require.NoError(t, rc.Del(ctx, k).Err())
+		}
+	}
+	dropKeys()
+	t.Cleanup(dropKeys)
+
+	slots := map[int64]bool{}
+	onMasters := map[string]bool{}
+	for _, q := range tm.shards {
+		slot, err := rc.ClusterKeySlot(ctx, q.due).Result()
+		require.NoError(t, err)
+		claimedSlot, err := rc.ClusterKeySlot(ctx, q.claimed).Result()
+		require.NoError(t, err)
+		require.Equal(t, slot, claimedSlot, "%s: a shard's two keys share a slot", q.due)
+		slots[slot] = true
+		m, err := rc.MasterForKey(ctx, q.due)
+		require.NoError(t, err)
+		onMasters[m.Options().Addr] = true
+	}
+	t.Logf("16 shards on %d slots, on masters %v", len(slots), onMasters)
+	require.Len(t, slots, 16, "every shard has a slot of its own")
+	require.Equal(t, masters, onMasters, "the shards are spread over every master")
+
+	suffix := strconv.FormatInt(time.Now().UnixNano()%1_000_000_000, 36)
+	stocked := map[string]int64{}
+	var skus []string
+	for i := range 3 {
+		sku := fmt.Sprintf("tmo-%s-%d", suffix, i)
+		skus = append(skus, sku)
+		stocked[sku] = 500
+		r.addSKU(sku, 500)
+	}
+	t.Cleanup(func() {
+		for _, sku := range skus {
+			for _, k := range stock.DeductKeys(sku)[:1] {
+				_ = rc.Del(ctx, k).Err()
+			}
+		}
+	})
+	const orders = 600
+	r.createOrders(nodes[0].svc, orders, skus...)
+	used := map[string]bool{}
+	var queued int64
+	for _, q := range tm.shards {
+		n, err := rc.ZCard(ctx, q.due).Result()
+		require.NoError(t, err)
+		if n > 0 {
+			m, err := rc.MasterForKey(ctx, q.due)
+			require.NoError(t, err)
+			used[m.Options().Addr] = true
+		}
+		queued += n
+	}
+	require.EqualValues(t, orders, queued)
+	require.Equal(t, masters, used, "the orders wait on every master")
+
+	for _, n := range nodes {
+		n.tm.Start(ctx)
+	}
+	r.clock.Advance(15*time.Minute + time.Second)
+	r.waitNoPending()
+	waitQueueEmpty(t, rc, tm)
+	var expired int64
+	for _, n := range nodes {
+		n.tm.Stop()
+		expired += n.tm.Expired.Load()
+	}
+	require.EqualValues(t, orders, expired, "every order expired exactly once, by the pollers")
+	require.EqualValues(t, orders, r.count(`SELECT COUNT(*) FROM orders WHERE status = 'EXPIRED'`))
+	for sku, n := range stocked {
+		r.requireQty(sku, n, 0)
+		st := nodes[0].svc.stock
+		require.NoError(t, st.EnsureInit(ctx, sku))
+		lv, err := st.Levels(ctx, sku)
+		require.NoError(t, err)
+		require.EqualValues(t, n, lv.Available, "%s is back where it began in Redis", sku)
+	}
+}
+
+// Creating orders wakes the sleeping poller only for a deadline earlier than
+// the one it sleeps until: a busy node does not poll every shard per order.
+func TestTimeoutScheduleWakesOnlyForAnEarlierDeadline(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	r.addSKU("A", 100)
+	cfg := fastTimeouts
+	cfg.MaxPollWait = time.Hour
+	cfg.SweepInterval = time.Hour
+	n := r.node(cfg)
+	first, err := n.svc.Create(ctx, "u0", "", line("A", 1))
+	require.NoError(t, err)
+	n.tm.Start(ctx)
+	require.Eventually(t, func() bool { return n.tm.sleepUntil.Load() == int64(dueAt(first).Score) },
+		10*time.Second, time.Millisecond, "the poller sleeps until the first deadline")
+	require.EqualValues(t, 1, n.tm.Polls.Load())
+
+	r.clock.Advance(time.Second)
+	r.createOrders(n.svc, 20, "A")    // due after the first
+	time.Sleep(50 * time.Millisecond) // a window for a wrong wake-up to show
+	require.EqualValues(t, 1, n.tm.Polls.Load(), "later deadlines do not wake the poller")
+
+	sooner := NewService(r.db, r.st, Config{TTL: time.Minute, Now: r.clock.Now,
+		OnCreated: func(ctx context.Context, o *Order) { n.tm.Schedule(ctx, o) }})
+	o, err := sooner.Create(ctx, "u1", "", line("A", 1))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return n.tm.sleepUntil.Load() == int64(dueAt(o).Score) },
+		10*time.Second, time.Millisecond, "an earlier deadline wakes it, and it sleeps until that one")
+	require.EqualValues(t, 2, n.tm.Polls.Load())
+	n.tm.Stop()
+}
+
+// A paid or cancelled order leaves the delay queue at once: the queue holds
+// pending orders only, so Redis keeps nothing per finished order.
+func TestFinishedOrdersLeaveTheQueue(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	r.addSKU("A", 100)
+	n := r.node(fastTimeouts)
+	ctx := context.Background()
+	queued := func() int64 {
+		var total int64
+		for _, q := range n.tm.shards {
+			c, err := r.rdb.ZCard(ctx, q.due).Result()
+			require.NoError(t, err)
+			total += c
+		}
+		return total
+	}
+	var ids []string
+	for i := 0; i < 6; i++ {
+		o, err := n.svc.Create(ctx, "u", "", line("A", 1))
+		require.NoError(t, err)
+		ids = append(ids, o.ID)
+	}
+	require.Equal(t, int64(6), queued())
+	_, err := n.svc.Pay(ctx, ids[0], "p0")
+	require.NoError(t, err)
+	_, err = n.svc.Pay(ctx, ids[0], "p0") // a replay removes nothing more
+	require.NoError(t, err)
+	_, err = n.svc.Cancel(ctx, ids[1])
+	require.NoError(t, err)
+	require.Equal(t, int64(4), queued())
+	for _, id := range ids[2:] {
+		_, err := n.svc.Pay(ctx, id, "p-"+id)
+		require.NoError(t, err)
+	}
+	require.Zero(t, queued())
 }
