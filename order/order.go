@@ -55,7 +55,9 @@ type unknownSKU string
 
 func (u unknownSKU) Error() string { return "unknown sku: " + string(u) }
 
-func (u unknownSKU) Is(target error) bool { return target == ErrNotFound || target == stock.ErrUnknownSKU }
+func (u unknownSKU) Is(target error) bool {
+	return target == ErrNotFound || target == stock.ErrUnknownSKU
+}
 
 // Order is one order and its lines.
 type Order struct {

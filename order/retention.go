@@ -58,8 +58,8 @@ func (c *RetentionConfig) defaults() {
 // Retention prunes finished history older than the horizon, in bounded
 // batches, on one node at a time (a distributed lock per interval):
 //
-//   - outbox rows that were sent and applied (applied_at, stamped in the
-//     consumer's transaction);
+//   - outbox rows that were applied (applied_at, stamped in the consumer's
+//     transaction);
 //   - ledger rows. Exactly-once does not rest on them alone: a DEDUCT needs a
 //     COMMITTED reservation (the row is SOLD after its first application) and
 //     a RESTORE needs its DEDUCT's ledger row, so a duplicate that arrives
@@ -133,8 +133,10 @@ func (r *Retention) PruneOnce(ctx context.Context) (Pruned, error) {
 	db := r.db.WithContext(ctx)
 	var err error
 	if p.Outbox, err = r.batches(ctx, func() (int64, error) {
+		// Applied implies delivered, even if the relay stopped before it
+		// marked the row sent (it would only have sent it again).
 		return r.deleteIDs(db, "stock_outbox", `SELECT id FROM stock_outbox
-			WHERE applied_at < ? AND sent_at IS NOT NULL ORDER BY id LIMIT ?`, cutoff)
+			WHERE applied_at < ? ORDER BY id LIMIT ?`, cutoff)
 	}); err != nil {
 		return p, err
 	}

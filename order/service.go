@@ -28,6 +28,9 @@ type Config struct {
 	Logger *slog.Logger
 	// OnCreated is told about every new order (the timeout scheduler).
 	OnCreated func(ctx context.Context, o *Order)
+	// OnFinished is told when an order stopped waiting for its deadline
+	// (paid or cancelled), to unschedule it.
+	OnFinished func(ctx context.Context, o *Order)
 	// OnOutbox is told when outbox rows were committed (wakes the relay).
 	OnOutbox func()
 	// OnExpired is told how long after its deadline each order expired.
@@ -74,6 +77,9 @@ func NewService(db *gorm.DB, st *stock.Store, cfg Config) *Service {
 	}
 	if cfg.OnCreated == nil {
 		cfg.OnCreated = func(context.Context, *Order) {}
+	}
+	if cfg.OnFinished == nil {
+		cfg.OnFinished = func(context.Context, *Order) {}
 	}
 	if cfg.OnOutbox == nil {
 		cfg.OnOutbox = func() {}
@@ -292,6 +298,9 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	s.ApplyChanges(ctx, rel.changes)
 	s.returnQuotas(ctx, rel.quotas)
 	s.count(to)
+	if to == Cancelled {
+		s.cfg.OnFinished(ctx, o)
+	}
 	if to == Expired {
 		s.cfg.OnExpired(s.now().Sub(o.ExpiresAt))
 	}
@@ -375,6 +384,9 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 	}
 	if o.Status != before {
 		s.count(o.Status)
+		if before == Pending {
+			s.cfg.OnFinished(ctx, o)
+		}
 	}
 	s.ApplyChanges(ctx, chs)
 	s.cfg.OnOutbox()

@@ -101,8 +101,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	a.applier = order.NewApplier(a.db, log)
 	a.Orders = order.NewService(a.db, a.Stock, order.Config{
 		TTL: cfg.OrderTTL, Logger: log, OnOutbox: a.relay.Wake,
-		OnExpired: func(late time.Duration) { releaseLatency.Observe(late.Seconds()) },
-		OnCreated: func(ctx context.Context, o *order.Order) { a.timeouts.Schedule(ctx, o) },
+		OnExpired:  func(late time.Duration) { releaseLatency.Observe(late.Seconds()) },
+		OnCreated:  func(ctx context.Context, o *order.Order) { a.timeouts.Schedule(ctx, o) },
+		OnFinished: func(ctx context.Context, o *order.Order) { a.timeouts.Unschedule(ctx, o) },
 	})
 	a.timeouts, err = order.NewTimeouts(a.Orders, a.rdb, order.TimeoutConfig{Logger: log})
 	if err != nil {
