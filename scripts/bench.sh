@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # make bench: the side-by-side deduction table (cmd/benchtable) against the
 # real servers, then the Go benchmarks. The table is also written to
-# bench-results/results.md.
+# bench-results/results.md, its chart to bench-results/results.png, and the
+# CPU profile of the HTTP phases to bench-results/http.cpu.pprof (its top is
+# in the table when a target is missed). Arguments go to cmd/benchtable and
+# override these defaults.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 "$ROOT/scripts/up.sh"
-go run ./cmd/benchtable "$@"
+mkdir -p bench-results
+go run ./cmd/benchtable -out bench-results/results.md -cpuprofile bench-results/http.cpu.pprof "$@"
 go test -run '^$' -bench . -benchtime=1x ./...

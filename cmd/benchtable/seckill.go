@@ -32,12 +32,38 @@ type httpResult struct {
 	note     string
 }
 
+// webRun is what the HTTP group measured.
+type webRun struct {
+	phases   []httpResult
+	oversell int64 // orders of the 2000-unit SKU beyond its stock
+	lag      lagStats
+	soak     soakStats
+	extra    string // the lag and soak tables
+}
+
+// lagStats is the sync lag through RocketMQ (applied 0: nothing applied).
+type lagStats struct {
+	applied int
+	p99     time.Duration
+}
+
+// soakStats is the heap in use under the soak (samples 0: no soak).
+type soakStats struct {
+	samples           int
+	firstHalf, second float64 // mean heap in use, MiB, of each half of the samples
+}
+
+// growth is the heap's growth from the soak's first half to its second.
+func (s soakStats) growth() float64 { return s.second/s.firstHalf - 1 }
+
 // load posts to url from n clients for d; header gives each client's headers
 // (its credentials), body makes each request's body. With record false it
 // keeps no per-request latencies (the soak measures the process's memory,
 // which must not include its own bookkeeping).
 func load(name, url string, n int, d time.Duration, header func(w int) http.Header, body func(w int, seq int64) string, record ...bool) httpResult {
 	keep := len(record) == 0 || record[0]
+	prog.phase(name)
+	defer measureCPU(name)()
 	tr := &http.Transport{MaxIdleConns: n, MaxIdleConnsPerHost: n, MaxConnsPerHost: n}
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	defer tr.CloseIdleConnections()
@@ -111,7 +137,8 @@ func credentials(prefix string, w int) http.Header {
 // seckillBench runs the real service in this process (real mode: Redis,
 // MySQL, RocketMQ) and a bare net/http handler doing one EVALSHA through
 // go-redis, and loads both alike.
-func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) ([]httpResult, string) {
+func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun {
+	prog.phase("http setup")
 	must(rdb.FlushDB(ctx).Err())
 	db := openDatabase(ctx, dsnBase, "inv_bench_http")
 	resetSchema(ctx, db)
@@ -173,25 +200,32 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) ([]htt
 	check := openDatabase(ctx, dsnBase, "inv_bench_http")
 	must(check.QueryRowContext(ctx, `SELECT COALESCE(SUM(qty), 0) FROM order_items WHERE sku = 'SALE'`).Scan(&sold))
 	_ = check.Close()
-	sale.note = fmt.Sprintf("sold %d of 2000 (201s: %d), oversell %d", sold, sale.codes[201], max(sold-2000, 0))
+	oversell := max(sold-2000, 0)
+	sale.note = fmt.Sprintf("sold %d of 2000 (201s: %d), oversell %d", sold, sale.codes[201], oversell)
 	rs = append(rs, sale)
 	rs = append(rs, load("orders, 2-line cart", base+"/v1/orders", *workers, *duration, buyer("c"), func(int, int64) string {
 		return `{"items":[{"sku":"CART-A","qty":1},{"sku":"CART-B","qty":2}]}`
 	}))
 
-	lag := syncLag(ctx, a, dsnBase, 400, *duration)
-	soak := ""
+	web := webRun{phases: rs, oversell: oversell}
+	var lag string
+	lag, web.lag = syncLag(ctx, a, dsnBase, 400, *duration)
+	web.extra = lag
 	if *soakFor > 0 {
-		soak = soakRun(base, *soakFor)
+		var soak string
+		soak, web.soak = soakRun(base, *soakFor)
+		web.extra += soak
 	}
-	return rs, lag + soak
+	return web
 }
 
 // syncLag pays orders at rate per second for d through the service, waits
 // until the database applied them, and reports the time from each stock
 // operation's outbox row (written in the payment's transaction) to its ledger
 // row, as the database recorded them: the ordered sync's lag through RocketMQ.
-func syncLag(ctx context.Context, a *app.App, dsnBase string, rate int, d time.Duration) string {
+func syncLag(ctx context.Context, a *app.App, dsnBase string, rate int, d time.Duration) (string, lagStats) {
+	prog.phase("sync lag")
+	defer measureCPU("sync lag")()
 	var wg sync.WaitGroup
 	var failed atomic.Int64
 	tick := time.NewTicker(time.Second / time.Duration(rate))
@@ -236,16 +270,17 @@ func syncLag(ctx context.Context, a *app.App, dsnBase string, rate int, d time.D
 		lags = append(lags, time.Duration(us)*time.Microsecond)
 	}
 	if len(lags) == 0 {
-		return "\nsync lag: nothing applied\n"
+		return "\nsync lag: nothing applied\n", lagStats{}
 	}
 	slices.Sort(lags)
+	stats := lagStats{applied: len(lags), p99: lags[len(lags)*99/100]}
 	return fmt.Sprintf("\n| sync lag through RocketMQ, %d payments/s for %s | applied | p50 | p99 | max | target |\n|---|---:|---:|---:|---:|---:|\n| outbox row → ledger row | %d (%d failed) | %s | %s | %s | p99 < 1s |\n",
-		rate, d, len(lags), failed.Load(), dur(lags[len(lags)/2]), dur(lags[len(lags)*99/100]), dur(lags[len(lags)-1]))
+		rate, d, len(lags), failed.Load(), dur(lags[len(lags)/2]), dur(lags[len(lags)*99/100]), dur(lags[len(lags)-1])), stats
 }
 
 // soakRun keeps the seckill selling load on for d and samples this process's
 // heap (the service and the load generator) and goroutines every d/12.
-func soakRun(base string, d time.Duration) string {
+func soakRun(base string, d time.Duration) (string, soakStats) {
 	type sample struct {
 		at         time.Duration
 		heap       uint64
@@ -266,10 +301,21 @@ func soakRun(base string, d time.Duration) string {
 			t.Stop()
 			var b strings.Builder
 			fmt.Fprintf(&b, "\n| soak, seckill selling for %s | heap in use | goroutines |\n|---|---:|---:|\n", d)
-			for _, s := range samples {
+			var stats soakStats
+			for i, s := range samples {
 				fmt.Fprintf(&b, "| %s | %.1f MiB | %d |\n", s.at.Round(time.Second), float64(s.heap)/(1<<20), s.goroutines)
+				if i < len(samples)/2 {
+					stats.firstHalf += float64(s.heap) / (1 << 20)
+				} else {
+					stats.second += float64(s.heap) / (1 << 20)
+				}
 			}
-			return b.String()
+			if half := len(samples) / 2; half > 0 {
+				stats.samples = len(samples)
+				stats.firstHalf /= float64(half)
+				stats.second /= float64(len(samples) - half)
+			}
+			return b.String(), stats
 		case <-t.C:
 			runtime.GC()
 			var ms runtime.MemStats

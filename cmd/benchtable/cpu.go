@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// What used the machine's CPU during a phase, from /proc: the servers this
+// benchmark drives, this process (the service and the load generator, and the
+// redis-benchmark child), and the rest of the machine (other test runs, the
+// kernel), so a reader sees why a phase fell short of a target.
+
+// userHZ is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
+const userHZ = 100
+
+// cpuGroups are the columns of the table, in order.
+var cpuGroups = []string{"benchtable", "redis-server", "mariadbd", "RocketMQ (java)"}
+
+// cpuSample is the CPU time, in ticks, each group had used at one instant,
+// and the machine's busy, idle and stolen ticks (all cores).
+type cpuSample struct {
+	at                time.Time
+	group             map[string]int64
+	busy, idle, steal int64
+}
+
+// cpuPhase is what a phase used: CPU seconds per group, the rest of the
+// machine, idle and stolen time, over wall seconds.
+type cpuPhase struct {
+	name                     string
+	wall                     float64
+	group                    map[string]float64
+	other, idle, steal, busy float64
+}
+
+var cpuPhases []cpuPhase
+
+// measureCPU samples /proc now and returns the function that samples again
+// and records the phase: `defer measureCPU(name)()`.
+func measureCPU(name string) func() {
+	before, ok := sampleCPU()
+	return func() {
+		after, ok2 := sampleCPU()
+		if !ok || !ok2 {
+			return
+		}
+		ph := cpuPhase{name: name, wall: after.at.Sub(before.at).Seconds(), group: map[string]float64{}}
+		named := 0.0
+		for _, g := range cpuGroups {
+			ph.group[g] = float64(after.group[g]-before.group[g]) / userHZ
+			named += ph.group[g]
+		}
+		ph.busy = float64(after.busy-before.busy) / userHZ
+		ph.idle = float64(after.idle-before.idle) / userHZ
+		ph.steal = float64(after.steal-before.steal) / userHZ
+		ph.other = max(ph.busy-named, 0)
+		cpuPhases = append(cpuPhases, ph)
+	}
+}
+
+// sampleCPU reads the CPU times of the processes of each group. A process
+// that starts or ends within a phase counts only from or until then (the
+// groups here are long-lived servers).
+func sampleCPU() (cpuSample, bool) {
+	s := cpuSample{at: time.Now(), group: map[string]int64{}}
+	line, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return s, false
+	}
+	first, _, _ := bytes.Cut(line, []byte("\n"))
+	f := strings.Fields(string(first)) // cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 {
+		return s, false
+	}
+	n := func(i int) int64 { v, _ := strconv.ParseInt(f[i], 10, 64); return v }
+	s.busy = n(1) + n(2) + n(3) + n(6) + n(7)
+	s.idle = n(4) + n(5)
+	s.steal = n(8)
+	self := os.Getpid()
+	redisPort := ":" + strings.Split(*redisAddr, ":")[1]
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range dirs {
+		pid, _ := strconv.Atoi(filepath.Base(dir))
+		ticks, comm, ok := procTicks(dir, pid == self)
+		if !ok {
+			continue
+		}
+		var g string
+		switch {
+		case pid == self:
+			g = "benchtable"
+		case comm == "redis-server":
+			// Only the server the benchmark uses: the cluster nodes of the
+			// tests are "the rest of the machine".
+			if cmd, _ := os.ReadFile(dir + "/cmdline"); bytes.Contains(cmd, []byte(redisPort)) {
+				g = "redis-server"
+			}
+		case comm == "mariadbd" || comm == "mysqld":
+			g = "mariadbd"
+		case comm == "java":
+			if cmd, _ := os.ReadFile(dir + "/cmdline"); bytes.Contains(bytes.ToLower(cmd), []byte("rocketmq")) {
+				g = "RocketMQ (java)"
+			}
+		}
+		if g != "" {
+			s.group[g] += ticks
+		}
+	}
+	return s, true
+}
+
+// procTicks is a process's utime+stime (with children's, for this process:
+// redis-benchmark runs as its child) and its command name.
+func procTicks(dir string, children bool) (int64, string, bool) {
+	b, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return 0, "", false
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 0 || end < open {
+		return 0, "", false
+	}
+	f := strings.Fields(string(b[end+1:])) // f[0] is field 3 (state)
+	if len(f) < 15 {
+		return 0, "", false
+	}
+	n := func(field int) int64 { v, _ := strconv.ParseInt(f[field-3], 10, 64); return v }
+	t := n(14) + n(15) // utime, stime
+	if children {
+		t += n(16) + n(17) // cutime, cstime
+	}
+	return t, string(b[open+1 : end]), true
+}
+
+// cpuTable is the CPU seconds per group per phase, as markdown.
+func cpuTable() string {
+	if len(cpuPhases) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| CPU seconds by process (%d cores) | wall s | %s | everything else | idle | stolen |\n|---|---:|",
+		runtime.NumCPU(), strings.Join(cpuGroups, " | "))
+	b.WriteString(strings.Repeat("---:|", len(cpuGroups)+3) + "\n")
+	for _, ph := range cpuPhases {
+		fmt.Fprintf(&b, "| %s | %.1f |", ph.name, ph.wall)
+		for _, g := range cpuGroups {
+			fmt.Fprintf(&b, " %.1f |", ph.group[g])
+		}
+		fmt.Fprintf(&b, " %.1f | %.1f | %.1f |\n", ph.other, ph.idle, ph.steal)
+	}
+	b.WriteString("\nbenchtable is this process: the service and the load generator of the HTTP phases (with the redis-benchmark child);" +
+		" everything else is the machine's busy time less the named processes (other test runs, the kernel).\n")
+	return b.String()
+}
