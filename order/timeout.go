@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -167,6 +168,25 @@ type Timeouts struct {
 
 	run  runner
 	wake chan struct{}
+
+	// While the loops run, Schedule does not call Redis: it leaves the entry
+	// in pending and the flusher writes what accumulated in one pipeline, so
+	// a sale costs the one round trip of its admission, not two. An entry
+	// lost with the process is the sweep's to find.
+	writeBehind atomic.Bool
+	mu          sync.Mutex
+	pending     map[string]pendingEntry // order id -> entry not yet written
+	flushWake   chan struct{}
+	// flushing is held while a pipeline is in flight, so an Unschedule never
+	// overtakes the ZADD it must undo.
+	flushing sync.Mutex
+	// Flushes counts the pipelines the flusher sent.
+	Flushes atomic.Int64
+}
+
+type pendingEntry struct {
+	q queue
+	z redis.Z
 }
 
 // queue is one due/claimed pair of the delay queue: a shard, or the legacy
@@ -178,7 +198,8 @@ func NewTimeouts(svc *Service, rdb redis.UniversalClient, cfg TimeoutConfig) (*T
 		return nil, err
 	}
 	t := &Timeouts{svc: svc, rdb: rdb, cfg: cfg, wake: make(chan struct{}, 1),
-		shards: make([]queue, cfg.Shards), legacy: queue{legacyDueKey, legacyClaimedKey}}
+		shards: make([]queue, cfg.Shards), legacy: queue{legacyDueKey, legacyClaimedKey},
+		pending: map[string]pendingEntry{}, flushWake: make(chan struct{}, 1)}
 	for i := range t.shards {
 		t.shards[i] = queue{dueKey(i), claimedKey(i)}
 	}
@@ -196,9 +217,22 @@ func (t *Timeouts) shardOf(id string) queue {
 
 // Schedule puts o on the delay queue at its deadline (Service.OnCreated).
 // Losing this write is safe: the sweep finds the order in the database.
+// While the loops run, the write is left to the flusher (see writeBehind).
 func (t *Timeouts) Schedule(ctx context.Context, o *Order) {
 	z := dueAt(o)
-	if err := t.rdb.ZAdd(ctx, t.shardOf(o.ID).due, z).Err(); err != nil {
+	q := t.shardOf(o.ID)
+	if t.writeBehind.Load() {
+		t.mu.Lock()
+		t.pending[o.ID] = pendingEntry{q, z}
+		first := len(t.pending) == 1
+		t.mu.Unlock()
+		if first {
+			select {
+			case t.flushWake <- struct{}{}:
+			default:
+			}
+		}
+	} else if err := t.rdb.ZAdd(ctx, q.due, z).Err(); err != nil {
 		t.cfg.Logger.Warn("timeout: scheduling failed; the sweep will release the order", "order", o.ID, "err", err)
 		return
 	}
@@ -217,6 +251,15 @@ func (t *Timeouts) Schedule(ctx context.Context, o *Order) {
 // order. A failure is harmless: the entry is claimed at its deadline and
 // found not PENDING.
 func (t *Timeouts) Unschedule(ctx context.Context, o *Order) {
+	t.mu.Lock()
+	_, unwritten := t.pending[o.ID]
+	delete(t.pending, o.ID)
+	t.mu.Unlock()
+	if unwritten {
+		return // never reached Redis
+	}
+	t.flushing.Lock() // the entry may be in the pipeline in flight: let it land first
+	t.flushing.Unlock()
 	if err := t.rdb.ZRem(ctx, t.shardOf(o.ID).due, o.ID).Err(); err != nil {
 		t.cfg.Logger.Warn("timeout: unscheduling failed; the entry is dropped at its deadline", "order", o.ID, "err", err)
 	}
@@ -399,10 +442,59 @@ func (t *Timeouts) SweepOnce(ctx context.Context) (int, error) {
 }
 
 // Start runs the poller and the sweeper until Stop; a second Start is a no-op.
-func (t *Timeouts) Start(ctx context.Context) { t.run.start(ctx, t.pollLoop, t.sweepLoop) }
+func (t *Timeouts) Start(ctx context.Context) {
+	t.writeBehind.Store(true)
+	t.run.start(ctx, t.pollLoop, t.sweepLoop, t.flushLoop)
+}
 
-// Stop ends both loops and waits for them; safe before Start and twice.
-func (t *Timeouts) Stop() { t.run.stop() }
+// Stop ends the loops and waits for them (the flusher writes what is
+// pending first); safe before Start and twice.
+func (t *Timeouts) Stop() {
+	t.run.stop()
+	t.writeBehind.Store(false)
+	t.flush(context.Background()) // anything scheduled while the loops stopped
+}
+
+// flushLoop writes pending entries whenever there are some: under load the
+// entries of every sale that completed during one pipeline's round trip go
+// out in the next.
+func (t *Timeouts) flushLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			t.flush(context.WithoutCancel(ctx))
+			return
+		case <-t.flushWake:
+			t.flush(ctx)
+		}
+	}
+}
+
+// flush writes the pending entries in one pipeline, grouped by shard.
+func (t *Timeouts) flush(ctx context.Context) {
+	t.flushing.Lock()
+	defer t.flushing.Unlock()
+	t.mu.Lock()
+	if len(t.pending) == 0 {
+		t.mu.Unlock()
+		return
+	}
+	batch := t.pending
+	t.pending = make(map[string]pendingEntry, len(batch))
+	t.mu.Unlock()
+	byShard := map[string][]redis.Z{}
+	for _, e := range batch {
+		byShard[e.q.due] = append(byShard[e.q.due], e.z)
+	}
+	pipe := t.rdb.Pipeline()
+	for key, zs := range byShard {
+		pipe.ZAdd(ctx, key, zs...)
+	}
+	t.Flushes.Add(1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.cfg.Logger.Warn("timeout: scheduling failed; the sweep will release the orders", "orders", len(batch), "err", err)
+	}
+}
 
 func (t *Timeouts) pollLoop(ctx context.Context) {
 	backoff := 100 * time.Millisecond

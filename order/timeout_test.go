@@ -708,3 +708,49 @@ func TestFinishedOrdersLeaveTheQueue(t *testing.T) {
 	}
 	require.Zero(t, queued())
 }
+
+// While the loops run, scheduling costs a sale no Redis round trip: entries
+// are written behind, many per pipeline; an order finished before its entry
+// was written never reaches Redis; Stop writes what is left.
+func TestScheduleWritesBehind(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	r.addSKU("A", 1000)
+	n := r.node(fastTimeouts)
+	ctx := context.Background()
+	queued := func() int64 {
+		var total int64
+		for _, q := range n.tm.shards {
+			c, err := r.rdb.ZCard(ctx, q.due).Result()
+			require.NoError(t, err)
+			total += c
+		}
+		return total
+	}
+	n.tm.Start(ctx)
+	ids := r.createOrders(n.svc, 200, "A")
+	require.Eventually(t, func() bool { return queued() == 200 }, 10*time.Second, 5*time.Millisecond)
+	require.Less(t, n.tm.Flushes.Load(), int64(200), "entries share pipelines")
+	for _, id := range ids[:50] {
+		_, err := n.svc.Pay(ctx, id, "p-"+id)
+		require.NoError(t, err)
+	}
+	require.Equal(t, int64(150), queued())
+
+	// An order finished right after it was scheduled, before or after the
+	// flusher wrote its entry: nothing is left behind either way.
+	for i := 0; i < 20; i++ {
+		o := &Order{ID: fmt.Sprintf("quick-%d", i), ExpiresAt: r.clock.Now().Add(time.Hour)}
+		n.tm.Schedule(ctx, o)
+		if i%2 == 1 {
+			time.Sleep(2 * time.Millisecond) // let the flusher write some first
+		}
+		n.tm.Unschedule(ctx, o)
+	}
+	n.tm.Stop()
+	require.Equal(t, int64(150), queued(), "nothing left behind for the finished orders")
+
+	// After Stop, scheduling writes at once again.
+	_, err := n.svc.Create(ctx, "u", "", line("A", 1))
+	require.NoError(t, err)
+	require.Equal(t, int64(151), queued())
+}

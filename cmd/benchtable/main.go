@@ -34,6 +34,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -232,6 +233,16 @@ func profiled(fn func() webRun) webRun {
 	defer f.Close()
 	must(pprof.StartCPUProfile(f))
 	defer pprof.StopCPUProfile()
+	// And the mutex profile beside it: where the HTTP phases wait on locks
+	// (the group commit's queue, the connection pools).
+	runtime.SetMutexProfileFraction(5)
+	defer func() {
+		mf, err := os.Create(strings.TrimSuffix(*cpuProf, ".cpu.pprof") + ".mutex.pprof")
+		must(err)
+		defer mf.Close()
+		must(pprof.Lookup("mutex").WriteTo(mf, 0))
+		runtime.SetMutexProfileFraction(0)
+	}()
 	return fn()
 }
 
