@@ -2,9 +2,7 @@ package order
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -47,24 +45,8 @@ func (r *Realigner) Start(ctx context.Context) { r.run.start(ctx, r.loop) }
 func (r *Realigner) Stop() { r.run.stop() }
 
 func (r *Realigner) loop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(r.interval/2 + rand.N(r.interval/2+1)):
-		}
-		// The lock is not released: it expires after one interval, so one run
-		// per interval happens across all nodes.
-		_, err := r.locker.Obtain(ctx, realignLockKey, r.interval, 0)
-		if err != nil {
-			if !errors.Is(err, stock.ErrLockNotObtained) && ctx.Err() == nil {
-				r.log.Warn("realign: lock", "err", err)
-			}
-			continue
-		}
-		rctx, cancel := context.WithTimeout(ctx, r.interval)
+	onOneNode(ctx, r.locker, realignLockKey, r.interval, r.log, func(rctx context.Context) {
 		skus, err := r.cat.Realign(rctx)
-		cancel()
 		r.Realigned.Add(int64(len(skus)))
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -72,5 +54,5 @@ func (r *Realigner) loop(ctx context.Context) {
 		case len(skus) > 0:
 			r.log.Info("realign: Redis differed from the database", "skus", len(skus))
 		}
-	}
+	})
 }

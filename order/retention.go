@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"gorm.io/gorm"
@@ -100,30 +99,15 @@ func (r *Retention) Start(ctx context.Context) { r.run.start(ctx, r.loop) }
 func (r *Retention) Stop() { r.run.stop() }
 
 func (r *Retention) loop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(r.cfg.Interval/2 + rand.N(r.cfg.Interval/2+1)):
-		}
-		// Not released: it expires after one interval, so one run per
-		// interval happens across all nodes.
-		if _, err := r.locker.Obtain(ctx, retentionLockKey, r.cfg.Interval, 0); err != nil {
-			if !errors.Is(err, stock.ErrLockNotObtained) && ctx.Err() == nil {
-				r.cfg.Logger.Warn("retention: lock", "err", err)
-			}
-			continue
-		}
-		rctx, cancel := context.WithTimeout(ctx, r.cfg.Interval)
+	onOneNode(ctx, r.locker, retentionLockKey, r.cfg.Interval, r.cfg.Logger, func(rctx context.Context) {
 		p, err := r.PruneOnce(rctx)
-		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.cfg.Logger.Warn("retention: run failed; the next one continues", "err", err)
 		case p != Pruned{}:
 			r.cfg.Logger.Info("retention: pruned finished history", "outbox", p.Outbox, "ledger", p.Ledger, "movements", p.Movements)
 		}
-	}
+	})
 }
 
 // PruneOnce prunes everything older than the horizon, batch by batch.

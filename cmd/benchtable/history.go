@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/acme/inventory/internal/app"
-	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
 
@@ -35,25 +33,11 @@ import (
 //	              per order during the decade: the database's work
 //	DB time/order the decade's wall time per order (2 cores, everything here)
 func historySoak(ctx context.Context, rdb *redis.Client, dsnBase string, n int) string {
-	must(rdb.FlushDB(ctx).Err())
-	db := openDatabase(ctx, dsnBase, "inv_bench_history")
-	resetSchema(ctx, db)
-	topic := fmt.Sprintf("bench_hist_%d", time.Now().UnixNano())
-	must(mq.CreateTopic(ctx, []string{"127.0.0.1:9876"}, "127.0.0.1:10911", topic, 8))
-	cfg := app.Config{
-		HTTPAddr: "127.0.0.1:0", RedisURL: fmt.Sprintf("redis://%s/%d", *redisAddr, *redisDB),
-		MySQLDSN: strings.TrimSuffix(dsnBase, "/") + "/inv_bench_history", RocketMQNamesrv: []string{"127.0.0.1:9876"},
-		RocketMQTopic: topic, AdminToken: benchAdmin, PaymentSecret: benchPayment,
-		ClientTokens: []string{benchClient}, BuyerKey: benchBuyerKey,
-		OrderTTL: 15 * time.Minute, SeckillRate: 1e9, ShutdownTimeout: 10 * time.Second, InstanceName: topic,
-	}
-	must(cfg.Validate())
-	a, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
-	must(err)
-	must(a.Start(ctx))
+	a, db := startService(ctx, rdb, dsnBase, "inv_bench_history")
+	defer db.Close()
 	defer a.Shutdown(context.Background())
 	const sku = "HIST"
-	_, err = a.Catalog.Put(ctx, sku, hotStock, 0)
+	_, err := a.Catalog.Put(ctx, sku, hotStock, 0)
 	must(err)
 	must(a.Stock.EnsureInit(ctx, sku))
 	baseMem := usedMemory(ctx, rdb)

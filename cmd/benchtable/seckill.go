@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -134,20 +135,18 @@ func credentials(prefix string, w int) http.Header {
 	return http.Header{"Authorization": {"Bearer " + benchClient}, identity.Header: {tok}}
 }
 
-// seckillBench runs the real service in this process (real mode: Redis,
-// MySQL, RocketMQ) and a bare net/http handler doing one EVALSHA through
-// go-redis, and loads both alike.
-func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun {
-	prog.phase("http setup")
+// startService starts the real service in this process (real mode: Redis,
+// MySQL, RocketMQ) on a flushed Redis database, a fresh MySQL database dbName
+// (returned open, for the caller's checks) and a topic of its own.
+func startService(ctx context.Context, rdb *redis.Client, dsnBase, dbName string) (*app.App, *sql.DB) {
 	must(rdb.FlushDB(ctx).Err())
-	db := openDatabase(ctx, dsnBase, "inv_bench_http")
+	db := openDatabase(ctx, dsnBase, dbName)
 	resetSchema(ctx, db)
-	_ = db.Close()
 	topic := fmt.Sprintf("bench_%d", time.Now().UnixNano())
 	must(mq.CreateTopic(ctx, []string{"127.0.0.1:9876"}, "127.0.0.1:10911", topic, 8))
 	cfg := app.Config{
 		HTTPAddr: "127.0.0.1:0", RedisURL: fmt.Sprintf("redis://%s/%d", *redisAddr, *redisDB),
-		MySQLDSN: strings.TrimSuffix(dsnBase, "/") + "/inv_bench_http", RocketMQNamesrv: []string{"127.0.0.1:9876"},
+		MySQLDSN: strings.TrimSuffix(dsnBase, "/") + "/" + dbName, RocketMQNamesrv: []string{"127.0.0.1:9876"},
 		RocketMQTopic: topic, AdminToken: benchAdmin, PaymentSecret: benchPayment,
 		ClientTokens: []string{benchClient}, BuyerKey: benchBuyerKey,
 		OrderTTL: 15 * time.Minute, SeckillRate: 1e9, ShutdownTimeout: 10 * time.Second, InstanceName: topic,
@@ -156,6 +155,16 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 	a, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
 	must(err)
 	must(a.Start(ctx))
+	return a, db
+}
+
+// seckillBench runs the real service in this process (real mode: Redis,
+// MySQL, RocketMQ) and a bare net/http handler doing one EVALSHA through
+// go-redis, and loads both alike.
+func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun {
+	prog.phase("http setup")
+	a, db := startService(ctx, rdb, dsnBase, "inv_bench_http")
+	_ = db.Close()
 	defer a.Shutdown(context.Background())
 	for sku, n := range map[string]int64{"FLASH": 1_000_000_000, "GONE": 0, "SALE": 2000, "CART-A": 1_000_000_000, "CART-B": 1_000_000_000} {
 		_, err := a.Catalog.Put(ctx, sku, n, 0)
