@@ -232,11 +232,18 @@ func (t *Timeouts) Schedule(ctx context.Context, o *Order) {
 			default:
 			}
 		}
-	} else if err := t.rdb.ZAdd(ctx, q.due, z).Err(); err != nil {
+		return // the flusher tells the poller once the entry is in Redis
+	}
+	if err := t.rdb.ZAdd(ctx, q.due, z).Err(); err != nil {
 		t.cfg.Logger.Warn("timeout: scheduling failed; the sweep will release the order", "order", o.ID, "err", err)
 		return
 	}
-	due := int64(z.Score)
+	t.scheduledAt(int64(z.Score))
+}
+
+// scheduledAt tells the poller about a deadline now in Redis: it wakes if it
+// sleeps past it.
+func (t *Timeouts) scheduledAt(due int64) {
 	lowerTo(&t.scheduled, due)
 	if due < t.sleepUntil.Load() { // the poller sleeps past this deadline
 		select {
@@ -493,7 +500,13 @@ func (t *Timeouts) flush(ctx context.Context) {
 	t.Flushes.Add(1)
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.cfg.Logger.Warn("timeout: scheduling failed; the sweep will release the orders", "orders", len(batch), "err", err)
+		return
 	}
+	earliest := int64(math.MaxInt64)
+	for _, e := range batch {
+		earliest = min(earliest, int64(e.z.Score))
+	}
+	t.scheduledAt(earliest)
 }
 
 func (t *Timeouts) pollLoop(ctx context.Context) {
