@@ -425,11 +425,16 @@ func TestTimeoutPollClaimsFromEveryShard(t *testing.T) {
 	// the first, then until the second.
 	first, err := n.svc.Create(ctx, "u1", "", line("A", 1))
 	require.NoError(t, err)
-	var second *Order
+	// Orders created until one lands in another shard than first's; the
+	// earliest of them (the first created) is the next deadline after first.
+	var second, afterFirst *Order
 	for second == nil || n.tm.shardOf(second.ID) == n.tm.shardOf(first.ID) {
 		r.clock.Advance(5 * time.Second)
 		second, err = n.svc.Create(ctx, "u2", "", line("A", 1))
 		require.NoError(t, err)
+		if afterFirst == nil {
+			afterFirst = second
+		}
 	}
 	for range 20 { // whichever shard a poll starts with
 		expired, next, err = n.tm.PollOnce(ctx)
@@ -441,7 +446,7 @@ func TestTimeoutPollClaimsFromEveryShard(t *testing.T) {
 	expired, next, err = n.tm.PollOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, expired)
-	require.EqualValues(t, dueAt(second).Score, next.UnixMilli())
+	require.EqualValues(t, dueAt(afterFirst).Score, next.UnixMilli())
 }
 
 // Orders an older version scheduled on the unsharded queue (one of them
