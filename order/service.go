@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -545,11 +546,17 @@ func (s *Service) inTx(ctx context.Context, fn func(tx *gorm.DB) (*Order, error)
 	})
 }
 
+// Under contention InnoDB picks deadlock victims (the applier's reservation
+// UPDATE and a group commit's inserts can wait on each other's gap locks);
+// the victim rolled back entirely, so running it again is safe. Ten attempts
+// with a growing, jittered pause make a caller see one only when the
+// database is stuck, not merely busy.
 func retryDeadlock[T any](fn func() (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
 		v, err := fn()
-		if attempt < 4 && isDeadlock(err) {
-			time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
+		if attempt < 10 && isDeadlock(err) {
+			d := time.Duration(attempt+1) * 5 * time.Millisecond
+			time.Sleep(d/2 + rand.N(d))
 			continue
 		}
 		return v, err
