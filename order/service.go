@@ -336,12 +336,8 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 	var before Status // what this call found, to count only a transition it made
 	o, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
 		chs = nil
-		o, err := s.get(tx, id, true)
-		if err != nil {
-			return nil, err
-		}
-		before = o.Status
-		if done, err := paidAlready(o, paymentID); done {
+		o, done, err := s.lockForPayment(tx, id, paymentID, &before)
+		if done || err != nil {
 			return o, err
 		}
 		switch o.Status {
@@ -366,12 +362,8 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 	var overLimit errOverLimit
 	if errors.As(err, &refused) || errors.As(err, &overLimit) {
 		o, err = s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
-			o, err := s.get(tx, id, true)
-			if err != nil {
-				return nil, err
-			}
-			before = o.Status
-			if done, err := paidAlready(o, paymentID); done {
+			o, done, err := s.lockForPayment(tx, id, paymentID, &before)
+			if done || err != nil {
 				return o, err
 			}
 			if o.Status != Expired {
@@ -450,6 +442,19 @@ func (s *Service) recordPayment(tx *gorm.DB, o *Order, to Status, set map[string
 		return fmt.Errorf("%w: order %s changed concurrently", ErrConflict, o.ID)
 	}
 	return nil
+}
+
+// lockForPayment reads order id under its row lock, notes the status it
+// found in before, and says whether a replayed callback is answered already
+// (done, with the order or the conflict).
+func (s *Service) lockForPayment(tx *gorm.DB, id, paymentID string, before *Status) (*Order, bool, error) {
+	o, err := s.get(tx, id, true)
+	if err != nil {
+		return nil, true, err
+	}
+	*before = o.Status
+	done, err := paidAlready(o, paymentID)
+	return o, done, err
 }
 
 // paidAlready answers a replayed callback: the same payment id returns the

@@ -459,17 +459,16 @@ func (t *Timeouts) Start(ctx context.Context) {
 func (t *Timeouts) Stop() {
 	t.run.stop()
 	t.writeBehind.Store(false)
-	t.flush(context.Background()) // anything scheduled while the loops stopped
+	t.flush(context.Background()) // what the flusher left, and anything scheduled while it stopped
 }
 
 // flushLoop writes pending entries whenever there are some: under load the
 // entries of every sale that completed during one pipeline's round trip go
-// out in the next.
+// out in the next. What is pending when it ends, Stop writes.
 func (t *Timeouts) flushLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			t.flush(context.WithoutCancel(ctx))
 			return
 		case <-t.flushWake:
 			t.flush(ctx)

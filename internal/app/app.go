@@ -410,7 +410,7 @@ export PAYMENT_SECRET=%s
 `, base, a.Cfg.AdminToken, a.Cfg.ClientTokens[0], a.Cfg.PaymentSecret)
 	// A storefront signs buyer tokens with this key; a PEM key is the
 	// public half and cannot sign, so with one there is nothing more to print.
-	if !strings.HasPrefix(strings.TrimSpace(a.Cfg.BuyerKey), "-----BEGIN") {
+	if !identity.IsPublicKey(a.Cfg.BuyerKey) {
 		fmt.Fprintf(&b, "export BUYER_KEY=%s\n", a.Cfg.BuyerKey)
 		for _, buyer := range []string{"alice", "bob"} {
 			if tok, err := identity.Issue(a.Cfg.BuyerKey, buyer, 24*time.Hour); err == nil {

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
 
 	"github.com/acme/inventory/internal/httpapi"
+	"github.com/acme/inventory/internal/identity"
 )
 
 // Config is read from the environment (docs/SPEC.md section 6).
@@ -133,7 +133,7 @@ func (c Config) validateSecrets() error {
 	for i, t := range c.ClientTokens {
 		errs = append(errs, check(fmt.Sprintf("INVENTORY_CLIENT_TOKENS[%d]", i), t))
 	}
-	if !strings.HasPrefix(strings.TrimSpace(c.BuyerKey), "-----BEGIN") {
+	if !identity.IsPublicKey(c.BuyerKey) {
 		errs = append(errs, check("INVENTORY_BUYER_KEY", c.BuyerKey))
 	}
 	if _, err := httpapi.ParseCIDRs(c.TrustedProxies); err != nil {

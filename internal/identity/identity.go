@@ -43,7 +43,7 @@ func NewVerifier(key string, now func() time.Time) (*Verifier, error) {
 		now = time.Now
 	}
 	v := &Verifier{leeway: 30 * time.Second, now: now}
-	if strings.HasPrefix(strings.TrimSpace(key), "-----BEGIN") {
+	if IsPublicKey(key) {
 		pub, methods, err := parsePublicKey([]byte(key))
 		if err != nil {
 			return nil, err
@@ -56,6 +56,12 @@ func NewVerifier(key string, now func() time.Time) (*Verifier, error) {
 	}
 	v.key, v.methods = []byte(key), []string{"HS256"}
 	return v, nil
+}
+
+// IsPublicKey reports whether key is given as PEM (a public key: nothing to
+// sign with, and not a secret to measure); otherwise it is an HMAC secret.
+func IsPublicKey(key string) bool {
+	return strings.HasPrefix(strings.TrimSpace(key), "-----BEGIN")
 }
 
 func parsePublicKey(pemKey []byte) (any, []string, error) {
