@@ -105,12 +105,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 		OnCreated:  func(ctx context.Context, o *order.Order) { a.timeouts.Schedule(ctx, o) },
 		OnFinished: func(ctx context.Context, o *order.Order) { a.timeouts.Unschedule(ctx, o) },
 	})
-	a.timeouts, err = order.NewTimeouts(a.Orders, a.rdb, order.TimeoutConfig{Logger: log})
+	a.timeouts, err = order.NewTimeouts(a.Orders, a.rdb, order.TimeoutConfig{Logger: log, SweepInterval: cfg.SweepInterval})
 	if err != nil {
 		return nil, err
 	}
 	a.Catalog = order.NewCatalog(a.db, a.Stock, log)
-	a.realigner = order.NewRealigner(a.Catalog, a.Stock.Locker(), 30*time.Second, log)
+	a.realigner = order.NewRealigner(a.Catalog, a.Stock.Locker(), cfg.RealignInterval, log)
 	a.retention = order.NewRetention(a.db, a.Stock.Locker(), order.RetentionConfig{
 		Horizon: cfg.Retention, Interval: cfg.RetentionInterval, Logger: log,
 	})

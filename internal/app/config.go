@@ -39,6 +39,12 @@ type Config struct {
 	// RetentionInterval. It must exceed the broker's message retention.
 	Retention         time.Duration `env:"INVENTORY_RETENTION" envDefault:"720h"`
 	RetentionInterval time.Duration `env:"INVENTORY_RETENTION_INTERVAL" envDefault:"10m"`
+	// SweepInterval is how often one node sweeps the database for unpaid
+	// orders past their deadline that the delay queue missed.
+	SweepInterval time.Duration `env:"INVENTORY_SWEEP_INTERVAL" envDefault:"30s"`
+	// RealignInterval is how often one node realigns every SKU whose Redis
+	// value differs from the database.
+	RealignInterval time.Duration `env:"INVENTORY_REALIGN_INTERVAL" envDefault:"30s"`
 	// InstanceName tells this node's RocketMQ clients apart (default: host and pid).
 	InstanceName string `env:"INVENTORY_INSTANCE"`
 }
@@ -79,6 +85,11 @@ func (c Config) Validate() error {
 	}
 	if c.RetentionInterval != 0 && c.RetentionInterval < time.Second {
 		return fmt.Errorf("config: INVENTORY_RETENTION_INTERVAL must be at least 1s, got %s", c.RetentionInterval)
+	}
+	for name, d := range map[string]time.Duration{"INVENTORY_SWEEP_INTERVAL": c.SweepInterval, "INVENTORY_REALIGN_INTERVAL": c.RealignInterval} {
+		if d != 0 && (d < 100*time.Millisecond || d > time.Hour) { // 0: the default
+			return fmt.Errorf("config: %s must be between 100ms and 1h, got %s", name, d)
+		}
 	}
 	if c.SeckillRate <= 0 {
 		return errors.New("config: INVENTORY_SECKILL_RATE must be positive")

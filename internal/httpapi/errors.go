@@ -6,11 +6,14 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"regexp"
 	"strings"
+	"syscall"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/labstack/echo/v4"
@@ -138,7 +141,28 @@ func userMessage(err error) string {
 // opposed to a bug): the answer is 503, and a retry may succeed.
 func dependencyDown(err error) bool {
 	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrConnDone) ||
-		errors.Is(err, driver.ErrBadConn) || errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
-		strings.Contains(err.Error(), "database is closed")
+	if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
+		return true // the connection died under the request: a restart, a crash, a failover
+	}
+	msg := err.Error()
+	for _, s := range transientServerErrors {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// transientServerErrors are answers of a server that is restarting or
+// failing over: Redis loading its dataset, a replica or a cluster without a
+// master for a slot, MariaDB shutting down.
+var transientServerErrors = []string{
+	"database is closed", "invalid connection", "LOADING ", "READONLY ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ",
+	"Error 1053", // ER_SERVER_SHUTDOWN
+	"Error 1927", // ER_CONNECTION_KILLED
+	"Error 2006", "Error 2013",
 }
