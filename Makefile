@@ -2,7 +2,7 @@
 # servers (Redis, MariaDB, RocketMQ) on loopback, installing them if missing.
 GO ?= go
 
-.PHONY: run build test bench soak lint up down
+.PHONY: run build test bench soak faults lint up down
 
 run:
 	@GO=$(GO) scripts/run.sh
@@ -22,6 +22,14 @@ ORDERS ?= 1000000
 soak:
 	scripts/up.sh
 	$(GO) run ./cmd/benchtable -only history -orders $(ORDERS)
+
+# Faults with real processes: every scenario against private servers the
+# driver starts (SEED replays a run; DURATION is the workload per scenario).
+SEED ?=
+DURATION ?= 20s
+faults:
+	scripts/up.sh install
+	$(GO) run ./cmd/faults -duration $(DURATION) $(if $(SEED),-seed $(SEED))
 
 lint:
 	$(GO) vet ./...

@@ -6,8 +6,16 @@
 # scripts/down.sh stops only that.
 source "$(dirname "$0")/lib.sh"
 
-start_redis() {
+install_redis() {
   command -v redis-server >/dev/null && command -v redis-cli >/dev/null || apt_install redis-server redis-tools
+}
+
+install_mariadb() {
+  command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || apt_install mariadb-server
+}
+
+start_redis() {
+  install_redis
   if redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; then
     log "redis :$REDIS_PORT already running, reusing it"
   else
@@ -41,7 +49,7 @@ start_redis() {
 }
 
 start_mariadb() {
-  command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || apt_install mariadb-server
+  install_mariadb
   if mariadb-admin --protocol=tcp -h127.0.0.1 -P"$MYSQL_PORT" -u"$MYSQL_USER" -p"$MYSQL_PASSWORD" ping >/dev/null 2>&1 \
      || mariadb-admin ping >/dev/null 2>&1; then
     log "mariadb already running, reusing it"
@@ -130,5 +138,7 @@ case $what in
   redis) start_redis ;;
   mariadb) start_mariadb ;;
   rocketmq) start_rocketmq ;;
-  *) die "usage: $0 [all|redis|mariadb|rocketmq]" ;;
+  # Installs what make faults starts privately, without starting anything.
+  install) install_redis; install_mariadb; rocketmq_classpath >/dev/null ;;
+  *) die "usage: $0 [all|redis|mariadb|rocketmq|install]" ;;
 esac

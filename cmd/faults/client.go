@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/acme/inventory/internal/httpapi"
+	"github.com/acme/inventory/internal/identity"
+)
+
+// Secrets are the credentials every instance of a run is configured with.
+type Secrets struct {
+	Admin, Client, Payment, BuyerKey string
+}
+
+func newSecrets(rng *rand.Rand) Secrets {
+	hex := func() string {
+		b := make([]byte, 32)
+		for i := range b {
+			b[i] = byte(rng.UintN(256))
+		}
+		return fmt.Sprintf("%x", b)
+	}
+	return Secrets{Admin: hex(), Client: hex(), Payment: hex(), BuyerKey: hex()}
+}
+
+func (s Secrets) env() []string {
+	return []string{
+		"INVENTORY_ADMIN_TOKEN=" + s.Admin, "INVENTORY_CLIENT_TOKENS=" + s.Client,
+		"INVENTORY_PAYMENT_SECRET=" + s.Payment, "INVENTORY_BUYER_KEY=" + s.BuyerKey,
+	}
+}
+
+// Answer is one HTTP exchange as the workload saw it: Status 0 when no
+// answer came (connection refused or reset, timeout).
+type Answer struct {
+	Status int
+	Body   map[string]any
+	Err    error
+}
+
+func (a Answer) str(key string) string { s, _ := a.Body[key].(string); return s }
+
+func (a Answer) num(key string) int64 { f, _ := a.Body[key].(float64); return int64(f) }
+
+// ambiguous: the request may or may not have taken effect.
+func (a Answer) ambiguous() bool { return a.Status == 0 || a.Status >= 500 }
+
+// Client calls the instances of a run as the checkout backend, the payment
+// provider and the operator would, and counts every answer.
+type Client struct {
+	secrets Secrets
+	urls    []string
+	http    *http.Client
+	stats   *Stats
+}
+
+// Stats counts operations and 5xx answers by status.
+type Stats struct {
+	mu       sync.Mutex
+	ops      int64
+	noAnswer int64
+	byStatus map[int]int64
+}
+
+func (s *Stats) record(status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ops++
+	if status == 0 {
+		s.noAnswer++
+	}
+	if s.byStatus == nil {
+		s.byStatus = map[int]int64{}
+	}
+	s.byStatus[status]++
+}
+
+// fiveXX is the count of 5xx answers by status.
+func (s *Stats) fiveXX() map[int]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[int]int64{}
+	for st, n := range s.byStatus {
+		if st >= 500 {
+			out[st] = n
+		}
+	}
+	return out
+}
+
+func newClient(secrets Secrets, urls []string, stats *Stats) *Client {
+	return &Client{secrets: secrets, urls: urls, stats: stats, http: &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 256, IdleConnTimeout: 30 * time.Second},
+	}}
+}
+
+// do sends one request to the instance rng picks.
+func (c *Client) do(ctx context.Context, rng *rand.Rand, method, path string, body any, header http.Header) Answer {
+	return c.doAt(ctx, c.urls[rng.IntN(len(c.urls))], method, path, body, header)
+}
+
+func (c *Client) doAt(ctx context.Context, base, method, path string, body any, header http.Header) Answer {
+	var raw []byte
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		raw = b
+	default:
+		raw, _ = json.Marshal(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(raw))
+	if err != nil {
+		return Answer{Err: err}
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if raw != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.stats.record(0)
+		}
+		return Answer{Err: err}
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	c.stats.record(resp.StatusCode)
+	a := Answer{Status: resp.StatusCode}
+	_ = json.Unmarshal(data, &a.Body)
+	return a
+}
+
+func (c *Client) clientHeader() http.Header {
+	return http.Header{"Authorization": {"Bearer " + c.secrets.Client}}
+}
+
+func (c *Client) adminHeader() http.Header {
+	return http.Header{"Authorization": {"Bearer " + c.secrets.Admin}}
+}
+
+// buyerHeader carries the client credential and the buyer's token.
+func (c *Client) buyerHeader(user string) http.Header {
+	tok, err := identity.Issue(c.secrets.BuyerKey, user, time.Hour)
+	if err != nil {
+		panic(err) // a 64-character HMAC key always signs
+	}
+	h := c.clientHeader()
+	h.Set("X-Buyer-Token", tok)
+	return h
+}
+
+// callback is a payment callback body with its signature headers at time at.
+func (c *Client) callback(secret, orderID, paymentID string, at time.Time) ([]byte, http.Header) {
+	body, _ := json.Marshal(map[string]string{"order_id": orderID, "payment_id": paymentID, "status": "SUCCESS"})
+	ts := strconv.FormatInt(at.Unix(), 10)
+	sig := fmt.Sprintf("%x", httpapi.Sign(secret, ts, body))
+	return body, http.Header{"X-Timestamp": {ts}, "X-Signature": {sig}}
+}
+
+// retry repeats an idempotent request while its answer is ambiguous, as a
+// careful client does, until attempts run out or ctx ends.
+func (c *Client) retry(ctx context.Context, rng *rand.Rand, attempts int, send func() Answer) Answer {
+	var a Answer
+	for i := 0; i < attempts; i++ {
+		a = send()
+		if !a.ambiguous() || ctx.Err() != nil {
+			return a
+		}
+		sleep(ctx, time.Duration(100+rng.IntN(400))*time.Millisecond)
+	}
+	return a
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFaults runs the quick subset of make faults against real processes
+// (inventoryd binaries, Redis, MariaDB, RocketMQ started here), then proves
+// the checker itself: on a settled run it counts each kind of broken
+// promise, exactly, when the final state is tampered with.
+func TestFaults(t *testing.T) {
+	ctx := context.Background()
+	logf := func(format string, args ...any) { t.Logf(format, args...) }
+	lab, err := prepare(ctx, false, logf)
+	require.NoError(t, err)
+	t.Cleanup(lab.Close)
+
+	quick, err := selectScenarios("", true)
+	require.NoError(t, err)
+	const seed = 20261122
+	for _, sc := range quick {
+		t.Run(sc.Name, func(t *testing.T) {
+			v, err := runScenario(ctx, lab, sc, seed, 8*time.Second, logf)
+			require.NoError(t, err)
+			t.Log(header)
+			t.Log(v.line())
+			assert.True(t, v.Passed(), "%s: %v (notes: %v); replay: go run ./cmd/faults -seed %d -scenarios %s", v.line(), v.Problems, v.Notes, seed, sc.Name)
+			assert.Greater(t, v.Ops, int64(500), "the workload ran")
+		})
+	}
+
+	t.Run("checker", func(t *testing.T) {
+		calm := Scenario{Name: "checker", Inspect: func(ctx context.Context, r *Run, v *Verdict) {
+			require.True(t, v.Passed(), "%s %v", v.line(), v.Problems)
+			for _, in := range r.fleet { // nothing repairs what the test breaks
+				in.Stop()
+			}
+			checkerCountsEachBrokenPromise(t, ctx, r)
+		}}
+		_, err := runScenario(ctx, lab, calm, seed, 6*time.Second, logf)
+		require.NoError(t, err)
+	})
+}
+
+func checkerCountsEachBrokenPromise(t *testing.T, ctx context.Context, r *Run) {
+	db := r.db
+	exec := func(q string, args ...any) {
+		t.Helper()
+		_, err := db.ExecContext(ctx, q, args...)
+		require.NoError(t, err, q)
+	}
+	redisOffset := map[string]int64{}
+	// Redis, as the realigner leaves it: the database's available units
+	// (plus an offset a case sets).
+	redisAvailable := func(ctx context.Context, sku string) (int64, error) {
+		var n int64
+		err := db.QueryRowContext(ctx, `SELECT on_hand - reserved FROM skus WHERE sku = ?`, sku).Scan(&n)
+		return n + redisOffset[sku], err
+	}
+	verdict := func() *Verdict {
+		t.Helper()
+		v := &Verdict{Scenario: "checker", Drift: "clean"}
+		require.NoError(t, check(ctx, db, redisAvailable, r.witness, time.Second, v))
+		return v
+	}
+	clean := verdict()
+	require.True(t, clean.Passed(), "the settled run checks clean: %v", clean.Problems)
+
+	some := func(q string) string {
+		t.Helper()
+		var s string
+		require.NoError(t, db.QueryRowContext(ctx, q).Scan(&s), q)
+		return s
+	}
+	expired := some(`SELECT id FROM orders WHERE status = 'EXPIRED' LIMIT 1`)
+	var paid *orderSeen
+	for _, o := range r.witness.orders {
+		if len(o.Paid) == 1 && some(fmt.Sprintf(`SELECT status FROM orders WHERE id = '%s'`, o.ID)) == "PAID" {
+			paid = o
+			break
+		}
+	}
+	require.NotNil(t, paid, "the run paid an order")
+
+	for _, c := range []struct {
+		name          string
+		breakIt, undo func()
+		want          Verdict
+	}{
+		{"units appear from nowhere", func() { exec(`UPDATE skus SET on_hand = on_hand + 3 WHERE sku = 'CART-1'`) },
+			func() { exec(`UPDATE skus SET on_hand = on_hand - 3 WHERE sku = 'CART-1'`) }, Verdict{Oversold: 3}},
+		{"a paid order beyond the stock", func() {
+			exec(`INSERT INTO orders (id, user_id, status, reservation_token, payment_id, expires_at) VALUES ('forged', 'u', 'PAID', 'forged', 'p-forged', NOW())`)
+			exec(`INSERT INTO order_items (order_id, sku, qty) VALUES ('forged', 'CART-2', 5)`)
+		}, func() {
+			exec(`DELETE FROM order_items WHERE order_id = 'forged'`)
+			exec(`DELETE FROM orders WHERE id = 'forged'`)
+		}, Verdict{Oversold: 5}},
+		{"a sale vanishes", func() { exec(`UPDATE orders SET status = 'REFUNDED' WHERE id = ?`, paid.ID) }, // refunded without its restore
+			func() { exec(`UPDATE orders SET status = 'PAID' WHERE id = ?`, paid.ID) }, Verdict{Lost: sum(paid.Items)}},
+		{"Redis hides units", func() { redisOffset["HOT"] = -4 }, func() { delete(redisOffset, "HOT") }, Verdict{Lost: 4}},
+		{"an acknowledged order is missing", func() { r.witness.orders["ghost"] = &orderSeen{ID: "ghost", Items: map[string]int64{"CART-3": 2}} },
+			func() { delete(r.witness.orders, "ghost") }, Verdict{Lost: 2}},
+		{"an acknowledged restock is missing", func() {
+			r.witness.restocks = append(r.witness.restocks, restock{SKU: "CART-4", Delta: 7, Ref: "ghost", Acked: true})
+		},
+			func() { r.witness.restocks = r.witness.restocks[:len(r.witness.restocks)-1] }, Verdict{Lost: 7}},
+		{"a sale applied twice", func() {
+			exec(`INSERT INTO stock_movements (sku, kind, on_hand_delta, reserved_delta, reason, reference)
+				SELECT sku, kind, on_hand_delta, reserved_delta, 'dup', reference FROM stock_movements WHERE kind = 'SALE' LIMIT 1`)
+		}, func() { exec(`DELETE FROM stock_movements WHERE reason = 'dup'`) }, Verdict{Duplicated: 1}},
+		{"an order paid twice", func() { paid.Paid["second"] = true }, func() { delete(paid.Paid, "second") }, Verdict{Duplicated: 1}},
+		{"an order stuck pending", func() {
+			exec(`UPDATE orders SET status = 'PENDING', expires_at = NOW(6) - INTERVAL 1 HOUR WHERE id = ?`, expired)
+		}, func() { exec(`UPDATE orders SET status = 'EXPIRED' WHERE id = ?`, expired) }, Verdict{Stuck: 1}},
+	} {
+		c.breakIt()
+		v := verdict()
+		c.undo()
+		assert.False(t, v.Passed(), c.name)
+		assert.Equal(t, [4]int64{c.want.Oversold, c.want.Lost, c.want.Duplicated, c.want.Stuck},
+			[4]int64{v.Oversold, v.Lost, v.Duplicated, v.Stuck}, "%s: oversold, lost, duplicated, stuck (%v)", c.name, v.Problems)
+		require.True(t, verdict().Passed(), "%s: undone", c.name)
+	}
+}

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Service timings of every run: short, so timeouts, sweeps and realignment
+// all happen many times inside one scenario.
+const (
+	orderTTL        = 3 * time.Second
+	sweepInterval   = time.Second
+	realignInterval = 2 * time.Second
+)
+
+// Lab is the private servers one `make faults` run owns: one MariaDB and
+// one RocketMQ name server and broker shared by the scenarios (each gets
+// its own database and topic), and the inventoryd binary under test. Each
+// scenario starts its own Redis.
+type Lab struct {
+	dir string
+	bin string
+	db  *MariaDB
+	mq  *RocketMQ
+
+	cleanup func() // removes dir (unless kept)
+}
+
+func startLab(dir, bin string, logf func(string, ...any)) (*Lab, error) {
+	lab := &Lab{dir: dir, bin: bin}
+	var err error
+	t0 := time.Now()
+	if lab.db, err = StartMariaDB(filepath.Join(dir, "mariadb"), freePort()); err != nil {
+		return nil, fmt.Errorf("mariadb: %w", err)
+	}
+	logf("mariadb up in %s", time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
+	ns, broker := freePort(), freePort(-2, 1)
+	if lab.mq, err = StartRocketMQ(filepath.Join(dir, "rocketmq"), ns, broker); err != nil {
+		lab.Close()
+		return nil, fmt.Errorf("rocketmq: %w", err)
+	}
+	logf("rocketmq name server and broker up in %s", time.Since(t0).Round(time.Millisecond))
+	return lab, nil
+}
+
+func (l *Lab) Close() {
+	if l.mq != nil {
+		l.mq.Close()
+	}
+	if l.db != nil {
+		l.db.Close()
+	}
+	if l.cleanup != nil {
+		l.cleanup()
+	}
+}
+
+// Run is one scenario in progress.
+type Run struct {
+	lab      *Lab
+	sc       Scenario
+	seed     uint64
+	rng      *rand.Rand // the fault injector's
+	dir      string
+	duration time.Duration
+	start    time.Time
+
+	redis   *Redis // single-node scenarios: the primary, behind proxy
+	proxy   *Proxy
+	cluster *RedisCluster
+	env     []string
+	fleet   []*Instance
+	db      *sql.DB
+	stats   *Stats
+	client  *Client
+	witness *Witness
+	closers []func() // what a scenario started for itself (a replica)
+	logf    func(string, ...any)
+
+	mu    sync.Mutex
+	notes []string
+}
+
+// note records what the fault injector did, with the time into the run.
+func (r *Run) note(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notes = append(r.notes, fmt.Sprintf("%5.1fs %s", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...)))
+}
+
+// at sleeps until fraction f of the workload's duration has passed.
+func (r *Run) at(ctx context.Context, f float64) {
+	sleep(ctx, time.Until(r.start.Add(time.Duration(f*float64(r.duration)))))
+}
+
+// runScenario sets a scenario up from nothing, runs the workload with its
+// fault, lets everything settle and checks the final state.
+func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, duration time.Duration, logf func(string, ...any)) (v *Verdict, err error) {
+	if sc.MinDuration > duration {
+		duration = sc.MinDuration
+	}
+	r := &Run{lab: lab, sc: sc, seed: seed, rng: rand.New(rand.NewPCG(seed, 0)), duration: duration,
+		dir: filepath.Join(lab.dir, sc.Name), stats: &Stats{}, witness: newWitness(), logf: logf}
+	v = &Verdict{Scenario: sc.Name}
+	if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return nil, err
+	}
+	defer r.teardown()
+	if err := r.setup(ctx); err != nil {
+		return nil, fmt.Errorf("%s: setup: %w", sc.Name, err)
+	}
+	logf("%s: %d instance(s) up; workload for %s", sc.Name, len(r.fleet), duration)
+
+	wctx, stop := context.WithCancel(ctx)
+	lateCtx, stopLate := context.WithTimeout(ctx, duration+orderTTL+10*time.Second)
+	defer stopLate()
+	wl := &Workload{c: r.client, w: r.witness, seed: seed, ttl: orderTTL, lateCtx: lateCtx}
+	r.start = time.Now()
+	wl.Run(wctx)
+	faultErr := make(chan error, 1)
+	go func() {
+		if sc.Fault == nil {
+			faultErr <- nil
+			return
+		}
+		faultErr <- sc.Fault(ctx, r)
+	}()
+	sleep(ctx, duration)
+	stop()
+	if err := <-faultErr; err != nil {
+		return nil, fmt.Errorf("%s: fault: %w", sc.Name, err)
+	}
+	wl.Wait()
+	logf("%s: workload done (%d operations); settling", sc.Name, r.stats.ops)
+
+	for _, in := range r.fleet { // every process runs again before the checks
+		if !in.Running() {
+			if err := in.Start(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if sc.After != nil {
+		if err := sc.After(ctx, r, v); err != nil {
+			return nil, fmt.Errorf("%s: %w", sc.Name, err)
+		}
+	}
+	v.Drift, err = r.settle(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := check(ctx, r.db, r.redisAvailable, r.witness, orderTTL+sweepInterval+2*time.Second, v); err != nil {
+		return nil, fmt.Errorf("%s: check: %w", sc.Name, err)
+	}
+	for kind, n := range r.witness.refused {
+		v.problem("abuse: %d %s accepted", n, kind)
+	}
+	r.note("settled: %d of %d units stocked sold; %d orders acknowledged", v.Sold, v.Stocked, len(r.witness.orders))
+	v.Ops, v.FiveXX, v.Notes = r.stats.ops, r.stats.fiveXX(), r.notes
+	if sc.Inspect != nil {
+		sc.Inspect(ctx, r, v)
+	}
+	return v, nil
+}
+
+func (r *Run) setup(ctx context.Context) error {
+	name := strings.ReplaceAll(r.sc.Name, "-", "_")
+	var err error
+	if r.sc.Cluster {
+		ports := [3]int{freePort(10000), freePort(10000), freePort(10000)}
+		if r.cluster, err = StartRedisCluster(filepath.Join(r.dir, "redis-cluster"), ports); err != nil {
+			return err
+		}
+		r.env = append(r.env, "INVENTORY_REDIS_CLUSTER="+strings.Join(r.cluster.Addrs(), ","))
+	} else {
+		if r.redis, err = StartRedis(filepath.Join(r.dir, "redis"), freePort()); err != nil {
+			return err
+		}
+		if r.proxy, err = StartProxy(freePort(), r.redis.Addr()); err != nil {
+			return err
+		}
+		r.env = append(r.env, "INVENTORY_REDIS_URL=redis://"+r.proxy.Addr()+"/0")
+	}
+	database := "faults_" + name
+	if err := r.lab.db.CreateDatabase(ctx, database); err != nil {
+		return err
+	}
+	if r.db, err = sql.Open("mysql", r.lab.db.DSN(database)); err != nil {
+		return err
+	}
+	secrets := newSecrets(rand.New(rand.NewPCG(r.seed, 1)))
+	r.env = append(r.env, secrets.env()...)
+	r.env = append(r.env,
+		"INVENTORY_MYSQL_DSN="+r.lab.db.DSN(database),
+		"INVENTORY_ROCKETMQ_NAMESRV="+r.lab.mq.NameServer(),
+		"INVENTORY_ROCKETMQ_TOPIC=faults_"+name,
+		"INVENTORY_ORDER_TTL="+orderTTL.String(),
+		"INVENTORY_SWEEP_INTERVAL="+sweepInterval.String(),
+		"INVENTORY_REALIGN_INTERVAL="+realignInterval.String(),
+		"INVENTORY_SECKILL_RATE=1000000", // the driver is one address; the abuse scenario tests the per-user limit
+		"INVENTORY_SHUTDOWN_TIMEOUT=5s",
+	)
+	if out, errOut, code, err := runCommand(ctx, r.lab.bin, r.env, "migrate"); err != nil || code != 0 {
+		return fmt.Errorf("inventoryd migrate: exit %d %v: %s %s", code, err, out, errOut)
+	}
+	var urls []string
+	for i := 0; i < max(1, r.sc.Instances); i++ {
+		in := &Instance{Name: fmt.Sprintf("%s-%d", r.sc.Name, i), Port: freePort(), bin: r.lab.bin, env: r.env,
+			log: filepath.Join(r.dir, fmt.Sprintf("inventoryd-%d.log", i))}
+		if err := in.Start(ctx); err != nil {
+			return err
+		}
+		r.fleet = append(r.fleet, in)
+		urls = append(urls, in.URL())
+	}
+	r.client = newClient(secrets, urls, r.stats)
+	for sku, n := range initialStock {
+		limit := 0
+		if sku == hotSKU {
+			limit = hotLimit
+		}
+		a := r.client.doAt(ctx, urls[0], http.MethodPut, "/v1/skus/"+sku, map[string]any{"stock": n, "per_user_limit": limit}, r.client.adminHeader())
+		if a.Status != http.StatusOK {
+			return fmt.Errorf("PUT /v1/skus/%s: %d %v %v", sku, a.Status, a.Body, a.Err)
+		}
+	}
+	return nil
+}
+
+// settle waits until every instance is ready, nothing is pending past its
+// deadline, every stock operation is applied and reconcile is clean (the
+// service realigns Redis itself), or two minutes pass. It returns what
+// reconcile said last: "clean", or its exit status and report.
+func (r *Run) settle(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	nextLog := time.Now().Add(10 * time.Second)
+	for _, in := range r.fleet {
+		for !ready(in.URL()) {
+			if time.Now().After(deadline) {
+				return "", fmt.Errorf("%s not ready after the run (log %s)", in.Name, in.log)
+			}
+			sleep(ctx, 200*time.Millisecond)
+		}
+	}
+	drift := "not run"
+	for {
+		var pending, held, committed, unapplied int64
+		err := r.db.QueryRowContext(ctx, `SELECT
+			(SELECT COUNT(*) FROM orders WHERE status = 'PENDING'),
+			(SELECT COUNT(*) FROM stock_reservations WHERE state = 'HELD'),
+			(SELECT COUNT(*) FROM stock_reservations WHERE state = 'COMMITTED'),
+			(SELECT COUNT(*) FROM stock_outbox WHERE applied_at IS NULL)`).Scan(&pending, &held, &committed, &unapplied)
+		if err != nil {
+			return "", err
+		}
+		if pending+held+committed+unapplied == 0 {
+			out, _, code, err := runCommand(ctx, r.lab.bin, r.env, "reconcile")
+			if err != nil {
+				return "", fmt.Errorf("reconcile: %w", err)
+			}
+			if code == 0 {
+				return "clean", nil
+			}
+			drift = fmt.Sprintf("exit %d: %d SKUs (%s)", code, strings.Count(out, "\n"), strings.TrimSpace(headLine(out)))
+		} else {
+			drift = fmt.Sprintf("not settled: %d pending orders, %d held, %d committed, %d unapplied", pending, held, committed, unapplied)
+		}
+		if time.Now().After(deadline) {
+			return drift, nil
+		}
+		if time.Now().After(nextLog) {
+			var unsent int64
+			_ = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL`).Scan(&unsent)
+			r.logf("%s: waiting: %s (%d not yet sent to the broker)", r.sc.Name, drift, unsent)
+			nextLog = time.Now().Add(10 * time.Second)
+		}
+		sleep(ctx, 500*time.Millisecond)
+	}
+}
+
+// redisAvailable reads what Redis holds for sku through the API.
+func (r *Run) redisAvailable(ctx context.Context, sku string) (int64, error) {
+	a := r.client.doAt(ctx, r.fleet[0].URL(), http.MethodGet, "/v1/skus/"+sku, nil, r.client.clientHeader())
+	if a.Status != http.StatusOK {
+		return 0, fmt.Errorf("GET /v1/skus/%s: %d %v %v", sku, a.Status, a.Body, a.Err)
+	}
+	return a.num("redis_available"), nil
+}
+
+func headLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+func (r *Run) teardown() {
+	for _, in := range r.fleet {
+		in.Stop()
+	}
+	if r.db != nil {
+		r.db.Close()
+	}
+	if r.proxy != nil {
+		r.proxy.Close()
+	}
+	if r.redis != nil {
+		r.redis.Close()
+	}
+	if r.cluster != nil {
+		r.cluster.Close()
+	}
+	for _, c := range r.closers {
+		c()
+	}
+}
