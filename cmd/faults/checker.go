@@ -116,9 +116,52 @@ func check(ctx context.Context, db *sql.DB, redisAvailable func(context.Context,
 			return err
 		}
 	}
-	if err := scanSKUs(ctx, db, `SELECT sku, COALESCE(SUM(qty), 0) FROM stock_reservations WHERE state IN ('HELD', 'COMMITTED') GROUP BY sku`,
+	// Held: unpaid holds. (Committed ones are sold already, and still in
+	// on_hand and reserved until applied.)
+	if err := scanSKUs(ctx, db, `SELECT sku, COALESCE(SUM(qty), 0) FROM stock_reservations WHERE state = 'HELD' GROUP BY sku`,
 		func(s *skuState, n int64) { s.live += n }, skus); err != nil {
 		return err
+	}
+	// The history must add up to the counters (docs/SPEC.md: one movement
+	// per change, in the change's transaction).
+	if err := scan(ctx, db, `SELECT s.sku, s.on_hand, s.reserved, COALESCE(SUM(m.on_hand_delta), 0), COALESCE(SUM(m.reserved_delta), 0)
+		FROM skus s LEFT JOIN stock_movements m ON m.sku = s.sku GROUP BY s.sku, s.on_hand, s.reserved`, func(r *sql.Rows) error {
+		var sku string
+		var onHand, reserved, onHandSum, reservedSum int64
+		if err := r.Scan(&sku, &onHand, &reserved, &onHandSum, &reservedSum); err != nil {
+			return err
+		}
+		if onHand != onHandSum || reserved != reservedSum {
+			v.problem("%s: on_hand %d, reserved %d, but the movements sum to %d and %d", sku, onHand, reserved, onHandSum, reservedSum)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// What clients were told was sold must fit in what was stocked too: a
+	// second sale of one unit the database somehow kept no trace of would
+	// show here, whatever its counters say.
+	status := map[string]string{}
+	paymentID := map[string]string{}
+	if err := scan(ctx, db, `SELECT id, status, COALESCE(payment_id, '') FROM orders`, func(r *sql.Rows) error {
+		var id, st, pid string
+		err := r.Scan(&id, &st, &pid)
+		status[id], paymentID[id] = st, pid
+		return err
+	}); err != nil {
+		return err
+	}
+	told := map[string]int64{}
+	for _, o := range w.orders {
+		// Refunded (answered so, or refunded by a refund whose answer was lost).
+		if len(o.Paid) > 0 && !w.refunds[o.ID] && status[o.ID] != "REFUNDED" {
+			for sku, q := range o.Items {
+				told[sku] += q
+			}
+		}
+	}
+	for _, q := range w.commits {
+		told[tokenSKU] += q
 	}
 
 	names := make([]string, 0, len(skus))
@@ -135,14 +178,20 @@ func check(ctx context.Context, db *sql.DB, redisAvailable func(context.Context,
 		v.Sold += s.sold
 		v.Stocked += s.stocked
 		// Every unit stocked is sold, available or held, once:
-		// stocked = sold + (on_hand - reserved) + live holds.
-		// More than that is oversold (sold, or still offered, beyond
-		// stock); less is lost.
-		switch d := s.sold + (s.onHand - s.reserved) + s.live - s.stocked; {
-		case d > 0:
-			v.Oversold += d
+		// stocked = sold + (on_hand - reserved) + held. More than that is
+		// oversold (sold, or still offered, beyond stock); less is lost.
+		// Clients told more units were theirs than were stocked is oversold
+		// too; the larger of the two counts.
+		excess := told[sku] - s.stocked
+		d := s.sold + (s.onHand - s.reserved) + s.live - s.stocked
+		if excess > 0 {
+			v.problem("%s: clients were told %d units were theirs, of %d stocked", sku, told[sku], s.stocked)
+		}
+		if d > 0 {
 			v.problem("%s: sold %d + available %d + held %d exceeds stocked %d", sku, s.sold, s.onHand-s.reserved, s.live, s.stocked)
-		case d < 0:
+		}
+		v.Oversold += max(0, excess, d)
+		if d < 0 {
 			v.Lost += -d
 			v.problem("%s: sold %d + available %d + held %d falls short of stocked %d", sku, s.sold, s.onHand-s.reserved, s.live, s.stocked)
 		}
@@ -156,12 +205,24 @@ func check(ctx context.Context, db *sql.DB, redisAvailable func(context.Context,
 	}
 
 	// Acknowledged orders, payments and commits must be recorded.
-	status := map[string]string{}
-	paymentID := map[string]string{}
-	if err := scan(ctx, db, `SELECT id, status, COALESCE(payment_id, '') FROM orders`, func(r *sql.Rows) error {
-		var id, st, pid string
-		err := r.Scan(&id, &st, &pid)
-		status[id], paymentID[id] = st, pid
+	items := map[string]map[string]int64{}
+	if err := scan(ctx, db, `SELECT order_id, sku, qty FROM order_items`, func(r *sql.Rows) error {
+		var id, sku string
+		var q int64
+		err := r.Scan(&id, &sku, &q)
+		if items[id] == nil {
+			items[id] = map[string]int64{}
+		}
+		items[id][sku] = q
+		return err
+	}); err != nil {
+		return err
+	}
+	ledger := map[string]bool{} // "op token sku", tokens of orders as order ids
+	if err := scan(ctx, db, `SELECT op, token, sku FROM stock_ledger`, func(r *sql.Rows) error {
+		var op, tok, sku string
+		err := r.Scan(&op, &tok, &sku)
+		ledger[op+" "+strings.TrimSuffix(tok, ".late")+" "+sku] = true
 		return err
 	}); err != nil {
 		return err
@@ -172,6 +233,20 @@ func check(ctx context.Context, db *sql.DB, redisAvailable func(context.Context,
 			v.Lost += sum(o.Items)
 			v.problem("order %s answered 201, not in the database", o.ID)
 			continue
+		}
+		if fmt.Sprint(items[o.ID]) != fmt.Sprint(o.Items) {
+			v.Lost += sum(o.Items)
+			v.problem("order %s answered with items %v, the database has %v", o.ID, o.Items, items[o.ID])
+		}
+		for sku, q := range o.Items {
+			if len(o.Paid) > 0 && !ledger["DEDUCT "+o.ID+" "+sku] {
+				v.Lost += q
+				v.problem("order %s answered PAID; no deduction of %s was applied", o.ID, sku)
+			}
+			if w.refunds[o.ID] && !ledger["RESTORE "+o.ID+" "+sku] {
+				v.Lost += q
+				v.problem("order %s answered REFUNDED; no restore of %s was applied", o.ID, sku)
+			}
 		}
 		if len(o.Paid) > 1 {
 			v.Duplicated++
@@ -185,19 +260,24 @@ func check(ctx context.Context, db *sql.DB, redisAvailable func(context.Context,
 			}
 		}
 	}
-	commits := map[string]string{}
-	if err := scan(ctx, db, `SELECT SUBSTRING(token, 3), state FROM stock_reservations WHERE order_id IS NULL AND token LIKE 't.%'`, func(r *sql.Rows) error {
-		var tok, st string
-		err := r.Scan(&tok, &st)
-		commits[tok] = st
+	type hold struct {
+		state string
+		qty   int64
+	}
+	holds := map[string]hold{}
+	if err := scan(ctx, db, `SELECT SUBSTRING(token, 3), state, qty FROM stock_reservations WHERE order_id IS NULL AND token LIKE 't.%'`, func(r *sql.Rows) error {
+		var tok string
+		var h hold
+		err := r.Scan(&tok, &h.state, &h.qty)
+		holds[tok] = h
 		return err
 	}); err != nil {
 		return err
 	}
 	for tok, q := range w.commits {
-		if st := commits[tok]; st != "COMMITTED" && st != "SOLD" {
+		if h := holds[tok]; (h.state != "COMMITTED" && h.state != "SOLD") || h.qty != q {
 			v.Lost += q
-			v.problem("token %s answered committed, the database has %q", tok, st)
+			v.problem("token %s answered %d committed, the database has %d %q", tok, q, h.qty, h.state)
 		}
 	}
 
@@ -223,6 +303,7 @@ func check(ctx context.Context, db *sql.DB, redisAvailable func(context.Context,
 		{"orders PENDING past their deadline", `SELECT COUNT(*) FROM orders WHERE status = 'PENDING' AND expires_at < ?`},
 		{"holds HELD past their expiry", `SELECT COUNT(*) FROM stock_reservations WHERE state = 'HELD' AND expires_at < ?`},
 		{"stock operations not applied", `SELECT COUNT(*) FROM stock_outbox WHERE applied_at IS NULL AND created_at < ?`},
+		{"sales committed and never applied", `SELECT COUNT(*) FROM stock_reservations WHERE state = 'COMMITTED' AND updated_at < ?`},
 	} {
 		var n int64
 		if err := db.QueryRowContext(ctx, q.sql, time.Now().UTC().Add(-ttlPlusSweep)).Scan(&n); err != nil {

@@ -8,7 +8,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,21 +69,49 @@ type Client struct {
 type Stats struct {
 	mu       sync.Mutex
 	ops      int64
-	noAnswer int64
+	noAnswer map[string]int64 // requests that got no answer, by route
 	byStatus map[int]int64
 }
 
-func (s *Stats) record(status int) {
+func (s *Stats) record(status int, path string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ops++
 	if status == 0 {
-		s.noAnswer++
+		if s.noAnswer == nil {
+			s.noAnswer = map[string]int64{}
+		}
+		s.noAnswer[route(path)]++
 	}
 	if s.byStatus == nil {
 		s.byStatus = map[int]int64{}
 	}
 	s.byStatus[status]++
+}
+
+// route names the kind of request a path is, to say where the faults struck.
+func route(path string) string {
+	for _, r := range []string{"/v1/payments/callback", "/v1/seckill", "/v1/stock", "/v1/skus"} {
+		if strings.HasPrefix(path, r) {
+			return r
+		}
+	}
+	if strings.HasPrefix(path, "/v1/orders/") {
+		return "/v1/orders/{id}/..."
+	}
+	return path
+}
+
+// unanswered says which requests got no answer (a process died under them).
+func (s *Stats) unanswered() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var parts []string
+	for r, n := range s.noAnswer {
+		parts = append(parts, fmt.Sprintf("%s %d", r, n))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
 }
 
 // fiveXX is the count of 5xx answers by status.
@@ -131,13 +161,13 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, body any, 
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() == nil {
-			c.stats.record(0)
+			c.stats.record(0, path)
 		}
 		return Answer{Err: err}
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	c.stats.record(resp.StatusCode)
+	c.stats.record(resp.StatusCode, path)
 	a := Answer{Status: resp.StatusCode}
 	_ = json.Unmarshal(data, &a.Body)
 	return a

@@ -87,6 +87,17 @@ func checkerCountsEachBrokenPromise(t *testing.T, ctx context.Context, r *Run) {
 		}
 	}
 	require.NotNil(t, paid, "the run paid an order")
+	soldToken := some(`SELECT token FROM stock_reservations WHERE state = 'SOLD' AND token LIKE 't.%' LIMIT 1`)
+	var tokStocked, tokCommitted int64 // TOK's stock, and what the token API said it committed
+	tokStocked = initialStock[tokenSKU]
+	for _, rs := range r.witness.restocks {
+		if rs.SKU == tokenSKU && rs.Acked {
+			tokStocked += rs.Delta
+		}
+	}
+	for _, q := range r.witness.commits {
+		tokCommitted += q
+	}
 
 	for _, c := range []struct {
 		name          string
@@ -116,6 +127,17 @@ func checkerCountsEachBrokenPromise(t *testing.T, ctx context.Context, r *Run) {
 				SELECT sku, kind, on_hand_delta, reserved_delta, 'dup', reference FROM stock_movements WHERE kind = 'SALE' LIMIT 1`)
 		}, func() { exec(`DELETE FROM stock_movements WHERE reason = 'dup'`) }, Verdict{Duplicated: 1}},
 		{"an order paid twice", func() { paid.Paid["second"] = true }, func() { delete(paid.Paid, "second") }, Verdict{Duplicated: 1}},
+		{"a paid order whose deduction never applied", func() {
+			exec(`UPDATE stock_ledger SET op = 'X' WHERE op = 'DEDUCT' AND token = ?`, paid.ID)
+		}, func() { exec(`UPDATE stock_ledger SET op = 'DEDUCT' WHERE op = 'X'`) }, Verdict{Lost: sum(paid.Items)}},
+		{"clients told more units were theirs than were stocked", func() { r.witness.commits["ghost"] = tokStocked + 1 },
+			func() { delete(r.witness.commits, "ghost") }, Verdict{Oversold: tokCommitted + 1, Lost: tokStocked + 1}},
+		{"a sale committed and never applied", func() {
+			exec(`UPDATE stock_reservations SET state = 'COMMITTED', updated_at = NOW(6) - INTERVAL 1 HOUR WHERE token = ?`, soldToken)
+		}, func() { exec(`UPDATE stock_reservations SET state = 'SOLD' WHERE token = ?`, soldToken) }, Verdict{Stuck: 1}},
+		{"the history does not add up to the counters", func() {
+			exec(`UPDATE stock_movements SET on_hand_delta = on_hand_delta + 1 WHERE sku = 'HOT' AND kind = 'SET'`)
+		}, func() { exec(`UPDATE stock_movements SET on_hand_delta = on_hand_delta - 1 WHERE sku = 'HOT' AND kind = 'SET'`) }, Verdict{}},
 		{"an order stuck pending", func() {
 			exec(`UPDATE orders SET status = 'PENDING', expires_at = NOW(6) - INTERVAL 1 HOUR WHERE id = ?`, expired)
 		}, func() { exec(`UPDATE orders SET status = 'EXPIRED' WHERE id = ?`, expired) }, Verdict{Stuck: 1}},

@@ -165,6 +165,9 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 		v.problem("abuse: %d %s accepted", n, kind)
 	}
 	r.note("settled: %d of %d units stocked sold; %d orders acknowledged", v.Sold, v.Stocked, len(r.witness.orders))
+	if u := r.stats.unanswered(); u != "" {
+		r.note("requests without an answer: %s", u)
+	}
 	v.Ops, v.FiveXX, v.Notes = r.stats.ops, r.stats.fiveXX(), r.notes
 	if sc.Inspect != nil {
 		sc.Inspect(ctx, r, v)
@@ -238,10 +241,11 @@ func (r *Run) setup(ctx context.Context) error {
 
 // settle waits until every instance is ready, nothing is pending past its
 // deadline, every stock operation is applied and reconcile is clean (the
-// service realigns Redis itself), or two minutes pass. It returns what
+// service realigns Redis itself), or three minutes pass (a consumer group
+// change costs the sync about a minute: see the README). It returns what
 // reconcile said last: "clean", or its exit status and report.
 func (r *Run) settle(ctx context.Context) (string, error) {
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(3 * time.Minute)
 	nextLog := time.Now().Add(10 * time.Second)
 	for _, in := range r.fleet {
 		for !ready(in.URL()) {
@@ -285,6 +289,14 @@ func (r *Run) settle(ctx context.Context) (string, error) {
 		}
 		sleep(ctx, 500*time.Millisecond)
 	}
+}
+
+// unapplied is the number of stock operations not yet applied (-1 when the
+// database does not answer).
+func (r *Run) unapplied(ctx context.Context) int64 {
+	var n int64 = -1
+	_ = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM stock_outbox WHERE applied_at IS NULL`).Scan(&n)
+	return n
 }
 
 // redisAvailable reads what Redis holds for sku through the API.

@@ -727,7 +727,8 @@ func (m *MariaDB) Start() error {
 	p, err := startProc(filepath.Join(m.dir, "mariadbd.log"), "/usr/sbin/mariadbd",
 		"--no-defaults", "--user=root", "--datadir="+m.datadir, "--port="+strconv.Itoa(m.port),
 		"--socket="+m.socket, "--pid-file="+filepath.Join(m.dir, "mariadbd.pid"), "--bind-address=127.0.0.1",
-		"--skip-name-resolve", "--innodb-buffer-pool-size=128M", "--max-connections=500")
+		"--skip-name-resolve", "--innodb-buffer-pool-size=128M", "--max-connections=500",
+		"--default-time-zone=+00:00") // the checker compares DEFAULT CURRENT_TIMESTAMP columns with UTC
 	if err != nil {
 		return err
 	}

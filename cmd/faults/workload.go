@@ -31,10 +31,9 @@ type Witness struct {
 	mu       sync.Mutex
 	orders   map[string]*orderSeen
 	commits  map[string]int64 // token -> units the API said it committed
+	refunds  map[string]bool  // orders answered REFUNDED
 	restocks []restock
-	// limitBreaches counts 201s beyond the per-user limit seen by one buyer
-	// whose earlier orders were all still live (abuse scenario).
-	refused map[string]int // abuse probes that must be refused, by kind, that were not
+	refused  map[string]int // abuse probes that must be refused, by kind, that were not
 }
 
 type orderSeen struct {
@@ -52,7 +51,7 @@ type restock struct {
 }
 
 func newWitness() *Witness {
-	return &Witness{orders: map[string]*orderSeen{}, commits: map[string]int64{}, refused: map[string]int{}}
+	return &Witness{orders: map[string]*orderSeen{}, commits: map[string]int64{}, refunds: map[string]bool{}, refused: map[string]int{}}
 }
 
 func (w *Witness) created(a Answer, user string) *orderSeen {
@@ -85,6 +84,12 @@ func (w *Witness) committed(token string, qty int64) {
 	w.commits[token] = qty
 }
 
+func (w *Witness) refunded(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.refunds[id] = true
+}
+
 func (w *Witness) restocked(r restock) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -97,8 +102,8 @@ func (w *Witness) notRefused(kind string) {
 	w.refused[kind]++
 }
 
-// paidOrders are the orders the workload saw paid (for refunds).
-func (w *Witness) pickPaid(rng *rand.Rand) *orderSeen {
+// pickPaid is an order the workload saw paid, and the payment id that paid it.
+func (w *Witness) pickPaid(rng *rand.Rand) (*orderSeen, string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var paid []*orderSeen
@@ -108,9 +113,13 @@ func (w *Witness) pickPaid(rng *rand.Rand) *orderSeen {
 		}
 	}
 	if len(paid) == 0 {
-		return nil
+		return nil, ""
 	}
-	return paid[rng.IntN(len(paid))]
+	o := paid[rng.IntN(len(paid))]
+	for pid := range o.Paid {
+		return o, pid
+	}
+	return nil, ""
 }
 
 // Workload runs the mixed traffic of every scenario until ctx ends.
@@ -265,10 +274,13 @@ func (wl *Workload) tokenUser(ctx context.Context, rng *rand.Rand, id int) {
 func (wl *Workload) refunder(ctx context.Context, rng *rand.Rand, _ int) {
 	for ctx.Err() == nil {
 		sleep(ctx, time.Duration(300+rng.IntN(500))*time.Millisecond)
-		if o := wl.w.pickPaid(rng); o != nil {
-			wl.c.retry(ctx, rng, 4, func() Answer {
+		if o, _ := wl.w.pickPaid(rng); o != nil {
+			a := wl.c.retry(ctx, rng, 4, func() Answer {
 				return wl.c.do(ctx, rng, http.MethodPost, "/v1/orders/"+o.ID+"/refund", nil, wl.c.adminHeader())
 			})
+			if a.Status == http.StatusOK && a.str("status") == "REFUNDED" {
+				wl.w.refunded(o.ID)
+			}
 		}
 	}
 }
