@@ -137,7 +137,9 @@ func checkerCountsEachBrokenPromise(t *testing.T, ctx context.Context, r *Run) {
 		}, func() { exec(`UPDATE stock_reservations SET state = 'SOLD' WHERE token = ?`, soldToken) }, Verdict{Stuck: 1}},
 		{"the history does not add up to the counters", func() {
 			exec(`UPDATE stock_movements SET on_hand_delta = on_hand_delta + 1 WHERE sku = 'HOT' AND kind = 'SET'`)
-		}, func() { exec(`UPDATE stock_movements SET on_hand_delta = on_hand_delta - 1 WHERE sku = 'HOT' AND kind = 'SET'`) }, Verdict{}},
+		}, func() {
+			exec(`UPDATE stock_movements SET on_hand_delta = on_hand_delta - 1 WHERE sku = 'HOT' AND kind = 'SET'`)
+		}, Verdict{}},
 		{"an order stuck pending", func() {
 			exec(`UPDATE orders SET status = 'PENDING', expires_at = NOW(6) - INTERVAL 1 HOUR WHERE id = ?`, expired)
 		}, func() { exec(`UPDATE orders SET status = 'EXPIRED' WHERE id = ?`, expired) }, Verdict{Stuck: 1}},

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,7 +26,7 @@ type Scenario struct {
 	Fault func(ctx context.Context, r *Run) error
 	// After runs once the workload has stopped, before the checks.
 	After func(ctx context.Context, r *Run, v *Verdict) error
-	// Inspect, in tests, sees the run after the checks, before teardown.
+	// Inspect sees the run after the checks, before teardown.
 	Inspect func(ctx context.Context, r *Run, v *Verdict)
 }
 
@@ -49,22 +52,53 @@ var scenarios = []Scenario{
 		return nil
 	}},
 	{Name: "redis-evict", Fault: func(ctx context.Context, r *Run) error {
-		// What eviction or an expiry does: keys vanish one by one, the
-		// stock keys among them, while the sale goes on.
-		for _, f := range []float64{0.25, 0.45, 0.65} {
+		rdb := r.redis.Client()
+		// Keys vanish one by one, the stock keys among them, while the sale goes on.
+		for _, f := range []float64{0.2, 0.35} {
 			r.at(ctx, f)
-			keys, err := r.redis.Client().Keys(ctx, "inv:*").Result()
+			keys, err := rdb.Keys(ctx, "inv:*").Result()
 			if err != nil {
 				return err
 			}
 			gone := 0
 			for _, k := range keys {
 				if r.rng.IntN(2) == 0 {
-					gone += int(r.redis.Client().Del(ctx, k).Val())
+					gone += int(rdb.Del(ctx, k).Val())
 				}
 			}
-			r.note("evicted %d of %d keys", gone, len(keys))
+			r.note("deleted %d of %d keys", gone, len(keys))
 		}
+		// Every stock key expires.
+		r.at(ctx, 0.5)
+		keys, err := rdb.Keys(ctx, "inv:{*}:stock").Result()
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			rdb.PExpire(ctx, k, time.Duration(1+r.rng.IntN(50))*time.Millisecond)
+		}
+		r.note("%d stock keys set to expire within 50ms", len(keys))
+		// Real eviction: memory capped below what is used, LRU over all keys.
+		r.at(ctx, 0.65)
+		info, err := rdb.Info(ctx, "memory").Result()
+		if err != nil {
+			return err
+		}
+		mem, dataset := infoInt(info, "used_memory"), infoInt(info, "used_memory_dataset")
+		if err := rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+			return err
+		}
+		if err := rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(mem-dataset/2, 10)).Err(); err != nil {
+			return err
+		}
+		before := rdb.Info(ctx, "stats").Val()
+		sleep(ctx, 2*time.Second)
+		after := rdb.Info(ctx, "stats").Val()
+		if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+			return err
+		}
+		r.note("maxmemory set half the dataset (%d bytes) under use for 2s, allkeys-lru: %d keys evicted, %d error replies (OOM)",
+			dataset/2, infoInt(after, "evicted_keys")-infoInt(before, "evicted_keys"), infoInt(after, "total_error_replies")-infoInt(before, "total_error_replies"))
 		return nil
 	}},
 	{Name: "redis-rdb-rollback", Quick: true, Fault: func(ctx context.Context, r *Run) error {
@@ -152,7 +186,7 @@ var scenarios = []Scenario{
 		}
 		return nil
 	}},
-	{Name: "scale-out", Instances: 3, After: soldOutClearsEverywhere},
+	{Name: "scale-out", Instances: 3, After: soldOutClearsEverywhere, Inspect: sharedWork},
 	{Name: "redis-cluster", Instances: 2, Cluster: true, Fault: func(ctx context.Context, r *Run) error {
 		r.at(ctx, 0.4)
 		i := r.rng.IntN(3)
@@ -215,6 +249,66 @@ func soldOutClearsEverywhere(ctx context.Context, r *Run, v *Verdict) error {
 		}
 	}
 	return nil
+}
+
+// infoInt reads one integer field of an INFO answer.
+func infoInt(info, field string) int64 {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// sharedWork reads each instance's counters: the consumer group must have
+// spread the applying over more than one node; the notes say who relayed,
+// applied and expired what.
+func sharedWork(ctx context.Context, r *Run, v *Verdict) {
+	var applying int
+	var parts []string
+	for _, in := range r.fleet {
+		m, err := scrape(ctx, in.URL())
+		if err != nil {
+			v.problem("%s /metrics: %v", in.Name, err)
+			return
+		}
+		if m["inventory_mq_applied_total"] > 0 {
+			applying++
+		}
+		parts = append(parts, fmt.Sprintf("%s relayed %.0f, applied %.0f, expired %.0f", in.Name,
+			m["inventory_mq_sent_total"], m["inventory_mq_applied_total"], m["inventory_orders_expired_total"]))
+	}
+	r.note("%s", strings.Join(parts, "; "))
+	if applying < 2 {
+		v.problem("only %d of %d instances applied stock operations: the consumer group did not balance", applying, len(r.fleet))
+	}
+}
+
+// scrape reads the unlabelled samples of an instance's /metrics.
+func scrape(ctx context.Context, base string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	lines := bufio.NewScanner(resp.Body)
+	for lines.Scan() {
+		name, value, ok := strings.Cut(lines.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
+			continue
+		}
+		if f, err := strconv.ParseFloat(value, 64); err == nil {
+			out[name] = f
+		}
+	}
+	return out, lines.Err()
 }
 
 // abuse aims hostile traffic at the service beside the workload: 1,000

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"syscall"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/assert"
 
 	"github.com/acme/inventory/order"
@@ -27,6 +29,7 @@ func TestDependencyFailuresAreUnavailable(t *testing.T) {
 		errors.New("stock: deduct HOT: LOADING Redis is loading the dataset in memory"),
 		errors.New("stock: deduct HOT: READONLY You can't write against a read only replica."),
 		errors.New("stock: deduct HOT: CLUSTERDOWN The cluster is down"),
+		errors.New("stock: deduct HOT: OOM command not allowed when used memory > 'maxmemory'."),
 		errors.New("order: Error 1053 (08S01): Server shutdown in progress"),
 	} {
 		status, body := (&Server{}).answer(err)
@@ -42,4 +45,41 @@ func TestDependencyFailuresAreUnavailable(t *testing.T) {
 	assert.Equal(t, http.StatusConflict, status)
 	status, _ = (&Server{}).answer(fmt.Errorf("%w: order 1", order.ErrConflict))
 	assert.Equal(t, http.StatusConflict, status)
+}
+
+// userMessage drops package prefixes wherever a message starts (at the
+// beginning or after a wrapped message's colon) and a leading sentinel name,
+// and nothing else. (The regexps it replaced left the second of two
+// prefixes in a row: "order: stock: ..." became "stock: ...".)
+func TestUserMessage(t *testing.T) {
+	for in, want := range map[string]string{
+		"stock: insufficient stock: HOT":                             "insufficient stock: HOT",
+		"order: conflict: order o1 is PAID":                          "order o1 is PAID",
+		"invalid argument: qty must be positive":                     "qty must be positive",
+		"order: create: stock: deduct CART-1: stock: unknown sku: X": "create: deduct CART-1: unknown sku: X",
+		"not found: order: no order o1":                              "no order o1",
+		"order: stock: insufficient stock: X":                        "insufficient stock: X",
+		"restock: order stock: 5":                                    "restock: order stock: 5",
+		"mq: identity: app: x":                                       "x",
+		"stockpile: 3":                                               "stockpile: 3",
+		"a:: stock: b":                                               "a:: b",
+		"":                                                           "",
+	} {
+		assert.Equal(t, want, userMessage(errors.New(in)), in)
+	}
+}
+
+// The sold-out flag's pre-encoded answer is byte for byte what the error
+// path writes for the same refusal.
+func TestSoldOutBodyIsTheErrorAnswer(t *testing.T) {
+	s := &Server{}
+	e := echo.New()
+	e.JSONSerializer = jsonSerializer{}
+	for _, sku := range []string{"GONE", "A<B&C"} {
+		rec := httptest.NewRecorder()
+		s.errorHandler(fmt.Errorf("%w: %s is sold out", stock.ErrInsufficientStock, sku), e.NewContext(httptest.NewRequest(http.MethodPost, "/", nil), rec))
+		assert.Equal(t, http.StatusConflict, rec.Code)
+		assert.Equal(t, rec.Body.String(), string(s.soldOutBody(sku)))
+		assert.Equal(t, rec.Body.String(), string(s.soldOutBody(sku)), "cached")
+	}
 }

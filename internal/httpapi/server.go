@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,8 +74,12 @@ type Server struct {
 	catalog *order.Catalog
 	soldOut *SoldOut
 	limits  sync.Map // sku -> cachedLimit
-	log     *slog.Logger
-	e       *echo.Echo
+	// soldOutBodies holds, per SKU, the encoded answer to a purchase the
+	// sold-out flag refuses: the cheapest answer the service gives, so it is
+	// written as bytes, not rebuilt per request.
+	soldOutBodies sync.Map // sku -> []byte
+	log           *slog.Logger
+	e             *echo.Echo
 }
 
 type cachedLimit struct {
@@ -148,6 +153,23 @@ func New(cfg Config, st *stock.Store, orders *order.Service, cat *order.Catalog,
 	v1.POST("/seckill/:sku/buy", s.seckill, client, limiter)
 	s.e = e
 	return s
+}
+
+// soldOutBody is the answer to a purchase of a sold-out SKU: exactly what
+// the error path writes for it, encoded once per SKU.
+func (s *Server) soldOutBody(sku string) []byte {
+	if b, ok := s.soldOutBodies.Load(sku); ok {
+		return b.([]byte)
+	}
+	_, body := s.answer(fmt.Errorf("%w: %s is sold out", stock.ErrInsufficientStock, sku))
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf) // as jsonSerializer writes every answer
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(body); err != nil {
+		panic(err) // two strings always encode
+	}
+	s.soldOutBodies.Store(sku, buf.Bytes())
+	return buf.Bytes()
 }
 
 // Handler is the server's http.Handler.
@@ -477,7 +499,7 @@ func (s *Server) seckill(c echo.Context) error {
 	// nothing and tells nothing about anyone.
 	if s.soldOut.Is(sku) {
 		s.cfg.Metrics.soldOutFlag.Inc()
-		return fmt.Errorf("%w: %s is sold out", stock.ErrInsufficientStock, sku)
+		return c.JSONBlob(http.StatusConflict, s.soldOutBody(sku))
 	}
 	user, err := s.buyer(c, req.UserID)
 	if err != nil {
