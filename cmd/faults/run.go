@@ -168,10 +168,11 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 	if u := r.stats.unanswered(); u != "" {
 		r.note("requests without an answer: %s", u)
 	}
-	v.Ops, v.FiveXX, v.Notes = r.stats.ops, r.stats.fiveXX(), r.notes
+	v.Ops, v.FiveXX = r.stats.ops, r.stats.fiveXX()
 	if sc.Inspect != nil {
 		sc.Inspect(ctx, r, v)
 	}
+	v.Notes = r.notes
 	return v, nil
 }
 

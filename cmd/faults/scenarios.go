@@ -159,14 +159,20 @@ var scenarios = []Scenario{
 			return err
 		}
 		r.note("broker started again")
-		// Kill a consumer once the backlog of 30 s of payments starts to drain.
-		before := r.unapplied(ctx)
-		for end := time.Now().Add(90 * time.Second); time.Now().Before(end) && r.unapplied(ctx) >= before; {
+		// Kill a consumer once the backlog of 30 s of payments starts to
+		// drain (or after 90 s: the note says which).
+		before, began := r.unapplied(ctx), time.Now()
+		for time.Since(began) < 90*time.Second && r.unapplied(ctx) >= before && ctx.Err() == nil {
 			sleep(ctx, 100*time.Millisecond)
 		}
+		now := r.unapplied(ctx)
 		in := r.fleet[r.rng.IntN(len(r.fleet))]
 		in.Kill()
-		r.note("%s (a consumer) killed while the backlog drained (%d → %d unapplied)", in.Name, before, r.unapplied(ctx))
+		if now < before {
+			r.note("%s (a consumer) killed while the backlog drained (%d → %d unapplied, %.0fs after the broker came back)", in.Name, before, now, time.Since(began).Seconds())
+		} else {
+			r.note("the backlog had not started to drain %.0fs after the broker came back (%d → %d unapplied); %s (a consumer) killed", time.Since(began).Seconds(), before, now, in.Name)
+		}
 		sleep(ctx, time.Second)
 		return in.Start(ctx)
 	}},
@@ -322,7 +328,14 @@ func abuse(ctx context.Context, r *Run) error {
 	rng := rand.New(rand.NewPCG(r.seed, 99))
 	r.at(ctx, 0.3)
 
-	// Fresh pending orders (held units) to aim at.
+	// Fresh pending orders (held units) to aim at, on stock added for them.
+	for i, sku := range cartSKUs {
+		ref := fmt.Sprintf("restock-victims-%d-%d", r.seed, i)
+		a := c.do(ctx, rng, http.MethodPost, "/v1/skus/"+sku+"/adjust", map[string]any{"delta": 10, "reason": "restock", "reference": ref}, c.adminHeader())
+		if a.Status == http.StatusOK || a.ambiguous() {
+			w.restocked(restock{SKU: sku, Delta: 10, Ref: ref, Acked: a.Status == http.StatusOK})
+		}
+	}
 	var victims []*orderSeen
 	for i := 0; len(victims) < 20 && i < 200 && ctx.Err() == nil; i++ {
 		user := fmt.Sprintf("victim-%d", i)
