@@ -280,7 +280,7 @@ func TestServersMariaDB(t *testing.T) {
 }
 
 // TestServersRocketMQ is the only test that starts JVMs.
-func TestServersRocketMQ(t *testing.T) {
+func TestServersMessageBroker(t *testing.T) {
 	dir := t.TempDir()
 	var q *RocketMQ
 	timed(t, "rocketmq name server and broker boot", func() (err error) {
