@@ -82,10 +82,7 @@ func (s *Server) requireClient(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-const (
-	ctxAdmin     = "inventory.admin"
-	ctxRequestID = "inventory.request_id"
-)
+const ctxAdmin = "inventory.admin"
 
 func isAdmin(c echo.Context) bool { v, _ := c.Get(ctxAdmin).(bool); return v }
 
@@ -112,13 +109,12 @@ func requestID(next echo.HandlerFunc) echo.HandlerFunc {
 		if !requestIDPattern.MatchString(id) {
 			id = uuid.NewString()
 		}
-		c.Response().Header().Set(echo.HeaderXRequestID, id)
-		c.Set(ctxRequestID, id)
+		c.Response().Header().Set(echo.HeaderXRequestID, id) // where requestIDOf reads it: no per-request map
 		return next(c)
 	}
 }
 
-func requestIDOf(c echo.Context) string { v, _ := c.Get(ctxRequestID).(string); return v }
+func requestIDOf(c echo.Context) string { return c.Response().Header().Get(echo.HeaderXRequestID) }
 
 // ipExtractor decides which address a request comes from. By default the
 // connection's remote address: X-Forwarded-For and X-Real-IP are ignored, so
