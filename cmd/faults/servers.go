@@ -752,14 +752,17 @@ func (m *MariaDB) Start() error {
 
 // Kill sends SIGKILL (a crash) and waits for the exit. Killing a server that
 // is not running does nothing.
-func (m *MariaDB) Kill() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.proc == nil {
+func (m *MariaDB) Kill() error { return killUnder(&m.mu, &m.proc) }
+
+// killUnder kills *p (if running) holding mu, and forgets it.
+func killUnder(mu *sync.Mutex, p **srvProc) error {
+	mu.Lock()
+	defer mu.Unlock()
+	if *p == nil {
 		return nil
 	}
-	err := m.proc.kill()
-	m.proc = nil
+	err := (*p).kill()
+	*p = nil
 	return err
 }
 
@@ -913,16 +916,7 @@ func (q *RocketMQ) BrokerLog() string {
 
 // StopBroker SIGKILLs the broker JVM and waits for its exit. Stopping a
 // broker that is not running does nothing.
-func (q *RocketMQ) StopBroker() error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.broker == nil {
-		return nil
-	}
-	err := q.broker.kill()
-	q.broker = nil
-	return err
-}
+func (q *RocketMQ) StopBroker() error { return killUnder(&q.mu, &q.broker) }
 
 // StartBroker starts the broker on the same ports and store (its messages,
 // topics and offsets are kept) and waits for "boot success" in the output of
