@@ -265,7 +265,9 @@ func (t *Timeouts) Unschedule(ctx context.Context, o *Order) {
 	if unwritten {
 		return // never reached Redis
 	}
-	t.flushing.Lock() // the entry may be in the pipeline in flight: let it land first
+	// The entry may be in the pipeline in flight: let it land first.
+	t.flushing.Lock()
+	//lint:ignore SA2001 an empty critical section is the wait for the flusher
 	t.flushing.Unlock()
 	if err := t.rdb.ZRem(ctx, t.shardOf(o.ID).due, o.ID).Err(); err != nil {
 		t.cfg.Logger.Warn("timeout: unscheduling failed; the entry is dropped at its deadline", "order", o.ID, "err", err)
