@@ -677,6 +677,18 @@ func TestTimeoutScheduleWakesOnlyForAnEarlierDeadline(t *testing.T) {
 	n.tm.Stop()
 }
 
+// queuedEntries counts the entries of every timeout shard of n.
+func queuedEntries(t *testing.T, r *rig, n *node) int64 {
+	t.Helper()
+	var total int64
+	for _, q := range n.tm.shards {
+		c, err := r.rdb.ZCard(context.Background(), q.due).Result()
+		require.NoError(t, err)
+		total += c
+	}
+	return total
+}
+
 // A paid or cancelled order leaves the delay queue at once: the queue holds
 // pending orders only, so Redis keeps nothing per finished order.
 func TestFinishedOrdersLeaveTheQueue(t *testing.T) {
@@ -684,15 +696,7 @@ func TestFinishedOrdersLeaveTheQueue(t *testing.T) {
 	r.addSKU("A", 100)
 	n := r.node(fastTimeouts)
 	ctx := context.Background()
-	queued := func() int64 {
-		var total int64
-		for _, q := range n.tm.shards {
-			c, err := r.rdb.ZCard(ctx, q.due).Result()
-			require.NoError(t, err)
-			total += c
-		}
-		return total
-	}
+	queued := func() int64 { return queuedEntries(t, r, n) }
 	var ids []string
 	for i := 0; i < 6; i++ {
 		o, err := n.svc.Create(ctx, "u", "", line("A", 1))
@@ -722,15 +726,7 @@ func TestScheduleWritesBehind(t *testing.T) {
 	r.addSKU("A", 1000)
 	n := r.node(fastTimeouts)
 	ctx := context.Background()
-	queued := func() int64 {
-		var total int64
-		for _, q := range n.tm.shards {
-			c, err := r.rdb.ZCard(ctx, q.due).Result()
-			require.NoError(t, err)
-			total += c
-		}
-		return total
-	}
+	queued := func() int64 { return queuedEntries(t, r, n) }
 	n.tm.Start(ctx)
 	ids := r.createOrders(n.svc, 200, "A")
 	require.Eventually(t, func() bool { return queued() == 200 }, 10*time.Second, 5*time.Millisecond)

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -63,7 +62,7 @@ func (in *Instance) Start(ctx context.Context) error {
 		select {
 		case <-exited:
 			in.cmd = nil
-			return fmt.Errorf("%s exited while starting (log: %s): %s", in.Name, in.log, tail(in.log, 5))
+			return fmt.Errorf("%s exited while starting (log: %s): %s", in.Name, in.log, logTail(in.log))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -118,20 +117,15 @@ func baseEnv() []string {
 	return env
 }
 
-func healthy(base string) bool {
-	c := http.Client{Timeout: time.Second}
-	resp, err := c.Get(base + "/healthz")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
+// healthy: the process answers (/healthz 200).
+func healthy(base string) bool { return answers200(base+"/healthz", time.Second) }
 
-// ready reports whether the instance's dependencies answer (/readyz 200).
-func ready(base string) bool {
-	c := http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get(base + "/readyz")
+// ready: the instance's dependencies answer (/readyz 200).
+func ready(base string) bool { return answers200(base+"/readyz", 3*time.Second) }
+
+func answers200(url string, timeout time.Duration) bool {
+	c := http.Client{Timeout: timeout}
+	resp, err := c.Get(url)
 	if err != nil {
 		return false
 	}
@@ -155,17 +149,4 @@ func runCommand(ctx context.Context, bin string, env []string, args ...string) (
 		return stdout.String(), stderr.String(), -1, err
 	}
 	return stdout.String(), stderr.String(), 0, nil
-}
-
-// tail is the last n lines of a file, for error messages.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(filepath.Clean(path))
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

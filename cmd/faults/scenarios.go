@@ -259,13 +259,8 @@ func soldOutClearsEverywhere(ctx context.Context, r *Run, v *Verdict) error {
 
 // infoInt reads one integer field of an INFO answer.
 func infoInt(info, field string) int64 {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	return 0
+	n, _ := strconv.ParseInt(infoField(info, field), 10, 64)
+	return n
 }
 
 // sharedWork reads each instance's counters: the consumer group must have

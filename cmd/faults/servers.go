@@ -227,22 +227,16 @@ type Redis struct {
 
 // StartRedis starts a redis-server on 127.0.0.1:port with its files in dir,
 // and waits until it answers PING.
-func StartRedis(dir string, port int) (*Redis, error) {
-	r, err := newRedis(dir, port, false, "")
-	if err != nil {
-		return nil, err
-	}
-	if err := r.Start(); err != nil {
-		r.Close()
-		return nil, err
-	}
-	return r, nil
-}
+func StartRedis(dir string, port int) (*Redis, error) { return startRedis(dir, port, "") }
 
 // StartReplica starts a redis-server on port with its files in dir as a
 // replica of of (REPLICAOF), and waits until master_link_status:up.
 func StartReplica(dir string, port int, of *Redis) (*Redis, error) {
-	r, err := newRedis(dir, port, false, of.Addr())
+	return startRedis(dir, port, of.Addr())
+}
+
+func startRedis(dir string, port int, replicaOf string) (*Redis, error) {
+	r, err := newRedis(dir, port, false, replicaOf)
 	if err != nil {
 		return nil, err
 	}
