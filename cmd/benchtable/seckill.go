@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -57,17 +56,15 @@ type soakStats struct {
 // growth is the heap's growth from the soak's first half to its second.
 func (s soakStats) growth() float64 { return s.second/s.firstHalf - 1 }
 
-// load posts to url from n clients for d; header gives each client's headers
-// (its credentials), body makes each request's body. With record false it
+// load posts to url from n clients for d, each on its own keep-alive
+// connection (rawClient); header gives each client's headers (its
+// credentials), body makes each request's body. With record false it
 // keeps no per-request latencies (the soak measures the process's memory,
 // which must not include its own bookkeeping).
 func load(name, url string, n int, d time.Duration, header func(w int) http.Header, body func(w int, seq int64) string, record ...bool) httpResult {
 	keep := len(record) == 0 || record[0]
 	prog.phase(name)
 	defer measureCPU(name)()
-	tr := &http.Transport{MaxIdleConns: n, MaxIdleConnsPerHost: n, MaxConnsPerHost: n}
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	defer tr.CloseIdleConnections()
 	var mu sync.Mutex
 	codes := map[int]int64{}
 	lat := make([][]time.Duration, n)
@@ -82,24 +79,19 @@ func load(name, url string, n int, d time.Duration, header func(w int) http.Head
 			local := map[int]int64{}
 			h := header(w)
 			h.Set("Content-Type", "application/json")
+			c := newRawClient(url, h, 10*time.Second)
+			defer c.Close()
 			for seq := int64(0); time.Now().Before(stop); seq++ {
 				t0 := time.Now()
-				req, err := http.NewRequest(http.MethodPost, url, bytes.NewBufferString(body(w, seq)))
-				if err != nil {
-					panic(err)
-				}
-				req.Header = h.Clone()
-				resp, err := client.Do(req)
+				status, err := c.post(body(w, seq))
 				if err != nil {
 					local[-1]++
 					continue
 				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
 				if keep {
 					lat[w] = append(lat[w], time.Since(t0))
 				}
-				local[resp.StatusCode]++
+				local[status]++
 				total.Add(1)
 			}
 			mu.Lock()
