@@ -3,12 +3,24 @@ package order
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"gorm.io/gorm"
 )
 
 // maxBatch bounds the reservations one transaction writes.
 const maxBatch = 64
+
+// writers is how many group commits may be in flight at once. A commit is
+// mostly waiting (a round trip per statement, then the log flush), so a
+// second one fills that wait: the next batch writes its rows while the first
+// holds the hot SKU row, and takes that row when the first commits (the SKU
+// update comes last for that reason). Measured with make bench's seckill
+// selling phase (one hot SKU, 64 clients): 1 writer 3270 orders/s, 2 writers
+// 4216-4467, 3 writers 4189, 4 writers 3518 (they queue on the hot row and
+// split the batches smaller).
+const writers = 2
 
 // batcher records reservations with group commit: concurrent callers queue
 // theirs (an order with its lines, or one raw reservation), and whichever
@@ -18,15 +30,25 @@ const maxBatch = 64
 // request is committed or refused, so a 201 still means the reservation is
 // durable and arbitrated; under load one commit serves many. When a batch
 // does not fit (a SKU cannot cover the total, a duplicate), each request is
-// written alone so each caller gets its own answer. No goroutine runs
-// between calls.
+// written alone so each caller gets its own answer. Up to writers batches
+// are written at once. No goroutine runs between calls.
 type batcher struct {
 	db *gorm.DB
 
 	mu      sync.Mutex
 	cond    *sync.Cond
 	queue   []*writeReq
-	writing bool
+	writing int // batches in flight
+
+	stats CommitStats
+}
+
+// CommitStats counts the group commits of reservations: transactions,
+// the requests they carried, and the time spent writing them (their sum over
+// concurrent commits), so requests/commits is the mean batch and
+// nanos/commits the mean commit.
+type CommitStats struct {
+	Commits, Requests, Nanos atomic.Int64
 }
 
 // writeReq is one reservation to record: rows (and the order they belong
@@ -54,21 +76,26 @@ func (b *batcher) write(ctx context.Context, req *writeReq) (map[string]mark, er
 	defer b.mu.Unlock()
 	b.queue = append(b.queue, req)
 	for !req.done {
-		if b.writing {
+		// Nothing queued means req is in a batch another caller is writing.
+		if b.writing == writers || len(b.queue) == 0 {
 			b.cond.Wait()
 			continue
 		}
 		n := min(len(b.queue), maxBatch)
 		batch := b.queue[:n:n]
 		b.queue = b.queue[n:]
-		b.writing = true
+		b.writing++
 		b.mu.Unlock()
+		start := time.Now()
 		b.flush(context.WithoutCancel(ctx), batch)
+		b.stats.Commits.Add(1)
+		b.stats.Requests.Add(int64(n))
+		b.stats.Nanos.Add(int64(time.Since(start)))
 		b.mu.Lock()
 		for _, r := range batch {
 			r.done = true
 		}
-		b.writing = false
+		b.writing--
 		b.cond.Broadcast()
 	}
 	return req.marks, req.err

@@ -66,6 +66,10 @@ func (s *Service) Transitions() map[Status]int64 {
 	return out
 }
 
+// CommitStats counts this node's group commits of reservations (orders and
+// token holds).
+func (s *Service) CommitStats() *CommitStats { return &s.orders.stats }
+
 func NewService(db *gorm.DB, st *stock.Store, cfg Config) *Service {
 	if cfg.TTL == 0 {
 		cfg.TTL = 15 * time.Minute

@@ -22,6 +22,7 @@ func registerDomainMetrics(reg prometheus.Registerer, a *App) {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
 	}
 	st := a.Stock.Stats()
+	cs := a.Orders.CommitStats()
 	reg.MustRegister(
 		counter("inventory_stock_deducted_total", "Deductions that took units (Lua script result n >= 0).", st.Deducted.Load),
 		counter("inventory_stock_insufficient_total", "Deductions refused for lack of stock (-2).", st.Insufficient.Load),
@@ -35,6 +36,11 @@ func registerDomainMetrics(reg prometheus.Registerer, a *App) {
 		counter("inventory_mq_duplicates_total", "Stock operations delivered again and ignored.", a.applier.Duplicate.Load),
 		counter("inventory_mq_anomalies_total", "Stock operations recorded as anomalies.", a.applier.Anomalies.Load),
 		counter("inventory_orders_expired_total", "Orders this node expired.", a.timeouts.Expired.Load),
+		counter("inventory_reservation_commits_total", "Group commits of reservations (database transactions).", cs.Commits.Load),
+		counter("inventory_reservation_commit_requests_total", "Reservation requests those commits carried.", cs.Requests.Load),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "inventory_reservation_commit_seconds_total",
+			Help: "Time spent in those commits (summed over concurrent ones)."},
+			func() float64 { return time.Duration(cs.Nanos.Load()).Seconds() }),
 	)
 	reg.MustRegister(&dbCollector{a: a}, releaseLatency, transitionsCollector{a.Orders})
 }
