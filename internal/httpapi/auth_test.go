@@ -321,3 +321,26 @@ func TestReadinessDegradesTheSyncNotTheAPI(t *testing.T) {
 	require.Equal(t, 503, rec.Code)
 	require.JSONEq(t, `{"redis":"dial tcp 127.0.0.1:6379: connection refused","database":"ok","sync":"degraded: 12 stock messages unsent for over a minute"}`, rec.Body.String())
 }
+
+// Requests without an X-Request-ID get one each, never the same twice, even
+// from concurrent requests.
+func TestRequestIDsAreUnique(t *testing.T) {
+	h := embeddedApp(t).Handler()
+	const n = 400
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids[i] = send(t, h, "GET", "/healthz", "").Header().Get("X-Request-ID")
+		}()
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for _, id := range ids {
+		require.NotEmpty(t, id)
+		require.False(t, seen[id], "id %q given twice", id)
+		seen[id] = true
+	}
+}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -17,6 +18,15 @@ type Metrics struct {
 	requests    *prometheus.HistogramVec
 	deductions  *prometheus.CounterVec
 	soldOutFlag prometheus.Counter
+
+	// observers caches requests' histogram per label set (routeStatus), so
+	// a request costs one map read instead of hashing its label values.
+	observers sync.Map
+}
+
+type routeStatus struct {
+	method, route string
+	status        int
 }
 
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -50,10 +60,19 @@ func (m *Metrics) observe(answer func(error) int) echo.MiddlewareFunc {
 			if route == "" {
 				route = "unmatched"
 			}
-			m.requests.WithLabelValues(c.Request().Method, route, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
+			m.observer(c.Request().Method, route, status).Observe(time.Since(start).Seconds())
 			return err
 		}
 	}
+}
+
+func (m *Metrics) observer(method, route string, status int) prometheus.Observer {
+	key := routeStatus{method, route, status}
+	if o, ok := m.observers.Load(key); ok {
+		return o.(prometheus.Observer)
+	}
+	o, _ := m.observers.LoadOrStore(key, m.requests.WithLabelValues(method, route, strconv.Itoa(status)))
+	return o.(prometheus.Observer)
 }
 
 // deduction counts one deduction or reservation by its result code.
