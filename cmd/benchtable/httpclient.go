@@ -19,9 +19,9 @@ import (
 // the load generator shares the cores with the service, that cost lands on
 // every phase alike and blurs the ratios the table is about.
 type rawClient struct {
-	addr, host, path string
-	head             []byte // request line and headers up to Content-Length
-	timeout          time.Duration
+	addr    string
+	head    []byte // request line and headers up to Content-Length
+	timeout time.Duration
 
 	conn net.Conn
 	r    *bufio.Reader
