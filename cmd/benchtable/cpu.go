@@ -159,3 +159,52 @@ func cpuTable() string {
 		" everything else is the machine's busy time less the named processes (other test runs, the kernel).\n")
 	return b.String()
 }
+
+// costPerAnswer is the CPU each HTTP phase spent per answer, by process,
+// and the rate the machine's cores could serve at that cost: the ceiling a
+// phase meets when the CPU, not waiting, bounds it. Against the bare
+// handler's measured rate, it says whether a missed ratio can be met on this
+// machine at all with the work each answer does now.
+func costPerAnswer(phases []httpResult) string {
+	byName := map[string]cpuPhase{}
+	for _, ph := range cpuPhases {
+		byName[ph.name] = ph
+	}
+	var bare float64
+	for _, r := range phases {
+		if strings.HasPrefix(r.name, "bare") {
+			bare = r.rate
+		}
+	}
+	var b strings.Builder
+	cores := float64(runtime.NumCPU())
+	fmt.Fprintf(&b, "\n| CPU µs per answer | %s | everything else | all busy | ceiling on %d cores | of bare's rate |\n|---|",
+		strings.Join(cpuGroups, " | "), runtime.NumCPU())
+	b.WriteString(strings.Repeat("---:|", len(cpuGroups)+4) + "\n")
+	for _, r := range phases {
+		ph, ok := byName[r.name]
+		var answers int64
+		for code, n := range r.codes {
+			if code > 0 {
+				answers += n
+			}
+		}
+		if !ok || answers == 0 || ph.busy <= 0 {
+			continue
+		}
+		us := func(s float64) float64 { return s * 1e6 / float64(answers) }
+		fmt.Fprintf(&b, "| %s |", r.name)
+		for _, g := range cpuGroups {
+			fmt.Fprintf(&b, " %.0f |", us(ph.group[g]))
+		}
+		ceiling := cores * 1e6 / us(ph.busy)
+		share := "–"
+		if bare > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*ceiling/bare)
+		}
+		fmt.Fprintf(&b, " %.0f | %.0f | %.0f/s | %s |\n", us(ph.other), us(ph.busy), ceiling, share)
+	}
+	b.WriteString("\nThe ceiling is the rate at which this phase's answers would use every core of the machine " +
+		"(load generator included, as in the measurement); a phase far below its ceiling is waiting, not computing.\n")
+	return b.String()
+}

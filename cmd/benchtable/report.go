@@ -167,6 +167,9 @@ func report(rs, sync []result, web webRun) {
 	}
 	b.WriteString(web.extra)
 	b.WriteString(cpuTable())
+	if len(web.phases) > 0 {
+		b.WriteString(costPerAnswer(web.phases))
+	}
 	if len(rs) > 0 {
 		fmt.Fprintf(&b, "\n```\n")
 		for _, r := range rs {
