@@ -9,9 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
+	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
+	"github.com/acme/inventory/internal/mysqlconn"
+	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/stock"
 )
 
@@ -136,17 +141,44 @@ func TestBatcherRefusesPerRequest(t *testing.T) {
 // the database holds exactly what it answered: every unit once, every buyer
 // within the limit.
 func TestBatcherConcurrentCommitsArbitrate(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	t.Run("default", func(t *testing.T) {
+		r := newRig(t, memoryTransport(t))
+		concurrentCommits(t, r, r.db)
+	})
+	// A session as MariaDB 11.6.2 and later open it by default: without
+	// mysqlconn.Prepare, overlapping commits fail with error 1020.
+	t.Run("snapshot isolation", func(t *testing.T) {
+		r := newRig(t, memoryTransport(t))
+		var name string
+		require.NoError(t, r.db.Raw(`SELECT DATABASE()`).Scan(&name).Error)
+		cfg, err := mysql.ParseDSN(testenv.MySQLDSN())
+		require.NoError(t, err)
+		cfg.DBName = name
+		cfg.Params = map[string]string{"innodb_snapshot_isolation": "ON"}
+		require.NoError(t, mysqlconn.Prepare(context.Background(), cfg))
+		db, err := gorm.Open(gormmysql.Open(cfg.FormatDSN()), &gorm.Config{Logger: logger.Discard, TranslateError: true})
+		require.NoError(t, err)
+		sqlDB, err := db.DB()
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sqlDB.Close() })
+		var on string
+		require.NoError(t, db.Raw(`SELECT @@SESSION.innodb_snapshot_isolation`).Scan(&on).Error)
+		require.Equal(t, "0", on, "Prepare keeps the classic REPEATABLE READ")
+		concurrentCommits(t, r, db)
+	})
+}
+
+func concurrentCommits(t *testing.T, r *rig, db *gorm.DB) {
 	ctx := context.Background()
 	r.addSKU("C", 60)
 	r.addSKU("D", 1000)
 	require.NoError(t, r.db.Exec(`UPDATE skus SET per_user_limit = 3 WHERE sku = 'C'`).Error)
-	b := newBatcher(r.db)
+	b := newBatcher(db)
 
 	// Each orders INSERT stays in flight a moment, so batches overlap if
 	// the batcher lets them.
 	var inflight, most atomic.Int64
-	require.NoError(t, r.db.Callback().Create().Before("gorm:create").Register("overlap", func(db *gorm.DB) {
+	require.NoError(t, db.Callback().Create().Before("gorm:create").Register("overlap", func(db *gorm.DB) {
 		if db.Statement.Table == "orders" {
 			n := inflight.Add(1)
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
@@ -155,7 +187,7 @@ func TestBatcherConcurrentCommitsArbitrate(t *testing.T) {
 			inflight.Add(-1)
 		}
 	}))
-	defer r.db.Callback().Create().Remove("overlap")
+	defer db.Callback().Create().Remove("overlap")
 
 	const n, buyers = 160, 40 // 40 buyers × limit 3 = 120 > 60 units of C
 	errs := make([]error, n)

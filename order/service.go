@@ -572,11 +572,12 @@ func retryDeadlock[T any](fn func() (T, error)) (T, error) {
 	}
 }
 
-// isDeadlock recognises a transaction MySQL chose as a deadlock victim or
-// that waited too long for a lock: safe to run again.
+// isDeadlock recognises a transaction MySQL chose as a deadlock victim, that
+// waited too long for a lock, or (MariaDB's innodb_snapshot_isolation) that
+// would update a row changed since its snapshot: safe to run again.
 func isDeadlock(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205 || me.Number == 1020)
 }
 
 func isDuplicate(err error) bool {

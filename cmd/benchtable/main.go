@@ -44,12 +44,13 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
-	_ "github.com/go-sql-driver/mysql"
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/order"
@@ -253,7 +254,11 @@ func openDatabase(ctx context.Context, dsnBase, name string) *sql.DB {
 	_, err = admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+name)
 	must(err)
 	_ = admin.Close()
-	db, err := sql.Open("mysql", strings.TrimSuffix(dsnBase, "/")+"/"+name+"?parseTime=true")
+	cfg, err := mysql.ParseDSN(dsnBase)
+	must(err)
+	cfg.DBName = name
+	must(mysqlconn.Prepare(ctx, cfg)) // the sessions the service runs
+	db, err := sql.Open("mysql", cfg.FormatDSN())
 	must(err)
 	db.SetMaxOpenConns(*workers)
 	db.SetMaxIdleConns(*workers)

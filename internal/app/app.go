@@ -29,6 +29,7 @@ import (
 
 	"github.com/acme/inventory/internal/httpapi"
 	"github.com/acme/inventory/internal/identity"
+	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/order"
@@ -169,11 +170,9 @@ func (a *App) openReal(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("INVENTORY_MYSQL_DSN: %w", err)
 	}
-	mc.ParseTime = true
-	mc.Loc = time.UTC
-	// One round trip per statement instead of prepare + execute: the order
-	// path runs a handful of statements per group commit.
-	mc.InterpolateParams = true
+	if err := mysqlconn.Prepare(ctx, mc); err != nil {
+		return err
+	}
 	a.db, err = gorm.Open(gormmysql.Open(mc.FormatDSN()), &gorm.Config{Logger: logger.Discard, TranslateError: true})
 	if err != nil {
 		return fmt.Errorf("mysql: %w", err)

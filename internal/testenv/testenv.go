@@ -21,6 +21,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/migrations"
 )
 
@@ -116,8 +117,10 @@ func MySQLDatabase(t testing.TB) string {
 		}
 	})
 	cfg.DBName = name
-	cfg.ParseTime = true
 	cfg.MultiStatements = false
+	if err := mysqlconn.Prepare(ctx, cfg); err != nil { // the sessions the service runs
+		t.Fatalf("testenv: %v", err)
+	}
 	return cfg.FormatDSN()
 }
 
