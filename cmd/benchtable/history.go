@@ -131,15 +131,9 @@ func innodbRows(ctx context.Context, db *sql.DB) int64 {
 func usedMemory(ctx context.Context, rdb *redis.Client) int64 {
 	info, err := rdb.Info(ctx, "memory").Result()
 	must(err)
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			must(err)
-			return n
-		}
-	}
-	must(fmt.Errorf("no used_memory in INFO memory"))
-	return 0
+	n, err := strconv.ParseInt(infoValue(info, "used_memory"), 10, 64)
+	must(err)
+	return n
 }
 
 // coldInit drops sku's Redis state and times its initialisation from the
