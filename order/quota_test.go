@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/internal/testenv"
@@ -172,4 +173,57 @@ func TestPerUserLimitRace(t *testing.T) {
 	}
 	r.requireQty(sku, 1000, 3*buyers)
 	r.checkInvariant(sku)
+}
+
+// A seckill sale under a per-user limit costs one Redis round trip: the
+// limit's pre-filter and the stock in one script call. Many tabs of one buyer
+// get exactly the limit; when the database refuses what Redis admitted (its
+// limit is the record: here the buyer already holds units Redis forgot), the
+// Redis count is given back with the unit, so the pre-filter ends where the
+// database is.
+func TestSeckillCountsTheLimitInTheAdmission(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	sku := testenv.Unique("SK")
+	cat := NewCatalog(r.db, r.st, nil)
+	_, err := cat.Put(ctx, sku, 100, 2)
+	require.NoError(t, err)
+	_, err = r.svc.Seckill(ctx, "warm", sku, 2) // the SKU initialised, the script loaded
+	require.NoError(t, err)
+
+	cmds := testenv.CountCommands(r.rdb)
+	_, err = r.svc.Seckill(ctx, "carol", sku, 2)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, cmds.Load(), "one Redis call per sale")
+
+	var wg sync.WaitGroup
+	errs := make([]error, 16)
+	for i := range errs {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, errs[i] = r.svc.Seckill(ctx, "dave", sku, 2) }()
+	}
+	wg.Wait()
+	won := 0
+	for _, err := range errs {
+		if err == nil {
+			won++
+			continue
+		}
+		overLimit(t, err, "dave", sku, 2)
+	}
+	require.Equal(t, 2, won)
+	require.Equal(t, int64(2), r.quota(sku, "dave"))
+
+	// Redis forgets erin's purchases; the database still counts them.
+	_, err = r.svc.Seckill(ctx, "erin", sku, 2)
+	require.NoError(t, err)
+	_, err = r.svc.Seckill(ctx, "erin", sku, 2)
+	require.NoError(t, err)
+	require.NoError(t, r.rdb.Del(ctx, "inv:{"+sku+"}:buyers").Err())
+	_, err = r.svc.Seckill(ctx, "erin", sku, 2)
+	overLimit(t, err, "erin", sku, 2)
+	n, err := r.rdb.HGet(ctx, "inv:{"+sku+"}:buyers", "erin").Result()
+	require.ErrorIs(t, err, redis.Nil, "the refused sale's count was given back (%q)", n)
+	r.requireQty(sku, 100, 1+1+2+2)
+	require.EqualValues(t, 100-6, r.redisAvailable(sku), "the refused unit went back to Redis")
 }

@@ -153,6 +153,57 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []st
 	if err != nil {
 		return nil, err
 	}
+	o, err := s.record(ctx, userID, idemKey, lines, adm)
+	if err != nil {
+		s.stock.UndoCart(context.WithoutCancel(ctx), lines, adm)
+		if isDuplicate(err) && idemKey != "" { // a concurrent retry wrote it first
+			winner, gerr := s.byIdempotencyKey(ctx, userID, idemKey)
+			if gerr != nil {
+				return nil, gerr
+			}
+			return sameOrder(winner, lines)
+		}
+		return nil, s.refused(ctx, err)
+	}
+	return o, nil
+}
+
+// Seckill places a one-unit order of sku for userID, as Create does, with
+// a per-user limit (limit > 0) counted in Redis by the same script call that
+// admits the unit: one Redis round trip per sale. The database counts the
+// limit again as it records the order (the Redis count is a pre-filter).
+func (s *Service) Seckill(ctx context.Context, userID, sku string, limit int64) (*Order, error) {
+	if limit <= 0 {
+		return s.Create(ctx, userID, "", []stock.Line{{SKU: sku, Qty: 1}})
+	}
+	if err := validateID("user_id", userID); err != nil {
+		return nil, err
+	}
+	lines, err := s.stock.NormaliseCart([]stock.Line{{SKU: sku, Qty: 1}})
+	if err != nil {
+		return nil, err
+	}
+	adm, err := s.stock.AdmitBuyer(ctx, sku, 1, stock.Buyer{User: userID, Limit: limit})
+	if errors.Is(err, stock.ErrOverLimit) {
+		return nil, errOverLimit{sku: sku, user: userID, limit: limit}
+	}
+	if err != nil {
+		return nil, err
+	}
+	o, err := s.record(ctx, userID, "", lines, []stock.Admission{adm})
+	if err != nil {
+		bg := context.WithoutCancel(ctx)
+		s.stock.UndoCart(bg, lines, []stock.Admission{adm})
+		s.returnQuotas(bg, []buyerUnits{{sku: sku, user: userID, qty: 1}})
+		return nil, s.refused(ctx, err)
+	}
+	return o, nil
+}
+
+// record writes the order of lines admitted as adm for userID (with its
+// reservations, through the group commit) and settles Redis with what the
+// database recorded. On error nothing was written; the caller undoes adm.
+func (s *Service) record(ctx context.Context, userID, idemKey string, lines []stock.Line, adm []stock.Admission) (*Order, error) {
 	id := uuid.Must(uuid.NewV7()).String()
 	now := s.now()
 	o := &Order{ID: id, UserID: userID, Status: Pending, ReservationToken: id, ExpiresAt: now.Add(s.cfg.TTL), CreatedAt: now, UpdatedAt: now}
@@ -167,15 +218,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []st
 	}
 	marks, err := s.orders.write(ctx, req)
 	if err != nil {
-		s.stock.UndoCart(context.WithoutCancel(ctx), lines, adm)
-		if isDuplicate(err) && idemKey != "" { // a concurrent retry wrote it first
-			winner, gerr := s.byIdempotencyKey(ctx, userID, idemKey)
-			if gerr != nil {
-				return nil, gerr
-			}
-			return sameOrder(winner, lines)
-		}
-		return nil, s.refused(ctx, err)
+		return nil, err
 	}
 	s.settle(ctx, lines, adm, marks)
 	s.cfg.OnCreated(ctx, o)

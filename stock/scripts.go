@@ -15,28 +15,42 @@ const (
 	resReplay         = -4 // the token reserved before: the database answers
 	resCounted        = -5 // the change is already in Redis's value
 	resClamped        = -6 // the change would take Redis below zero: realign
+	resOverLimit      = -7 // the buyer would pass the per-user limit
 )
 
-// deductScript admits a reservation: it checks and takes qty units at once.
+// deductScript admits a reservation: it checks and takes qty units at once,
+// and, for a buyer under a per-user limit, counts them against the limit in
+// the same call (one round trip per sale).
 //
 //	KEYS[1] stock  KEYS[2] token key (or KEYS[1] again: no token to remember)
+//	KEYS[3] buyers hash (only with a per-user limit)
 //	ARGV[1] qty (> 0)  ARGV[2] token key TTL, ms (0: no token key)
+//	ARGV[3] buyer  ARGV[4] limit  ARGV[5] buyers hash TTL, ms (with KEYS[3])
 //
 // Returns {r, epoch}: r is -3 not initialised, -2 not enough (nothing taken),
-// -1 unlimited (nothing taken), -4 the token was seen before (nothing taken:
-// the database has the answer), or n >= 0, the units left after taking; epoch
-// is the initialisation the units were taken from.
+// -1 unlimited (nothing taken; the buyer's units are counted), -4 the token
+// was seen before (nothing taken: the database has the answer), -7 the buyer
+// would pass the limit (nothing taken or counted), or n >= 0, the units left
+// after taking; epoch is the initialisation the units were taken from.
 var deductScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'a', 'e')
 if not v[1] then return {-3, 0} end
 local a, e = tonumber(v[1]), tonumber(v[2])
-if a == -1 then return {-1, e} end
-local tk = ARGV[2] ~= '0'
-if tk and redis.call('EXISTS', KEYS[2]) == 1 then return {-4, e} end
 local q = tonumber(ARGV[1])
-if a < q then return {-2, e} end
-local left = redis.call('HINCRBY', KEYS[1], 'a', -q)
-if tk then redis.call('SET', KEYS[2], q, 'PX', ARGV[2]) end
+local b = KEYS[3]
+if b and tonumber(redis.call('HGET', b, ARGV[3]) or '0') + q > tonumber(ARGV[4]) then return {-7, e} end
+local left = -1
+if a ~= -1 then
+  local tk = ARGV[2] ~= '0'
+  if tk and redis.call('EXISTS', KEYS[2]) == 1 then return {-4, e} end
+  if a < q then return {-2, e} end
+  left = redis.call('HINCRBY', KEYS[1], 'a', -q)
+  if tk then redis.call('SET', KEYS[2], q, 'PX', ARGV[2]) end
+end
+if b then
+  redis.call('HINCRBY', b, ARGV[3], q)
+  redis.call('PEXPIRE', b, ARGV[5])
+end
 return {left, e}
 `)
 
@@ -105,28 +119,18 @@ redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3])
 return {1, tonumber(ARGV[1])}
 `)
 
-// quotaScript takes qty of a user's per-SKU purchase limit.
+// quotaScript gives back qty of a user's per-SKU purchase limit (the
+// deduction script counts purchases).
 //
 //	KEYS[1] buyers (hash user -> units bought)
-//	ARGV[1] user  ARGV[2] qty (negative gives back)  ARGV[3] limit
-//	ARGV[4] ttl (ms): the hash expires that long after its last purchase
+//	ARGV[1] user  ARGV[2] qty to give back
 //
-// Returns 1 when the user stays within limit (the units are counted), 0 when
-// the purchase would exceed it (nothing counted). The hash is a pre-filter
-// (the database records the limit), so it expires instead of keeping every
-// buyer of the SKU forever.
+// The hash is a pre-filter (the database records the limit), so it expires
+// a while after its last purchase; a give-back after that leaves nothing.
 var quotaScript = redis.NewScript(`
-local q = tonumber(ARGV[2])
-if q < 0 then
-  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 1 end
-  local left = redis.call('HINCRBY', KEYS[1], ARGV[1], q)
-  if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
-  return 1
-end
-local had = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
-if had + q > tonumber(ARGV[3]) then return 0 end
-redis.call('HINCRBY', KEYS[1], ARGV[1], q)
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 1 end
+local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -tonumber(ARGV[2]))
+if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
 return 1
 `)
 

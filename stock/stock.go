@@ -36,6 +36,9 @@ var (
 	// ErrReplay: the token reserved before; nothing was taken, and the
 	// database holds the answer.
 	ErrReplay = errors.New("stock: token reserved before")
+	// ErrOverLimit: the buyer would pass the SKU's per-user limit; nothing
+	// was taken or counted.
+	ErrOverLimit = errors.New("stock: per-user limit reached")
 	// ErrUnavailable: the SKU could not be initialised in time (lock holder
 	// slow or gone, database down). Safe to retry.
 	ErrUnavailable = errors.New("stock: temporarily unavailable")

@@ -125,14 +125,45 @@ func (s *Store) Admit(ctx context.Context, sku string, qty int64, token string) 
 	if token != "" && !keyPattern.MatchString(token) {
 		return Admission{}, invalid("token must be 1-140 characters of A-Z a-z 0-9 . _ : -")
 	}
-	keys, ttl := admitKeys(sku, token), int64(0)
+	ttl := int64(0)
 	if token != "" {
 		ttl = s.cfg.TokenTTL.Milliseconds()
 	}
+	return s.admit(ctx, sku, admitKeys(sku, token), []any{qty, ttl})
+}
+
+// Buyer is a per-user limit an admission counts against.
+type Buyer struct {
+	User  string
+	Limit int64 // > 0
+}
+
+// AdmitBuyer admits qty units of sku for b.User, within b.Limit units per
+// user, in one script call: the limit's pre-filter (the buyers hash, which
+// the database's record backs) and the stock are checked and taken
+// together, so a sale costs one Redis round trip. The units count against
+// the limit whether the SKU is limited or unlimited; a refusal counts
+// nothing. Errors: Admit's (no ErrReplay), and ErrOverLimit.
+func (s *Store) AdmitBuyer(ctx context.Context, sku string, qty int64, b Buyer) (Admission, error) {
+	if err := s.validate(sku, qty); err != nil {
+		return Admission{}, err
+	}
+	if err := ValidateToken(b.User); err != nil {
+		return Admission{}, err
+	}
+	if b.Limit <= 0 {
+		return Admission{}, invalid("a per-user limit must be positive")
+	}
+	keys := append(admitKeys(sku, ""), buyersKey(sku))
+	return s.admit(ctx, sku, keys, []any{qty, 0, b.User, b.Limit, s.cfg.QuotaTTL.Milliseconds()})
+}
+
+// admit runs the deduction script, initialising a cold SKU first.
+func (s *Store) admit(ctx context.Context, sku string, keys []string, args []any) (Admission, error) {
 	// A key can be lost again right after it was initialised (FLUSHALL in a
 	// loop); three rounds bound the work.
 	for round := 0; round < 3; round++ {
-		res, err := deductScript.Run(ctx, s.rdb, keys, qty, ttl).Int64Slice()
+		res, err := deductScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 		if err != nil {
 			return Admission{}, fmt.Errorf("stock: deduct %s: %w", sku, err)
 		}
@@ -197,6 +228,8 @@ func (s *Store) admission(sku string, r, epoch int64) (Admission, error) {
 		return Admission{}, fmt.Errorf("%w: %s", ErrInsufficientStock, sku)
 	case resReplay:
 		return Admission{}, ErrReplay
+	case resOverLimit:
+		return Admission{}, fmt.Errorf("%w: %s", ErrOverLimit, sku)
 	case resUnlimited:
 		s.stats.Unlimited.Add(1)
 		return Admission{Remaining: Unlimited, Epoch: epoch}, nil
@@ -369,28 +402,12 @@ func (s *Store) Realign(ctx context.Context, sku string) error {
 	return nil
 }
 
-// TakeQuota counts qty units against user's purchase limit of sku, atomically;
-// false (nothing counted) if that would exceed limit.
-func (s *Store) TakeQuota(ctx context.Context, sku, user string, qty, limit int64) (bool, error) {
-	if err := s.validate(sku, qty); err != nil {
-		return false, err
-	}
-	if err := ValidateToken(user); err != nil {
-		return false, err
-	}
-	ok, err := quotaScript.Run(ctx, s.rdb, []string{buyersKey(sku)}, user, qty, limit, s.cfg.QuotaTTL.Milliseconds()).Int64()
-	if err != nil {
-		return false, fmt.Errorf("stock: quota %s: %w", sku, err)
-	}
-	return ok == 1, nil
-}
-
 // ReturnQuota gives qty units of user's limit back (the purchase failed).
 func (s *Store) ReturnQuota(ctx context.Context, sku, user string, qty int64) error {
 	if err := s.validate(sku, qty); err != nil {
 		return err
 	}
-	return quotaScript.Run(ctx, s.rdb, []string{buyersKey(sku)}, user, -qty, 0, s.cfg.QuotaTTL.Milliseconds()).Err()
+	return quotaScript.Run(ctx, s.rdb, []string{buyersKey(sku)}, user, qty).Err()
 }
 
 // Levels is what Redis holds for one SKU.

@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/internal/testenv"
 )
 
 func TestAdmitResults(t *testing.T) {
@@ -394,35 +396,80 @@ func TestCartAllOrNothing(t *testing.T) {
 	})
 }
 
-func TestUserQuota(t *testing.T) {
+// A buyer under a per-user limit is admitted by one script call that checks
+// and counts the limit with the stock: exactly the limit across many tabs,
+// nothing counted on a refusal (over the limit, sold out), the units counted
+// on an unlimited SKU too, and a give-back reopens the limit.
+func TestAdmitBuyer(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		var back []string
-		s, err := NewStore(rdb, Config{Init: newFakeDB(nil).init, OnStockBack: func(sku string) { back = append(back, sku) }})
+		db := newFakeDB(map[string]int64{"A": 10, "ONE": 1, "FREE": Unlimited})
+		s, err := NewStore(rdb, Config{Init: db.init, OnStockBack: func(sku string) { back = append(back, sku) }})
 		require.NoError(t, err)
+		u1 := Buyer{User: "u1", Limit: 2}
 		var wins atomic.Int64
 		var wg sync.WaitGroup
-		for i := 0; i < 32; i++ { // one user, many tabs
+		for i := 0; i < 32; i++ { // one user, many tabs, a cold SKU
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ok, err := s.TakeQuota(ctx, "A", "u1", 1, 2)
-				if err != nil {
-					t.Error(err)
-				}
-				if ok {
+				_, err := s.AdmitBuyer(ctx, "A", 1, u1)
+				switch {
+				case err == nil:
 					wins.Add(1)
+				case !errors.Is(err, ErrOverLimit):
+					t.Error(err)
 				}
 			}()
 		}
 		wg.Wait()
 		require.EqualValues(t, 2, wins.Load(), "exactly the limit")
-		require.NoError(t, s.ReturnQuota(ctx, "A", "u1", 1))
-		ok, err := s.TakeQuota(ctx, "A", "u1", 1, 2)
+		require.EqualValues(t, 8, levels(t, s, "A").Available, "only the admitted units were taken")
+		bought := func(sku, user string) string {
+			v, err := rdb.HGet(ctx, buyersKey(sku), user).Result()
+			if errors.Is(err, redis.Nil) {
+				return "none"
+			}
+			require.NoError(t, err)
+			return v
+		}
+		require.Equal(t, "2", bought("A", "u1"))
+
+		// One round trip per sale (the script is loaded by now).
+		cmds := testenv.CountCommands(rdb)
+		adm, err := s.AdmitBuyer(ctx, "A", 1, Buyer{User: "u2", Limit: 2})
 		require.NoError(t, err)
-		require.True(t, ok, "a failed purchase gives its quota back")
-		_, err = s.TakeQuota(ctx, "A", "bad user", 1, 2)
-		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.EqualValues(t, 7, adm.Remaining)
+		require.EqualValues(t, 1, cmds.Load(), "quota and stock in one call")
+
+		require.NoError(t, s.ReturnQuota(ctx, "A", "u1", 1))
+		_, err = s.AdmitBuyer(ctx, "A", 1, u1)
+		require.NoError(t, err, "a failed purchase gives its quota back")
+		require.Equal(t, "2", bought("A", "u1"))
+
+		// Sold out: refused, and the buyer's limit is not counted.
+		_, err = s.AdmitBuyer(ctx, "ONE", 1, Buyer{User: "u3", Limit: 5})
+		require.NoError(t, err)
+		_, err = s.AdmitBuyer(ctx, "ONE", 1, Buyer{User: "u4", Limit: 5})
+		require.ErrorIs(t, err, ErrInsufficientStock)
+		require.Equal(t, "none", bought("ONE", "u4"))
+
+		// Unlimited stock still counts the buyer's units.
+		for i := 0; i < 3; i++ {
+			adm, err := s.AdmitBuyer(ctx, "FREE", 1, Buyer{User: "u5", Limit: 3})
+			require.NoError(t, err)
+			require.EqualValues(t, Unlimited, adm.Remaining)
+		}
+		_, err = s.AdmitBuyer(ctx, "FREE", 1, Buyer{User: "u5", Limit: 3})
+		require.ErrorIs(t, err, ErrOverLimit)
+		require.Equal(t, "3", bought("FREE", "u5"))
+
+		for _, bad := range []Buyer{{User: "bad user", Limit: 2}, {User: "", Limit: 2}, {User: "u6", Limit: 0}} {
+			_, err = s.AdmitBuyer(ctx, "A", 1, bad)
+			require.ErrorIs(t, err, ErrInvalidArgument, "%+v", bad)
+		}
+		require.Equal(t, "none", bought("A", "u6"))
 		require.Empty(t, back)
 
 		// The pre-filter forgets: it expires a day after the last purchase
@@ -439,29 +486,5 @@ func TestUserQuota(t *testing.T) {
 		require.Zero(t, n)
 		require.NoError(t, s.Forget(ctx, "A"))
 		require.Equal(t, []string{"A"}, back, "a reset may bring stock back")
-	})
-}
-
-func TestAdmitMany(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
-		ctx := context.Background()
-		require.NoError(t, rdb.ScriptFlush(ctx).Err()) // the first batch meets NOSCRIPT
-		db := newFakeDB(map[string]int64{"A": 5, "B": Unlimited})
-		s := newStore(t, rdb, db)
-		res := s.AdmitMany(ctx, []Request{{"A", 2}, {"A", 2}, {"A", 2}, {"B", 9}, {"A", 0}})
-		remaining := make([]int64, len(res))
-		for i, r := range res {
-			remaining[i] = r.Remaining
-		}
-		require.Equal(t, []int64{3, 1, 0, Unlimited, 0}, remaining)
-		require.NoError(t, res[0].Err)
-		require.ErrorIs(t, res[2].Err, ErrInsufficientStock)
-		require.ErrorIs(t, res[4].Err, ErrInvalidArgument)
-		require.Equal(t, db.epoch["A"], res[1].Epoch)
-		require.EqualValues(t, 1, levels(t, s, "A").Available)
-		res = s.AdmitMany(ctx, []Request{{"A", 1}, {"A", 1}})
-		require.NoError(t, res[0].Err, "pipelined, warm")
-		require.EqualValues(t, 0, res[0].Remaining)
-		require.ErrorIs(t, res[1].Err, ErrInsufficientStock)
 	})
 }

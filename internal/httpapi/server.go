@@ -512,23 +512,9 @@ func (s *Server) seckill(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if limit > 0 {
-		ok, err := s.stock.TakeQuota(ctx, sku, user, 1, limit)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("%w: buyer %s reached the per-user limit of %d for %s", order.ErrConflict, user, limit, sku)
-		}
-	}
-	o, err := s.orders.Create(ctx, user, "", []stock.Line{{SKU: sku, Qty: 1}})
+	o, err := s.orders.Seckill(ctx, user, sku, limit)
 	s.cfg.Metrics.deduction(err, 0)
 	if err != nil {
-		if limit > 0 {
-			if qerr := s.stock.ReturnQuota(context.WithoutCancel(ctx), sku, user, 1); qerr != nil {
-				s.log.Warn("seckill: giving back a user's quota failed", "sku", sku, "err", qerr)
-			}
-		}
 		if errors.Is(err, stock.ErrInsufficientStock) {
 			s.soldOut.Set(sku)
 		}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,4 +147,30 @@ func MySQL(t testing.TB) *gorm.DB {
 // Unique returns a name unique to this test run, for topics and groups.
 func Unique(prefix string) string {
 	return fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+}
+
+// CountCommands counts the commands rdb sends from now on (each command of a
+// pipeline counts): a test's measure of Redis round trips.
+func CountCommands(rdb redis.UniversalClient) *atomic.Int64 {
+	n := new(atomic.Int64)
+	rdb.AddHook(countHook{n})
+	return n
+}
+
+type countHook struct{ n *atomic.Int64 }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
 }
