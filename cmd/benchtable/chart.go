@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"os"
 	"slices"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -47,7 +48,7 @@ func writeChart(path string, rs []result, web []httpResult) bool {
 		}
 		var rules []rule
 		for _, c := range serverCosts {
-			if c.phase == "lua" {
+			if c.phase == costWindow {
 				rules = append(rules, rule{fmt.Sprintf("one hot SKU, one Redis core: 1,000,000 / %.2f µs per call", c.perCall()), c.ceiling()})
 			}
 		}
@@ -56,11 +57,11 @@ func writeChart(path string, rs []result, web []httpResult) bool {
 	if len(web) >= 3 {
 		var bars []bar
 		for _, r := range web {
-			bars = append(bars, bar{r.name, r.rate, r.name != web[0].name})
+			bars = append(bars, bar{r.name, r.rate, !strings.HasPrefix(r.name, "bare")})
 		}
 		bare := web[0].rate
 		panels = append(panels, panel(fmt.Sprintf("HTTP, %d clients", *workers), "requests/s", bars,
-			[]rule{{"selling target (80% of bare)", 0.8 * bare}, {"sold-out target (2× bare)", 2 * bare}}))
+			[]rule{{"selling target (80% of bare #1)", 0.8 * bare}, {"sold-out target (2× bare #1)", 2 * bare}}))
 	}
 	if len(panels) == 0 {
 		return false
