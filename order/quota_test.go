@@ -184,11 +184,8 @@ func TestPerUserLimitRace(t *testing.T) {
 func TestSeckillCountsTheLimitInTheAdmission(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	ctx := context.Background()
-	sku := testenv.Unique("SK")
-	cat := NewCatalog(r.db, r.st, nil)
-	_, err := cat.Put(ctx, sku, 100, 2)
-	require.NoError(t, err)
-	_, err = r.svc.Seckill(ctx, "warm", sku, 2) // the SKU initialised, the script loaded
+	sku := r.putSKU("SK", 100, 2)
+	_, err := r.svc.Seckill(ctx, "warm", sku, 2) // the SKU initialised, the script loaded
 	require.NoError(t, err)
 
 	cmds := testenv.CountCommands(r.rdb)

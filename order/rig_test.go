@@ -127,6 +127,16 @@ func (r *rig) addSKU(sku string, n int64) {
 	require.NoError(r.t, r.db.Exec(`INSERT INTO skus (sku, on_hand) VALUES (?, ?)`, sku, n).Error)
 }
 
+// putSKU puts a new SKU named after prefix through the catalog, as an admin
+// does, and returns its name.
+func (r *rig) putSKU(prefix string, onHand, perUserLimit int64) string {
+	r.t.Helper()
+	sku := testenv.Unique(prefix)
+	_, err := NewCatalog(r.db, r.st, nil).Put(context.Background(), sku, onHand, perUserLimit)
+	require.NoError(r.t, err)
+	return sku
+}
+
 // sku reads sku's database record (its quantity states).
 func (r *rig) sku(sku string) SKU {
 	r.t.Helper()
