@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -166,28 +165,18 @@ func cpuTable() string {
 // phase meets when the CPU, not waiting, bounds it. Against the bare
 // handler's measured rate, it says whether a missed ratio can be met on this
 // machine at all with the work each answer does now.
-func costPerAnswer(phases []httpResult) string {
+func costPerAnswer(web webRun) string {
 	byName := map[string]cpuPhase{}
 	for _, ph := range cpuPhases {
 		byName[ph.name] = ph
 	}
-	var bares []float64
-	for _, r := range phases {
-		if strings.HasPrefix(r.name, "bare") {
-			bares = append(bares, r.rate)
-		}
-	}
-	var bare float64 // the median bare rate
-	if len(bares) > 0 {
-		slices.Sort(bares)
-		bare = bares[len(bares)/2]
-	}
+	bare := median(web.bare)
 	var b strings.Builder
 	cores := float64(runtime.NumCPU())
 	fmt.Fprintf(&b, "\n| CPU µs per answer | %s | everything else | all busy | ceiling on %d cores | of bare's median rate |\n|---|",
 		strings.Join(cpuGroups, " | "), runtime.NumCPU())
 	b.WriteString(strings.Repeat("---:|", len(cpuGroups)+4) + "\n")
-	for _, r := range phases {
+	for _, r := range web.phases {
 		ph, ok := byName[r.name]
 		var answers int64
 		for code, n := range r.codes {

@@ -90,9 +90,7 @@ func checks(rs, sync []result, web webRun) []check {
 			ratios[i] = web.soldOut[i] / web.bare[i]
 			rounds[i] = fmt.Sprintf("%.1f×", ratios[i])
 		}
-		median := slices.Clone(ratios)
-		slices.Sort(median)
-		soldOut := ratioCheck("seckill sold out / bare handler, median of the pairs", median[len(median)/2], 1, 2, "%.1f×", "≥ 2×")
+		soldOut := ratioCheck("seckill sold out / bare handler, median of the pairs", median(ratios), 1, 2, "%.1f×", "≥ 2×")
 		soldOut.measured += " (" + strings.Join(rounds, ", ") + ")"
 		cs = append(cs,
 			ratioCheck("seckill selling / bare handler (pair #1)", web.selling, web.bare[0], 0.8, "%.2f", "≥ 80%"),
@@ -130,6 +128,17 @@ func checks(rs, sync []result, web webRun) []check {
 }
 
 // percent turns a "%.2f" ratio into a percentage.
+// median is the middle value of xs (the upper one of an even count; 0 for
+// none).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
 func percent(s string) string {
 	var f float64
 	if _, err := fmt.Sscanf(s, "%f", &f); err != nil {
@@ -178,7 +187,7 @@ func report(rs, sync []result, web webRun) {
 	b.WriteString(web.extra)
 	b.WriteString(cpuTable())
 	if len(web.phases) > 0 {
-		b.WriteString(costPerAnswer(web.phases))
+		b.WriteString(costPerAnswer(web))
 	}
 	if len(rs) > 0 {
 		fmt.Fprintf(&b, "\n```\n")

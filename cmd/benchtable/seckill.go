@@ -215,20 +215,19 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 	barePhase(0)
 	// The group commits behind a phase's 201s: how many orders each carried
 	// and how long each took (two may be in flight at once).
-	commits := func(r httpResult, before [3]int64) httpResult {
+	withCommits := func(phase func() httpResult) httpResult {
 		cs := a.Orders.CommitStats()
-		n, reqs, ns := cs.Commits.Load()-before[0], cs.Requests.Load()-before[1], cs.Nanos.Load()-before[2]
+		n0, reqs0, ns0 := cs.Commits.Load(), cs.Requests.Load(), cs.Nanos.Load()
+		r := phase()
+		n, reqs, ns := cs.Commits.Load()-n0, cs.Requests.Load()-reqs0, cs.Nanos.Load()-ns0
 		if n > 0 {
 			r.note = fmt.Sprintf("%d group commits: %.1f requests and %s each", n, float64(reqs)/float64(n), dur(time.Duration(ns/n)))
 		}
 		return r
 	}
-	commitsNow := func() [3]int64 {
-		cs := a.Orders.CommitStats()
-		return [3]int64{cs.Commits.Load(), cs.Requests.Load(), cs.Nanos.Load()}
-	}
-	c0 := commitsNow()
-	rs = append(rs, commits(load("seckill, selling", base+"/v1/seckill/FLASH/buy", *workers, *duration, buyer("s"), empty), c0))
+	rs = append(rs, withCommits(func() httpResult {
+		return load("seckill, selling", base+"/v1/seckill/FLASH/buy", *workers, *duration, buyer("s"), empty)
+	}))
 	web.selling = rs[len(rs)-1].rate
 	soldOutPhase(0)
 	for i := 1; i < pairRounds; i++ {
@@ -245,10 +244,11 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 	oversell := max(sold-2000, 0)
 	sale.note = fmt.Sprintf("sold %d of 2000 (201s: %d), oversell %d", sold, sale.codes[201], oversell)
 	rs = append(rs, sale)
-	c0 = commitsNow()
-	rs = append(rs, commits(load("orders, 2-line cart", base+"/v1/orders", *workers, *duration, buyer("c"), func(int, int64) string {
-		return `{"items":[{"sku":"CART-A","qty":1},{"sku":"CART-B","qty":2}]}`
-	}), c0))
+	rs = append(rs, withCommits(func() httpResult {
+		return load("orders, 2-line cart", base+"/v1/orders", *workers, *duration, buyer("c"), func(int, int64) string {
+			return `{"items":[{"sku":"CART-A","qty":1},{"sku":"CART-B","qty":2}]}`
+		})
+	}))
 
 	web.phases, web.oversell = rs, oversell
 	var lag string

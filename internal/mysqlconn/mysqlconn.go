@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -45,7 +46,22 @@ func Prepare(ctx context.Context, cfg *mysql.Config) error {
 	return nil
 }
 
+// probed remembers each server's answer (by address): a process opens many
+// pools on one server (the tests, one per database) and needs to ask once.
+var probed sync.Map // cfg.Addr -> bool
+
 func hasSnapshotIsolation(ctx context.Context, cfg *mysql.Config) (bool, error) {
+	if has, ok := probed.Load(cfg.Addr); ok {
+		return has.(bool), nil
+	}
+	has, err := probeSnapshotIsolation(ctx, cfg)
+	if err == nil {
+		probed.Store(cfg.Addr, has)
+	}
+	return has, err
+}
+
+func probeSnapshotIsolation(ctx context.Context, cfg *mysql.Config) (bool, error) {
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return false, err
