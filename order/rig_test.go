@@ -20,9 +20,6 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
-// orderRedisDB is this package's database on the shared single-node Redis.
-const orderRedisDB = 2
-
 // transport is the ordered queue between the relay and the applier.
 type transport struct {
 	producer mq.Producer
@@ -71,7 +68,7 @@ func newRig(t testing.TB, tr transport) *rig {
 		db, rdb := embeddedStores(t)
 		return assemble(t, tr, db, rdb, rigOpts{})
 	}
-	return assemble(t, tr, testenv.MySQL(t), testenv.Redis(t, orderRedisDB), rigOpts{})
+	return assemble(t, tr, testenv.MySQL(t), testenv.Redis(t), rigOpts{})
 }
 
 // rigOpts adjusts what assemble builds (the scenarios inject faults with them).

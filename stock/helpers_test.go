@@ -23,13 +23,10 @@ type backend struct {
 	flush func(ctx context.Context, rdb redis.UniversalClient) error // "Redis loses every key"
 }
 
-// stockRedisDB is this package's database on the shared single-node Redis.
-const stockRedisDB = 1
-
 var backends = []backend{
 	{
 		name: "redis",
-		open: func(t *testing.T) redis.UniversalClient { return testenv.Redis(t, stockRedisDB) },
+		open: func(t *testing.T) redis.UniversalClient { return testenv.Redis(t) },
 		flush: func(ctx context.Context, rdb redis.UniversalClient) error {
 			return rdb.FlushDB(ctx).Err()
 		},

@@ -25,7 +25,7 @@ func flushRedis(t *testing.T) {
 	t.Helper()
 	opt, err := redis.ParseURL(testenv.RedisURL())
 	require.NoError(t, err)
-	opt.DB = e2eRedisDB
+	opt.DB = testenv.RedisDB(t)
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	require.NoError(t, rdb.FlushDB(context.Background()).Err())

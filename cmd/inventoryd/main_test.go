@@ -24,7 +24,6 @@ const (
 	clientToken2  = "e2e-client-9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f"
 	paymentSecret = "e2e-payment-8d6f4b2a0c9e7d5b3f1a8c6e4d2b0f9a"
 	buyerKey      = "e2e-buyers-3a5c7e9f1b2d4f6a8c0e2d4b6f8a1c3e"
-	e2eRedisDB    = 5
 )
 
 // realEnv prepares a fresh database and topic (both made by the binary's
@@ -44,11 +43,11 @@ func realEnv(t *testing.T) (env []string, db *sql.DB) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 
-	testenv.Redis(t, e2eRedisDB) // flushed
+	testenv.Redis(t) // flushed
 	opt, err := redis.ParseURL(testenv.RedisURL())
 	require.NoError(t, err)
 	return []string{
-		fmt.Sprintf("INVENTORY_REDIS_URL=redis://%s/%d", opt.Addr, e2eRedisDB),
+		fmt.Sprintf("INVENTORY_REDIS_URL=redis://%s/%d", opt.Addr, testenv.RedisDB(t)),
 		"INVENTORY_MYSQL_DSN=" + dsn,
 		"INVENTORY_ROCKETMQ_NAMESRV=" + testenv.RocketMQNamesrv(),
 		"INVENTORY_ROCKETMQ_TOPIC=" + topic,
@@ -399,7 +398,7 @@ func TestTwoNodesAndReconcile(t *testing.T) {
 
 	opt, err := redis.ParseURL(testenv.RedisURL())
 	require.NoError(t, err)
-	opt.DB = e2eRedisDB // the service's database, not flushed
+	opt.DB = testenv.RedisDB(t) // the service's database, not flushed
 	svc := redis.NewClient(opt)
 	defer svc.Close()
 	ctx := context.Background()

@@ -17,7 +17,7 @@ import (
 
 func TestRedisEvalSha(t *testing.T) {
 	ctx := context.Background()
-	rdb := testenv.Redis(t, 9)
+	rdb := testenv.Redis(t)
 	script := redis.NewScript(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
 
 	// Script.Run tries EVALSHA first and loads the script on NOSCRIPT.

@@ -11,8 +11,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,16 +55,17 @@ func RocketMQNamesrv() string { return env("INVENTORY_TEST_ROCKETMQ_NAMESRV", "1
 // RocketMQBroker is the test broker address (topics are created on it).
 func RocketMQBroker() string { return env("INVENTORY_TEST_ROCKETMQ_BROKER", "127.0.0.1:10911") }
 
-// Redis returns a client on database db of the single-node test Redis, with
-// that database flushed. Each test package uses its own db number so packages
-// running in parallel never see each other's keys.
-func Redis(t testing.TB, db int) *redis.Client {
+// Redis returns a client on this test process's own database of the
+// single-node test Redis, flushed. The database is leased (see RedisDB), so
+// test binaries running at once (the packages of one `make test`, a second
+// clone's run, a helper's run) never flush each other's keys.
+func Redis(t testing.TB) *redis.Client {
 	t.Helper()
 	opt, err := redis.ParseURL(RedisURL())
 	if err != nil {
 		t.Fatalf("testenv: INVENTORY_TEST_REDIS_URL: %v", err)
 	}
-	opt.DB = db
+	opt.DB = RedisDB(t)
 	opt.PoolSize = 128
 	c := redis.NewClient(opt)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -71,6 +75,52 @@ func Redis(t testing.TB, db int) *redis.Client {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// redisDBs is how many databases scripts/up.sh gives the test Redis; 0 is
+// left to `make run` and to people.
+const redisDBs = 32
+
+var lease struct {
+	sync.Mutex
+	db   int
+	file *os.File // held open (and locked) until the process exits
+}
+
+// RedisDB is the number of the database this test process holds on the test
+// Redis: the first of 1..31 whose lock file no other process holds. The lock
+// is an flock, so the kernel releases it when the process ends, however it
+// ends; the tests and the Redis are on one machine (loopback).
+func RedisDB(t testing.TB) int {
+	t.Helper()
+	lease.Lock()
+	defer lease.Unlock()
+	if lease.file != nil {
+		return lease.db
+	}
+	opt, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		t.Fatalf("testenv: INVENTORY_TEST_REDIS_URL: %v", err)
+	}
+	dir := filepath.Join(os.TempDir(), "inventory-testenv")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	for db := 1; db < redisDBs; db++ {
+		name := filepath.Join(dir, fmt.Sprintf("redis-%s-%d.lock", strings.ReplaceAll(opt.Addr, ":", "_"), db))
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			_ = f.Close()
+			continue
+		}
+		lease.db, lease.file = db, f
+		return db
+	}
+	t.Fatalf("testenv: all %d databases of the test Redis are held by other test processes", redisDBs-1)
+	return 0
 }
 
 // RedisCluster returns a client on the three-node test cluster, flushed. Only
