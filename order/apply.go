@@ -32,7 +32,8 @@ type Applier struct {
 	db  *gorm.DB
 	log *slog.Logger
 	// OnApplied is told the changes of available units a delivery committed
-	// (restores), to bring them into Redis.
+	// (restores), to bring them into Redis. Its ctx is not cancelled by the
+	// consumer stopping.
 	OnApplied func(ctx context.Context, chs []stock.Change)
 	// beforeCommit, in tests, runs inside the transaction after the UPDATEs;
 	// an error rolls everything back, as a crash would.
@@ -222,7 +223,10 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 			"qty", an.Qty, "on_hand", an.OnHand, "reason", an.Reason)
 	}
 	if len(chs) > 0 {
-		a.OnApplied(ctx, chs)
+		// The delivery is committed: its follow-up into Redis must not be cut
+		// short by the consumer's shutdown cancelling ctx (Redis would stay
+		// below the database until the next realign).
+		a.OnApplied(context.WithoutCancel(ctx), chs)
 	}
 	return nil
 }

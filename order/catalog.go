@@ -107,7 +107,7 @@ func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int6
 	c.log.Info("sku set", "sku", sku, "stock", onHand, "per_user_limit", perUserLimit)
 	// Set outright (perhaps between limited and unlimited): Redis takes the
 	// database's value.
-	if err := c.stock.Realign(ctx, sku); err != nil {
+	if err := c.stock.Realign(context.WithoutCancel(ctx), sku); err != nil {
 		c.log.Error("sku changed but Redis could not be realigned; the periodic realign retries", "sku", sku, "err", err)
 	}
 	return c.committedView(ctx, sku)
@@ -155,7 +155,7 @@ func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, r
 		return nil, err
 	}
 	c.log.Info("sku adjusted", "sku", sku, "delta", delta, "reason", reason, "reference", reference)
-	if err := c.stock.Apply(ctx, stock.Change{SKU: sku, Delta: delta, Seq: m[sku].seq}); err != nil {
+	if err := c.stock.Apply(context.WithoutCancel(ctx), stock.Change{SKU: sku, Delta: delta, Seq: m[sku].seq}); err != nil {
 		c.log.Error("sku adjusted but Redis could not follow; the periodic realign repairs it", "sku", sku, "err", err)
 	}
 	return c.committedView(ctx, sku)

@@ -2,6 +2,7 @@ package order
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -746,4 +747,31 @@ func TestDatabaseRefusesWhatRedisOverAdmits(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 3, r.redisAvailable("A"))
 	r.checkInvariant("A")
+}
+
+// A consumer stopping (its ctx cancelled) right after a delivery committed
+// does not cut short the delivery's follow-up into Redis: the restore the
+// database applied reaches Redis too.
+func TestApplyFollowUpOutlivesShutdown(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	r.addSKU("A", 10)
+	bg := context.Background()
+	o, err := r.svc.Create(bg, "u", "", line("A", 2))
+	require.NoError(t, err)
+	_, err = r.svc.Pay(bg, o.ID, "pay-1")
+	require.NoError(t, err)
+	deliver(t, r, StockMessage{Token: o.ID, SKU: "A", Op: OpDeduct, Qty: 2})
+	require.EqualValues(t, 8, r.redisAvailable("A"))
+
+	ctx, cancel := context.WithCancel(bg)
+	next := r.applier.OnApplied
+	r.applier.OnApplied = func(ctx context.Context, chs []stock.Change) {
+		cancel() // the consumer stops between the commit and the follow-up
+		next(ctx, chs)
+	}
+	body, err := json.Marshal(StockMessage{Token: o.ID, SKU: "A", Op: OpRestore, Qty: 2})
+	require.NoError(t, err)
+	require.NoError(t, r.applier.Handle(ctx, []mq.Message{{Key: "A", Body: body}}))
+	r.requireQty("A", 10, 0)
+	require.EqualValues(t, 10, r.redisAvailable("A"), "the restore reached Redis")
 }
