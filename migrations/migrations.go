@@ -34,11 +34,10 @@ func Provider(db *sql.DB, d Dialect) (*goose.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	gd := goose.DialectMySQL
 	if d == SQLite {
-		gd = goose.DialectSQLite3
+		return goose.NewProvider(goose.DialectSQLite3, db, sub)
 	}
-	return goose.NewProvider(gd, db, sub)
+	return goose.NewProvider(goose.DialectMySQL, db, sub, goose.WithGoMigrations(exactNames))
 }
 
 // Up applies every pending migration.

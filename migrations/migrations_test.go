@@ -167,3 +167,52 @@ func TestMigrationBackfillsReservations(t *testing.T) {
 	_, err = db.Exec(`UPDATE skus SET reserved = 11 WHERE sku = 'A'`)
 	require.ErrorContains(t, err, "skus_reserved_valid", "the database refuses reserved > on_hand")
 }
+
+// Migration 18 makes every name exact (binary collation), after looking for
+// names that the old case-insensitive collation stored as one: it refuses
+// with a report of each, changing nothing, until an operator picks one
+// spelling; then two spellings are two rows.
+func TestExactNamesMigration(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("mysql", testenv.MySQLDatabase(t))
+	require.NoError(t, err)
+	defer db.Close()
+	p, err := migrations.Provider(db, migrations.MySQL)
+	require.NoError(t, err)
+	_, err = p.UpTo(ctx, 17)
+	require.NoError(t, err)
+	exec := func(q string) {
+		t.Helper()
+		_, err := db.Exec(q)
+		require.NoError(t, err, q)
+	}
+	exec(`INSERT INTO skus (sku, on_hand, reserved) VALUES ('PHONE-X', 10, 2), ('TEE', 5, 0)`)
+	exec(`INSERT INTO orders (id, user_id, status, reservation_token, expires_at) VALUES ('o1', 'Alice', 'PENDING', 'o1', NOW())`)
+	exec(`INSERT INTO order_items (order_id, sku, qty) VALUES ('o1', 'phone-x', 2)`)
+	exec(`INSERT INTO stock_reservations (token, sku, order_id, buyer, qty, state, expires_at) VALUES ('o1', 'phone-x', 'o1', 'alice', 2, 'HELD', NOW())`)
+
+	err = migrations.Up(ctx, db, migrations.MySQL)
+	require.Error(t, err)
+	for _, want := range []string{
+		`sku "PHONE-X" in skus.sku (1 rows)`,
+		`sku "phone-x" in order_items.sku (1 rows); stock_reservations.sku (1 rows)`,
+		`user id "Alice" in orders.user_id (1 rows)`,
+		`user id "alice" in stock_reservations.buyer (1 rows)`,
+	} {
+		require.Contains(t, err.Error(), want)
+	}
+	require.NotContains(t, err.Error(), "TEE")
+	v, err := p.GetDBVersion(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 17, v, "nothing changed")
+
+	exec(`UPDATE order_items SET sku = 'PHONE-X' WHERE sku = 'phone-x'`)
+	exec(`UPDATE stock_reservations SET sku = 'PHONE-X', buyer = 'Alice' WHERE token = 'o1'`)
+	require.NoError(t, migrations.Up(ctx, db, migrations.MySQL))
+	exec(`INSERT INTO skus (sku, on_hand) VALUES ('phone-x', 1)`)
+	var n int
+	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM skus WHERE sku = 'PHONE-X'`).Scan(&n))
+	require.Equal(t, 1, n, "two spellings, two rows")
+	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM order_items WHERE sku = 'phone-x'`).Scan(&n))
+	require.Equal(t, 0, n)
+}
