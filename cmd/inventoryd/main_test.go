@@ -223,13 +223,13 @@ func TestServeRealServers(t *testing.T) {
 		{"commit: unknown token", "POST", "/v1/stock/commit", `{"sku":"TEE","token":"never"}`, nil, 404, "not_found"},
 		{"commit: released token", "POST", "/v1/stock/commit", `{"sku":"TEE","token":"d1"}`, nil, 409, "conflict"},
 		{"commit: an order's id", "POST", "/v1/stock/commit", fmt.Sprintf(`{"sku":"TEE","token":%q}`, id), nil, 409, "conflict"},
-		{"admin: no token", "PUT", "/v1/skus/TEE", `{"stock":1}`, nil, 401, "unauthorized"},
+		{"admin: a client credential", "PUT", "/v1/skus/TEE", `{"stock":1}`, nil, 403, "forbidden"},
 		{"admin: wrong token", "PUT", "/v1/skus/TEE", `{"stock":1}`, []string{"Authorization", "Bearer nope"}, 401, "unauthorized"},
 		{"admin: bad stock", "PUT", "/v1/skus/TEE", `{"stock":-5}`, auth, 400, "invalid_argument"},
 		{"admin: missing stock", "PUT", "/v1/skus/TEE", `{}`, auth, 400, "invalid_argument"},
 		{"admin: below committed", "POST", "/v1/skus/PHONE/adjust", `{"delta":-3,"reason":"x"}`, auth, 409, "conflict"},
 		{"admin: adjust unknown", "POST", "/v1/skus/NOPE/adjust", `{"delta":1,"reason":"x"}`, auth, 404, "not_found"},
-		{"refund: no token", "POST", "/v1/orders/" + id + "/refund", ``, nil, 401, "unauthorized"},
+		{"refund: a client credential", "POST", "/v1/orders/" + id + "/refund", ``, nil, 403, "forbidden"},
 		{"refund: not paid", "POST", "/v1/orders/" + id + "/refund", ``, auth, 409, "conflict"},
 		{"order: no items", "POST", "/v1/orders", `{"user_id":"u","items":[]}`, nil, 400, "invalid_argument"},
 		{"order: item without qty", "POST", "/v1/orders", `{"user_id":"u","items":[{"sku":"TEE"}]}`, nil, 400, "invalid_argument"},
@@ -249,6 +249,11 @@ func TestServeRealServers(t *testing.T) {
 		{"seckill: no buyer token", "POST", "/v1/seckill/TEE/buy", `{}`, nil, 401, "unauthorized"},
 		{"seckill: sold out", "POST", "/v1/seckill/PHONE/buy", `{"user_id":"u4"}`, nil, 409, "insufficient_stock"},
 		{"unknown route", "GET", "/v1/nothing", ``, nil, 404, "not_found"},
+		{"admin: null per_user_limit", "PUT", "/v1/skus/PHONE", `{"stock":3,"per_user_limit":null}`, auth, 400, "invalid_argument"},
+		{"adjust: null reference", "POST", "/v1/skus/PHONE/adjust", `{"delta":1,"reason":"x","reference":null}`, auth, 400, "invalid_argument"},
+		{"seckill: null user_id", "POST", "/v1/seckill/PHONE/buy", `{"user_id":null}`, []string{"X-Buyer-Token", p.buyer("u9")}, 400, "invalid_argument"},
+		{"orders: created_to past 9999 in UTC", "GET", "/v1/orders?created_to=9999-12-31T23:00:00-02:00", ``, nil, 400, "invalid_argument"},
+		{"orders: created_from before 0001 in UTC", "GET", "/v1/orders?created_from=0001-01-01T00:00:00%2B01:00", ``, nil, 400, "invalid_argument"},
 	}
 	for _, c := range cases {
 		st, body := p.call(c.method, c.path, c.body, c.header...)
@@ -258,6 +263,14 @@ func TestServeRealServers(t *testing.T) {
 		require.NotEmpty(t, msg, "%s: a clear message", c.name)
 		require.Equal(t, before, state(), "%s changed state", c.name)
 	}
+
+	// A percent-encoded path names the same SKU and order (RFC 3986).
+	st, body = p.call("GET", "/v1/skus/PH%4FNE", "")
+	require.Equal(t, 200, st, body)
+	require.Equal(t, "PHONE", body["sku"])
+	st, body = p.call("GET", "/v1/orders/%"+fmt.Sprintf("%02X", id[0])+id[1:], "")
+	require.Equal(t, 200, st, body)
+	require.Equal(t, id, body["id"])
 
 	st, body = p.call("GET", "/readyz", "")
 	require.Equal(t, 200, st)

@@ -3,6 +3,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -131,7 +132,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerDomainMetrics(reg, a)
-	buyers, err := identity.NewVerifier(a.Cfg.BuyerKey, nil)
+	buyers, err := identity.NewVerifier(a.Cfg.BuyerKey, identity.Options{
+		Audience: cfg.BuyerTokenAudience, Issuer: cfg.BuyerTokenIssuer, MaxTTL: cfg.BuyerTokenMaxTTL,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("config: INVENTORY_BUYER_KEY: %w", err)
 	}
@@ -412,7 +415,7 @@ export PAYMENT_SECRET=%s
 	if !identity.IsPublicKey(a.Cfg.BuyerKey) {
 		fmt.Fprintf(&b, "export BUYER_KEY=%s\n", a.Cfg.BuyerKey)
 		for _, buyer := range []string{"alice", "bob"} {
-			if tok, err := identity.Issue(a.Cfg.BuyerKey, buyer, 24*time.Hour); err == nil {
+			if tok, err := identity.IssueFor(a.Cfg.BuyerKey, buyer, a.buyerIssuer(), a.buyerAudience(), a.demoTokenTTL()); err == nil {
 				fmt.Fprintf(&b, "export %s_TOKEN=%s\n", strings.ToUpper(buyer), tok)
 			}
 		}
@@ -423,4 +426,15 @@ try (README.md, "Examples", has more):
 API description: %s/openapi.yaml
 `, base)
 	return b.String()
+}
+
+func (a *App) buyerIssuer() string { return cmp.Or(a.Cfg.BuyerTokenIssuer, identity.DefaultIssuer) }
+func (a *App) buyerAudience() string {
+	return cmp.Or(a.Cfg.BuyerTokenAudience, identity.DefaultAudience)
+}
+
+// demoTokenTTL is how long the banner's buyer tokens last: a day, or the
+// longest the service accepts.
+func (a *App) demoTokenTTL() time.Duration {
+	return min(24*time.Hour, cmp.Or(a.Cfg.BuyerTokenMaxTTL, identity.DefaultMaxTTL))
 }

@@ -28,6 +28,12 @@ type Config struct {
 	// BuyerKey verifies the buyer tokens the storefront signs: an HMAC secret
 	// (HS256) or a PEM public key (RS256, PS256, ES256, EdDSA).
 	BuyerKey string `env:"INVENTORY_BUYER_KEY"`
+	// A buyer token must name BuyerTokenAudience in aud and
+	// BuyerTokenIssuer as iss, and expire within BuyerTokenMaxTTL of when it
+	// is checked (zero values: identity's defaults).
+	BuyerTokenAudience string        `env:"INVENTORY_BUYER_TOKEN_AUDIENCE" envDefault:"inventory"`
+	BuyerTokenIssuer   string        `env:"INVENTORY_BUYER_TOKEN_ISSUER" envDefault:"storefront"`
+	BuyerTokenMaxTTL   time.Duration `env:"INVENTORY_BUYER_TOKEN_MAX_TTL" envDefault:"24h"`
 	// TrustedProxies (CIDRs or addresses) may set X-Forwarded-For; by
 	// default the connection's remote address is the client.
 	TrustedProxies  []string      `env:"INVENTORY_TRUSTED_PROXIES" envSeparator:","`
@@ -90,6 +96,9 @@ func (c Config) Validate() error {
 		if d != 0 && (d < 100*time.Millisecond || d > time.Hour) { // 0: the default
 			return fmt.Errorf("config: %s must be between 100ms and 1h, got %s", name, d)
 		}
+	}
+	if c.BuyerTokenMaxTTL != 0 && (c.BuyerTokenMaxTTL < time.Minute || c.BuyerTokenMaxTTL > 7*24*time.Hour) {
+		return fmt.Errorf("config: INVENTORY_BUYER_TOKEN_MAX_TTL must be between 1m and 168h, got %s", c.BuyerTokenMaxTTL)
 	}
 	if c.SeckillRate <= 0 {
 		return errors.New("config: INVENTORY_SECKILL_RATE must be positive")

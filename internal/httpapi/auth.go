@@ -23,7 +23,7 @@ import (
 
 // Who may call what (README "Credentials"):
 //
-//	admin routes      Authorization: Bearer <admin token>
+//	admin routes      Authorization: Bearer <admin token> (a client credential: 403)
 //	client routes     Authorization: Bearer <a client credential> (or the admin token)
 //	buyer actions     a client credential and X-Buyer-Token: <JWT the storefront signed>
 //	payment callback  X-Timestamp and X-Signature (HMAC-SHA256 with the payment secret)
@@ -59,13 +59,18 @@ func bearerToken(c echo.Context) string {
 	return tok
 }
 
-// requireAdmin lets only the admin token through.
+// requireAdmin lets only the admin token through. A client credential is a
+// caller the service knows but does not allow here: 403, not 401.
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if !hasToken(bearerToken(c), s.cfg.AdminToken) {
-			return unauthorized("this route needs the admin token (Authorization: Bearer <admin token>)", bearerChallenge)
+		got := bearerToken(c)
+		switch {
+		case hasToken(got, s.cfg.AdminToken):
+			return next(c)
+		case hasToken(got, s.cfg.ClientTokens...):
+			return forbidden("this route needs the admin token; a client credential may not call it")
 		}
-		return next(c)
+		return unauthorized("this route needs the admin token (Authorization: Bearer <admin token>)", bearerChallenge)
 	}
 }
 

@@ -36,7 +36,8 @@ func send(t *testing.T, h http.Handler, method, path, body string, header ...str
 
 // No state-changing route is open to anonymous callers: client routes take
 // a client credential (any of those configured, or the admin token), admin
-// routes the admin token only; a 401 names the scheme.
+// routes the admin token only; a 401 names the scheme, and a client
+// credential on an admin route is 403.
 func TestCredentials(t *testing.T) {
 	a, err := app.New(context.Background(), app.Config{
 		HTTPAddr: "127.0.0.1:0", OrderTTL: 15 * time.Minute, ShutdownTimeout: 5 * time.Second, SeckillRate: 1e6,
@@ -78,10 +79,17 @@ func TestCredentials(t *testing.T) {
 		}
 	}
 	for _, r := range adminRoutes {
-		for _, hdr := range [][]string{nil, bearer("nope"), bearer(a.Cfg.ClientTokens[0]), bearer(a.Cfg.ClientTokens[1])} {
+		for _, hdr := range [][]string{nil, bearer("nope")} {
 			rec := send(t, h, r.method, r.path, r.body, hdr...)
 			require.Equal(t, 401, rec.Code, "%s %s %v: %s", r.method, r.path, hdr, rec.Body)
 			require.Equal(t, `Bearer realm="inventory"`, rec.Header().Get("WWW-Authenticate"))
+		}
+		// A client credential is known, and not allowed here: 403, no challenge.
+		for _, tok := range a.Cfg.ClientTokens {
+			rec := send(t, h, r.method, r.path, r.body, bearer(tok)...)
+			require.Equal(t, 403, rec.Code, "%s %s: %s", r.method, r.path, rec.Body)
+			require.JSONEq(t, errBody("forbidden", "this route needs the admin token; a client credential may not call it"), rec.Body.String())
+			require.Empty(t, rec.Header().Get("WWW-Authenticate"))
 		}
 	}
 	require.Equal(t, before, state(t, storefront(t, a)), "refused requests changed nothing")
@@ -108,7 +116,16 @@ func TestBuyerIdentity(t *testing.T) {
 	h := a.Handler()
 	client := []string{"Authorization", "Bearer " + a.Cfg.ClientTokens[0]}
 	with := func(tok string) []string { return append(append([]string{}, client...), "X-Buyer-Token", tok) }
+	// sign signs claims for this service from the storefront (the default
+	// aud and iss) unless they say otherwise ("-": left out).
 	sign := func(method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
+		for name, def := range map[string]string{"aud": "inventory", "iss": "storefront"} {
+			if claims[name] == nil {
+				claims[name] = def
+			} else if claims[name] == "-" {
+				delete(claims, name)
+			}
+		}
 		tok, err := jwt.NewWithClaims(method, claims).SignedString(key)
 		require.NoError(t, err)
 		return tok
@@ -131,6 +148,11 @@ func TestBuyerIdentity(t *testing.T) {
 		"not yet valid": {sign(jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": "alice", "exp": exp, "nbf": exp - 60}), "invalid buyer token: it is malformed or not yet valid"},
 		"bad subject":   {sign(jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": "a b", "exp": exp}), "invalid buyer token: its sub must be a user id (1-64 characters of A-Z a-z 0-9 . _ : -)"},
 		"empty subject": {sign(jwt.SigningMethodHS256, key, jwt.MapClaims{"exp": exp}), "invalid buyer token: its sub must be a user id (1-64 characters of A-Z a-z 0-9 . _ : -)"},
+		"ten years":     {sign(jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": "alice", "exp": time.Now().AddDate(10, 0, 0).Unix()}), "invalid buyer token: its exp is more than 24h ahead; sign buyer tokens for less"},
+		"other aud":     {sign(jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": "alice", "exp": exp, "aud": "search"}), `invalid buyer token: its aud must name "inventory"`},
+		"no aud":        {sign(jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": "alice", "exp": exp, "aud": "-"}), `invalid buyer token: its aud must name "inventory"`},
+		"other iss":     {sign(jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": "alice", "exp": exp, "iss": "elsewhere"}), `invalid buyer token: its iss must be "storefront"`},
+		"no iss":        {sign(jwt.SigningMethodHS256, key, jwt.MapClaims{"sub": "alice", "exp": exp, "iss": "-"}), `invalid buyer token: its iss must be "storefront"`},
 	} {
 		for _, path := range []string{"/v1/orders", "/v1/seckill/DEMO-TSHIRT/buy"} {
 			body := `{"items":[{"sku":"DEMO-TSHIRT","qty":1}]}`

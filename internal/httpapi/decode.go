@@ -28,8 +28,9 @@ func readBody(c echo.Context) ([]byte, error) {
 }
 
 // decodeJSON decodes exactly one JSON object into v: unknown fields, wrong
-// types, trailing data and an empty body are refused with a message saying
-// which.
+// types (null included), trailing data and an empty body are refused with a
+// message saying which. A null is never read as "absent": a field is given
+// with a value of its type, or left out.
 func decodeJSON(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest("request body must be a JSON object")
@@ -57,7 +58,66 @@ func decodeJSON(body []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("request body must hold one JSON object and nothing after it")
 	}
+	if path, ok := firstNull(body); ok {
+		if path == "" {
+			return badRequest("request body must be a JSON object")
+		}
+		return badRequest(fmt.Sprintf("field %q must not be null (leave it out, or give it a value)", path))
+	}
 	return nil
+}
+
+// firstNull finds the first null in a well-formed JSON document and names
+// where it is ("items[0].qty"; "" for the document itself).
+func firstNull(doc []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	var stack []jsonLevel
+	path := func() string {
+		var b strings.Builder
+		for _, l := range stack {
+			if l.object {
+				if b.Len() > 0 {
+					b.WriteByte('.')
+				}
+				b.WriteString(l.key)
+			} else {
+				fmt.Fprintf(&b, "[%d]", l.index)
+			}
+		}
+		return b.String()
+	}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false // io.EOF, or malformed (the decoder has said so already)
+		}
+		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].want {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:n-1]
+				valueDone(stack)
+				continue
+			}
+			stack[n-1].key, stack[n-1].want = tok.(string), false
+			continue
+		}
+		switch tok := tok.(type) {
+		case json.Delim:
+			switch tok {
+			case '{':
+				stack = append(stack, jsonLevel{object: true, want: true})
+			case '[':
+				stack = append(stack, jsonLevel{})
+			case ']':
+				stack = stack[:len(stack)-1]
+				valueDone(stack)
+			}
+		case nil:
+			return path(), true
+		default:
+			valueDone(stack)
+		}
+	}
 }
 
 func kind(goType string) string {
@@ -107,4 +167,23 @@ func (jsonSerializer) Serialize(c echo.Context, v any, indent string) error {
 		enc.SetIndent("", indent)
 	}
 	return enc.Encode(v)
+}
+
+// jsonLevel is one container firstNull is inside.
+type jsonLevel struct {
+	object bool
+	key    string // in an object: the member being read
+	index  int    // in an array: the element being read
+	want   bool   // in an object: the next token is a key
+}
+
+// valueDone moves the innermost container past the value just read.
+func valueDone(stack []jsonLevel) {
+	if n := len(stack); n > 0 {
+		if stack[n-1].object {
+			stack[n-1].want = true
+		} else {
+			stack[n-1].index++
+		}
+	}
 }

@@ -116,7 +116,7 @@ func TestEmbeddedErrorShape(t *testing.T) {
 		status             int
 	}{
 		{"GET", "/v1/skus/NOPE", "", 404},
-		{"PUT", "/v1/skus/X", `{"stock":1}`, 401},
+		{"PUT", "/v1/skus/X", `{"stock":1}`, 403}, // the storefront's client credential on an admin route
 		{"POST", "/v1/orders", `{"user_id":"u","items":[{"sku":"DEMO-PHONE","qty":11}]}`, 409},
 		{"DELETE", "/v1/orders/x", "", 405},
 	} {

@@ -84,6 +84,11 @@ func (s *Server) listOrders(c echo.Context) error {
 		if *dst, err = time.Parse(time.RFC3339Nano, v); err != nil {
 			return badRequest(name + " must be an RFC 3339 time, e.g. 2025-01-02T15:04:05Z")
 		}
+		// Times are compared in UTC, where an offset can carry a valid
+		// RFC 3339 time out of the years 0001-9999 the database stores.
+		if y := dst.UTC().Year(); y < 1 || y > 9999 {
+			return badRequest(name + " must fall within the years 0001 to 9999 in UTC")
+		}
 	}
 	p, err := s.orders.List(c.Request().Context(), q)
 	if err != nil {

@@ -318,7 +318,8 @@ func TestDocumentedErrorsPerRoute(t *testing.T) {
 		status             int
 		code               string
 	}{
-		{"PUT", "/v1/skus/A", `{"stock":1}`, nil, 401, "unauthorized"},
+		{"PUT", "/v1/skus/A", `{"stock":1}`, nil, 403, "forbidden"}, // the storefront's client credential
+		{"PUT", "/v1/skus/A", `{"stock":1}`, []string{"Authorization", "Bearer nope"}, 401, "unauthorized"},
 		{"PUT", "/v1/skus/-A", `{"stock":1}`, admin, 400, "invalid_argument"},
 		{"PUT", "/v1/skus/A", `{"stock":-2}`, admin, 400, "invalid_argument"},
 		{"PUT", "/v1/skus/A", `{"stock":1,"per_user_limit":10001}`, admin, 400, "invalid_argument"},
@@ -344,7 +345,8 @@ func TestDocumentedErrorsPerRoute(t *testing.T) {
 		{"GET", "/v1/orders/nope", "", nil, 404, "not_found"},
 		{"GET", "/v1/orders/-x", "", nil, 400, "invalid_argument"},
 		{"POST", "/v1/orders/nope/cancel", "", []string{"X-Buyer-Token", buyerToken(t, a, "u1")}, 404, "not_found"},
-		{"POST", "/v1/orders/" + id + "/refund", "", nil, 401, "unauthorized"},
+		{"POST", "/v1/orders/" + id + "/refund", "", nil, 403, "forbidden"},
+		{"POST", "/v1/orders/" + id + "/refund", "", []string{"Authorization", "Bearer nope"}, 401, "unauthorized"},
 		{"POST", "/v1/orders/" + id + "/refund", "", admin, 409, "conflict"},
 		{"POST", "/v1/orders/nope/refund", "", admin, 404, "not_found"},
 		{"POST", "/v1/payments/callback", `{}`, nil, 401, "unauthorized"},

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -197,8 +198,22 @@ func (s *Server) readyz(c echo.Context) error {
 	return c.JSON(status, out)
 }
 
+// pathParam is a path segment as the client meant it: percent-decoded, so
+// DEMO%2DTSHIRT names DEMO-TSHIRT (RFC 3986: the same characters). Echo
+// hands over the segment as sent when the path has escapes.
+func pathParam(c echo.Context, name string) (string, error) {
+	v, err := url.PathUnescape(c.Param(name))
+	if err != nil {
+		return "", badRequest(fmt.Sprintf("the path's %s is not validly percent-encoded", name))
+	}
+	return v, nil
+}
+
 func skuParam(c echo.Context) (string, error) {
-	sku := c.Param("sku")
+	sku, err := pathParam(c, "sku")
+	if err != nil {
+		return "", err
+	}
 	return sku, stock.ValidateSKU(sku)
 }
 
@@ -373,7 +388,11 @@ func (s *Server) createOrder(c echo.Context) error {
 }
 
 func (s *Server) getOrder(c echo.Context) error {
-	o, err := s.orders.Get(c.Request().Context(), c.Param("id"))
+	id, err := pathParam(c, "id")
+	if err != nil {
+		return err
+	}
+	o, err := s.orders.Get(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}
@@ -382,7 +401,11 @@ func (s *Server) getOrder(c echo.Context) error {
 
 // cancelOrder: the buyer who placed the order (X-Buyer-Token), or an admin.
 func (s *Server) cancelOrder(c echo.Context) error {
-	ctx, id := c.Request().Context(), c.Param("id")
+	ctx := c.Request().Context()
+	id, err := pathParam(c, "id")
+	if err != nil {
+		return err
+	}
 	if !isAdmin(c) {
 		user, err := s.buyer(c, nil)
 		if err != nil {
@@ -404,7 +427,11 @@ func (s *Server) cancelOrder(c echo.Context) error {
 }
 
 func (s *Server) refundOrder(c echo.Context) error {
-	o, err := s.orders.Refund(c.Request().Context(), c.Param("id"))
+	id, err := pathParam(c, "id")
+	if err != nil {
+		return err
+	}
+	o, err := s.orders.Refund(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}

@@ -233,7 +233,7 @@ func TestAdjustReference(t *testing.T) {
 	expect(t, h, "POST", "/v1/skus/DEMO-EBOOK/adjust", `{"delta":1,"reason":"x"}`, 409,
 		errBody("conflict", "DEMO-EBOOK has unlimited stock; set a stock first"), auth...)
 	code, body := call(t, h, "POST", "/v1/skus/DEMO-TSHIRT/adjust", `{"delta":1,"reason":"x"}`)
-	require.Equal(t, 401, code, body)
+	require.Equal(t, 403, code, body, "the storefront's client credential is not the admin token")
 	code, body = call(t, h, "POST", "/v1/skus/DEMO-TSHIRT/adjust", `{"delta":0,"reason":"x"}`, auth...)
 	require.Equal(t, 400, code, body)
 	expect(t, h, "GET", "/v1/skus/DEMO-TSHIRT", "", 200, skuBody("DEMO-TSHIRT", 102, 0, 102, 102, 0))

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,21 +29,59 @@ var ErrInvalid = errors.New("invalid buyer token")
 // subjectPattern is what a user id may be (the order package's id rule).
 var subjectPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
 
+// The defaults of Options: the audience a buyer token must name (this
+// service), the issuer it must come from (the storefront), and the longest
+// it may be valid from the moment it is checked.
+const (
+	DefaultAudience = "inventory"
+	DefaultIssuer   = "storefront"
+	DefaultMaxTTL   = 24 * time.Hour
+)
+
+// Options are what a token must say besides its signature. Zero values are
+// the defaults.
+type Options struct {
+	// Audience must be one of the token's aud; Issuer its iss. A token
+	// signed with the same key for another service names another audience.
+	Audience, Issuer string
+	// MaxTTL bounds exp: a token valid for longer is refused, so a leaked
+	// one cannot be used for years.
+	MaxTTL time.Duration
+	// Now is the clock (tests inject one).
+	Now func() time.Time
+}
+
 // Verifier checks buyer tokens against one key.
 type Verifier struct {
-	key     any
-	methods []string
-	leeway  time.Duration
-	now     func() time.Time
+	key      any
+	methods  []string
+	leeway   time.Duration
+	audience string
+	issuer   string
+	maxTTL   time.Duration
+	now      func() time.Time
 }
 
 // NewVerifier reads key: a PEM public key, or else an HMAC secret of at least
-// 32 bytes. Tokens must carry exp and a sub that is a valid user id.
-func NewVerifier(key string, now func() time.Time) (*Verifier, error) {
-	if now == nil {
-		now = time.Now
+// 32 bytes. Tokens must carry exp, the audience and issuer of opts, and a sub
+// that is a valid user id.
+func NewVerifier(key string, opts Options) (*Verifier, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
-	v := &Verifier{leeway: 30 * time.Second, now: now}
+	if opts.Audience == "" {
+		opts.Audience = DefaultAudience
+	}
+	if opts.Issuer == "" {
+		opts.Issuer = DefaultIssuer
+	}
+	if opts.MaxTTL == 0 {
+		opts.MaxTTL = DefaultMaxTTL
+	}
+	if opts.MaxTTL < time.Minute {
+		return nil, fmt.Errorf("the buyer token maximum lifetime must be at least 1m, got %s", opts.MaxTTL)
+	}
+	v := &Verifier{leeway: 30 * time.Second, audience: opts.Audience, issuer: opts.Issuer, maxTTL: opts.MaxTTL, now: opts.Now}
 	if IsPublicKey(key) {
 		pub, methods, err := parsePublicKey([]byte(key))
 		if err != nil {
@@ -88,16 +127,25 @@ func (v *Verifier) Buyer(token string) (string, error) {
 	var claims jwt.RegisteredClaims
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return v.key, nil },
 		jwt.WithValidMethods(v.methods), jwt.WithExpirationRequired(), jwt.WithLeeway(v.leeway),
-		jwt.WithTimeFunc(v.now))
+		jwt.WithTimeFunc(v.now), jwt.WithAudience(v.audience), jwt.WithIssuer(v.issuer))
+	claimsWrong := errors.Is(err, jwt.ErrTokenRequiredClaimMissing) || errors.Is(err, jwt.ErrTokenInvalidAudience) ||
+		errors.Is(err, jwt.ErrTokenInvalidIssuer)
 	switch {
-	case errors.Is(err, jwt.ErrTokenExpired):
-		return "", fmt.Errorf("%w: it has expired", ErrInvalid)
-	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-		return "", fmt.Errorf("%w: it must carry exp", ErrInvalid)
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
 		return "", fmt.Errorf("%w: its signature does not verify with the configured key", ErrInvalid)
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return "", fmt.Errorf("%w: it has expired", ErrInvalid)
+	case claimsWrong && claims.ExpiresAt == nil:
+		return "", fmt.Errorf("%w: it must carry exp", ErrInvalid)
+	case claimsWrong && !slices.Contains(claims.Audience, v.audience):
+		return "", fmt.Errorf("%w: its aud must name %q", ErrInvalid, v.audience)
+	case claimsWrong && claims.Issuer != v.issuer:
+		return "", fmt.Errorf("%w: its iss must be %q", ErrInvalid, v.issuer)
 	case err != nil:
 		return "", fmt.Errorf("%w: %s", ErrInvalid, "it is malformed or not yet valid")
+	}
+	if claims.ExpiresAt.Sub(v.now()) > v.maxTTL+v.leeway {
+		return "", fmt.Errorf("%w: its exp is more than %s ahead; sign buyer tokens for less", ErrInvalid, shortDuration(v.maxTTL))
 	}
 	if !subjectPattern.MatchString(claims.Subject) {
 		return "", fmt.Errorf("%w: its sub must be a user id (1-64 characters of A-Z a-z 0-9 . _ : -)", ErrInvalid)
@@ -105,12 +153,31 @@ func (v *Verifier) Buyer(token string) (string, error) {
 	return claims.Subject, nil
 }
 
-// Issue signs a token for user valid for ttl with an HMAC secret: what a
-// storefront does (the embedded default uses it for its demo buyers, and
-// tests for theirs).
+// shortDuration writes 24h, not 24h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// Issue signs a token for user valid for ttl with an HMAC secret, for the
+// default audience and issuer: what a storefront does (the embedded default
+// uses it for its demo buyers, and tests for theirs).
 func Issue(secret, user string, ttl time.Duration) (string, error) {
+	return IssueFor(secret, user, DefaultIssuer, DefaultAudience, ttl)
+}
+
+// IssueFor is Issue for a given issuer and audience.
+func IssueFor(secret, user, issuer, audience string, ttl time.Duration) (string, error) {
 	now := time.Now()
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.RegisteredClaims{
+		Issuer:    issuer,
+		Audience:  jwt.ClaimStrings{audience},
 		Subject:   user,
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),

@@ -24,7 +24,8 @@ func publicPEM(t *testing.T, pub crypto.PublicKey) string {
 }
 
 func claims(sub string) jwt.RegisteredClaims {
-	return jwt.RegisteredClaims{Subject: sub, ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))}
+	return jwt.RegisteredClaims{Subject: sub, ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour)),
+		Issuer: DefaultIssuer, Audience: jwt.ClaimStrings{DefaultAudience}}
 }
 
 // A storefront that keeps its private key signs with RS256, PS256, ES256 or
@@ -51,7 +52,7 @@ func TestPublicKeys(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pemKey := publicPEM(t, c.pub)
-			v, err := NewVerifier(pemKey, nil)
+			v, err := NewVerifier(pemKey, Options{})
 			require.NoError(t, err)
 			tok, err := jwt.NewWithClaims(c.method, claims("alice")).SignedString(c.key)
 			require.NoError(t, err)
@@ -68,7 +69,7 @@ func TestPublicKeys(t *testing.T) {
 	}
 	other, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(t, err)
-	v, err := NewVerifier(publicPEM(t, &rsaKey.PublicKey), nil)
+	v, err := NewVerifier(publicPEM(t, &rsaKey.PublicKey), Options{})
 	require.NoError(t, err)
 	tok, err := jwt.NewWithClaims(jwt.SigningMethodRS256, claims("alice")).SignedString(other)
 	require.NoError(t, err)
@@ -79,11 +80,11 @@ func TestPublicKeys(t *testing.T) {
 func TestKeysRefused(t *testing.T) {
 	small, err := rsa.GenerateKey(rand.Reader, 1024)
 	require.NoError(t, err)
-	_, err = NewVerifier(publicPEM(t, &small.PublicKey), nil)
+	_, err = NewVerifier(publicPEM(t, &small.PublicKey), Options{})
 	require.EqualError(t, err, "the buyer token RSA key must have at least 2048 bits")
-	_, err = NewVerifier("-----BEGIN PUBLIC KEY-----\nnot a key\n-----END PUBLIC KEY-----\n", nil)
+	_, err = NewVerifier("-----BEGIN PUBLIC KEY-----\nnot a key\n-----END PUBLIC KEY-----\n", Options{})
 	require.EqualError(t, err, "the buyer token key is PEM but not an RSA, ECDSA or Ed25519 public key")
-	_, err = NewVerifier("too-short", nil)
+	_, err = NewVerifier("too-short", Options{})
 	require.EqualError(t, err, "the buyer token key must be a PEM public key or an HMAC secret of at least 32 bytes")
 }
 
@@ -91,7 +92,7 @@ func TestKeysRefused(t *testing.T) {
 func TestExpiryUsesTheClock(t *testing.T) {
 	const key = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 	now := time.Now()
-	v, err := NewVerifier(key, func() time.Time { return now })
+	v, err := NewVerifier(key, Options{Now: func() time.Time { return now }})
 	require.NoError(t, err)
 	tok, err := Issue(key, "alice", time.Minute)
 	require.NoError(t, err)
@@ -103,4 +104,62 @@ func TestExpiryUsesTheClock(t *testing.T) {
 	now = now.Add(20 * time.Second)
 	_, err = v.Buyer(tok)
 	require.EqualError(t, err, "invalid buyer token: it has expired")
+}
+
+// A token is for this service from the storefront, and short-lived: one
+// minted with the same key for another audience, by another issuer, or
+// valid for longer than the maximum lifetime is refused, each with its
+// reason. The defaults are aud "inventory", iss "storefront", 24h.
+func TestAudienceIssuerAndLifetime(t *testing.T) {
+	const key = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+	sign := func(c jwt.MapClaims) string {
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString([]byte(key))
+		require.NoError(t, err)
+		return tok
+	}
+	now := time.Now()
+	hour := now.Add(time.Hour).Unix()
+	v, err := NewVerifier(key, Options{})
+	require.NoError(t, err)
+	for name, c := range map[string]struct {
+		claims jwt.MapClaims
+		err    string
+	}{
+		"valid":            {jwt.MapClaims{"sub": "alice", "exp": hour, "aud": "inventory", "iss": "storefront"}, ""},
+		"aud in a list":    {jwt.MapClaims{"sub": "alice", "exp": hour, "aud": []string{"search", "inventory"}, "iss": "storefront"}, ""},
+		"23h59m ahead":     {jwt.MapClaims{"sub": "alice", "exp": now.Add(24*time.Hour - time.Minute).Unix(), "aud": "inventory", "iss": "storefront"}, ""},
+		"ten years ahead":  {jwt.MapClaims{"sub": "alice", "exp": now.AddDate(10, 0, 0).Unix(), "aud": "inventory", "iss": "storefront"}, "invalid buyer token: its exp is more than 24h ahead; sign buyer tokens for less"},
+		"25h ahead":        {jwt.MapClaims{"sub": "alice", "exp": now.Add(25 * time.Hour).Unix(), "aud": "inventory", "iss": "storefront"}, "invalid buyer token: its exp is more than 24h ahead; sign buyer tokens for less"},
+		"no aud":           {jwt.MapClaims{"sub": "alice", "exp": hour, "iss": "storefront"}, `invalid buyer token: its aud must name "inventory"`},
+		"another audience": {jwt.MapClaims{"sub": "alice", "exp": hour, "aud": "search", "iss": "storefront"}, `invalid buyer token: its aud must name "inventory"`},
+		"no iss":           {jwt.MapClaims{"sub": "alice", "exp": hour, "aud": "inventory"}, `invalid buyer token: its iss must be "storefront"`},
+		"another issuer":   {jwt.MapClaims{"sub": "alice", "exp": hour, "aud": "inventory", "iss": "elsewhere"}, `invalid buyer token: its iss must be "storefront"`},
+		"no exp":           {jwt.MapClaims{"sub": "alice", "aud": "inventory", "iss": "storefront"}, "invalid buyer token: it must carry exp"},
+	} {
+		user, err := v.Buyer(sign(c.claims))
+		if c.err == "" {
+			require.NoError(t, err, name)
+			require.Equal(t, "alice", user, name)
+			continue
+		}
+		require.ErrorIs(t, err, ErrInvalid, name)
+		require.EqualError(t, err, c.err, name)
+	}
+
+	// Configured: another audience, issuer and lifetime.
+	v, err = NewVerifier(key, Options{Audience: "stock", Issuer: "https://shop.example", MaxTTL: 10 * time.Minute})
+	require.NoError(t, err)
+	_, err = v.Buyer(sign(jwt.MapClaims{"sub": "alice", "exp": now.Add(5 * time.Minute).Unix(), "aud": "stock", "iss": "https://shop.example"}))
+	require.NoError(t, err)
+	_, err = v.Buyer(sign(jwt.MapClaims{"sub": "alice", "exp": hour, "aud": "stock", "iss": "https://shop.example"}))
+	require.EqualError(t, err, "invalid buyer token: its exp is more than 10m ahead; sign buyer tokens for less")
+	_, err = v.Buyer(sign(jwt.MapClaims{"sub": "alice", "exp": now.Add(5 * time.Minute).Unix(), "aud": "inventory", "iss": "https://shop.example"}))
+	require.EqualError(t, err, `invalid buyer token: its aud must name "stock"`)
+	tok, err := IssueFor(key, "alice", "https://shop.example", "stock", 5*time.Minute)
+	require.NoError(t, err)
+	_, err = v.Buyer(tok)
+	require.NoError(t, err, "IssueFor signs for the audience and issuer given")
+
+	_, err = NewVerifier(key, Options{MaxTTL: time.Second})
+	require.EqualError(t, err, "the buyer token maximum lifetime must be at least 1m, got 1s")
 }
