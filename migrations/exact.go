@@ -40,7 +40,8 @@ var exactNames = goose.NewGoMigration(18,
 	}},
 )
 
-// identifierTables are the tables migration 18 converts.
+// identifierTables are the tables migration 18 converts (later tables are
+// created binary).
 var identifierTables = []string{"skus", "orders", "order_items", "stock_outbox", "stock_ledger",
 	"stock_anomalies", "stock_reservations", "stock_movements", "buyer_quotas"}
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -113,8 +114,22 @@ func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int6
 	return c.committedView(ctx, sku)
 }
 
+// Adjustment is an adjust that carried a reference: applied once per SKU.
+type Adjustment struct {
+	SKU       string `gorm:"primaryKey;column:sku"`
+	Reference string `gorm:"primaryKey"`
+	Delta     int64
+	Reason    string
+	CreatedAt time.Time
+}
+
+func (Adjustment) TableName() string { return "stock_adjustments" }
+
 // Adjust adds delta to a limited SKU's on_hand (restock, shrinkage,
-// correction); on_hand may not go below what is reserved.
+// correction); on_hand may not go below what is reserved. With a reference,
+// it applies once per SKU: a retry (the same delta) is answered with the
+// SKU as it stands and changes nothing, another delta under the same
+// reference is a conflict.
 func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, reference string) (*SKUView, error) {
 	if err := stock.ValidateSKU(sku); err != nil {
 		return nil, err
@@ -130,7 +145,14 @@ func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, r
 		return nil, invalid("reference must be at most 128 characters")
 	}
 	var m map[string]mark
+	replay := false
 	err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if reference != "" {
+			var err error
+			if replay, err = c.referenceSeen(tx, sku, delta, reason, reference); err != nil || replay {
+				return err
+			}
+		}
 		res := tx.Exec(`UPDATE skus SET on_hand = on_hand + ?, seq = seq + 1
 			WHERE sku = ? AND on_hand <> -1 AND on_hand + ? >= reserved AND on_hand + ? <= ?`,
 			delta, sku, delta, delta, int64(MaxStock))
@@ -153,6 +175,10 @@ func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, r
 	})
 	if err != nil {
 		return nil, err
+	}
+	if replay {
+		c.log.Info("sku adjust replayed: its reference was applied before", "sku", sku, "delta", delta, "reference", reference)
+		return c.committedView(ctx, sku)
 	}
 	c.log.Info("sku adjusted", "sku", sku, "delta", delta, "reason", reason, "reference", reference)
 	if err := c.stock.Apply(context.WithoutCancel(ctx), stock.Change{SKU: sku, Delta: delta, Seq: m[sku].seq}); err != nil {
@@ -179,6 +205,24 @@ func (c *Catalog) committedView(ctx context.Context, sku string) (*SKUView, erro
 	}
 	return &SKUView{SKU: sku, OnHand: rec.OnHand, Reserved: rec.Reserved, Available: rec.available(),
 		RedisAvailable: rec.available(), Unlimited: rec.OnHand == stock.Unlimited, PerUserLimit: rec.PerUserLimit}, nil
+}
+
+// referenceSeen records (sku, reference) for an adjust of delta, or finds it
+// recorded: a replay when with the same delta, a conflict with another. The
+// row's key lock serialises adjusts racing under one reference.
+func (c *Catalog) referenceSeen(tx *gorm.DB, sku string, delta int64, reason, reference string) (bool, error) {
+	res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&Adjustment{SKU: sku, Reference: reference, Delta: delta, Reason: reason})
+	if res.Error != nil || res.RowsAffected == 1 {
+		return false, res.Error
+	}
+	var first Adjustment
+	if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Take(&first, "sku = ? AND reference = ?", sku, reference).Error; err != nil {
+		return false, err
+	}
+	if first.Delta != delta {
+		return false, fmt.Errorf("%w: reference %q adjusted %s by %d already", ErrConflict, reference, sku, first.Delta)
+	}
+	return true, nil
 }
 
 func (c *Catalog) whyNotAdjusted(tx *gorm.DB, sku string, delta int64) error {
@@ -270,7 +314,30 @@ func (c *Catalog) Reconcile(ctx context.Context, repair bool) ([]Report, error) 
 		}
 		return err
 	})
-	return out, err
+	if err != nil {
+		return out, err
+	}
+	orphans, err := c.orphanAnomalies(ctx)
+	return append(out, orphans...), err
+}
+
+// orphanAnomalies reports the unresolved anomalies of no known SKU (an
+// operation on an unknown SKU, a message that named none), per SKU name.
+func (c *Catalog) orphanAnomalies(ctx context.Context) ([]Report, error) {
+	var rows []struct {
+		SKU string `gorm:"column:sku"`
+		N   int64  `gorm:"column:n"`
+	}
+	if err := c.db.WithContext(ctx).Raw(`SELECT a.sku, COUNT(*) AS n FROM stock_anomalies a
+		WHERE a.resolved_at IS NULL AND NOT EXISTS (SELECT 1 FROM skus s WHERE s.sku = a.sku)
+		GROUP BY a.sku ORDER BY a.sku`).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	out := make([]Report, len(rows))
+	for i, r := range rows {
+		out[i] = Report{SKU: r.SKU, Anomalies: r.N, Problem: "anomalies (no such sku)"}
+	}
+	return out, nil
 }
 
 // eachSKU calls fn with every SKU's record and Redis levels, in SKU order,

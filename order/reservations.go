@@ -15,7 +15,11 @@ import (
 // ResState is a reservation's state. A reservation resolves at most once:
 //
 //	HELD -> COMMITTED -> SOLD   (paid; the ordered MQ deducted on_hand)
+//	SOLD -> RESTORED            (refunded; the ordered MQ gave the units back)
 //	HELD -> RELEASED            (cancel, timeout, release)
+//
+// The state is never pruned: it is what says whether a deduction or a
+// restore was applied, however late a duplicate arrives.
 //
 // HELD and COMMITTED rows are live: skus.reserved is the sum of their qty.
 type ResState string
@@ -24,6 +28,7 @@ const (
 	Held      ResState = "HELD"
 	Committed ResState = "COMMITTED"
 	Sold      ResState = "SOLD"
+	Restored  ResState = "RESTORED"
 	Released  ResState = "RELEASED"
 )
 

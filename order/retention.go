@@ -21,10 +21,9 @@ const openingReason = "opening balance"
 // RetentionConfig tunes the pruning of finished history. Zero values take
 // the defaults.
 type RetentionConfig struct {
-	// Horizon is how long finished rows are kept. It must exceed how late a
-	// stock message can arrive (the broker's retention; RocketMQ keeps 72h by
-	// default): a message later than the horizon finds no ledger row and is
-	// recorded as an anomaly, never applied a second time (see Retention).
+	// Horizon is how long finished rows are kept. Exactly once does not
+	// depend on it: whether an operation was applied is read from the
+	// reservation's state, which is never pruned (see Retention).
 	// Default 30 days.
 	Horizon time.Duration
 	// Interval is how often one node prunes. Default 10m.
@@ -59,12 +58,12 @@ func (c *RetentionConfig) defaults() {
 //
 //   - outbox rows that were applied (applied_at, stamped in the consumer's
 //     transaction);
-//   - ledger rows. Exactly-once does not rest on them alone: a DEDUCT needs a
-//     COMMITTED reservation (the row is SOLD after its first application) and
-//     a RESTORE needs its DEDUCT's ledger row, so a duplicate that arrives
-//     after its ledger row was pruned is recorded as an anomaly and changes
-//     nothing. Outbox rows go first, so a sent row never outlives the proof
-//     that it was applied;
+//   - ledger rows. Exactly once does not rest on them: a DEDUCT applies to
+//     a COMMITTED reservation (SOLD after it) and a RESTORE to a SOLD one
+//     (RESTORED after it), so a duplicate or a refund that arrives after the
+//     ledger row was pruned is still answered by the reservation's state.
+//     Outbox rows go first, so a sent row never outlives the record that it
+//     was applied;
 //   - stock movements, compacted per SKU: the pruned movements are replaced
 //     by one "opening balance" movement (kind SET, their summed deltas) that
 //     takes the id of the last one, so a SKU's deltas still sum to on_hand

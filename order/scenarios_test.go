@@ -1002,13 +1002,15 @@ func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 	require.EqualValues(t, 7, reports[0].Anomalies)
 	require.Equal(t, "anomalies", reports[0].Problem)
 
-	// An unknown SKU is an anomaly as well; a clean SKU is never reported.
+	// An unknown SKU is an anomaly as well, reported under its name; a clean
+	// SKU is never reported.
 	deliver(scenMsg("ghost", "NOSUCH", OpDeduct, 1))
 	require.EqualValues(t, 1, s.count(`SELECT COUNT(*) FROM stock_anomalies WHERE sku = 'NOSUCH' AND reason = 'unknown sku'`))
 	reports, err = s.cat.Reconcile(ctx, false)
 	require.NoError(t, err)
-	require.Len(t, reports, 1)
+	require.Len(t, reports, 2)
 	require.Equal(t, "ANO", reports[0].SKU)
+	require.Equal(t, Report{SKU: "NOSUCH", Anomalies: 1, Problem: "anomalies (no such sku)"}, reports[1])
 	s.checkInvariant("ANO")
 	s.checkInvariant("FINE")
 }
@@ -1416,12 +1418,14 @@ func TestScenarioRandomised(t *testing.T) {
 
 	for i, sku := range skus {
 		rec := s.sku(sku)
-		sold := s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state IN ('SOLD', 'COMMITTED')`, sku)
+		sold := s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state IN ('SOLD', 'RESTORED', 'COMMITTED')`, sku)
 		deducted := s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_ledger WHERE sku = ? AND op = 'DEDUCT'`, sku)
 		restored := s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_ledger WHERE sku = ? AND op = 'RESTORE'`, sku)
 		require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_reservations WHERE sku = ? AND state = 'COMMITTED'`, sku),
 			"%s: every commit was deducted", sku)
-		require.Equal(t, deducted, sold, "%s: SOLD rows are the ledger's deductions", sku)
+		require.Equal(t, deducted, sold, "%s: SOLD and RESTORED rows are the ledger's deductions", sku)
+		require.Equal(t, restored, s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state = 'RESTORED'`, sku),
+			"%s: RESTORED rows are the ledger's restores", sku)
 		require.LessOrEqual(t, sold, initial+positive[i].Load()+restored, "%s: sold <= ever stocked", sku)
 		require.Equal(t, initial+adjusted[i].Load()+restored-deducted, rec.OnHand, "%s: on_hand is conserved", sku)
 		require.GreaterOrEqual(t, rec.OnHand, rec.Reserved)
@@ -1435,7 +1439,7 @@ func TestScenarioRandomised(t *testing.T) {
 	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM orders o JOIN stock_reservations r ON r.token = o.reservation_token
 		WHERE o.status = 'PAID' AND r.state <> 'SOLD'`), "a paid order's rows are sold")
 	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM orders o JOIN stock_reservations r ON r.token = o.reservation_token
-		WHERE o.status = 'REFUNDED' AND r.state NOT IN ('SOLD', 'RELEASED')`), "a refunded order holds nothing")
+		WHERE o.status = 'REFUNDED' AND r.state NOT IN ('SOLD', 'RESTORED', 'RELEASED')`), "a refunded order holds nothing")
 	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM orders o JOIN stock_reservations r ON r.order_id = o.id
 		WHERE o.status IN ('CANCELLED', 'EXPIRED', 'REFUND_REQUIRED') AND r.state IN ('HELD', 'COMMITTED')`),
 		"a closed order holds nothing")

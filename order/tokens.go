@@ -107,7 +107,7 @@ func (s *Service) ReleaseToken(ctx context.Context, sku, token string) (int64, e
 		}
 		if len(rows) == 1 {
 			switch rows[0].State {
-			case Committed, Sold:
+			case Committed, Sold, Restored:
 				return nil, fmt.Errorf("%w: the reservation is committed (sold); it cannot be released", ErrConflict)
 			case Released:
 				return nil, nil // released before
@@ -151,7 +151,7 @@ func (s *Service) CommitToken(ctx context.Context, sku, token string) (int64, er
 		}
 		qty = r.Qty
 		switch r.State {
-		case Committed, Sold:
+		case Committed, Sold, Restored:
 			return nil, nil
 		case Released:
 			return nil, ErrTokenReleased

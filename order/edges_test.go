@@ -1,0 +1,190 @@
+package order
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/stock"
+)
+
+// Names are exact, byte for byte (docs/SPEC.md section 3): a SKU code that
+// differs only in letter case is another SKU (unknown here), never the same
+// row in the database and another key in Redis. Before the binary collation
+// one buyer under a per-user limit of 1 took a unit per spelling.
+func TestNamesAreExact(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	sku := r.putSKU("PHONE-X", 10, 1)
+	spellings := []string{strings.ToLower(sku), "Phone" + strings.TrimPrefix(sku, "PHONE")}
+
+	_, err := r.svc.Seckill(ctx, "u", sku, 1)
+	require.NoError(t, err)
+	for _, v := range spellings {
+		_, err := r.svc.Seckill(ctx, "u", v, 1)
+		require.ErrorIs(t, err, stock.ErrUnknownSKU, v)
+		_, err = r.svc.Create(ctx, "u", "", line(v, 1))
+		require.ErrorIs(t, err, stock.ErrUnknownSKU, v)
+		_, err = r.svc.Reserve(ctx, v, 1, "tok-"+v)
+		require.ErrorIs(t, err, stock.ErrUnknownSKU, v)
+		_, err = NewCatalog(r.db, r.st, nil).Get(ctx, v)
+		require.ErrorIs(t, err, stock.ErrUnknownSKU, v)
+	}
+	_, err = r.svc.Seckill(ctx, "u", sku, 1)
+	require.ErrorIs(t, err, ErrConflict, "the buyer's one unit is taken")
+	r.requireQty(sku, 10, 1)
+	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_reservations`))
+
+	// User ids: "U" is another buyer than "u".
+	_, err = r.svc.Seckill(ctx, "U", sku, 1)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, r.count(`SELECT COUNT(*) FROM buyer_quotas WHERE sku = ?`, sku))
+
+	// Tokens: "Cart-1" and "cart-1" are two reservations; committing one
+	// commits only its own units.
+	plain := r.putSKU("TOK", 10, 0)
+	_, err = r.svc.Reserve(ctx, plain, 1, "Cart-1")
+	require.NoError(t, err)
+	_, err = r.svc.Reserve(ctx, plain, 2, "cart-1")
+	require.NoError(t, err, "another token, not a replay with another quantity")
+	r.requireQty(plain, 10, 3)
+	q, err := r.svc.CommitToken(ctx, plain, "cart-1")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, q)
+	require.Equal(t, Held, r.reservationState("t.Cart-1", plain))
+	q, err = r.svc.ReleaseToken(ctx, plain, "Cart-1")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, q)
+	r.requireQty(plain, 10, 2)
+
+	// Idempotency keys: "K-1" and "k-1" are two orders.
+	a, err := r.svc.Create(ctx, "buyer", "K-1", line(plain, 1))
+	require.NoError(t, err)
+	b, err := r.svc.Create(ctx, "buyer", "k-1", line(plain, 2))
+	require.NoError(t, err)
+	require.NotEqual(t, a.ID, b.ID)
+	r.requireQty(plain, 10, 5)
+
+	// Order ids: another spelling of an order id is no order.
+	_, err = r.svc.Get(ctx, strings.ToUpper(a.ID))
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = r.svc.Cancel(ctx, strings.ToUpper(a.ID))
+	require.ErrorIs(t, err, ErrNotFound)
+	r.checkInvariant(sku)
+	r.checkInvariant(plain)
+}
+
+// A refund long after the sale (the DEDUCT's ledger row pruned by
+// retention) still brings its units back on hand, once: exactly once rests
+// on the reservation's state, which is never pruned.
+func TestRefundAfterRetention(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	sku := r.putSKU("OLD", 10, 0)
+	o, err := r.svc.Create(ctx, "u", "", line(sku, 3))
+	require.NoError(t, err)
+	_, err = r.svc.Pay(ctx, o.ID, "pay-old")
+	require.NoError(t, err)
+	deliver(t, r, StockMessage{Token: o.ID, SKU: sku, Op: OpDeduct, Qty: 3})
+	r.requireQty(sku, 7, 0)
+
+	later := func() time.Time { return time.Now().Add(60 * 24 * time.Hour) }
+	_, err = NewRetention(r.db, r.st.Locker(), RetentionConfig{Now: later}).PruneOnce(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM stock_ledger WHERE sku = ?`, sku), "the ledger row is pruned")
+
+	_, err = r.svc.Refund(ctx, o.ID)
+	require.NoError(t, err)
+	restore := StockMessage{Token: o.ID, SKU: sku, Op: OpRestore, Qty: 3}
+	deliver(t, r, restore)
+	r.requireQty(sku, 10, 0)
+	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM stock_anomalies WHERE sku = ?`, sku))
+
+	// Its duplicates, before and after the restore's own ledger row is
+	// pruned, change nothing and are no anomaly; nor is a late duplicate of
+	// the deduction.
+	deliver(t, r, restore)
+	_, err = NewRetention(r.db, r.st.Locker(), RetentionConfig{Now: func() time.Time { return later().Add(60 * 24 * time.Hour) }}).PruneOnce(ctx)
+	require.NoError(t, err)
+	deliver(t, r, restore, StockMessage{Token: o.ID, SKU: sku, Op: OpDeduct, Qty: 3})
+	r.requireQty(sku, 10, 0)
+	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM stock_anomalies WHERE sku = ?`, sku))
+	require.EqualValues(t, 10, r.redisAvailable(sku))
+	r.checkInvariant(sku)
+}
+
+// An adjust carrying a reference already applied to the SKU is answered
+// without applying again (an operator's retry after a time-out); another
+// delta under the same reference is a conflict. The record of applied
+// references is never pruned.
+func TestAdjustByReferenceOnce(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	cat := NewCatalog(r.db, r.st, nil)
+	sku := r.putSKU("PO", 110, 0)
+	other := r.putSKU("PO", 5, 0)
+
+	v, err := cat.Adjust(ctx, sku, 10, "restock", "po-99")
+	require.NoError(t, err)
+	require.EqualValues(t, 120, v.OnHand)
+	v, err = cat.Adjust(ctx, sku, 10, "restock", "po-99")
+	require.NoError(t, err, "a retry is answered")
+	require.EqualValues(t, 120, v.OnHand, "and applied once")
+	_, err = cat.Adjust(ctx, sku, 7, "restock", "po-99")
+	require.ErrorIs(t, err, ErrConflict, "another delta under the same reference")
+	_, err = cat.Adjust(ctx, sku, 10, "restock", "PO-99")
+	require.NoError(t, err, "references are exact: another reference")
+	_, err = cat.Adjust(ctx, other, 10, "restock", "po-99")
+	require.NoError(t, err, "a reference is per SKU: a purchase order restocks many")
+	r.requireQty(sku, 130, 0)
+	r.requireQty(other, 15, 0)
+
+	_, err = NewRetention(r.db, r.st.Locker(), RetentionConfig{
+		Now: func() time.Time { return time.Now().Add(365 * 24 * time.Hour) }}).PruneOnce(ctx)
+	require.NoError(t, err)
+	_, err = cat.Adjust(ctx, sku, 10, "restock", "po-99")
+	require.NoError(t, err)
+	_, err = cat.Adjust(ctx, sku, -3, "damaged", "po-99")
+	require.ErrorIs(t, err, ErrConflict)
+	r.requireQty(sku, 130, 0)
+
+	// Without a reference every adjust applies.
+	_, err = cat.Adjust(ctx, other, 1, "found", "")
+	require.NoError(t, err)
+	_, err = cat.Adjust(ctx, other, 1, "found", "")
+	require.NoError(t, err)
+	r.requireQty(other, 17, 0)
+	require.Equal(t, [2]int64{130, 0}, r.sums(sku), "one RESTOCK movement per applied reference")
+	r.checkInvariant(sku)
+}
+
+// A stock message that cannot be decoded is not applied and not dropped: it
+// is an anomaly row (once, however often it is redelivered), which reconcile
+// reports.
+func TestMalformedMessageIsRecorded(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	sku := r.putSKU("MAL", 10, 0)
+	bad := []mq.Message{
+		{ID: "m1", Key: sku, Body: []byte("not json")},
+		{ID: "m2", Key: sku, Body: []byte(`{"token":"x","sku":"` + sku + `","op":"STEAL","qty":1}`)},
+		{ID: "m3", Key: "??", Body: []byte(`{"token":"x","sku":"no such sku!","op":"DEDUCT","qty":1}`)},
+	}
+	require.NoError(t, r.applier.Handle(ctx, bad))
+	require.NoError(t, r.applier.Handle(ctx, bad[:1]), "redelivered")
+	require.EqualValues(t, 3, r.count(`SELECT COUNT(*) FROM stock_anomalies`), "one row per malformed message")
+	require.EqualValues(t, 3, r.count(`SELECT COUNT(*) FROM stock_anomalies WHERE op = 'MALFORMED' AND reason LIKE 'malformed%'`))
+	r.requireQty(sku, 10, 0)
+
+	reports, err := NewCatalog(r.db, r.st, nil).Reconcile(ctx, false)
+	require.NoError(t, err)
+	var anomalies int64
+	for _, rep := range reports {
+		anomalies += rep.Anomalies
+	}
+	require.EqualValues(t, 3, anomalies, "reconcile reports every one: %+v", reports)
+}
