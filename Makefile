@@ -1,14 +1,22 @@
 # The front door. `make run` needs only Go; `make test` brings up the real
-# servers (Redis, MariaDB, RocketMQ) on loopback, installing them if missing.
+# servers (Redis, MariaDB, RocketMQ) on loopback, installing them if missing
+# (as root, on Debian: see README "Tests"); `make secrets` writes .env for
+# docker compose.
 GO ?= go
+# What `inventoryd --version` says (the commit, when git can tell).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: run build test bench soak faults lint up down
+.PHONY: run build test bench soak faults lint up down secrets
 
 run:
 	@GO=$(GO) scripts/run.sh
 
 build:
-	$(GO) build -o bin/inventoryd ./cmd/inventoryd
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/inventoryd ./cmd/inventoryd
+
+# Fresh secrets for docker compose in .env (kept if it exists; FORCE=1 replaces it).
+secrets:
+	scripts/secrets.sh
 
 test:
 	scripts/test.sh

@@ -7,5 +7,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 echo "building inventoryd into bin/ (the first build takes a few minutes, later ones seconds)..." >&2
-"$GO" build -o bin/inventoryd ./cmd/inventoryd
+"$GO" build -ldflags "-X main.version=$(git describe --always --dirty 2>/dev/null || echo devel)" -o bin/inventoryd ./cmd/inventoryd
 exec bin/inventoryd "$@"

@@ -2,6 +2,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -10,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"syscall"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -35,19 +38,104 @@ type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 
+// version is set at build time (-ldflags "-X main.version=v1.2.3"; the
+// Dockerfile passes VERSION); otherwise the module's, or "devel".
+var version = ""
+
+// versionString is what --version prints: the version, the commit the
+// binary was built from (when go build could read it), and the Go version.
+func versionString() string {
+	v, commit, at, dirty := version, "", "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				commit = s.Value
+			case "vcs.time":
+				at = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	out := cmp.Or(v, "devel")
+	if commit != "" {
+		out += " commit " + commit[:min(12, len(commit))]
+		if dirty {
+			out += " (modified)"
+		}
+		if at != "" {
+			out += " of " + at
+		}
+	}
+	return out + " " + runtime.Version()
+}
+
 func rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "inventoryd",
 		Short: "Inventory service: Redis pre-deduction, MySQL record, ordered RocketMQ sync",
 		Long: `inventoryd serves the inventory API. With none of INVENTORY_REDIS_URL,
 INVENTORY_REDIS_CLUSTER, INVENTORY_MYSQL_DSN and INVENTORY_ROCKETMQ_NAMESRV set it
-runs on embedded stand-ins (in-process Redis, SQLite, queue) for trying it out.`,
+runs on embedded stand-ins (in-process Redis, SQLite, queue) for trying it out.
+"inventoryd serve --help" lists the configuration.`,
+		Version:      versionString(),
 		SilenceUsage: true,
 		RunE:         serve,
 	}
-	root.AddCommand(&cobra.Command{Use: "serve", Short: "Serve the HTTP API (the default)", RunE: serve})
-	root.AddCommand(migrateCmd(), reconcileCmd())
+	root.SetVersionTemplate("inventoryd {{.Version}}\n")
+	root.AddCommand(&cobra.Command{
+		Use:   "serve",
+		Short: "Serve the HTTP API (the default)",
+		Long: `serve serves the HTTP API. Configuration is by environment; with none of the
+Redis, MySQL and RocketMQ variables set it runs embedded (everything in
+memory, secrets generated and printed). With any of them set it needs all of
+them and the four secrets. "inventoryd config check" validates an environment
+without starting anything.
+
+Environment (variable, default, meaning):
+` + app.Help(),
+		Args: cobra.NoArgs,
+		RunE: serve,
+	})
+	root.AddCommand(migrateCmd(), reconcileCmd(), configCmd())
 	return root
+}
+
+func configCmd() *cobra.Command {
+	cfg := &cobra.Command{Use: "config", Short: "Check a configuration"}
+	cfg.AddCommand(&cobra.Command{
+		Use:   "check [serve|migrate|reconcile]",
+		Short: "Validate the environment for a command (serve by default) without connecting to anything",
+		Long: `config check reads the environment exactly as the command would (serve by
+default, or migrate or reconcile) and validates it without starting or
+connecting to anything: every variable the command needs is set, addresses
+parse, durations are in range, secrets are strong and distinct. It prints
+what the configuration points at (never a secret) and exits 0, or prints
+what is wrong and exits 1. Run it in the container's environment before
+starting it (docker compose run --rm inventoryd config check).`,
+		Args:      cobra.MatchAll(cobra.MaximumNArgs(1), cobra.OnlyValidArgs),
+		ValidArgs: []string{string(app.Serve), string(app.Migrate), string(app.Reconcile)},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			what := app.Serve
+			if len(args) == 1 {
+				what = app.Command(args[0])
+			}
+			c, err := app.ParseConfig()
+			if err != nil {
+				return err
+			}
+			if err := c.ValidateFor(what); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "config: ok for %s: %s\n", what, c.Summary(what))
+			return nil
+		},
+	})
+	return cfg
 }
 
 func logger() *slog.Logger {
@@ -101,8 +189,8 @@ migrate down rolls back one migration, the newest; --all rolls back every one.`,
 			if err != nil {
 				return err
 			}
-			if cfg.MySQLDSN == "" {
-				return errors.New("migrate: INVENTORY_MYSQL_DSN is not set")
+			if err := cfg.ValidateFor(app.Migrate); err != nil {
+				return err
 			}
 			db, err := sql.Open("mysql", cfg.MySQLDSN)
 			if err != nil {
@@ -172,21 +260,22 @@ the sum of live reservations, and no unresolved anomaly. It prints one JSON
 line per SKU where a check fails. With --repair it realigns Redis from the
 database and sets reserved to the live sum (anomalies need an operator).
 Redis numbers are exact at a quiet point; under traffic an admission in
-flight shows as a difference of its units.`,
+flight shows as a difference of its units. It needs INVENTORY_REDIS_URL (or
+INVENTORY_REDIS_CLUSTER) and INVENTORY_MYSQL_DSN only.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := app.LoadConfig()
+			cfg, err := app.ParseConfig()
 			if err != nil {
 				return err
 			}
-			if cfg.Embedded() {
-				return errors.New("reconcile: configure the servers to check (INVENTORY_REDIS_URL, INVENTORY_MYSQL_DSN, ...)")
+			if err := cfg.ValidateFor(app.Reconcile); err != nil {
+				return err
 			}
-			a, err := app.New(cmd.Context(), cfg, logger())
+			a, err := app.OpenStores(cmd.Context(), cfg, logger())
 			if err != nil {
 				return err
 			}
-			defer a.Shutdown(context.Background())
+			defer a.Close()
 			reports, err := a.Catalog.Reconcile(cmd.Context(), repair)
 			if err != nil {
 				return err

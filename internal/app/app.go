@@ -16,6 +16,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -158,7 +159,50 @@ func (a *App) instance(role string) string {
 	return fmt.Sprintf("%s_%d_%s", host, os.Getpid(), role)
 }
 
+// OpenStores connects to Redis and the database only and builds the stock
+// store and the catalog: what reconcile needs (no broker, no secrets).
+// Close it with Close.
+func OpenStores(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) {
+	a := &App{Cfg: cfg, log: log, soldOut: httpapi.NewSoldOut(2*time.Second, nil)}
+	defer func() {
+		if err != nil {
+			a.closeClients()
+		}
+	}()
+	if err := a.openStores(ctx); err != nil {
+		return nil, err
+	}
+	a.Stock, err = stock.NewStore(a.rdb, stock.Config{
+		Init: order.InitFunc(a.db), TokenTTL: cfg.OrderTTL + time.Minute, Logger: log, OnStockBack: a.publishStockBack,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.Catalog = order.NewCatalog(a.db, a.Stock, log)
+	return a, nil
+}
+
+// Close closes what OpenStores opened.
+func (a *App) Close() { a.closeClients() }
+
 func (a *App) openReal(ctx context.Context) error {
+	if err := a.openStores(ctx); err != nil {
+		return err
+	}
+	// A fresh broker has no topic: create it rather than fail to consume.
+	if err := mq.EnsureServiceTopic(ctx, a.Cfg.RocketMQNamesrv, a.Cfg.RocketMQTopic); err != nil {
+		return err
+	}
+	var err error
+	a.producer, err = mq.NewRocketProducer(mq.RocketMQConfig{
+		NameServers: a.Cfg.RocketMQNamesrv, Topic: a.Cfg.RocketMQTopic, Group: a.Cfg.RocketMQTopic + "_relay",
+		Instance: a.instance("producer"),
+	})
+	return err
+}
+
+// openStores connects to Redis and the database.
+func (a *App) openStores(ctx context.Context) error {
 	if len(a.Cfg.RedisCluster) > 0 {
 		a.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: a.Cfg.RedisCluster, PoolSize: 256})
 	} else {
@@ -185,15 +229,7 @@ func (a *App) openReal(ctx context.Context) error {
 	}
 	a.sqlDB.SetMaxOpenConns(64)
 	a.sqlDB.SetMaxIdleConns(64)
-	// A fresh broker has no topic: create it rather than fail to consume.
-	if err := mq.EnsureServiceTopic(ctx, a.Cfg.RocketMQNamesrv, a.Cfg.RocketMQTopic); err != nil {
-		return err
-	}
-	a.producer, err = mq.NewRocketProducer(mq.RocketMQConfig{
-		NameServers: a.Cfg.RocketMQNamesrv, Topic: a.Cfg.RocketMQTopic, Group: a.Cfg.RocketMQTopic + "_relay",
-		Instance: a.instance("producer"),
-	})
-	return err
+	return nil
 }
 
 // openEmbedded starts the in-process stand-ins: miniredis (it runs the same
@@ -289,6 +325,9 @@ func (a *App) producerReady(ctx context.Context) error {
 // consumer, relay, timeout release and stock-back subscriber.
 func (a *App) Start(ctx context.Context) error {
 	ln, err := net.Listen("tcp", a.Cfg.HTTPAddr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%w: another process listens there; stop it, or set INVENTORY_HTTP_ADDR to another address (e.g. INVENTORY_HTTP_ADDR=:8081)", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -3,59 +3,82 @@ package app
 import (
 	"errors"
 	"fmt"
+	"net"
+	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/acme/inventory/internal/httpapi"
 	"github.com/acme/inventory/internal/identity"
 )
 
-// Config is read from the environment (docs/SPEC.md section 6).
+// Config is read from the environment (docs/SPEC.md section 6). Each
+// variable's help tag is what `inventoryd serve --help` prints for it.
 type Config struct {
-	HTTPAddr        string   `env:"INVENTORY_HTTP_ADDR" envDefault:":8080"`
-	RedisURL        string   `env:"INVENTORY_REDIS_URL"`
-	RedisCluster    []string `env:"INVENTORY_REDIS_CLUSTER" envSeparator:","`
-	MySQLDSN        string   `env:"INVENTORY_MYSQL_DSN"`
-	RocketMQNamesrv []string `env:"INVENTORY_ROCKETMQ_NAMESRV" envSeparator:","`
-	RocketMQTopic   string   `env:"INVENTORY_ROCKETMQ_TOPIC" envDefault:"inventory_stock"`
-	AdminToken      string   `env:"INVENTORY_ADMIN_TOKEN"`
+	HTTPAddr        string   `env:"INVENTORY_HTTP_ADDR" envDefault:":8080" help:"listen address (127.0.0.1:0 picks a free port; the log says which)"`
+	RedisURL        string   `env:"INVENTORY_REDIS_URL" help:"a single Redis, e.g. redis://127.0.0.1:6379/0"`
+	RedisCluster    []string `env:"INVENTORY_REDIS_CLUSTER" envSeparator:"," help:"comma-separated Redis Cluster node addresses (instead of the URL)"`
+	MySQLDSN        string   `env:"INVENTORY_MYSQL_DSN" help:"e.g. inventory:secret@tcp(127.0.0.1:3306)/inventory (MySQL 8 or MariaDB)"`
+	RocketMQNamesrv []string `env:"INVENTORY_ROCKETMQ_NAMESRV" envSeparator:"," help:"comma-separated RocketMQ name servers"`
+	RocketMQTopic   string   `env:"INVENTORY_ROCKETMQ_TOPIC" envDefault:"inventory_stock" help:"the ordered topic (created with 8 queues when missing)"`
+	AdminToken      string   `env:"INVENTORY_ADMIN_TOKEN" help:"bearer token of the admin routes (generated in embedded mode)"`
 	// ClientTokens are the client credentials (comma-separated; several at
 	// once so one can be rotated without downtime).
-	ClientTokens  []string `env:"INVENTORY_CLIENT_TOKENS" envSeparator:","`
-	PaymentSecret string   `env:"INVENTORY_PAYMENT_SECRET"`
+	ClientTokens  []string `env:"INVENTORY_CLIENT_TOKENS" envSeparator:"," help:"comma-separated client credentials, all accepted (generated in embedded mode)"`
+	PaymentSecret string   `env:"INVENTORY_PAYMENT_SECRET" help:"HMAC secret of the payment callback (generated in embedded mode)"`
 	// BuyerKey verifies the buyer tokens the storefront signs: an HMAC secret
 	// (HS256) or a PEM public key (RS256, PS256, ES256, EdDSA).
-	BuyerKey string `env:"INVENTORY_BUYER_KEY"`
+	BuyerKey string `env:"INVENTORY_BUYER_KEY" help:"verifies X-Buyer-Token: an HMAC secret or a PEM public key (generated in embedded mode)"`
 	// A buyer token must name BuyerTokenAudience in aud and
 	// BuyerTokenIssuer as iss, and expire within BuyerTokenMaxTTL of when it
 	// is checked (zero values: identity's defaults).
-	BuyerTokenAudience string        `env:"INVENTORY_BUYER_TOKEN_AUDIENCE" envDefault:"inventory"`
-	BuyerTokenIssuer   string        `env:"INVENTORY_BUYER_TOKEN_ISSUER" envDefault:"storefront"`
-	BuyerTokenMaxTTL   time.Duration `env:"INVENTORY_BUYER_TOKEN_MAX_TTL" envDefault:"24h"`
+	BuyerTokenAudience string        `env:"INVENTORY_BUYER_TOKEN_AUDIENCE" envDefault:"inventory" help:"the aud a buyer token must name"`
+	BuyerTokenIssuer   string        `env:"INVENTORY_BUYER_TOKEN_ISSUER" envDefault:"storefront" help:"the iss a buyer token must carry"`
+	BuyerTokenMaxTTL   time.Duration `env:"INVENTORY_BUYER_TOKEN_MAX_TTL" envDefault:"24h" help:"how far ahead a buyer token's exp may be (1m to 168h)"`
 	// TrustedProxies (CIDRs or addresses) may set X-Forwarded-For; by
 	// default the connection's remote address is the client.
-	TrustedProxies  []string      `env:"INVENTORY_TRUSTED_PROXIES" envSeparator:","`
-	OrderTTL        time.Duration `env:"INVENTORY_ORDER_TTL" envDefault:"15m"`
-	SeckillRate     float64       `env:"INVENTORY_SECKILL_RATE" envDefault:"50"`
-	ShutdownTimeout time.Duration `env:"INVENTORY_SHUTDOWN_TIMEOUT" envDefault:"15s"`
+	TrustedProxies  []string      `env:"INVENTORY_TRUSTED_PROXIES" envSeparator:"," help:"CIDRs or addresses whose X-Forwarded-For the seckill rate limit believes"`
+	OrderTTL        time.Duration `env:"INVENTORY_ORDER_TTL" envDefault:"15m" help:"how long an unpaid order holds stock (1s to 168h)"`
+	SeckillRate     float64       `env:"INVENTORY_SECKILL_RATE" envDefault:"50" help:"seckill requests per second per client address (burst twice that)"`
+	ShutdownTimeout time.Duration `env:"INVENTORY_SHUTDOWN_TIMEOUT" envDefault:"15s" help:"bound on graceful shutdown"`
 	// Retention is how long finished history (applied outbox rows, ledger
 	// rows, stock movements) is kept before one node prunes it, every
 	// RetentionInterval. It must exceed the broker's message retention.
-	Retention         time.Duration `env:"INVENTORY_RETENTION" envDefault:"720h"`
-	RetentionInterval time.Duration `env:"INVENTORY_RETENTION_INTERVAL" envDefault:"10m"`
+	Retention         time.Duration `env:"INVENTORY_RETENTION" envDefault:"720h" help:"how long finished history is kept (at least 1h; longer than the broker keeps messages)"`
+	RetentionInterval time.Duration `env:"INVENTORY_RETENTION_INTERVAL" envDefault:"10m" help:"how often one node prunes it"`
 	// SweepInterval is how often one node sweeps the database for unpaid
 	// orders past their deadline that the delay queue missed.
-	SweepInterval time.Duration `env:"INVENTORY_SWEEP_INTERVAL" envDefault:"30s"`
+	SweepInterval time.Duration `env:"INVENTORY_SWEEP_INTERVAL" envDefault:"30s" help:"how often one node sweeps for unpaid orders the delay queue missed (100ms to 1h)"`
 	// RealignInterval is how often one node realigns every SKU whose Redis
 	// value differs from the database.
-	RealignInterval time.Duration `env:"INVENTORY_REALIGN_INTERVAL" envDefault:"30s"`
+	RealignInterval time.Duration `env:"INVENTORY_REALIGN_INTERVAL" envDefault:"30s" help:"how often one node realigns SKUs whose Redis value drifted (100ms to 1h)"`
 	// InstanceName tells this node's RocketMQ clients apart (default: host and pid).
-	InstanceName string `env:"INVENTORY_INSTANCE"`
+	InstanceName string `env:"INVENTORY_INSTANCE" help:"names this node's RocketMQ clients (default: host and pid)"`
 }
 
-// LoadConfig parses the environment and validates it.
+// Command is what a command of inventoryd needs from the configuration.
+type Command string
+
+const (
+	// Serve needs every server and every secret, or none of the servers
+	// (embedded mode).
+	Serve Command = "serve"
+	// Migrate needs the database; the RocketMQ name server is optional
+	// (the topic is created when it is set).
+	Migrate Command = "migrate"
+	// Reconcile needs Redis and the database, nothing else.
+	Reconcile Command = "reconcile"
+)
+
+// Commands are the commands ValidateFor knows, in the order help lists them.
+var Commands = []Command{Serve, Migrate, Reconcile}
+
+// LoadConfig parses the environment and validates it for serving.
 func LoadConfig() (Config, error) {
 	cfg, err := ParseConfig()
 	if err != nil {
@@ -74,11 +97,37 @@ func ParseConfig() (Config, error) {
 	return cfg, nil
 }
 
-// Validate checks the configuration on its own. Real mode needs every server
-// and both secrets: the service refuses to start half-configured.
-func (c Config) Validate() error {
-	if c.RedisURL != "" && len(c.RedisCluster) > 0 {
-		return errors.New("config: set INVENTORY_REDIS_URL or INVENTORY_REDIS_CLUSTER, not both")
+// Validate checks the configuration for serving. Real mode needs every
+// server and every secret: the service refuses to start half-configured.
+func (c Config) Validate() error { return c.ValidateFor(Serve) }
+
+// ValidateFor checks the configuration for cmd on its own, without
+// connecting to anything: what `inventoryd config check` runs.
+func (c Config) ValidateFor(cmd Command) error {
+	if !slices.Contains(Commands, cmd) {
+		return fmt.Errorf("config: no command %q (one of %v)", cmd, Commands)
+	}
+	if err := c.validateAddresses(); err != nil {
+		return err
+	}
+	switch cmd {
+	case Migrate:
+		if c.MySQLDSN == "" {
+			return errors.New("config: migrate needs INVENTORY_MYSQL_DSN")
+		}
+		return nil
+	case Reconcile:
+		var missing []string
+		if c.RedisURL == "" && len(c.RedisCluster) == 0 {
+			missing = append(missing, "INVENTORY_REDIS_URL or INVENTORY_REDIS_CLUSTER")
+		}
+		if c.MySQLDSN == "" {
+			missing = append(missing, "INVENTORY_MYSQL_DSN")
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("config: reconcile checks Redis against the database and needs %v", missing)
+		}
+		return nil
 	}
 	if c.OrderTTL < time.Second || c.OrderTTL > 7*24*time.Hour {
 		return fmt.Errorf("config: INVENTORY_ORDER_TTL must be between 1s and 168h, got %s", c.OrderTTL)
@@ -129,6 +178,78 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: with external servers configured, these are required too: %v", missing)
 	}
 	return c.validateSecrets()
+}
+
+// validateAddresses checks that the server addresses given parse, so a typo
+// is found by `config check` rather than at the first connection.
+func (c Config) validateAddresses() error {
+	if c.RedisURL != "" && len(c.RedisCluster) > 0 {
+		return errors.New("config: set INVENTORY_REDIS_URL or INVENTORY_REDIS_CLUSTER, not both")
+	}
+	if c.RedisURL != "" {
+		if _, err := redis.ParseURL(c.RedisURL); err != nil {
+			return fmt.Errorf("config: INVENTORY_REDIS_URL: %w", err)
+		}
+	}
+	for _, addr := range append(slices.Clone(c.RedisCluster), c.RocketMQNamesrv...) {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("config: %q is not a host:port address (INVENTORY_REDIS_CLUSTER, INVENTORY_ROCKETMQ_NAMESRV)", addr)
+		}
+	}
+	if c.MySQLDSN != "" {
+		if _, err := mysql.ParseDSN(c.MySQLDSN); err != nil {
+			return fmt.Errorf("config: INVENTORY_MYSQL_DSN: %w", err)
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		return fmt.Errorf("config: INVENTORY_HTTP_ADDR %q is not a listen address such as :8080 or 127.0.0.1:8080", c.HTTPAddr)
+	}
+	return nil
+}
+
+// Summary describes what the configuration points cmd at, without a secret:
+// what `inventoryd config check` prints.
+func (c Config) Summary(cmd Command) string {
+	var parts []string
+	if cmd == Serve && c.Embedded() {
+		return "embedded mode (in-process Redis, SQLite, queue); listen " + c.HTTPAddr
+	}
+	if c.RedisURL != "" && cmd != Migrate {
+		u, _ := redis.ParseURL(c.RedisURL)
+		parts = append(parts, fmt.Sprintf("Redis %s db %d", u.Addr, u.DB))
+	}
+	if len(c.RedisCluster) > 0 && cmd != Migrate {
+		parts = append(parts, "Redis Cluster "+strings.Join(c.RedisCluster, ","))
+	}
+	if m, err := mysql.ParseDSN(c.MySQLDSN); err == nil && c.MySQLDSN != "" {
+		parts = append(parts, fmt.Sprintf("MySQL %s/%s as %s", m.Addr, m.DBName, m.User))
+	}
+	if len(c.RocketMQNamesrv) > 0 && cmd != Reconcile {
+		parts = append(parts, fmt.Sprintf("RocketMQ %s topic %s", strings.Join(c.RocketMQNamesrv, ","), c.RocketMQTopic))
+	}
+	if cmd == Serve {
+		parts = append(parts, "listen "+c.HTTPAddr, fmt.Sprintf("%d client credential(s)", len(c.ClientTokens)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Help lists every variable with its default and meaning, for --help.
+func Help() string {
+	var b strings.Builder
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+		if name == "" {
+			continue
+		}
+		def := f.Tag.Get("envDefault")
+		if def == "" {
+			def = "-"
+		}
+		fmt.Fprintf(&b, "  %-32s %-16s %s\n", name, def, f.Tag.Get("help"))
+	}
+	return b.String()
 }
 
 // validateSecrets refuses weak or reused secrets, in embedded mode too when
