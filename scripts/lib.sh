@@ -2,7 +2,10 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-CACHE="$ROOT/.cache"            # downloads and server state; ignored by git
+CACHE="$ROOT/.cache"            # this clone's server state and logs; ignored by git
+# Downloads every clone of this user shares (the RocketMQ jars): a second
+# clone's tests find them whichever clone started the servers.
+SHARED_CACHE=${INVENTORY_SHARED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/acme-inventory}
 RUN="$CACHE/run"                # pid files of the servers these scripts started
 mkdir -p "$RUN"
 

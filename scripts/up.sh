@@ -72,17 +72,31 @@ SQL
   log "mariadb: $(mariadb -N -uroot -e 'SELECT VERSION()')"
 }
 
+# rocketmq_classpath makes sure the RocketMQ jars are in the per-user
+# shared cache (downloading them once, under a lock, so two clones never
+# fetch into one directory at once) and that this clone's
+# .cache/rocketmq-VERSION points at them, where the tests look (cmd/faults);
+# it prints the classpath.
 rocketmq_classpath() {
-  local dir="$CACHE/rocketmq-$ROCKETMQ_VERSION"
-  if [ ! -f "$dir/.complete" ]; then
-    command -v java >/dev/null || apt_install openjdk-17-jre-headless
-    command -v mvn >/dev/null || apt_install maven
-    log "resolving Apache RocketMQ $ROCKETMQ_VERSION from Maven Central"
-    rm -rf "$dir" && mkdir -p "$dir"
-    sed "s/@VERSION@/$ROCKETMQ_VERSION/g" "$ROOT/scripts/rocketmq/pom.xml" >"$dir/pom.xml"
-    (cd "$dir" && mvn -B -q dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$dir/lib") >&2
-    touch "$dir/.complete"
+  local shared="$SHARED_CACHE/rocketmq-$ROCKETMQ_VERSION" dir="$CACHE/rocketmq-$ROCKETMQ_VERSION"
+  if [ ! -f "$dir/.complete" ]; then # a link to the shared jars, or a clone's own from before
+    mkdir -p "$SHARED_CACHE"
+    (
+      flock 9
+      if [ ! -f "$shared/.complete" ]; then
+        command -v java >/dev/null || apt_install openjdk-17-jre-headless
+        command -v mvn >/dev/null || apt_install maven
+        log "resolving Apache RocketMQ $ROCKETMQ_VERSION from Maven Central into $shared"
+        rm -rf "$shared" && mkdir -p "$shared"
+        sed "s/@VERSION@/$ROCKETMQ_VERSION/g" "$ROOT/scripts/rocketmq/pom.xml" >"$shared/pom.xml"
+        (cd "$shared" && mvn -B -q dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$shared/lib") >&2
+        touch "$shared/.complete"
+      fi
+    ) 9>"$SHARED_CACHE/.rocketmq-$ROCKETMQ_VERSION.lock"
+    rm -rf "$dir"
+    ln -s "$shared" "$dir"
   fi
+  command -v java >/dev/null || apt_install openjdk-17-jre-headless
   echo "$dir/lib/*"
 }
 
@@ -134,7 +148,9 @@ ensure_tools() {
 
 what=${1:-all}
 case $what in
-  all) ensure_tools; start_redis; start_mariadb; start_rocketmq ;;
+  # The jars too when the servers were already up (another clone's): the
+  # tests start private brokers from them.
+  all) ensure_tools; start_redis; start_mariadb; start_rocketmq; rocketmq_classpath >/dev/null ;;
   redis) start_redis ;;
   mariadb) start_mariadb ;;
   rocketmq) start_rocketmq ;;
