@@ -32,7 +32,8 @@ type errorBody struct {
 }
 
 // apiError is an error with its answer already decided, and a header to
-// send with it (WWW-Authenticate on 401, Retry-After on 429).
+// send with it (WWW-Authenticate on 401, Retry-After on 429; every 503
+// gets Retry-After too).
 type apiError struct {
 	status int
 	code   string
@@ -77,6 +78,9 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	var ae *apiError
 	if errors.As(err, &ae) && ae.header[0] != "" {
 		c.Response().Header().Set(ae.header[0], ae.header[1])
+	}
+	if status == http.StatusServiceUnavailable && c.Response().Header().Get("Retry-After") == "" {
+		c.Response().Header().Set("Retry-After", "1") // a dependency that comes back is probed within a second
 	}
 	switch status {
 	case http.StatusInternalServerError:

@@ -152,7 +152,8 @@ func TestSeckillRateLimit(t *testing.T) {
 	require.Equal(t, map[int]int{201: 2, 429: 3}, codes, "a burst of twice the rate, then 429")
 }
 
-// When the database goes away, requests that need it get 503 unavailable, not 500.
+// When the database goes away, requests that need it get 503 unavailable
+// with Retry-After, not 500.
 func TestDependencyDownIs503(t *testing.T) {
 	a := embeddedApp(t)
 	h := storefront(t, a)
@@ -163,5 +164,6 @@ func TestDependencyDownIs503(t *testing.T) {
 		require.Equal(t, http.StatusServiceUnavailable, rec.Code, "%s: %s", path, rec.Body.String())
 		checkAnswer(t, rec)
 		require.Contains(t, rec.Body.String(), `"unavailable"`)
+		require.Equal(t, "1", rec.Header().Get("Retry-After"), "a 503 says when to retry (docs/SPEC.md section 5)")
 	}
 }
