@@ -127,3 +127,20 @@ func TestReconcileNeedsOnlyRedisAndDatabase(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	require.Empty(t, out, "nothing to report on a fresh database")
 }
+
+// In embedded mode secrets given in the environment are used instead of
+// generated ones, so a restart keeps a second shell's exports working (the
+// README's "pin the secrets"): two starts, the same exports.
+func TestEmbeddedSecretsPinned(t *testing.T) {
+	pinned := []string{"INVENTORY_ADMIN_TOKEN=" + adminToken, "INVENTORY_CLIENT_TOKENS=" + clientToken,
+		"INVENTORY_PAYMENT_SECRET=" + paymentSecret, "INVENTORY_BUYER_KEY=" + buyerKey}
+	for range 2 {
+		p := start(t, pinned...)
+		got := p.exports()
+		require.Equal(t, adminToken, got["ADMIN_TOKEN"])
+		require.Equal(t, clientToken, got["CLIENT_TOKEN"])
+		require.Equal(t, paymentSecret, got["PAYMENT_SECRET"])
+		require.Equal(t, buyerKey, got["BUYER_KEY"])
+		p.stop()
+	}
+}

@@ -7,12 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/internal/app"
 )
 
 // readmePath is the README, from this package's directory.
@@ -118,6 +121,24 @@ func checkREADMEReferences(t *testing.T, readme string) {
 	}
 }
 
+// checkREADMEAnchors requires every link to a heading (#anchor) to name a
+// heading of the README, by GitHub's rule: lower case, punctuation dropped,
+// spaces as hyphens.
+func checkREADMEAnchors(t *testing.T, readme string) {
+	t.Helper()
+	prose := withoutCode(readme)
+	slugs := map[string]bool{}
+	drop := regexp.MustCompile(`[^a-z0-9 _-]`)
+	for _, h := range headingLine.FindAllStringSubmatch(prose, -1) {
+		slugs[strings.ReplaceAll(drop.ReplaceAllString(strings.ToLower(h[1]), ""), " ", "-")] = true
+	}
+	for _, m := range regexp.MustCompile(`\]\(#([^)]+)\)`).FindAllStringSubmatch(prose, -1) {
+		if !slugs[m[1]] {
+			t.Errorf("README.md links to #%s, which is no heading of it", m[1])
+		}
+	}
+}
+
 // Every example of the README runs as it is against what `make run` starts
 // (the real binary in embedded mode), with only the banner's export lines
 // and PATH in its environment: each block in order under bash -euo pipefail,
@@ -128,8 +149,31 @@ func TestREADMEExamples(t *testing.T) {
 	require.NoError(t, err)
 	readme := string(raw)
 	t.Run("stays in the repository", func(t *testing.T) { checkREADMEReferences(t, readme) })
+	t.Run("links to its own headings", func(t *testing.T) { checkREADMEAnchors(t, readme) })
+	t.Run("documents every variable", func(t *testing.T) {
+		typ := reflect.TypeFor[app.Config]()
+		for i := range typ.NumField() {
+			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("env"), ",")
+			require.Contains(t, readme, "| `"+name+"` |", "the README's configuration table has a row for %s", name)
+		}
+	})
 	blocks := exampleBlocks(t, readme)
-	require.GreaterOrEqual(t, len(blocks), 5, "the README's examples are marked <!-- example --> before a ```sh block")
+	require.GreaterOrEqual(t, len(blocks), 8, "the README's examples are marked <!-- example --> before a ```sh block")
+	t.Run("runs every call of the API", func(t *testing.T) {
+		// A block that calls the service and is not marked would never run.
+		marked := 0
+		for _, loc := range regexp.MustCompile("(?s)```sh\n.*?```").FindAllStringIndex(readme, -1) {
+			block := readme[loc[0]:loc[1]]
+			if !strings.Contains(block, "curl ") {
+				continue
+			}
+			if !strings.HasSuffix(strings.TrimRight(readme[:loc[0]], " \t\n"), "<!-- example -->") {
+				t.Errorf("README.md:%d: a block that calls the API is not marked <!-- example -->", strings.Count(readme[:loc[0]], "\n")+1)
+			}
+			marked++
+		}
+		require.Equal(t, len(blocks), marked, "every example calls the API")
+	})
 	for _, tool := range []string{"bash", "curl", "jq", "openssl"} {
 		_, err := exec.LookPath(tool)
 		require.NoError(t, err, "the README's examples need %s (scripts/up.sh installs it)", tool)
