@@ -156,8 +156,11 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 	_, err := retryDeadlock(func() (struct{}, error) {
 		applied, dup, recorded, chs = 0, 0, nil, nil
 		return struct{}{}, a.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			d, err := a.apply(tx, skus, bySKU)
+			d, err := arbiterIn(tx).settle(skus, bySKU)
 			if err != nil {
+				return err
+			}
+			if err := markApplied(tx, skus, bySKU); err != nil {
 				return err
 			}
 			if anomalies := append(d.anomalies, bad...); len(anomalies) > 0 {
@@ -207,111 +210,6 @@ type delivery struct {
 	changes            []stock.Change // restores, for Redis
 }
 
-// apply applies the well-formed operations of a delivery in tx: under the
-// SKU rows' locks (taken in SKU order), each operation is decided by its
-// reservation's state, then one UPDATE per SKU and per state change writes
-// the merged effect.
-func (a *Applier) apply(tx *gorm.DB, skus []string, bySKU map[string][]StockMessage) (delivery, error) {
-	var d delivery
-	if len(skus) == 0 {
-		return d, nil
-	}
-	var rows []struct {
-		SKU    string `gorm:"column:sku"`
-		OnHand int64
-	}
-	if err := tx.Table("skus").Select("sku, on_hand").Where("sku IN ?", skus).Order("sku").
-		Clauses(clause.Locking{Strength: "UPDATE"}).Scan(&rows).Error; err != nil {
-		return d, err
-	}
-	onHand := map[string]int64{}
-	for _, r := range rows {
-		onHand[r.SKU] = r.OnHand
-	}
-	recorded, err := recordedAnomalies(tx, skus, bySKU)
-	if err != nil {
-		return d, err
-	}
-	var ledger []LedgerRow
-	var moves []Movement
-	restored := map[string]int64{}
-	for _, sku := range skus {
-		oh, known := onHand[sku]
-		states, err := reservationsOf(tx, sku, bySKU[sku])
-		if err != nil {
-			return d, err
-		}
-		var sold, back []string
-		var deducted, returned int64
-		for _, sm := range bySKU[sku] {
-			k := opKey{sm.Token, sku, sm.Op}
-			if recorded[k] {
-				d.duplicate++ // recorded as an anomaly before: handled
-				continue
-			}
-			res, ok := states[sm.Token]
-			reason := ""
-			switch {
-			case !known:
-				reason = "unknown sku"
-			case sm.Op == OpDeduct && ok && res.Qty == sm.Qty && (res.State == Sold || res.State == Restored):
-				d.duplicate++
-				continue
-			case sm.Op == OpRestore && ok && res.Qty == sm.Qty && res.State == Restored:
-				d.duplicate++
-				continue
-			case sm.Op == OpDeduct && !(ok && res.Qty == sm.Qty && res.State == Committed):
-				reason = "no committed reservation of this quantity"
-			case sm.Op == OpRestore && !(ok && res.Qty == sm.Qty && res.State == Sold):
-				reason = "restore without its deduction"
-			}
-			if reason != "" {
-				d.anomalies = append(d.anomalies, AnomalyRow{Token: sm.Token, SKU: sku, Op: sm.Op, Qty: sm.Qty, OnHand: oh, Reason: reason})
-				recorded[k] = true
-				continue
-			}
-			if sm.Op == OpDeduct {
-				res.State = Sold
-				sold = append(sold, sm.Token)
-				deducted += sm.Qty
-			} else {
-				res.State = Restored
-				back = append(back, sm.Token)
-				returned += sm.Qty
-			}
-			states[sm.Token] = res
-			ledger = append(ledger, LedgerRow{Token: sm.Token, SKU: sku, Op: sm.Op, Qty: sm.Qty})
-			moves = append(moves, appliedMovement(sku, oh, sm))
-		}
-		if err := applySKU(tx, sku, oh, sold, back, deducted, returned); err != nil {
-			return d, err
-		}
-		if returned > 0 && oh != stock.Unlimited {
-			restored[sku] = returned
-		}
-	}
-	if len(ledger) > 0 {
-		if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&ledger).Error; err != nil {
-			return d, err
-		}
-	}
-	if err := insertMovements(tx, moves); err != nil {
-		return d, err
-	}
-	if err := markApplied(tx, skus, bySKU); err != nil {
-		return d, err
-	}
-	if len(restored) > 0 {
-		marks, err := readMarks(tx, sortedKeys(restored))
-		if err != nil {
-			return d, err
-		}
-		d.changes = changes(restored, marks, 1)
-	}
-	d.applied = int64(len(ledger))
-	return d, nil
-}
-
 // markApplied stamps the outbox rows of the delivery's operations (applied,
 // duplicate or anomaly: each is handled) as applied, so the sync backlog is
 // read from the unapplied rows alone. One UPDATE per delivery.
@@ -322,96 +220,9 @@ func markApplied(tx *gorm.DB, skus []string, bySKU map[string][]StockMessage) er
 			keys = append(keys, []any{sm.Token, sm.SKU, sm.Op})
 		}
 	}
-	return tx.Exec(`UPDATE stock_outbox SET applied_at = ? WHERE applied_at IS NULL AND (token, sku, op) IN ?`,
-		time.Now().UTC(), keys).Error
-}
-
-// appliedMovement is the movement of one applied operation, as applySKU
-// moves the SKU: a sale takes qty from on_hand and reserved, a refund gives
-// qty back to on_hand; an unlimited SKU's on_hand (-1) does not move.
-func appliedMovement(sku string, onHand int64, sm StockMessage) Movement {
-	m := Movement{SKU: sku, Kind: MoveSale, OnHandDelta: -sm.Qty, ReservedDelta: -sm.Qty, Reference: tokenRef(sm.Token)}
-	if sm.Op == OpRestore {
-		m.Kind, m.OnHandDelta, m.ReservedDelta = MoveRefund, sm.Qty, 0
-	}
-	if onHand == stock.Unlimited {
-		m.OnHandDelta = 0
-	}
-	return m
-}
-
-// reservationsOf returns the reservations of sku that the delivery's
-// operations name, by token. Read under the SKU's row lock: only an applier
-// (holding it) moves a reservation out of COMMITTED or SOLD.
-func reservationsOf(tx *gorm.DB, sku string, msgs []StockMessage) (map[string]Reservation, error) {
-	tokens := make([]string, 0, len(msgs))
-	for _, sm := range msgs {
-		tokens = append(tokens, sm.Token)
-	}
-	// By primary key only: with the state in the WHERE, MariaDB picks the
-	// (sku, state) prefix and walks every committed row of a hot SKU.
-	var rows []Reservation
-	if err := tx.Where("token IN ? AND sku = ?", tokens, sku).Find(&rows).Error; err != nil {
-		return nil, err
-	}
-	out := make(map[string]Reservation, len(rows))
-	for _, r := range rows {
-		out[r.Token] = r
-	}
-	return out, nil
-}
-
-// applySKU writes one SKU's merged effect: the sold reservations turn SOLD
-// and the restored ones RESTORED (each conditionally, from the state read
-// under the row lock), on_hand and reserved lose what was deducted, on_hand
-// gains what was restored (an unlimited SKU's on_hand stays -1).
-func applySKU(tx *gorm.DB, sku string, onHand int64, sold, back []string, deducted, returned int64) error {
-	for _, step := range []struct {
-		tokens   []string
-		from, to ResState
-	}{{sold, Committed, Sold}, {back, Sold, Restored}} {
-		if len(step.tokens) == 0 {
-			continue
-		}
-		res := tx.Model(&Reservation{}).Where("token IN ? AND sku = ? AND state = ?", step.tokens, sku, step.from).Update("state", step.to)
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected != int64(len(step.tokens)) {
-			return fmt.Errorf("apply: %s: %d of %d reservations turned %s", sku, res.RowsAffected, len(step.tokens), step.to)
-		}
-	}
-	if deducted == 0 && returned == 0 {
+	if len(keys) == 0 {
 		return nil
 	}
-	if onHand == stock.Unlimited {
-		return tx.Exec(`UPDATE skus SET reserved = reserved - ? WHERE sku = ?`, deducted, sku).Error
-	}
-	return tx.Exec(`UPDATE skus SET on_hand = on_hand - ? + ?, reserved = reserved - ?, seq = seq + ? WHERE sku = ?`,
-		deducted, returned, deducted, min(returned, 1), sku).Error
-}
-
-// recordedAnomalies returns the delivery's operations already recorded as
-// anomalies: handled, not to be recorded or applied again.
-func recordedAnomalies(tx *gorm.DB, skus []string, bySKU map[string][]StockMessage) (map[opKey]bool, error) {
-	var tokens []string
-	for _, sku := range skus {
-		for _, sm := range bySKU[sku] {
-			tokens = append(tokens, sm.Token)
-		}
-	}
-	var rows []struct {
-		Token string `gorm:"column:token"`
-		SKU   string `gorm:"column:sku"`
-		Op    Op
-	}
-	if err := tx.Raw(`SELECT token, sku, op FROM stock_anomalies WHERE sku IN ? AND token IN ?`, skus, tokens).
-		Scan(&rows).Error; err != nil {
-		return nil, err
-	}
-	done := make(map[opKey]bool, len(rows))
-	for _, r := range rows {
-		done[opKey{r.Token, r.SKU, r.Op}] = true
-	}
-	return done, nil
+	return tx.Exec(`UPDATE stock_outbox SET applied_at = ? WHERE applied_at IS NULL AND (token, sku, op) IN ?`,
+		time.Now().UTC(), keys).Error
 }

@@ -128,27 +128,23 @@ func (b *batcher) flush(ctx context.Context, batch []*writeReq) {
 	}
 }
 
-// writeTx inserts the batch's orders, items and reservation rows, then
-// reserves its units per SKU.
+// writeTx inserts the batch's orders and items, then has the arbiter
+// record its reservations (each order's counting against its buyer).
 func writeTx(tx *gorm.DB, batch []*writeReq) (map[string]mark, error) {
-	take, limits, err := countBuyers(tx, batch) // marks the rows, so first
-	if err != nil {
-		return nil, err
-	}
-	want := map[string]int64{}
 	var orders []*Order
 	var items []Item
-	var rows []Reservation
+	var holds []hold
 	for _, r := range batch {
-		for _, row := range r.rows {
-			want[row.SKU] += row.Qty
-		}
-		rows = append(rows, r.rows...)
+		buyer := ""
 		if r.order != nil {
+			buyer = r.order.UserID
 			o := *r.order
 			items = append(items, o.Items...)
 			o.Items = nil
 			orders = append(orders, &o)
+		}
+		for _, row := range r.rows {
+			holds = append(holds, hold{row: row, buyer: buyer})
 		}
 	}
 	if len(orders) > 0 {
@@ -159,15 +155,5 @@ func writeTx(tx *gorm.DB, batch []*writeReq) (map[string]mark, error) {
 			return nil, err
 		}
 	}
-	if err := tx.Create(rows).Error; err != nil {
-		return nil, err
-	}
-	if err := insertMovements(tx, reservationMovements(rows, MoveReserve, 1)); err != nil {
-		return nil, err
-	}
-	if err := takeQuotaTx(tx, take, limits); err != nil {
-		return nil, err
-	}
-	// Last, so the SKU rows (hot in a flash sale) stay locked only until commit.
-	return reserveTx(tx, want)
+	return arbiterIn(tx).reserve(holds)
 }

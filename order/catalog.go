@@ -3,13 +3,11 @@ package order
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/acme/inventory/stock"
 )
@@ -77,30 +75,7 @@ func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int6
 		return nil, invalid("per_user_limit must be between 0 (none) and %d", stock.DefaultMaxQty)
 	}
 	err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var cur []SKU
-		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).Find(&cur).Error; err != nil {
-			return err
-		}
-		// A new SKU's history opens with its stock; a SET records the change
-		// of on_hand read under the row lock (none when only the limit moves).
-		set := Movement{SKU: sku, Kind: MoveSet, OnHandDelta: onHand}
-		if len(cur) == 0 {
-			if err := tx.Create(&SKU{SKU: sku, OnHand: onHand, PerUserLimit: perUserLimit}).Error; err != nil {
-				return err
-			}
-			return insertMovements(tx, []Movement{set})
-		}
-		if onHand != stock.Unlimited && onHand < cur[0].Reserved {
-			return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", ErrConflict, cur[0].Reserved, onHand)
-		}
-		if err := tx.Exec(`UPDATE skus SET on_hand = ?, per_user_limit = ?, seq = seq + 1 WHERE sku = ?`,
-			onHand, perUserLimit, sku).Error; err != nil {
-			return err
-		}
-		if set.OnHandDelta = onHand - cur[0].OnHand; set.OnHandDelta == 0 {
-			return nil
-		}
-		return insertMovements(tx, []Movement{set})
+		return arbiterIn(tx).set(sku, onHand, perUserLimit)
 	})
 	if err != nil {
 		return nil, err
@@ -147,30 +122,8 @@ func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, r
 	var m map[string]mark
 	replay := false
 	err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if reference != "" {
-			var err error
-			if replay, err = c.referenceSeen(tx, sku, delta, reason, reference); err != nil || replay {
-				return err
-			}
-		}
-		res := tx.Exec(`UPDATE skus SET on_hand = on_hand + ?, seq = seq + 1
-			WHERE sku = ? AND on_hand <> -1 AND on_hand + ? >= reserved AND on_hand + ? <= ?`,
-			delta, sku, delta, delta, int64(MaxStock))
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			return c.whyNotAdjusted(tx, sku, delta)
-		}
-		kind := MoveRestock
-		if delta < 0 {
-			kind = MoveCorrection
-		}
-		if err := insertMovements(tx, []Movement{{SKU: sku, Kind: kind, OnHandDelta: delta, Reason: reason, Reference: reference}}); err != nil {
-			return err
-		}
 		var err error
-		m, err = readMarks(tx, []string{sku})
+		m, replay, err = arbiterIn(tx).restock(sku, delta, reason, reference)
 		return err
 	})
 	if err != nil {
@@ -205,40 +158,6 @@ func (c *Catalog) committedView(ctx context.Context, sku string) (*SKUView, erro
 	}
 	return &SKUView{SKU: sku, OnHand: rec.OnHand, Reserved: rec.Reserved, Available: rec.available(),
 		RedisAvailable: rec.available(), Unlimited: rec.OnHand == stock.Unlimited, PerUserLimit: rec.PerUserLimit}, nil
-}
-
-// referenceSeen records (sku, reference) for an adjust of delta, or finds it
-// recorded: a replay when with the same delta, a conflict with another. The
-// row's key lock serialises adjusts racing under one reference.
-func (c *Catalog) referenceSeen(tx *gorm.DB, sku string, delta int64, reason, reference string) (bool, error) {
-	res := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&Adjustment{SKU: sku, Reference: reference, Delta: delta, Reason: reason})
-	if res.Error != nil || res.RowsAffected == 1 {
-		return false, res.Error
-	}
-	var first Adjustment
-	if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Take(&first, "sku = ? AND reference = ?", sku, reference).Error; err != nil {
-		return false, err
-	}
-	if first.Delta != delta {
-		return false, fmt.Errorf("%w: reference %q adjusted %s by %d already", ErrConflict, reference, sku, first.Delta)
-	}
-	return true, nil
-}
-
-func (c *Catalog) whyNotAdjusted(tx *gorm.DB, sku string, delta int64) error {
-	var cur []SKU
-	if err := tx.Where("sku = ?", sku).Find(&cur).Error; err != nil {
-		return err
-	}
-	switch {
-	case len(cur) == 0:
-		return unknownSKU(sku)
-	case cur[0].OnHand == stock.Unlimited:
-		return fmt.Errorf("%w: %s has unlimited stock; set a stock first", ErrConflict, sku)
-	case cur[0].OnHand+delta > MaxStock:
-		return invalid("stock would exceed %d", int64(MaxStock))
-	}
-	return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", ErrConflict, cur[0].Reserved, cur[0].OnHand+delta)
 }
 
 func (c *Catalog) record(ctx context.Context, sku string) (SKU, error) {
@@ -413,29 +332,9 @@ func (c *Catalog) check(ctx context.Context, rec SKU, lv stock.Levels, repair bo
 	return &r, nil
 }
 
-// fixReserved sets reserved to the sum of live reservations in one UPDATE,
-// under the row lock (refused by the CHECK if on_hand cannot cover it: that
-// needs an operator), and records the repair as a CORRECTION of reserved.
+// fixReserved has the arbiter set reserved to the sum of live reservations.
 func (c *Catalog) fixReserved(ctx context.Context, sku string) error {
-	return c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var before, after []int64
-		if err := tx.Model(&SKU{}).Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).
-			Pluck("reserved", &before).Error; err != nil || len(before) == 0 {
-			return err
-		}
-		if err := tx.Exec(`UPDATE skus SET seq = seq + 1, reserved = (SELECT COALESCE(SUM(qty), 0)
-			FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED')) WHERE sku = ?`, sku, sku).Error; err != nil {
-			return err
-		}
-		if err := tx.Model(&SKU{}).Where("sku = ?", sku).Pluck("reserved", &after).Error; err != nil {
-			return err
-		}
-		if after[0] == before[0] {
-			return nil
-		}
-		return insertMovements(tx, []Movement{{SKU: sku, Kind: MoveCorrection, ReservedDelta: after[0] - before[0],
-			Reason: "reconcile: reserved set to the sum of live reservations"}})
-	})
+	return c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return arbiterIn(tx).fixReserved(sku) })
 }
 
 // Realign realigns every SKU whose Redis value differs from the database's,

@@ -334,7 +334,7 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 		if err != nil || !won {
 			return o, err
 		}
-		rel, err = releaseTx(tx, o.ReservationToken, "")
+		rel, err = arbiterIn(tx).release(o.ReservationToken, "")
 		return o, err
 	})
 	if err != nil {
@@ -439,26 +439,12 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 // (errRefused, errOverLimit) when the stock or the limit is gone.
 func (s *Service) reserveLate(tx *gorm.DB, o *Order, token string) (map[string]mark, error) {
 	now := s.now()
-	req := &writeReq{order: o, rows: make([]Reservation, len(o.Items))}
+	holds := make([]hold, len(o.Items))
 	for i, it := range o.Items {
-		req.rows[i] = Reservation{Token: token, SKU: it.SKU, OrderID: &o.ID, Qty: it.Qty, State: Committed,
-			ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now}
+		holds[i] = hold{buyer: o.UserID, row: Reservation{Token: token, SKU: it.SKU, OrderID: &o.ID, Qty: it.Qty,
+			State: Committed, ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now}}
 	}
-	take, limits, err := countBuyers(tx, []*writeReq{req})
-	if err != nil {
-		return nil, err
-	}
-	rows := req.rows
-	if err := takeQuotaTx(tx, take, limits); err != nil {
-		return nil, err
-	}
-	if err := tx.Create(&rows).Error; err != nil {
-		return nil, err
-	}
-	if err := insertMovements(tx, reservationMovements(rows, MoveReserve, 1)); err != nil {
-		return nil, err
-	}
-	return reserveTx(tx, lineQty(o))
+	return arbiterIn(tx).reserve(holds)
 }
 
 func lineQty(o *Order) map[string]int64 {
@@ -526,19 +512,14 @@ func (s *Service) markPaid(tx *gorm.DB, o *Order, paymentID, token string) (*Ord
 	}); err != nil {
 		return nil, err
 	}
-	if o.Status == Pending {
-		res := tx.Model(&Reservation{}).Where("token = ? AND state = ?", token, Held).Update("state", Committed)
-		if res.Error != nil {
-			return nil, res.Error
-		}
-		if res.RowsAffected != int64(len(o.Items)) {
-			return nil, fmt.Errorf("order: %s holds %d of its %d reservations", o.ID, res.RowsAffected, len(o.Items))
-		}
+	commit := arbiterIn(tx).commit
+	if o.Status != Pending {
+		commit = arbiterIn(tx).deductLater // a late payment's reservations were made COMMITTED
 	}
-	o.Status, o.PaymentID, o.PaidAt, o.ReservationToken, o.UpdatedAt = Paid, &paymentID, &now, token, now
-	if err := writeOutbox(tx, token, o.lines(), OpDeduct); err != nil {
+	if err := commit(token, o.lines()); err != nil {
 		return nil, err
 	}
+	o.Status, o.PaymentID, o.PaidAt, o.ReservationToken, o.UpdatedAt = Paid, &paymentID, &now, token, now
 	return o, nil
 }
 
@@ -562,7 +543,7 @@ func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
 			return nil, err
 		}
 		if o.Status == Paid {
-			if err := writeOutbox(tx, o.ReservationToken, o.lines(), OpRestore); err != nil {
+			if err := arbiterIn(tx).refund(o.ReservationToken, o.lines()); err != nil {
 				return nil, err
 			}
 		}
@@ -575,14 +556,6 @@ func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
 	s.count(Refunded)
 	s.cfg.OnOutbox()
 	return o, nil
-}
-
-func writeOutbox(tx *gorm.DB, token string, lines []stock.Line, op Op) error {
-	rows := make([]OutboxRow, len(lines))
-	for i, l := range lines {
-		rows[i] = OutboxRow{Token: token, SKU: l.SKU, Op: op, Qty: l.Qty}
-	}
-	return tx.Create(&rows).Error
 }
 
 // inTx runs fn in a transaction, retrying a few times on deadlock.

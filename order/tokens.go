@@ -112,7 +112,7 @@ func (s *Service) ReleaseToken(ctx context.Context, sku, token string) (int64, e
 			case Released:
 				return nil, nil // released before
 			}
-			rel, err := releaseTx(tx, key, sku)
+			rel, err := arbiterIn(tx).release(key, sku)
 			chs, released = rel.changes, rel.units[sku]
 			return nil, err
 		}
@@ -120,7 +120,7 @@ func (s *Service) ReleaseToken(ctx context.Context, sku, token string) (int64, e
 			return nil, errors.Join(err, unknownSKU(sku))
 		}
 		now := s.now()
-		return nil, tx.Create(&Reservation{Token: key, SKU: sku, State: Released, ExpiresAt: now, CreatedAt: now, UpdatedAt: now}).Error
+		return nil, arbiterIn(tx).forbid(key, sku, Reservation{ExpiresAt: now, CreatedAt: now, UpdatedAt: now})
 	})
 	if isDuplicate(err) { // a deduction with this token landed meanwhile: release it
 		return s.ReleaseToken(ctx, sku, token)
@@ -156,14 +156,7 @@ func (s *Service) CommitToken(ctx context.Context, sku, token string) (int64, er
 		case Released:
 			return nil, ErrTokenReleased
 		}
-		res := tx.Model(&Reservation{}).Where("token = ? AND sku = ? AND state = ?", key, sku, Held).Update("state", Committed)
-		if res.Error != nil {
-			return nil, res.Error
-		}
-		if res.RowsAffected != 1 {
-			return nil, fmt.Errorf("%w: the reservation changed concurrently; retry", ErrConflict)
-		}
-		return nil, writeOutbox(tx, key, []stock.Line{{SKU: sku, Qty: r.Qty}}, OpDeduct)
+		return nil, arbiterIn(tx).commit(key, []stock.Line{{SKU: sku, Qty: r.Qty}})
 	})
 	if err != nil {
 		return 0, err
@@ -184,7 +177,7 @@ func (s *Service) ReleaseExpiredTokens(ctx context.Context, limit int) (int, err
 	for _, r := range rows {
 		var chs []stock.Change
 		_, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
-			rel, err := releaseTx(tx, r.Token, r.SKU) // a commit that won first leaves nothing HELD
+			rel, err := arbiterIn(tx).release(r.Token, r.SKU) // a commit that won first leaves nothing HELD
 			chs = rel.changes
 			return nil, err
 		})

@@ -1,0 +1,596 @@
+package order
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/acme/inventory/stock"
+)
+
+// arbiter is the one owner of every quantity change (docs/SPEC.md section
+// 3): each statement that changes a SKU's on_hand or reserved, a
+// reservation's state or a buyer's quota is a method here, and each method
+// also writes the movements of what it changed, bumps the SKU's seq (what
+// fences Redis's give-backs) and counts the buyers' quotas, so no caller can
+// forget one. Callers say what happened (reserve, release, commit, sell,
+// refund, restock, set) inside their transaction; the arbiter decides how.
+//
+// The database's own rules back it: reserved <= on_hand for every limited
+// SKU (a CHECK), a reservation's key (token, sku), a quota's key (sku, user).
+type arbiter struct{ tx *gorm.DB }
+
+func arbiterIn(tx *gorm.DB) arbiter { return arbiter{tx: tx} }
+
+// hold is one reservation to record, and the buyer it counts against if its
+// SKU has a per-user limit ("" for none: the token API).
+type hold struct {
+	row   Reservation
+	buyer string
+}
+
+// reserve records holds (HELD, or COMMITTED for a late payment's
+// re-reservation): their rows, a RESERVE movement each, each buyer's quota
+// under a conditional increment (errOverLimit past the SKU's limit), and last
+// one conditional increment of reserved per SKU (errRefused when on_hand -
+// reserved cannot cover it, stock.ErrUnknownSKU for no such SKU), so the SKU
+// rows, hot in a flash sale, stay locked only until commit. SKUs are locked
+// in sorted order: concurrent writers never deadlock.
+func (a arbiter) reserve(holds []hold) (map[string]mark, error) {
+	limits, err := a.limits(holds)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]Reservation, len(holds))
+	want := map[string]int64{}
+	take := map[buyerUnits]int64{}
+	for i, h := range holds {
+		rows[i] = h.row
+		rows[i].Buyer = nil
+		if h.buyer != "" && limits[h.row.SKU] > 0 {
+			rows[i].Buyer = &holds[i].buyer
+			take[buyerUnits{sku: h.row.SKU, user: h.buyer}] += h.row.Qty
+		}
+		want[h.row.SKU] += h.row.Qty
+	}
+	if err := a.tx.Create(rows).Error; err != nil {
+		return nil, err
+	}
+	if err := a.moved(reservationMovements(rows, MoveReserve, 1)); err != nil {
+		return nil, err
+	}
+	if err := a.takeQuotas(take, limits); err != nil {
+		return nil, err
+	}
+	skus := sortedKeys(want)
+	for _, sku := range skus {
+		res := a.tx.Exec(`UPDATE skus SET reserved = reserved + ?, seq = seq + 1
+			WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?)`, want[sku], sku, want[sku])
+		if res.Error != nil {
+			return nil, res.Error
+		}
+		if res.RowsAffected == 0 {
+			if ok, err := skuExists(a.tx, sku); err != nil || !ok {
+				return nil, errors.Join(err, unknownSKU(sku))
+			}
+			return nil, errRefused{sku}
+		}
+	}
+	return readMarks(a.tx, skus)
+}
+
+// limits reads the per-user limits of the SKUs that holds with a buyer
+// name; SKUs without a limit are absent. One read, only when a buyer counts.
+func (a arbiter) limits(holds []hold) (map[string]int64, error) {
+	var skus []string
+	for _, h := range holds {
+		if h.buyer != "" {
+			skus = append(skus, h.row.SKU)
+		}
+	}
+	if len(skus) == 0 {
+		return nil, nil
+	}
+	slices.Sort(skus)
+	var rows []struct {
+		SKU          string `gorm:"column:sku"`
+		PerUserLimit int64
+	}
+	if err := a.tx.Raw(`SELECT sku, per_user_limit FROM skus WHERE sku IN ? AND per_user_limit > 0`,
+		slices.Compact(skus)).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	limits := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		limits[r.SKU] = r.PerUserLimit
+	}
+	return limits, nil
+}
+
+// takeQuotas counts each buyer's units, conditionally: errOverLimit when a
+// buyer would pass the SKU's limit. One upsert per (SKU, buyer), in sorted
+// order; the row is created at the first purchase.
+func (a arbiter) takeQuotas(take map[buyerUnits]int64, limits map[string]int64) error {
+	keys := make([]buyerUnits, 0, len(take))
+	for k := range take {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y buyerUnits) int {
+		return strings.Compare(x.sku+"\x00"+x.user, y.sku+"\x00"+y.user)
+	})
+	upsert := `INSERT INTO buyer_quotas (sku, user_id, qty) VALUES (?, ?, ?)
+		ON DUPLICATE KEY UPDATE qty = IF(qty + VALUES(qty) <= ?, qty + VALUES(qty), qty)`
+	if a.tx.Dialector.Name() == "sqlite" {
+		upsert = `INSERT INTO buyer_quotas (sku, user_id, qty) VALUES (?, ?, ?)
+			ON CONFLICT (sku, user_id) DO UPDATE SET qty = qty + excluded.qty WHERE qty + excluded.qty <= ?`
+	}
+	for _, b := range keys {
+		qty, limit := take[b], limits[b.sku]
+		if qty > limit {
+			return errOverLimit{b.sku, b.user, limit}
+		}
+		res := a.tx.Exec(upsert, b.sku, b.user, qty, limit)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 { // the row exists and stayed as it was
+			return errOverLimit{b.sku, b.user, limit}
+		}
+	}
+	return nil
+}
+
+// release releases token's HELD reservations (all its SKUs, or only sku):
+// each turns RELEASED conditionally, so two releases racing give back once;
+// reserved goes down by their units, a RELEASE movement each, and their
+// buyers' quotas come back. A reservation that is not HELD is left alone.
+func (a arbiter) release(token, sku string) (release, error) {
+	q := a.tx.Model(&Reservation{}).Where("token = ?", token) // by primary key; the state is checked below
+	if sku != "" {
+		q = q.Where("sku = ?", sku)
+	}
+	var rows []Reservation
+	if err := q.Order("sku").Find(&rows).Error; err != nil {
+		return release{}, err
+	}
+	give := map[string]int64{}
+	var released []Reservation
+	for _, r := range rows {
+		if r.State != Held {
+			continue
+		}
+		res := a.tx.Model(&Reservation{}).Where("token = ? AND sku = ? AND state = ?", r.Token, r.SKU, Held).
+			Update("state", Released)
+		if res.Error != nil {
+			return release{}, res.Error
+		}
+		if res.RowsAffected == 1 && r.Qty > 0 {
+			give[r.SKU] += r.Qty
+			released = append(released, r)
+		}
+	}
+	if len(give) == 0 {
+		return release{units: give}, nil
+	}
+	skus := sortedKeys(give)
+	for _, sku := range skus {
+		if err := a.tx.Exec(`UPDATE skus SET reserved = reserved - ?, seq = seq + 1 WHERE sku = ?`,
+			give[sku], sku).Error; err != nil {
+			return release{}, err
+		}
+	}
+	marks, err := readMarks(a.tx, skus)
+	if err != nil {
+		return release{}, err
+	}
+	if err := a.moved(reservationMovements(released, MoveRelease, -1)); err != nil {
+		return release{}, err
+	}
+	var quotas []buyerUnits
+	for _, r := range released {
+		if r.Buyer == nil {
+			continue
+		}
+		if err := a.tx.Exec(`UPDATE buyer_quotas SET qty = qty - ? WHERE sku = ? AND user_id = ?`,
+			r.Qty, r.SKU, *r.Buyer).Error; err != nil {
+			return release{}, err
+		}
+		quotas = append(quotas, buyerUnits{sku: r.SKU, user: *r.Buyer, qty: r.Qty})
+	}
+	return release{changes: changes(give, marks, 1), units: give, quotas: quotas}, nil
+}
+
+// forbid records token as released for sku before it ever reserved (a
+// release that arrived first): a reservation under it later collides with
+// the row and takes nothing.
+func (a arbiter) forbid(token, sku string, r Reservation) error {
+	r.Token, r.SKU, r.State, r.Qty = token, sku, Released, 0
+	return a.tx.Create(&r).Error
+}
+
+// commit turns token's HELD reservations of lines into a sale: COMMITTED,
+// and one DEDUCT outbox row per line (the ordered consumer deducts on_hand
+// through sell). Every line must have been HELD.
+func (a arbiter) commit(token string, lines []stock.Line) error {
+	skus := make([]string, len(lines))
+	for i, l := range lines {
+		skus[i] = l.SKU
+	}
+	res := a.tx.Model(&Reservation{}).Where("token = ? AND sku IN ? AND state = ?", token, skus, Held).Update("state", Committed)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected != int64(len(lines)) {
+		return fmt.Errorf("%w: %d of %d reservations of %s were held", ErrConflict, res.RowsAffected, len(lines), token)
+	}
+	return a.deductLater(token, lines)
+}
+
+// deductLater writes the DEDUCT outbox rows of committed reservations (a
+// late payment's were reserved COMMITTED).
+func (a arbiter) deductLater(token string, lines []stock.Line) error {
+	return writeOutbox(a.tx, token, lines, OpDeduct)
+}
+
+// refund promises token's sold lines back to on_hand: RESTORE outbox rows,
+// which the ordered consumer applies (restore) after their deduction.
+func (a arbiter) refund(token string, lines []stock.Line) error {
+	return writeOutbox(a.tx, token, lines, OpRestore)
+}
+
+func writeOutbox(tx *gorm.DB, token string, lines []stock.Line, op Op) error {
+	rows := make([]OutboxRow, len(lines))
+	for i, l := range lines {
+		rows[i] = OutboxRow{Token: token, SKU: l.SKU, Op: op, Qty: l.Qty}
+	}
+	return tx.Create(&rows).Error
+}
+
+// settle applies one delivery of the ordered consumer under the SKU rows'
+// locks (taken in SKU order): each operation is decided by its
+// reservation's state, which retention never prunes. A DEDUCT sells a
+// COMMITTED reservation of its quantity (SOLD; on_hand and reserved lose
+// the units), a RESTORE gives a SOLD one back (RESTORED; on_hand gains
+// them); a duplicate finds the state moved and changes nothing; anything
+// else is an anomaly for the caller to record. One UPDATE per SKU and per
+// state change writes the merged effect, with a SALE or REFUND movement and
+// a ledger row (audit) per operation. An operation recorded as an anomaly
+// before is handled: skipped.
+func (a arbiter) settle(skus []string, bySKU map[string][]StockMessage) (delivery, error) {
+	var d delivery
+	if len(skus) == 0 {
+		return d, nil
+	}
+	var rows []struct {
+		SKU    string `gorm:"column:sku"`
+		OnHand int64
+	}
+	if err := a.tx.Table("skus").Select("sku, on_hand").Where("sku IN ?", skus).Order("sku").
+		Clauses(clause.Locking{Strength: "UPDATE"}).Scan(&rows).Error; err != nil {
+		return d, err
+	}
+	onHand := map[string]int64{}
+	for _, r := range rows {
+		onHand[r.SKU] = r.OnHand
+	}
+	recorded, err := a.recordedAnomalies(skus, bySKU)
+	if err != nil {
+		return d, err
+	}
+	var ledger []LedgerRow
+	var moves []Movement
+	restored := map[string]int64{}
+	for _, sku := range skus {
+		oh, known := onHand[sku]
+		states, err := a.reservationsOf(sku, bySKU[sku])
+		if err != nil {
+			return d, err
+		}
+		var sold, back []string
+		var deducted, returned int64
+		for _, sm := range bySKU[sku] {
+			k := opKey{sm.Token, sku, sm.Op}
+			if recorded[k] {
+				d.duplicate++ // recorded as an anomaly before: handled
+				continue
+			}
+			res, ok := states[sm.Token]
+			ok = ok && res.Qty == sm.Qty
+			reason := ""
+			switch {
+			case !known:
+				reason = "unknown sku"
+			case sm.Op == OpDeduct && ok && (res.State == Sold || res.State == Restored),
+				sm.Op == OpRestore && ok && res.State == Restored:
+				d.duplicate++
+				continue
+			case sm.Op == OpDeduct && !(ok && res.State == Committed):
+				reason = "no committed reservation of this quantity"
+			case sm.Op == OpRestore && !(ok && res.State == Sold):
+				reason = "restore without its deduction"
+			}
+			if reason != "" {
+				d.anomalies = append(d.anomalies, AnomalyRow{Token: sm.Token, SKU: sku, Op: sm.Op, Qty: sm.Qty, OnHand: oh, Reason: reason})
+				recorded[k] = true
+				continue
+			}
+			if sm.Op == OpDeduct {
+				res.State = Sold
+				sold = append(sold, sm.Token)
+				deducted += sm.Qty
+			} else {
+				res.State = Restored
+				back = append(back, sm.Token)
+				returned += sm.Qty
+			}
+			states[sm.Token] = res
+			ledger = append(ledger, LedgerRow{Token: sm.Token, SKU: sku, Op: sm.Op, Qty: sm.Qty})
+			moves = append(moves, appliedMovement(sku, oh, sm))
+		}
+		if err := a.settleSKU(sku, oh, sold, back, deducted, returned); err != nil {
+			return d, err
+		}
+		if returned > 0 && oh != stock.Unlimited {
+			restored[sku] = returned
+		}
+	}
+	if len(ledger) > 0 {
+		if err := a.tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&ledger).Error; err != nil {
+			return d, err
+		}
+	}
+	if err := a.moved(moves); err != nil {
+		return d, err
+	}
+	if len(restored) > 0 {
+		marks, err := readMarks(a.tx, sortedKeys(restored))
+		if err != nil {
+			return d, err
+		}
+		d.changes = changes(restored, marks, 1)
+	}
+	d.applied = int64(len(ledger))
+	return d, nil
+}
+
+// reservationsOf returns the reservations of sku that msgs name, by token.
+// Read under the SKU's row lock: only settle (holding it) moves a
+// reservation out of COMMITTED or SOLD.
+func (a arbiter) reservationsOf(sku string, msgs []StockMessage) (map[string]Reservation, error) {
+	tokens := make([]string, 0, len(msgs))
+	for _, sm := range msgs {
+		tokens = append(tokens, sm.Token)
+	}
+	// By primary key only: with the state in the WHERE, MariaDB picks the
+	// (sku, state) prefix and walks every committed row of a hot SKU.
+	var rows []Reservation
+	if err := a.tx.Where("token IN ? AND sku = ?", tokens, sku).Find(&rows).Error; err != nil {
+		return nil, err
+	}
+	out := make(map[string]Reservation, len(rows))
+	for _, r := range rows {
+		out[r.Token] = r
+	}
+	return out, nil
+}
+
+// settleSKU writes one SKU's merged effect: the sold reservations turn SOLD
+// and the restored ones RESTORED (each conditionally, from the state read
+// under the row lock), on_hand and reserved lose what was deducted, on_hand
+// gains what was restored (an unlimited SKU's on_hand stays -1).
+func (a arbiter) settleSKU(sku string, onHand int64, sold, back []string, deducted, returned int64) error {
+	for _, step := range []struct {
+		tokens   []string
+		from, to ResState
+	}{{sold, Committed, Sold}, {back, Sold, Restored}} {
+		if len(step.tokens) == 0 {
+			continue
+		}
+		res := a.tx.Model(&Reservation{}).Where("token IN ? AND sku = ? AND state = ?", step.tokens, sku, step.from).Update("state", step.to)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected != int64(len(step.tokens)) {
+			return fmt.Errorf("apply: %s: %d of %d reservations turned %s", sku, res.RowsAffected, len(step.tokens), step.to)
+		}
+	}
+	if deducted == 0 && returned == 0 {
+		return nil
+	}
+	if onHand == stock.Unlimited {
+		return a.tx.Exec(`UPDATE skus SET reserved = reserved - ? WHERE sku = ?`, deducted, sku).Error
+	}
+	return a.tx.Exec(`UPDATE skus SET on_hand = on_hand - ? + ?, reserved = reserved - ?, seq = seq + ? WHERE sku = ?`,
+		deducted, returned, deducted, min(returned, 1), sku).Error
+}
+
+// appliedMovement is the movement of one applied operation, as settleSKU
+// moves the SKU: a sale takes qty from on_hand and reserved, a refund gives
+// qty back to on_hand; an unlimited SKU's on_hand (-1) does not move.
+func appliedMovement(sku string, onHand int64, sm StockMessage) Movement {
+	m := Movement{SKU: sku, Kind: MoveSale, OnHandDelta: -sm.Qty, ReservedDelta: -sm.Qty, Reference: tokenRef(sm.Token)}
+	if sm.Op == OpRestore {
+		m.Kind, m.OnHandDelta, m.ReservedDelta = MoveRefund, sm.Qty, 0
+	}
+	if onHand == stock.Unlimited {
+		m.OnHandDelta = 0
+	}
+	return m
+}
+
+// set creates sku or sets its on_hand (Unlimited allowed) and per-user
+// limit, read under the row lock: a conflict below what is reserved. A new
+// SKU's history opens with its stock; a SET movement records a change of
+// on_hand (none when only the limit moves).
+func (a arbiter) set(sku string, onHand, perUserLimit int64) error {
+	var cur []SKU
+	if err := a.tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).Find(&cur).Error; err != nil {
+		return err
+	}
+	set := Movement{SKU: sku, Kind: MoveSet, OnHandDelta: onHand}
+	if len(cur) == 0 {
+		if err := a.tx.Create(&SKU{SKU: sku, OnHand: onHand, PerUserLimit: perUserLimit}).Error; err != nil {
+			return err
+		}
+		return a.moved([]Movement{set})
+	}
+	if onHand != stock.Unlimited && onHand < cur[0].Reserved {
+		return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", ErrConflict, cur[0].Reserved, onHand)
+	}
+	if err := a.tx.Exec(`UPDATE skus SET on_hand = ?, per_user_limit = ?, seq = seq + 1 WHERE sku = ?`,
+		onHand, perUserLimit, sku).Error; err != nil {
+		return err
+	}
+	if set.OnHandDelta = onHand - cur[0].OnHand; set.OnHandDelta == 0 {
+		return nil
+	}
+	return a.moved([]Movement{set})
+}
+
+// restock adds delta to a limited SKU's on_hand (a restock, or a correction
+// when negative), never below what is reserved, with its movement. With a
+// reference it applies once per SKU: replay says a retry (the same delta)
+// found it applied and nothing changed; another delta under the reference
+// is a conflict. The record of references is never pruned.
+func (a arbiter) restock(sku string, delta int64, reason, reference string) (m map[string]mark, replay bool, err error) {
+	if reference != "" {
+		if replay, err = a.referenceSeen(sku, delta, reason, reference); err != nil || replay {
+			return nil, replay, err
+		}
+	}
+	res := a.tx.Exec(`UPDATE skus SET on_hand = on_hand + ?, seq = seq + 1
+		WHERE sku = ? AND on_hand <> -1 AND on_hand + ? >= reserved AND on_hand + ? <= ?`,
+		delta, sku, delta, delta, int64(MaxStock))
+	if res.Error != nil {
+		return nil, false, res.Error
+	}
+	if res.RowsAffected == 0 {
+		return nil, false, a.whyNotRestocked(sku, delta)
+	}
+	kind := MoveRestock
+	if delta < 0 {
+		kind = MoveCorrection
+	}
+	if err := a.moved([]Movement{{SKU: sku, Kind: kind, OnHandDelta: delta, Reason: reason, Reference: reference}}); err != nil {
+		return nil, false, err
+	}
+	m, err = readMarks(a.tx, []string{sku})
+	return m, false, err
+}
+
+// referenceSeen records (sku, reference) for an adjust of delta, or finds it
+// recorded: a replay when with the same delta, a conflict with another. The
+// row's key lock serialises adjusts racing under one reference.
+func (a arbiter) referenceSeen(sku string, delta int64, reason, reference string) (bool, error) {
+	res := a.tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&Adjustment{SKU: sku, Reference: reference, Delta: delta, Reason: reason})
+	if res.Error != nil || res.RowsAffected == 1 {
+		return false, res.Error
+	}
+	var first Adjustment
+	if err := a.tx.Clauses(clause.Locking{Strength: "UPDATE"}).Take(&first, "sku = ? AND reference = ?", sku, reference).Error; err != nil {
+		return false, err
+	}
+	if first.Delta != delta {
+		return false, fmt.Errorf("%w: reference %q adjusted %s by %d already", ErrConflict, reference, sku, first.Delta)
+	}
+	return true, nil
+}
+
+func (a arbiter) whyNotRestocked(sku string, delta int64) error {
+	var cur []SKU
+	if err := a.tx.Where("sku = ?", sku).Find(&cur).Error; err != nil {
+		return err
+	}
+	switch {
+	case len(cur) == 0:
+		return unknownSKU(sku)
+	case cur[0].OnHand == stock.Unlimited:
+		return fmt.Errorf("%w: %s has unlimited stock; set a stock first", ErrConflict, sku)
+	case cur[0].OnHand+delta > MaxStock:
+		return invalid("stock would exceed %d", int64(MaxStock))
+	}
+	return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", ErrConflict, cur[0].Reserved, cur[0].OnHand+delta)
+}
+
+// fixReserved sets sku's reserved to the sum of its live reservations in
+// one UPDATE, under the row lock (refused by the CHECK if on_hand cannot
+// cover it: that needs an operator), and records the repair as a CORRECTION
+// of reserved.
+func (a arbiter) fixReserved(sku string) error {
+	var before, after []int64
+	if err := a.tx.Model(&SKU{}).Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).
+		Pluck("reserved", &before).Error; err != nil || len(before) == 0 {
+		return err
+	}
+	if err := a.tx.Exec(`UPDATE skus SET seq = seq + 1, reserved = (SELECT COALESCE(SUM(qty), 0)
+		FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED')) WHERE sku = ?`, sku, sku).Error; err != nil {
+		return err
+	}
+	if err := a.tx.Model(&SKU{}).Where("sku = ?", sku).Pluck("reserved", &after).Error; err != nil {
+		return err
+	}
+	if after[0] == before[0] {
+		return nil
+	}
+	return a.moved([]Movement{{SKU: sku, Kind: MoveCorrection, ReservedDelta: after[0] - before[0],
+		Reason: "reconcile: reserved set to the sum of live reservations"}})
+}
+
+// newEpoch numbers a new Redis initialisation of sku and returns the level
+// Redis is to start from: on_hand - reserved (or Unlimited), the epoch, and
+// the seq it reflects. The row stays locked until the caller commits, so no
+// change of available slips between the read and the Redis write.
+func (a arbiter) newEpoch(sku string) (stock.Level, error) {
+	epoch := 1 + rand.Int64N(1<<52) // exact in a Lua number
+	if err := a.tx.Exec(`UPDATE skus SET redis_epoch = ? WHERE sku = ?`, epoch, sku).Error; err != nil {
+		return stock.Level{}, err
+	}
+	var rows []struct {
+		OnHand, Reserved, Seq int64
+	}
+	if err := a.tx.Raw(`SELECT on_hand, reserved, seq FROM skus WHERE sku = ?`, sku).Scan(&rows).Error; err != nil {
+		return stock.Level{}, err
+	}
+	if len(rows) == 0 {
+		return stock.Level{}, stock.ErrUnknownSKU
+	}
+	lv := stock.Level{Available: rows[0].OnHand - rows[0].Reserved, Epoch: epoch, Seq: rows[0].Seq}
+	if rows[0].OnHand == stock.Unlimited {
+		lv.Available = stock.Unlimited
+	}
+	return lv, nil
+}
+
+// recordedAnomalies returns the delivery's operations already recorded as
+// anomalies: handled, not to be recorded or applied again. Read under the
+// SKU rows' locks, so no other applier records one meanwhile.
+func (a arbiter) recordedAnomalies(skus []string, bySKU map[string][]StockMessage) (map[opKey]bool, error) {
+	var tokens []string
+	for _, sku := range skus {
+		for _, sm := range bySKU[sku] {
+			tokens = append(tokens, sm.Token)
+		}
+	}
+	var rows []struct {
+		Token string `gorm:"column:token"`
+		SKU   string `gorm:"column:sku"`
+		Op    Op
+	}
+	if err := a.tx.Raw(`SELECT token, sku, op FROM stock_anomalies WHERE sku IN ? AND token IN ?`, skus, tokens).
+		Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	done := make(map[opKey]bool, len(rows))
+	for _, r := range rows {
+		done[opKey{r.Token, r.SKU, r.Op}] = true
+	}
+	return done, nil
+}
+
+// moved writes the movements of a change, in one multi-row INSERT.
+func (a arbiter) moved(ms []Movement) error { return insertMovements(a.tx, ms) }
