@@ -97,8 +97,6 @@ const (
 	maxHeldInQuery = 500
 )
 
-const relayLockKey = "inv:{relay}:lock"
-
 func NewRelay(db *gorm.DB, p mq.Producer, locker *stock.Locker, cfg RelayConfig) *Relay {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 200 * time.Millisecond
@@ -134,7 +132,7 @@ func (r *Relay) Stop() { r.run.stop() }
 
 func (r *Relay) loop(ctx context.Context) {
 	for ctx.Err() == nil {
-		lock, err := r.locker.Obtain(ctx, relayLockKey, r.cfg.LockTTL, 0)
+		lock, err := r.locker.Obtain(ctx, stock.RelayLockKey, r.cfg.LockTTL, 0)
 		if err != nil {
 			if !errors.Is(err, stock.ErrLockNotObtained) && ctx.Err() == nil {
 				r.cfg.Logger.Warn("relay: lock", "err", err)

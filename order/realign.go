@@ -9,8 +9,6 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
-const realignLockKey = "inv:{realign}:lock"
-
 // Realigner periodically realigns every SKU whose Redis value differs from
 // the database's, on one node at a time (a distributed lock): a Redis that
 // came back older, failed over to a lagging replica or kept units an
@@ -45,7 +43,7 @@ func (r *Realigner) Start(ctx context.Context) { r.run.start(ctx, r.loop) }
 func (r *Realigner) Stop() { r.run.stop() }
 
 func (r *Realigner) loop(ctx context.Context) {
-	onOneNode(ctx, r.locker, realignLockKey, r.interval, r.log, func(rctx context.Context) {
+	onOneNode(ctx, r.locker, stock.RealignLockKey, r.interval, r.log, func(rctx context.Context) {
 		skus, err := r.cat.Realign(rctx)
 		r.Realigned.Add(int64(len(skus)))
 		switch {

@@ -12,8 +12,6 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
-const retentionLockKey = "inv:{retention}:lock"
-
 // openingReason marks the movement that stands for a SKU's pruned history:
 // kind SET, deltas = the sum of the movements it replaced.
 const openingReason = "opening balance"
@@ -98,7 +96,7 @@ func (r *Retention) Start(ctx context.Context) { r.run.start(ctx, r.loop) }
 func (r *Retention) Stop() { r.run.stop() }
 
 func (r *Retention) loop(ctx context.Context) {
-	onOneNode(ctx, r.locker, retentionLockKey, r.cfg.Interval, r.cfg.Logger, func(rctx context.Context) {
+	onOneNode(ctx, r.locker, stock.RetentionLockKey, r.cfg.Interval, r.cfg.Logger, func(rctx context.Context) {
 		p, err := r.PruneOnce(rctx)
 		switch {
 		case err != nil && ctx.Err() == nil:

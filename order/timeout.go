@@ -18,59 +18,8 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
-// The delay queue is sharded so that no key and no Cluster slot carries every
-// order: an order waits in shard fnv32a(id) mod Shards, whose two keys share
-// the hash tag {timeouts:<n>} (the claim script needs both in one slot), and
-// the shards' tags hash to different slots, spread over the masters.
-func dueKey(shard int) string     { return "inv:{timeouts:" + strconv.Itoa(shard) + "}:due" }     // zset order id -> deadline (unix ms)
-func claimedKey(shard int) string { return "inv:{timeouts:" + strconv.Itoa(shard) + "}:claimed" } // zset order id -> lease end (unix ms)
-
-// The unsharded queue of earlier versions. Nothing is scheduled there any
-// more, but pollers still drain it, so that orders an older node put there
-// (before the upgrade, or during a rolling one) are released at their
-// deadline rather than left to the sweep.
-const (
-	legacyDueKey     = "inv:{timeouts}:due"
-	legacyClaimedKey = "inv:{timeouts}:claimed"
-)
-
-// sweepLockKey may stay one key for the whole fleet: each node tries it once
-// per SweepInterval, and no order touches it.
-const sweepLockKey = "inv:{timeouts}:sweeplock"
-
 // maxShards bounds TimeoutConfig.Shards (every poll claims from every shard).
 const maxShards = 1024
-
-// claimScript hands due orders to one poller.
-//
-//	KEYS[1] due  KEYS[2] claimed
-//	ARGV[1] now (unix ms)  ARGV[2] limit  ARGV[3] lease (ms)
-//
-// Moves up to limit entries whose deadline passed, plus claims whose lease
-// ran out (their poller died), into claimed with a new lease, atomically, so
-// two pollers never claim the same entry. Returns {next, id...}: next is the
-// earliest score left in either set as a decimal string ("-1" when both are
-// empty).
-var claimScript = redis.NewScript(`
-local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-local out = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
-if #out < limit then
-  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit - #out)
-  for _, id in ipairs(due) do
-    redis.call('ZREM', KEYS[1], id)
-    out[#out + 1] = id
-  end
-end
-local lease = now + tonumber(ARGV[3])
-for _, id in ipairs(out) do redis.call('ZADD', KEYS[2], lease, id) end
-local next = -1
-for _, k in ipairs(KEYS) do
-  local head = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
-  if head[2] and (next == -1 or tonumber(head[2]) < next) then next = tonumber(head[2]) end
-end
-table.insert(out, 1, string.format('%d', next))
-return out
-`)
 
 // TimeoutConfig tunes the timeout release. Zero values take the defaults.
 type TimeoutConfig struct {
@@ -198,10 +147,10 @@ func NewTimeouts(svc *Service, rdb redis.UniversalClient, cfg TimeoutConfig) (*T
 		return nil, err
 	}
 	t := &Timeouts{svc: svc, rdb: rdb, cfg: cfg, wake: make(chan struct{}, 1),
-		shards: make([]queue, cfg.Shards), legacy: queue{legacyDueKey, legacyClaimedKey},
+		shards: make([]queue, cfg.Shards), legacy: queue{stock.LegacyTimeoutDueKey, stock.LegacyTimeoutClaimedKey},
 		pending: map[string]pendingEntry{}, flushWake: make(chan struct{}, 1)}
 	for i := range t.shards {
-		t.shards[i] = queue{dueKey(i), claimedKey(i)}
+		t.shards[i] = queue{stock.TimeoutDueKey(i), stock.TimeoutClaimedKey(i)}
 	}
 	t.turn.Store(rand.Uint32()) // nodes start on different shards
 	t.scheduled.Store(math.MaxInt64)
@@ -375,7 +324,7 @@ func (t *Timeouts) claim(ctx context.Context, qs []queue, now time.Time, limit i
 	pipe := t.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(qs))
 	for i, q := range qs {
-		cmds[i] = claimScript.EvalSha(ctx, pipe, []string{q.due, q.claimed}, args...)
+		cmds[i] = stock.ClaimScript.EvalSha(ctx, pipe, []string{q.due, q.claimed}, args...)
 	}
 	_, _ = pipe.Exec(ctx) // each command's own error is looked at below
 	out := make([]claimed, len(qs))
@@ -385,7 +334,7 @@ func (t *Timeouts) claim(ctx context.Context, qs []queue, now time.Time, limit i
 		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			// This server has not seen the script yet (a restart, a new
 			// master): nothing ran, and EVAL loads it.
-			cmd = claimScript.Run(ctx, t.rdb, []string{qs[i].due, qs[i].claimed}, args...)
+			cmd = stock.ClaimScript.Run(ctx, t.rdb, []string{qs[i].due, qs[i].claimed}, args...)
 		}
 		res, err := cmd.StringSlice()
 		if err != nil {
@@ -558,7 +507,7 @@ func (t *Timeouts) sweepLoop(ctx context.Context) {
 			return
 		case <-time.After(t.cfg.SweepInterval/2 + rand.N(t.cfg.SweepInterval/2+1)):
 		}
-		lock, err := t.svc.stock.Locker().Obtain(ctx, sweepLockKey, t.cfg.SweepLockTTL, 0)
+		lock, err := t.svc.stock.Locker().Obtain(ctx, stock.SweepLockKey, t.cfg.SweepLockTTL, 0)
 		if err != nil {
 			if !errors.Is(err, stock.ErrLockNotObtained) && ctx.Err() == nil {
 				t.cfg.Logger.Warn("timeout: sweep lock", "err", err)

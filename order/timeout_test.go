@@ -252,13 +252,13 @@ func TestSweepLockTakeover(t *testing.T) {
 	dropQueue(t, r.rdb, n.tm) // only the sweep can release them
 	r.clock.Advance(16 * time.Minute)
 
-	dead, err := r.st.Locker().Obtain(ctx, sweepLockKey, 800*time.Millisecond, 0)
+	dead, err := r.st.Locker().Obtain(ctx, stock.SweepLockKey, 800*time.Millisecond, 0)
 	require.NoError(t, err) // ...and its holder never comes back
 	n.tm.Start(ctx)
 	for {
-		ttl, err := r.rdb.PTTL(ctx, sweepLockKey).Result()
+		ttl, err := r.rdb.PTTL(ctx, stock.SweepLockKey).Result()
 		require.NoError(t, err)
-		val, _ := r.rdb.Get(ctx, sweepLockKey).Result()
+		val, _ := r.rdb.Get(ctx, stock.SweepLockKey).Result()
 		if ttl <= 0 || val != dead.Token() {
 			break
 		}
@@ -460,16 +460,16 @@ func TestTimeoutLegacyQueueIsDrained(t *testing.T) {
 	n := r.node(fastTimeouts)
 	older := NewService(r.db, r.st, Config{TTL: 15 * time.Minute, Now: r.clock.Now,
 		OnCreated: func(ctx context.Context, o *Order) {
-			require.NoError(t, r.rdb.ZAdd(ctx, legacyDueKey, dueAt(o)).Err())
+			require.NoError(t, r.rdb.ZAdd(ctx, stock.LegacyTimeoutDueKey, dueAt(o)).Err())
 		}})
 	ids := r.createOrders(older, 30, "A")
 	dead := ids[0] // claimed by an older poller that died; its lease ends at the deadline
-	score, err := r.rdb.ZScore(ctx, legacyDueKey, dead).Result()
+	score, err := r.rdb.ZScore(ctx, stock.LegacyTimeoutDueKey, dead).Result()
 	require.NoError(t, err)
-	require.NoError(t, r.rdb.ZRem(ctx, legacyDueKey, dead).Err())
-	require.NoError(t, r.rdb.ZAdd(ctx, legacyClaimedKey, redis.Z{Score: score, Member: dead}).Err())
+	require.NoError(t, r.rdb.ZRem(ctx, stock.LegacyTimeoutDueKey, dead).Err())
+	require.NoError(t, r.rdb.ZAdd(ctx, stock.LegacyTimeoutClaimedKey, redis.Z{Score: score, Member: dead}).Err())
 	for key, size := range queueSizes(t, r.rdb, n.tm) {
-		if key != legacyDueKey {
+		if key != stock.LegacyTimeoutDueKey {
 			require.Zero(t, size, key)
 		}
 	}

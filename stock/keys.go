@@ -1,5 +1,7 @@
 package stock
 
+import "strconv"
+
 // Every key of one SKU carries the SKU as a Redis Cluster hash tag, so all of
 // them live in one slot and each per-SKU script is cluster-safe.
 //
@@ -12,6 +14,19 @@ package stock
 //	inv:{SKU}:buyers      hash    user -> units bought, for per-user limits
 //
 // Redis keeps no per-reservation state for orders: the database does.
+//
+// The keys that belong to no SKU are named here too, so one file lists every
+// key the service writes:
+//
+//	inv:{timeouts:N}:due       zset    order id -> deadline (unix ms), shard N
+//	inv:{timeouts:N}:claimed   zset    order id -> lease end (unix ms), shard N
+//	inv:{timeouts}:due         zset    the unsharded queue of earlier versions
+//	inv:{timeouts}:claimed     zset    (drained, never written)
+//	inv:{timeouts}:sweeplock   string  the timeout sweep's one-node lock
+//	inv:{relay}:lock           string  the outbox relay's leader lock
+//	inv:{realign}:lock         string  the periodic realign's one-node lock
+//	inv:{retention}:lock       string  the retention job's one-node lock
+//	inv:stockback              channel "stock came back" (clears sold-out flags)
 
 func skuTag(sku string) string { return "inv:{" + sku + "}:" }
 
@@ -28,3 +43,33 @@ func admitKeys(sku, token string) []string {
 	}
 	return []string{stockKey(sku), tokenKey(sku, token)}
 }
+
+// The delay queue is sharded so that no key and no Cluster slot carries every
+// order: an order waits in shard fnv32a(id) mod Shards, whose two keys share
+// the hash tag {timeouts:<n>} (ClaimScript needs both in one slot), and the
+// shards' tags hash to different slots, spread over the masters.
+
+// TimeoutDueKey is shard n's queue of orders by deadline.
+func TimeoutDueKey(n int) string { return "inv:{timeouts:" + strconv.Itoa(n) + "}:due" }
+
+// TimeoutClaimedKey is shard n's claimed orders by lease end.
+func TimeoutClaimedKey(n int) string { return "inv:{timeouts:" + strconv.Itoa(n) + "}:claimed" }
+
+const (
+	// LegacyTimeoutDueKey and LegacyTimeoutClaimedKey are the unsharded
+	// queue of earlier versions. Nothing is scheduled there any more, but
+	// pollers still drain it, so that orders an older node put there (before
+	// the upgrade, or during a rolling one) are released at their deadline
+	// rather than left to the sweep.
+	LegacyTimeoutDueKey     = "inv:{timeouts}:due"
+	LegacyTimeoutClaimedKey = "inv:{timeouts}:claimed"
+	// SweepLockKey may stay one key for the whole fleet: each node tries it
+	// once per sweep interval, and no order touches it.
+	SweepLockKey     = "inv:{timeouts}:sweeplock"
+	RelayLockKey     = "inv:{relay}:lock"
+	RealignLockKey   = "inv:{realign}:lock"
+	RetentionLockKey = "inv:{retention}:lock"
+	// StockBackChannel carries the SKUs whose stock came back, so every node
+	// clears its local sold-out flag.
+	StockBackChannel = "inv:stockback"
+)

@@ -38,10 +38,6 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
-// stockBackChannel carries "units of this SKU came back" to every node, to
-// clear the seckill sold-out flags.
-const stockBackChannel = "inv:stockback"
-
 // App is one running inventoryd.
 type App struct {
 	Cfg Config
@@ -282,7 +278,7 @@ func randomSecret() string {
 
 func (a *App) publishStockBack(sku string) {
 	a.soldOut.Clear(sku) // this node at once; the others through Redis
-	if err := a.rdb.Publish(context.Background(), stockBackChannel, sku).Err(); err != nil {
+	if err := a.rdb.Publish(context.Background(), stock.StockBackChannel, sku).Err(); err != nil {
 		a.log.Warn("publishing stock-back failed; other nodes' sold-out flags expire on their own", "sku", sku, "err", err)
 	}
 }
@@ -342,7 +338,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.timeouts.Start(bg)
 	a.realigner.Start(bg)
 	a.retention.Start(bg)
-	sub := a.rdb.Subscribe(bg, stockBackChannel)
+	sub := a.rdb.Subscribe(bg, stock.StockBackChannel)
 	a.bg.Add(1)
 	go func() {
 		defer a.bg.Done()
