@@ -41,7 +41,8 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 apt_updated=""
 apt_install() {
-  command -v apt-get >/dev/null || die "need $* but apt-get is not available; install it by hand"
+  command -v apt-get >/dev/null || die "need $* but apt-get is not available (make test expects Debian); install it by hand"
+  [ "$(id -u)" -eq 0 ] || die "need $* and installing it takes root (make test expects to run as root on Debian); install it, or run as root"
   if [ -z "$apt_updated" ]; then
     log "apt-get update"
     DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
