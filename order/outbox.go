@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/acme/inventory/internal/job"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -72,7 +72,7 @@ type Relay struct {
 	locker   *stock.Locker
 	cfg      RelayConfig
 	wake     chan struct{}
-	run      runner
+	run      job.Runner
 
 	mu   sync.Mutex
 	held map[string]heldBack // SKUs whose last send failed
@@ -90,7 +90,8 @@ type heldBack struct {
 }
 
 const (
-	// maxSKUBackoff bounds the wait of a SKU that keeps failing.
+	// maxSKUBackoff bounds the wait of a SKU that keeps failing, and of the
+	// relay after failed rounds.
 	maxSKUBackoff = 5 * time.Second
 	// maxHeldInQuery bounds the SKUs the outbox query leaves out; rows of
 	// further held-back SKUs are read and skipped.
@@ -125,73 +126,38 @@ func (r *Relay) Wake() {
 }
 
 // Start runs the relay until Stop; a second Start is a no-op.
-func (r *Relay) Start(ctx context.Context) { r.run.start(ctx, r.loop) }
+func (r *Relay) Start(ctx context.Context) { r.run.Start(ctx, r.loop) }
 
 // Stop ends the relay and waits for it; safe before Start and twice.
-func (r *Relay) Stop() { r.run.stop() }
+func (r *Relay) Stop() { r.run.Stop() }
 
 func (r *Relay) loop(ctx context.Context) {
-	for ctx.Err() == nil {
-		lock, err := r.locker.Obtain(ctx, stock.RelayLockKey, r.cfg.LockTTL, 0)
-		if err != nil {
-			if !errors.Is(err, stock.ErrLockNotObtained) && ctx.Err() == nil {
-				r.cfg.Logger.Warn("relay: lock", "err", err)
-			}
-			r.sleep(ctx, r.cfg.LockTTL/2+rand.N(r.cfg.LockTTL/4)) // another node relays
-			continue
-		}
-		r.lead(ctx, lock)
-		_ = lock.Release(context.WithoutCancel(ctx))
-	}
+	job.Lead(ctx, job.Lock{Locker: r.locker, Key: stock.RelayLockKey, TTL: r.cfg.LockTTL, Log: r.cfg.Logger}, r.lead)
 }
 
-// lead relays while this node holds the lock.
-func (r *Relay) lead(ctx context.Context, lock *stock.Lock) {
-	lost, stop := lock.KeepAlive(ctx, r.cfg.LockTTL)
-	defer stop()
-	backoff := r.cfg.Interval
+// lead relays while this node holds the lock (ctx ends when it is lost).
+func (r *Relay) lead(ctx context.Context) {
+	backoff := job.Backoff{Min: r.cfg.Interval, Max: maxSKUBackoff}
 	var warned time.Time // failed sends are logged at most once a second
-	for {
-		select {
-		case <-lost:
-			r.cfg.Logger.Warn("relay: lost the lock; another node takes over")
-			return
-		default:
-		}
+	for ctx.Err() == nil {
 		read, sent, failed, err := r.round(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
 			r.cfg.Logger.Warn("relay: round failed", "err", err)
-			backoff = min(2*backoff, 5*time.Second)
-			r.sleep(ctx, backoff/2+rand.N(backoff/2))
+			job.Sleep(ctx, backoff.Next(), r.wake)
 			continue
 		case failed != nil && time.Since(warned) >= time.Second:
 			// Those SKUs wait on their own backoff; the others go on.
 			r.cfg.Logger.Warn("relay: held back SKUs whose send failed", "err", failed)
 			warned = time.Now()
 		}
-		backoff = r.cfg.Interval
+		backoff.Reset()
 		if read == r.cfg.Batch && sent > 0 {
 			continue // more waiting
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-lost:
-			return
-		case <-r.wake:
-		case <-time.After(r.cfg.Interval):
-		}
-	}
-}
-
-func (r *Relay) sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-r.wake:
-	case <-time.After(d):
+		job.Sleep(ctx, r.cfg.Interval, r.wake)
 	}
 }
 
@@ -374,7 +340,7 @@ func (r *Relay) holdBack(groups []skuRuns, failed []string) {
 		if h, ok := r.held[sku]; ok {
 			d = min(2*h.delay, maxSKUBackoff)
 		}
-		r.held[sku] = heldBack{until: now.Add(d/2 + rand.N(d/2+1)), delay: d}
+		r.held[sku] = heldBack{until: now.Add(job.Jitter(d)), delay: d}
 	}
 	for _, g := range groups {
 		if !slices.Contains(failed, g.sku) {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/acme/inventory/internal/job"
 	"github.com/acme/inventory/stock"
 )
 
@@ -19,7 +20,7 @@ type Realigner struct {
 	locker   *stock.Locker
 	interval time.Duration
 	log      *slog.Logger
-	run      runner
+	run      job.Runner
 
 	// Realigned counts the SKUs this node realigned.
 	Realigned atomic.Int64
@@ -37,13 +38,14 @@ func NewRealigner(cat *Catalog, locker *stock.Locker, interval time.Duration, lo
 }
 
 // Start runs the job until Stop; a second Start is a no-op.
-func (r *Realigner) Start(ctx context.Context) { r.run.start(ctx, r.loop) }
+func (r *Realigner) Start(ctx context.Context) { r.run.Start(ctx, r.loop) }
 
 // Stop ends the job and waits for it; safe before Start and twice.
-func (r *Realigner) Stop() { r.run.stop() }
+func (r *Realigner) Stop() { r.run.Stop() }
 
 func (r *Realigner) loop(ctx context.Context) {
-	onOneNode(ctx, r.locker, stock.RealignLockKey, r.interval, r.log, func(rctx context.Context) {
+	lock := job.Lock{Locker: r.locker, Key: stock.RealignLockKey, TTL: r.interval, Log: r.log}
+	job.Periodic(ctx, lock, r.interval, 0, func(rctx context.Context) {
 		skus, err := r.cat.Realign(rctx)
 		r.Realigned.Add(int64(len(skus)))
 		switch {

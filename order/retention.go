@@ -9,6 +9,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/acme/inventory/internal/job"
 	"github.com/acme/inventory/stock"
 )
 
@@ -72,7 +73,7 @@ type Retention struct {
 	db     *gorm.DB
 	locker *stock.Locker
 	cfg    RetentionConfig
-	run    runner
+	run    job.Runner
 }
 
 func NewRetention(db *gorm.DB, locker *stock.Locker, cfg RetentionConfig) *Retention {
@@ -90,13 +91,14 @@ type Pruned struct {
 }
 
 // Start runs the job until Stop; a second Start is a no-op.
-func (r *Retention) Start(ctx context.Context) { r.run.start(ctx, r.loop) }
+func (r *Retention) Start(ctx context.Context) { r.run.Start(ctx, r.loop) }
 
 // Stop ends the job and waits for it; safe before Start and twice.
-func (r *Retention) Stop() { r.run.stop() }
+func (r *Retention) Stop() { r.run.Stop() }
 
 func (r *Retention) loop(ctx context.Context) {
-	onOneNode(ctx, r.locker, stock.RetentionLockKey, r.cfg.Interval, r.cfg.Logger, func(rctx context.Context) {
+	lock := job.Lock{Locker: r.locker, Key: stock.RetentionLockKey, TTL: r.cfg.Interval, Log: r.cfg.Logger}
+	job.Periodic(ctx, lock, r.cfg.Interval, 0, func(rctx context.Context) {
 		p, err := r.PruneOnce(rctx)
 		switch {
 		case err != nil && ctx.Err() == nil:

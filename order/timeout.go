@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/acme/inventory/internal/job"
 	"github.com/acme/inventory/stock"
 )
 
@@ -41,7 +42,8 @@ type TimeoutConfig struct {
 	SweepInterval time.Duration
 	// SweepBatch bounds the rows one sweep query reads. Default 500.
 	SweepBatch int
-	// SweepLockTTL is the sweep lock's expiry (renewed while a sweep runs). Default 15s.
+	// SweepLockTTL is the sweep lock's expiry, renewed while a sweep runs
+	// (a node that dies mid-sweep is replaced after it). Default 15s.
 	SweepLockTTL time.Duration
 	// RunTimeout bounds one poll or sweep round. Default 1m.
 	RunTimeout time.Duration
@@ -115,7 +117,7 @@ type Timeouts struct {
 	sleepUntil atomic.Int64
 	scheduled  atomic.Int64
 
-	run  runner
+	run  job.Runner
 	wake chan struct{}
 
 	// While the loops run, Schedule does not call Redis: it leaves the entry
@@ -402,13 +404,13 @@ func (t *Timeouts) SweepOnce(ctx context.Context) (int, error) {
 // Start runs the poller and the sweeper until Stop; a second Start is a no-op.
 func (t *Timeouts) Start(ctx context.Context) {
 	t.writeBehind.Store(true)
-	t.run.start(ctx, t.pollLoop, t.sweepLoop, t.flushLoop)
+	t.run.Start(ctx, t.pollLoop, t.sweepLoop, t.flushLoop)
 }
 
 // Stop ends the loops and waits for them (the flusher writes what is
 // pending first); safe before Start and twice.
 func (t *Timeouts) Stop() {
-	t.run.stop()
+	t.run.Stop()
 	t.writeBehind.Store(false)
 	t.flush(context.Background()) // what the flusher left, and anything scheduled while it stopped
 }
@@ -460,7 +462,7 @@ func (t *Timeouts) flush(ctx context.Context) {
 }
 
 func (t *Timeouts) pollLoop(ctx context.Context) {
-	backoff := 100 * time.Millisecond
+	backoff := job.Backoff{Min: 100 * time.Millisecond, Max: 10 * time.Second}
 	for ctx.Err() == nil {
 		t.sleepUntil.Store(0) // awake: Schedule leaves its deadline in scheduled
 		t.scheduled.Store(math.MaxInt64)
@@ -473,10 +475,9 @@ func (t *Timeouts) pollLoop(ctx context.Context) {
 			return
 		case err != nil:
 			t.cfg.Logger.Warn("timeout: poll failed", "err", err)
-			wait = backoff/2 + rand.N(backoff/2+1)
-			backoff = min(2*backoff, 10*time.Second)
+			wait = backoff.Next()
 		default:
-			backoff = 100 * time.Millisecond
+			backoff.Reset()
 			now := t.cfg.Now()
 			if !next.IsZero() {
 				wait = min(wait, max(next.Sub(now), time.Millisecond))
@@ -499,44 +500,17 @@ func (t *Timeouts) pollLoop(ctx context.Context) {
 	}
 }
 
+// sweepLoop sweeps the database once per SweepInterval on one node at a
+// time, for what the delay queue missed.
 func (t *Timeouts) sweepLoop(ctx context.Context) {
-	for {
-		// Jitter spreads the nodes' attempts; the lock picks one of them.
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(t.cfg.SweepInterval/2 + rand.N(t.cfg.SweepInterval/2+1)):
+	lock := job.Lock{Locker: t.svc.stock.Locker(), Key: stock.SweepLockKey, TTL: t.cfg.SweepLockTTL, Log: t.cfg.Logger}
+	job.Periodic(ctx, lock, t.cfg.SweepInterval, t.cfg.RunTimeout, func(rctx context.Context) {
+		n, err := t.SweepOnce(rctx)
+		switch {
+		case err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil:
+			t.cfg.Logger.Warn("timeout: sweep failed", "err", err)
+		case n > 0:
+			t.cfg.Logger.Info("timeout: sweep expired orders the queue missed", "orders", n)
 		}
-		lock, err := t.svc.stock.Locker().Obtain(ctx, stock.SweepLockKey, t.cfg.SweepLockTTL, 0)
-		if err != nil {
-			if !errors.Is(err, stock.ErrLockNotObtained) && ctx.Err() == nil {
-				t.cfg.Logger.Warn("timeout: sweep lock", "err", err)
-			}
-			continue
-		}
-		t.sweepHolding(ctx, lock)
-	}
-}
-
-// sweepHolding runs one sweep under lock, stopping if the lock is lost.
-func (t *Timeouts) sweepHolding(ctx context.Context, lock *stock.Lock) {
-	rctx, cancel := context.WithTimeout(ctx, t.cfg.RunTimeout)
-	defer cancel()
-	lost, stop := lock.KeepAlive(rctx, t.cfg.SweepLockTTL)
-	go func() {
-		select {
-		case <-lost:
-			cancel()
-		case <-rctx.Done():
-		}
-	}()
-	n, err := t.SweepOnce(rctx)
-	stop()
-	_ = lock.Release(context.WithoutCancel(ctx))
-	switch {
-	case err != nil && !errors.Is(err, context.Canceled):
-		t.cfg.Logger.Warn("timeout: sweep failed", "err", err)
-	case n > 0:
-		t.cfg.Logger.Info("timeout: sweep expired orders the queue missed", "orders", n)
-	}
+	})
 }
