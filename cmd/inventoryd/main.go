@@ -116,7 +116,7 @@ connecting to anything: every variable the command needs is set, addresses
 parse, durations are in range, secrets are strong and distinct. It prints
 what the configuration points at (never a secret) and exits 0, or prints
 what is wrong and exits 1. Run it in the container's environment before
-starting it (docker compose run --rm inventoryd config check).`,
+starting it (docker compose run --rm --no-deps inventoryd config check).`,
 		Args:      cobra.MatchAll(cobra.MaximumNArgs(1), cobra.OnlyValidArgs),
 		ValidArgs: []string{string(app.Serve), string(app.Migrate), string(app.Reconcile)},
 		RunE: func(cmd *cobra.Command, args []string) error {
