@@ -44,7 +44,9 @@ func TestServeHelpListsConfiguration(t *testing.T) {
 	}
 }
 
-func regexpQuote(s string) string { return strings.NewReplacer(".", `\.`, "(", `\(`, ")", `\)`).Replace(s) }
+func regexpQuote(s string) string {
+	return strings.NewReplacer(".", `\.`, "(", `\(`, ")", `\)`).Replace(s)
+}
 
 func cmpOr(a, b string) string {
 	if a != "" {
