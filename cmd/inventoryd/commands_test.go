@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"net"
 	"os/exec"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -40,19 +42,8 @@ func TestServeHelpListsConfiguration(t *testing.T) {
 	for i := range typ.NumField() {
 		f := typ.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
-		require.Regexp(t, `(?m)^  `+name+` +`+regexpQuote(cmpOr(f.Tag.Get("envDefault"), "-"))+` +\S`, out, name)
+		require.Regexp(t, `(?m)^  `+name+` +`+regexp.QuoteMeta(cmp.Or(f.Tag.Get("envDefault"), "-"))+` +\S`, out, name)
 	}
-}
-
-func regexpQuote(s string) string {
-	return strings.NewReplacer(".", `\.`, "(", `\(`, ")", `\)`).Replace(s)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // An address in use says which variable moves the service elsewhere.
