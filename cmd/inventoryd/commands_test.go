@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -80,11 +81,11 @@ func TestConfigCheck(t *testing.T) {
 	}{
 		{full[:3], nil, "INVENTORY_ADMIN_TOKEN"},
 		{append(full[1:], "INVENTORY_ADMIN_TOKEN=change-me-admin-token"), nil, "INVENTORY_REDIS_URL or INVENTORY_REDIS_CLUSTER"},
-		{append(cloned(full), "INVENTORY_ADMIN_TOKEN=change-me-admin-token"), nil, "INVENTORY_ADMIN_TOKEN: must be at least 32 characters (got 21)"},
-		{append(cloned(full), "INVENTORY_MYSQL_DSN=not a dsn"), nil, "INVENTORY_MYSQL_DSN: invalid DSN"},
-		{append(cloned(full), "INVENTORY_REDIS_URL=http://x"), nil, "INVENTORY_REDIS_URL"},
-		{append(cloned(full), "INVENTORY_HTTP_ADDR=8080"), nil, `INVENTORY_HTTP_ADDR "8080" is not a listen address`},
-		{append(cloned(full), "INVENTORY_BUYER_TOKEN_MAX_TTL=720h"), nil, "INVENTORY_BUYER_TOKEN_MAX_TTL must be between 1m and 168h, got 720h0m0s"},
+		{append(slices.Clone(full), "INVENTORY_ADMIN_TOKEN=change-me-admin-token"), nil, "INVENTORY_ADMIN_TOKEN: must be at least 32 characters (got 21)"},
+		{append(slices.Clone(full), "INVENTORY_MYSQL_DSN=not a dsn"), nil, "INVENTORY_MYSQL_DSN: invalid DSN"},
+		{append(slices.Clone(full), "INVENTORY_REDIS_URL=http://x"), nil, "INVENTORY_REDIS_URL"},
+		{append(slices.Clone(full), "INVENTORY_HTTP_ADDR=8080"), nil, `INVENTORY_HTTP_ADDR "8080" is not a listen address`},
+		{append(slices.Clone(full), "INVENTORY_BUYER_TOKEN_MAX_TTL=720h"), nil, "INVENTORY_BUYER_TOKEN_MAX_TTL must be between 1m and 168h, got 720h0m0s"},
 		{nil, []string{"migrate"}, "migrate needs INVENTORY_MYSQL_DSN"},
 		{full[2:3], []string{"reconcile"}, "reconcile checks Redis against the database and needs [INVENTORY_REDIS_URL or INVENTORY_REDIS_CLUSTER INVENTORY_MYSQL_DSN]"},
 		{nil, []string{"sideways"}, `invalid argument "sideways"`},
@@ -102,8 +103,6 @@ func TestConfigCheck(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	require.Equal(t, "config: ok for reconcile: Redis 127.0.0.1:6379 db 3; MySQL db:3306/inv as u\n", out)
 }
-
-func cloned(s []string) []string { return append([]string(nil), s...) }
 
 // reconcile reads Redis and the database only: it runs with those two
 // variables and no secret or broker.
