@@ -150,6 +150,13 @@ func TestREADMEExamples(t *testing.T) {
 	readme := string(raw)
 	t.Run("stays in the repository", func(t *testing.T) { checkREADMEReferences(t, readme) })
 	t.Run("links to its own headings", func(t *testing.T) { checkREADMEAnchors(t, readme) })
+	t.Run("states the Go it needs", func(t *testing.T) {
+		mod, err := os.ReadFile(filepath.Join(filepath.Dir(readmePath), "go.mod"))
+		require.NoError(t, err)
+		goLine := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(mod)
+		require.NotNil(t, goLine)
+		require.Contains(t, readme, "You need Go "+string(goLine[1])+" or later", "the quick start states go.mod's Go")
+	})
 	t.Run("documents every variable", func(t *testing.T) {
 		typ := reflect.TypeFor[app.Config]()
 		for i := range typ.NumField() {
