@@ -424,12 +424,13 @@ func appliedMovement(sku string, onHand int64, sm StockMessage) Movement {
 }
 
 // set creates sku or sets its on_hand (Unlimited allowed) and per-user
-// limit, read under the row lock: a conflict below what is reserved. A new
-// SKU's history opens with its stock; a SET movement records a change of
-// on_hand (none when only the limit moves).
-func (a arbiter) set(sku string, onHand, perUserLimit int64) error {
-	var cur []SKU
-	if err := a.tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).Find(&cur).Error; err != nil {
+// limit, read under the row lock: a conflict below what is reserved, a
+// failed precondition when the SKU's version is not one of ifMatch (if
+// any). A new SKU's history opens with its stock; a SET movement records a
+// change of on_hand (none when only the limit moves).
+func (a arbiter) set(sku string, onHand, perUserLimit int64, ifMatch []string) error {
+	cur, err := a.lockSKU(sku, ifMatch)
+	if err != nil {
 		return err
 	}
 	set := Movement{SKU: sku, Kind: MoveSet, OnHandDelta: onHand}
@@ -456,11 +457,18 @@ func (a arbiter) set(sku string, onHand, perUserLimit int64) error {
 // when negative), never below what is reserved, with its movement. With a
 // reference it applies once per SKU: replay says a retry (the same delta)
 // found it applied and nothing changed; another delta under the reference
-// is a conflict. The record of references is never pruned.
-func (a arbiter) restock(sku string, delta int64, reason, reference string) (m map[string]mark, replay bool, err error) {
+// is a conflict. The record of references is never pruned. With ifMatch,
+// the SKU's version must be one of them (checked after the reference, so a
+// retry is answered as its first application was).
+func (a arbiter) restock(sku string, delta int64, reason, reference string, ifMatch []string) (m map[string]mark, replay bool, err error) {
 	if reference != "" {
 		if replay, err = a.referenceSeen(sku, delta, reason, reference); err != nil || replay {
 			return nil, replay, err
+		}
+	}
+	if len(ifMatch) > 0 {
+		if _, err := a.lockSKU(sku, ifMatch); err != nil {
+			return nil, false, err
 		}
 	}
 	res := a.tx.Exec(`UPDATE skus SET on_hand = on_hand + ?, seq = seq + 1
@@ -481,6 +489,26 @@ func (a arbiter) restock(sku string, delta int64, reason, reference string) (m m
 	}
 	m, err = readMarks(a.tx, []string{sku})
 	return m, false, err
+}
+
+// lockSKU reads sku's row under its lock (an empty slice: no such SKU) and
+// checks it against ifMatch.
+func (a arbiter) lockSKU(sku string, ifMatch []string) ([]SKU, error) {
+	var cur []SKU
+	if err := a.tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).Find(&cur).Error; err != nil {
+		return nil, err
+	}
+	var rec *SKU
+	if len(cur) == 1 {
+		rec = &cur[0]
+	}
+	if !matches(rec, ifMatch) {
+		if rec == nil {
+			return nil, fmt.Errorf("%w: %s does not exist", ErrPrecondition, sku)
+		}
+		return nil, fmt.Errorf("%w: %s is at version %s now", ErrPrecondition, sku, rec.version())
+	}
+	return cur, nil
 }
 
 // referenceSeen records (sku, reference) for an adjust of delta, or finds it

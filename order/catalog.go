@@ -3,7 +3,9 @@ package order
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +29,25 @@ type SKU struct {
 
 func (SKU) TableName() string { return "skus" }
 
+// version names a SKU's stock settings for optimistic concurrency (an
+// operator's If-Match): it changes when on_hand or per_user_limit changes
+// (a put or an adjust, a sale or a refund applied), not when units are
+// reserved or released, so an operator's write is not refused because
+// buyers are buying; two settings that are equal have one version.
+func (s SKU) version() string { return fmt.Sprintf("%d.%d", s.OnHand, s.PerUserLimit) }
+
+// AnyVersion in a Put's or Adjust's versions matches any existing SKU.
+const AnyVersion = "*"
+
+// matches reports whether the SKU's current version is one of ifMatch (no
+// versions: no condition); cur is nil when there is no such SKU.
+func matches(cur *SKU, ifMatch []string) bool {
+	if len(ifMatch) == 0 {
+		return true
+	}
+	return cur != nil && (slices.Contains(ifMatch, AnyVersion) || slices.Contains(ifMatch, cur.version()))
+}
+
 func (s SKU) available() int64 {
 	if s.OnHand == stock.Unlimited {
 		return stock.Unlimited
@@ -35,7 +56,7 @@ func (s SKU) available() int64 {
 }
 
 // SKUView is a SKU as operators see it: the database's quantity states and
-// what Redis has.
+// what Redis has. Version names its stock settings (see SKU.version).
 type SKUView struct {
 	SKU            string `json:"sku"`
 	OnHand         int64  `json:"on_hand"`
@@ -44,6 +65,7 @@ type SKUView struct {
 	RedisAvailable int64  `json:"redis_available"`
 	Unlimited      bool   `json:"unlimited"`
 	PerUserLimit   int64  `json:"per_user_limit"`
+	Version        string `json:"-"`
 }
 
 // Catalog administers SKUs. A change is written to the database first, under
@@ -63,8 +85,9 @@ func NewCatalog(db *gorm.DB, st *stock.Store, log *slog.Logger) *Catalog {
 }
 
 // Put creates sku or sets its on_hand (Unlimited allowed) and per-user limit.
-// Setting on_hand below what is reserved is a conflict.
-func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int64) (*SKUView, error) {
+// Setting on_hand below what is reserved is a conflict. With ifMatch, the
+// SKU must exist with one of those versions (ErrPrecondition otherwise).
+func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int64, ifMatch ...string) (*SKUView, error) {
 	if err := stock.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
@@ -75,7 +98,7 @@ func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int6
 		return nil, invalid("per_user_limit must be between 0 (none) and %d", stock.DefaultMaxQty)
 	}
 	err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		return arbiterIn(tx).set(sku, onHand, perUserLimit)
+		return arbiterIn(tx).set(sku, onHand, perUserLimit, ifMatch)
 	})
 	if err != nil {
 		return nil, err
@@ -104,8 +127,10 @@ func (Adjustment) TableName() string { return "stock_adjustments" }
 // correction); on_hand may not go below what is reserved. With a reference,
 // it applies once per SKU: a retry (the same delta) is answered with the
 // SKU as it stands and changes nothing, another delta under the same
-// reference is a conflict.
-func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, reference string) (*SKUView, error) {
+// reference is a conflict. With ifMatch, the SKU must have one of those
+// versions (ErrPrecondition otherwise; a retry under an applied reference
+// is answered whatever the version, which its first application changed).
+func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, reference string, ifMatch ...string) (*SKUView, error) {
 	if err := stock.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
@@ -123,7 +148,7 @@ func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, r
 	replay := false
 	err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
-		m, replay, err = arbiterIn(tx).restock(sku, delta, reason, reference)
+		m, replay, err = arbiterIn(tx).restock(sku, delta, reason, reference, ifMatch)
 		return err
 	})
 	if err != nil {
@@ -156,8 +181,14 @@ func (c *Catalog) committedView(ctx context.Context, sku string) (*SKUView, erro
 	if rerr != nil {
 		return nil, rerr
 	}
-	return &SKUView{SKU: sku, OnHand: rec.OnHand, Reserved: rec.Reserved, Available: rec.available(),
-		RedisAvailable: rec.available(), Unlimited: rec.OnHand == stock.Unlimited, PerUserLimit: rec.PerUserLimit}, nil
+	return rec.view(rec.available()), nil
+}
+
+// view is rec as operators see it, with what Redis has.
+func (s SKU) view(redisAvailable int64) *SKUView {
+	return &SKUView{SKU: s.SKU, OnHand: s.OnHand, Reserved: s.Reserved, Available: s.available(),
+		RedisAvailable: redisAvailable, Unlimited: s.OnHand == stock.Unlimited, PerUserLimit: s.PerUserLimit,
+		Version: s.version()}
 }
 
 func (c *Catalog) record(ctx context.Context, sku string) (SKU, error) {
@@ -188,8 +219,7 @@ func (c *Catalog) Get(ctx context.Context, sku string) (*SKUView, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SKUView{SKU: sku, OnHand: rec.OnHand, Reserved: rec.Reserved, Available: rec.available(),
-		RedisAvailable: lv.Available, Unlimited: rec.OnHand == stock.Unlimited, PerUserLimit: rec.PerUserLimit}, nil
+	return rec.view(lv.Available), nil
 }
 
 // Limit returns sku's per-user limit (0: none).

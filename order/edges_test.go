@@ -2,7 +2,9 @@ package order
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,4 +189,50 @@ func TestMalformedMessageIsRecorded(t *testing.T) {
 		anomalies += rep.Anomalies
 	}
 	require.EqualValues(t, 3, anomalies, "reconcile reports every one: %+v", reports)
+}
+
+// Operators writing one SKU under the version they read (If-Match): of many
+// racing under one version exactly one wins, the others fail their
+// precondition and change nothing; reservations never move the version.
+func TestSKUWritesUnderAVersionOneWinner(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	ctx := context.Background()
+	cat := NewCatalog(r.db, r.st, nil)
+	sku := r.putSKU("VER", 100, 0)
+	v, err := cat.Get(ctx, sku)
+	require.NoError(t, err)
+	require.Equal(t, "100.0", v.Version)
+	_, err = r.svc.Create(ctx, "u", "", line(sku, 3))
+	require.NoError(t, err)
+	v2, err := cat.Get(ctx, sku)
+	require.NoError(t, err)
+	require.Equal(t, v.Version, v2.Version, "a reservation does not move the version")
+
+	var wins, lost atomic.Int64
+	scenRace(16, func(i int) {
+		var err error
+		if i%2 == 0 {
+			_, err = cat.Put(ctx, sku, int64(200+i), 0, v.Version)
+		} else {
+			_, err = cat.Adjust(ctx, sku, int64(i), "restock", "", v.Version)
+		}
+		switch {
+		case err == nil:
+			wins.Add(1)
+		case errors.Is(err, ErrPrecondition):
+			lost.Add(1)
+		default:
+			t.Errorf("write %d: %v", i, err)
+		}
+	})
+	require.EqualValues(t, 1, wins.Load(), "one write under the version")
+	require.EqualValues(t, 15, lost.Load())
+	moves := r.count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ? AND kind IN ('SET', 'RESTOCK')`, sku)
+	require.EqualValues(t, 2, moves, "the creation and the one winning write")
+	_, err = cat.Put(ctx, sku, 1, 0, AnyVersion)
+	require.ErrorIs(t, err, ErrConflict, "a version check does not lift the reserved floor")
+	_, err = cat.Put(ctx, "NO-SUCH-"+sku, 1, 0, AnyVersion)
+	require.ErrorIs(t, err, ErrPrecondition)
+	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM skus WHERE sku = ?`, "NO-SUCH-"+sku))
+	r.checkInvariant(sku)
 }

@@ -47,6 +47,9 @@ var (
 	// ErrConflict: the order is not in a state that allows the operation, or
 	// an idempotency key or payment id is reused for something else.
 	ErrConflict = errors.New("order: conflict")
+	// ErrPrecondition: a write carried the SKU version the caller read
+	// (If-Match) and the SKU has changed since.
+	ErrPrecondition = errors.New("order: precondition failed")
 )
 
 // unknownSKU: there is no such SKU. It is ErrNotFound and stock.ErrUnknownSKU

@@ -63,6 +63,7 @@ var codes = []struct {
 	{order.ErrNotFound, http.StatusNotFound, "not_found"},
 	{stock.ErrInsufficientStock, http.StatusConflict, "insufficient_stock"},
 	{order.ErrConflict, http.StatusConflict, "conflict"},
+	{order.ErrPrecondition, http.StatusPreconditionFailed, "precondition_failed"},
 	{order.ErrTokenReleased, http.StatusConflict, "conflict"},
 	{stock.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 }

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -236,12 +237,16 @@ func (s *Server) putSKU(c echo.Context) error {
 	if req.PerUserLimit != nil {
 		limit = *req.PerUserLimit
 	}
-	v, err := s.catalog.Put(c.Request().Context(), sku, *req.Stock, limit)
+	ifMatch, err := ifMatch(c)
+	if err != nil {
+		return err
+	}
+	v, err := s.catalog.Put(c.Request().Context(), sku, *req.Stock, limit, ifMatch...)
 	if err != nil {
 		return err
 	}
 	s.limits.Delete(sku)
-	return c.JSON(http.StatusOK, v)
+	return skuAnswer(c, v)
 }
 
 func (s *Server) adjustSKU(c echo.Context) error {
@@ -264,11 +269,15 @@ func (s *Server) adjustSKU(c echo.Context) error {
 	if req.Reference != nil {
 		ref = *req.Reference
 	}
-	v, err := s.catalog.Adjust(c.Request().Context(), sku, *req.Delta, *req.Reason, ref)
+	ifMatch, err := ifMatch(c)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, v)
+	v, err := s.catalog.Adjust(c.Request().Context(), sku, *req.Delta, *req.Reason, ref, ifMatch...)
+	if err != nil {
+		return err
+	}
+	return skuAnswer(c, v)
 }
 
 func (s *Server) getSKU(c echo.Context) error {
@@ -280,7 +289,43 @@ func (s *Server) getSKU(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	return skuAnswer(c, v)
+}
+
+// skuAnswer answers a SKU with its version as a strong ETag, for a later
+// write's If-Match.
+func skuAnswer(c echo.Context, v *order.SKUView) error {
+	c.Response().Header().Set("ETag", `"`+v.Version+`"`)
 	return c.JSON(http.StatusOK, v)
+}
+
+// ifMatch reads the If-Match header (RFC 9110 13.1.1): "*" or a list of
+// entity tags. A weak tag (W/"...") never matches under the strong
+// comparison If-Match uses, so a list of only weak tags is a failed
+// precondition; a malformed header is invalid.
+func ifMatch(c echo.Context) ([]string, error) {
+	h := c.Request().Header.Values("If-Match")
+	if len(h) == 0 {
+		return nil, nil
+	}
+	var out []string
+	for _, part := range strings.Split(strings.Join(h, ","), ",") {
+		tag := strings.TrimSpace(part)
+		switch {
+		case tag == "*":
+			out = append(out, order.AnyVersion)
+		case strings.HasPrefix(tag, `W/"`) && strings.HasSuffix(tag, `"`) && len(tag) >= 4:
+			// weak: matches nothing
+		case strings.HasPrefix(tag, `"`) && strings.HasSuffix(tag, `"`) && len(tag) >= 2 && !strings.Contains(tag[1:len(tag)-1], `"`):
+			out = append(out, tag[1:len(tag)-1])
+		default:
+			return nil, fmt.Errorf("%w: If-Match must be * or a list of quoted entity tags", stock.ErrInvalidArgument)
+		}
+	}
+	if len(out) == 0 {
+		out = []string{"weak"} // only weak tags: no version is spelled so, nothing matches
+	}
+	return out, nil
 }
 
 // deduct, commit and release are the token API: reservations named by the
