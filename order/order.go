@@ -22,6 +22,17 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
+// The defaults of the background jobs and of an order's life. The service's
+// configuration (internal/app) states the same values for operators; a test
+// there keeps the two equal.
+const (
+	DefaultTTL               = 15 * time.Minute    // how long an unpaid order holds stock
+	DefaultSweepInterval     = 30 * time.Second    // the timeout sweep's period
+	DefaultRealignInterval   = 30 * time.Second    // the periodic realign's period
+	DefaultRetentionHorizon  = 30 * 24 * time.Hour // how long finished history is kept
+	DefaultRetentionInterval = 10 * time.Minute    // how often retention prunes
+)
+
 // Status is an order's state. Transitions:
 //
 //	PENDING -> PAID -> REFUNDED

@@ -29,7 +29,7 @@ type Realigner struct {
 // NewRealigner runs cat.Realign every interval (default 30s).
 func NewRealigner(cat *Catalog, locker *stock.Locker, interval time.Duration, log *slog.Logger) *Realigner {
 	if interval <= 0 {
-		interval = 30 * time.Second
+		interval = DefaultRealignInterval
 	}
 	if log == nil {
 		log = slog.Default()

@@ -36,10 +36,10 @@ type RetentionConfig struct {
 
 func (c *RetentionConfig) defaults() {
 	if c.Horizon <= 0 {
-		c.Horizon = 30 * 24 * time.Hour
+		c.Horizon = DefaultRetentionHorizon
 	}
 	if c.Interval <= 0 {
-		c.Interval = 10 * time.Minute
+		c.Interval = DefaultRetentionInterval
 	}
 	if c.Batch <= 0 {
 		c.Batch = 1000

@@ -72,7 +72,7 @@ func (s *Service) CommitStats() *CommitStats { return &s.orders.stats }
 
 func NewService(db *gorm.DB, st *stock.Store, cfg Config) *Service {
 	if cfg.TTL == 0 {
-		cfg.TTL = 15 * time.Minute
+		cfg.TTL = DefaultTTL
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -59,7 +59,7 @@ func (c *TimeoutConfig) validate() error {
 	}
 	def(&c.MaxPollWait, time.Second)
 	def(&c.Lease, 30*time.Second)
-	def(&c.SweepInterval, 30*time.Second)
+	def(&c.SweepInterval, DefaultSweepInterval)
 	def(&c.SweepLockTTL, 15*time.Second)
 	def(&c.RunTimeout, time.Minute)
 	if c.Shards == 0 {

@@ -49,7 +49,7 @@ type Config struct {
 	// Retention is how long finished history (applied outbox rows, ledger
 	// rows, stock movements) is kept before one node prunes it, every
 	// RetentionInterval. It must exceed the broker's message retention.
-	Retention         time.Duration `env:"INVENTORY_RETENTION" envDefault:"720h" help:"how long finished history is kept (at least 1h; longer than the broker keeps messages)"`
+	Retention         time.Duration `env:"INVENTORY_RETENTION" envDefault:"720h" help:"how long finished history is kept (at least 1h): applied outbox rows, ledger rows, movements folded into an opening balance"`
 	RetentionInterval time.Duration `env:"INVENTORY_RETENTION_INTERVAL" envDefault:"10m" help:"how often one node prunes it"`
 	// SweepInterval is how often one node sweeps the database for unpaid
 	// orders past their deadline that the delay queue missed.

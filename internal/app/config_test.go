@@ -1,11 +1,16 @@
 package app
 
 import (
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/internal/identity"
+	"github.com/acme/inventory/order"
 )
 
 const (
@@ -76,4 +81,26 @@ func TestWeakSecretsAreRefused(t *testing.T) {
 	c = realConfig()
 	c.TrustedProxies = []string{"10.0.0.0/8", "192.0.2.1", "nonsense"}
 	require.ErrorContains(t, c.Validate(), `INVENTORY_TRUSTED_PROXIES: "nonsense" is not an IP address or CIDR`)
+}
+
+// The defaults an operator reads in the configuration (--help, README) are
+// the ones the components fall back to: written in two places for two
+// readers, held equal here.
+func TestConfigDefaultsAreTheComponents(t *testing.T) {
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[Config]()) {
+		if name := f.Tag.Get("env"); name != "" {
+			t.Setenv(name, "") // an empty value takes the default
+			os.Unsetenv(name)
+		}
+	}
+	c, err := ParseConfig()
+	require.NoError(t, err)
+	require.Equal(t, order.DefaultTTL, c.OrderTTL)
+	require.Equal(t, order.DefaultSweepInterval, c.SweepInterval)
+	require.Equal(t, order.DefaultRealignInterval, c.RealignInterval)
+	require.Equal(t, order.DefaultRetentionHorizon, c.Retention)
+	require.Equal(t, order.DefaultRetentionInterval, c.RetentionInterval)
+	require.Equal(t, identity.DefaultAudience, c.BuyerTokenAudience)
+	require.Equal(t, identity.DefaultIssuer, c.BuyerTokenIssuer)
+	require.Equal(t, identity.DefaultMaxTTL, c.BuyerTokenMaxTTL)
 }
