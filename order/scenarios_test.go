@@ -852,7 +852,7 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 	require.NoError(t, <-initDone)
 	a := <-adjDone
 	require.NoError(t, a.err)
-	require.Equal(t, SKUView{SKU: "ADJ", OnHand: 10, Reserved: 5, Available: 5, RedisAvailable: 5}, *a.v)
+	require.Equal(t, SKUView{SKU: "ADJ", OnHand: 10, Reserved: 5, Available: 5, RedisAvailable: 5, Version: "10.0"}, *a.v)
 	require.EqualValues(t, 5, s.levels("ADJ").Available)
 	s.checkInvariant("ADJ")
 
@@ -872,7 +872,7 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 	close(pause.release)
 	a = <-adjDone
 	require.NoError(t, a.err)
-	require.Equal(t, SKUView{SKU: "ADJ2", OnHand: 10, Reserved: 5, Available: 5, RedisAvailable: 5}, *a.v)
+	require.Equal(t, SKUView{SKU: "ADJ2", OnHand: 10, Reserved: 5, Available: 5, RedisAvailable: 5, Version: "10.0"}, *a.v)
 	require.Equal(t, realigns, s.st.Stats().Realigns.Load(), "the fence skipped it (no clamp and realign)")
 	s.checkInvariant("ADJ2")
 
@@ -898,7 +898,7 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 	require.Equal(t, before, s.sku("LIM"))
 	v, err := s.cat.Put(ctx, "LIM", 6, 0)
 	require.NoError(t, err)
-	require.Equal(t, SKUView{SKU: "LIM", OnHand: 6, Reserved: 6, Available: 0, RedisAvailable: 0}, *v)
+	require.Equal(t, SKUView{SKU: "LIM", OnHand: 6, Reserved: 6, Available: 0, RedisAvailable: 0, Version: "6.0"}, *v)
 	s.checkInvariant("LIM")
 
 	// Buyers race shrinkage: every unit goes to at most one of them.
@@ -1477,7 +1477,7 @@ func TestScenarioPutLimitRacesUnlimitedAdmission(t *testing.T) {
 	<-orderPause.reached
 	v, err := s.cat.Put(ctx, "UNL", 10, 0)
 	require.NoError(t, err)
-	require.Equal(t, SKUView{SKU: "UNL", OnHand: 10, Available: 10, RedisAvailable: 10}, *v)
+	require.Equal(t, SKUView{SKU: "UNL", OnHand: 10, Available: 10, RedisAvailable: 10, Version: "10.0"}, *v)
 	close(orderPause.release)
 	require.NoError(t, <-created)
 	require.EqualValues(t, SKU{SKU: "UNL", OnHand: 10, Reserved: 3}, scenQty(s.sku("UNL")))
