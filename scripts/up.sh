@@ -137,13 +137,27 @@ start_rocketmq() {
 }
 
 # The README's examples (cmd/inventoryd/readme_test.go runs them) call the API
-# with curl, read answers with jq and sign payment callbacks with openssl.
+# with curl, read answers with jq and sign payment callbacks with openssl;
+# promtool checks the alerting rules in deploy/.
 ensure_tools() {
   local tool missing=()
   for tool in jq curl openssl; do
     command -v "$tool" >/dev/null || missing+=("$tool")
   done
   [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+  command -v promtool >/dev/null || install_promtool
+}
+
+# deploy/deploy_test.go checks the alerting rules with promtool, which
+# Debian ships in the prometheus package. Installing it may start a
+# Prometheus server; the tests want only the tool, so stop that one.
+install_promtool() {
+  apt_install --no-install-recommends prometheus
+  if [ -d /run/systemd/system ]; then
+    systemctl disable --now prometheus >/dev/null 2>&1 || true
+  elif [ -x /etc/init.d/prometheus ]; then
+    /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+  fi
 }
 
 what=${1:-all}
