@@ -600,8 +600,10 @@ func TestCrashBetweenSendAndMark(t *testing.T) {
 	r.waitApplied()
 	// The crashed send already carried all four rows, so the ledger may be
 	// complete before the new relay's resend arrives; wait for it to be absorbed.
-	require.Eventually(t, func() bool { return r.applier.Duplicate.Load() == 4 }, 30*time.Second, 10*time.Millisecond,
-		"the first send (all four rows of A) was delivered twice and applied once")
+	// The consumer may absorb the resend before the relay marks the rows
+	// sent: wait for both.
+	require.Eventually(t, func() bool { return r.applier.Duplicate.Load() == 4 && r.relay.Sent.Load() == 4 },
+		30*time.Second, 10*time.Millisecond, "the first send (all four rows of A) was delivered twice and applied once")
 	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL`))
 	r.requireQty("A", 12, 0)
 	require.EqualValues(t, 4, r.count(`SELECT COUNT(*) FROM stock_ledger`))

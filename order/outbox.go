@@ -293,7 +293,11 @@ func (r *Relay) round(ctx context.Context) (read, sent int, failed, err error) {
 		}
 	}
 	if len(ids) > 0 {
-		if err := r.db.WithContext(ctx).Model(&OutboxRow{}).Where("id IN ?", ids).
+		// The rows are sent: marking them must not be cut short by Stop
+		// cancelling ctx, or every shutdown would send them again.
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := r.db.WithContext(mctx).Model(&OutboxRow{}).Where("id IN ?", ids).
 			Update("sent_at", time.Now().UTC()).Error; err != nil {
 			return len(rows), 0, nil, fmt.Errorf("relay: marking sent: %w", err)
 		}

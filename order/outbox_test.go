@@ -305,6 +305,9 @@ func TestRelayConcurrentSKUsKeepTheirOrder(t *testing.T) {
 	}
 	wg.Wait()
 	got.waitTotal(t, skus*perSKU)
+	// A message can arrive before its round marks the row sent: wait for
+	// the marks (Sent moves after they commit), not only the messages.
+	require.Eventually(t, func() bool { return relay.Sent.Load() >= skus*perSKU }, time.Minute, 10*time.Millisecond)
 	relay.Stop()
 
 	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL`))

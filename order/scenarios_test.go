@@ -453,6 +453,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	s.addSKU("TOK", 10)
 	s.addSKU("RAW", 10)
 	s.addSKU("PAIR", 100)
+	restored := s.redisApplied() // the refund's units reach Redis after its ledger row
 	s.startPipeline()
 
 	o, err := s.svc.Create(ctx, "u1", "", line("TOK", 3))
@@ -529,6 +530,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	})
 	require.EqualValues(t, 1, okRefunds.Load())
 	s.waitApplied()
+	restored(1)
 	require.EqualValues(t, SKU{SKU: "TOK", OnHand: 10}, scenQty(s.sku("TOK")), "the refund gave back exactly once")
 	require.EqualValues(t, 10, s.levels("TOK").Available)
 	require.EqualValues(t, 3, s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_ledger WHERE token = ? AND op = 'DEDUCT'`, o.ID))

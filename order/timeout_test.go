@@ -2,6 +2,7 @@ package order
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -256,13 +257,15 @@ func TestSweepLockTakeover(t *testing.T) {
 	require.NoError(t, err) // ...and its holder never comes back
 	n.tm.Start(ctx)
 	for {
-		ttl, err := r.rdb.PTTL(ctx, stock.SweepLockKey).Result()
-		require.NoError(t, err)
-		val, _ := r.rdb.Get(ctx, stock.SweepLockKey).Result()
-		if ttl <= 0 || val != dead.Token() {
+		// Count first, then look at the lock: a count taken while the dead
+		// node's lock still holds afterwards was taken under it.
+		expired := r.count(`SELECT COUNT(*) FROM orders WHERE status = 'EXPIRED'`)
+		val, err := r.rdb.Get(ctx, stock.SweepLockKey).Result()
+		if errors.Is(err, redis.Nil) || err == nil && val != dead.Token() {
 			break
 		}
-		require.Zero(t, r.count(`SELECT COUNT(*) FROM orders WHERE status = 'EXPIRED'`), "no sweep while the dead node's lock lives")
+		require.NoError(t, err)
+		require.Zero(t, expired, "no sweep while the dead node's lock lives")
 		time.Sleep(20 * time.Millisecond)
 	}
 	r.waitNoPending()
@@ -527,13 +530,11 @@ func TestTimeoutLegacyQueueIsDrained(t *testing.T) {
 // over the masters, and three pollers release each order exactly once
 // through the queue alone (the sweep is kept out of the way).
 //
-// This test does not flush the cluster (the stock package's tests use it,
-// perhaps at the same time): it uses SKU names of its own and deletes the
-// delay queue's keys before and after.
+// The cluster is held for this test (testenv.RedisCluster): the stock
+// package's tests, which flush it, wait until it ends.
 func TestTimeoutShardsOnCluster(t *testing.T) {
 	ctx := context.Background()
-	rc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisClusterAddrs(), PoolSize: 64})
-	t.Cleanup(func() { _ = rc.Close() })
+	rc := testenv.RedisCluster(t)
 	require.NoError(t, rc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }),
 		"a real Redis Cluster is required (run `make up`)")
 	masters := map[string]bool{}

@@ -77,6 +77,51 @@ func Redis(t testing.TB) *redis.Client {
 	return c
 }
 
+var cluster struct {
+	sync.Mutex
+	holders int
+	file    *os.File
+}
+
+// holdCluster takes the cluster's lock file (an flock the kernel releases
+// if the process dies) until t ends.
+func holdCluster(t testing.TB) {
+	t.Helper()
+	cluster.Lock()
+	defer cluster.Unlock()
+	if cluster.holders == 0 {
+		name := filepath.Join(lockDir(t), "redis-cluster-"+strings.NewReplacer(":", "_", ",", "+").Replace(strings.Join(RedisClusterAddrs(), ","))+".lock")
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil { // waits for the other holder
+			_ = f.Close()
+			t.Fatalf("testenv: locking the test cluster: %v", err)
+		}
+		cluster.file = f
+	}
+	cluster.holders++
+	t.Cleanup(func() {
+		cluster.Lock()
+		defer cluster.Unlock()
+		if cluster.holders--; cluster.holders == 0 {
+			_ = cluster.file.Close() // releases the flock
+			cluster.file = nil
+		}
+	})
+}
+
+// lockDir is where the test processes of this machine keep their lock files.
+func lockDir(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(os.TempDir(), "inventory-testenv")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return dir
+}
+
 // redisDBs is how many databases scripts/up.sh gives the test Redis; 0 is
 // left to `make run` and to people.
 const redisDBs = 32
@@ -102,10 +147,7 @@ func RedisDB(t testing.TB) int {
 	if err != nil {
 		t.Fatalf("testenv: INVENTORY_TEST_REDIS_URL: %v", err)
 	}
-	dir := filepath.Join(os.TempDir(), "inventory-testenv")
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
+	dir := lockDir(t)
 	for db := 1; db < redisDBs; db++ {
 		name := filepath.Join(dir, fmt.Sprintf("redis-%s-%d.lock", strings.ReplaceAll(opt.Addr, ":", "_"), db))
 		f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o666)
@@ -123,10 +165,14 @@ func RedisDB(t testing.TB) int {
 	return 0
 }
 
-// RedisCluster returns a client on the three-node test cluster, flushed. Only
-// the stock package uses the cluster, so flushing it is safe.
+// RedisCluster returns a client on the three-node test cluster, flushed,
+// and holds the cluster for the test: a test process that wants it while
+// another holds it (the stock and order packages of one run, a second
+// clone's run) waits until that test ends. Nested calls in one process
+// share the hold.
 func RedisCluster(t testing.TB) *redis.ClusterClient {
 	t.Helper()
+	holdCluster(t)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: RedisClusterAddrs(), PoolSize: 128})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
