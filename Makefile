@@ -6,7 +6,7 @@ GO ?= go
 # What `inventoryd --version` says (the commit, when git can tell).
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: run build test bench soak faults lint up down secrets
+.PHONY: run build test bench soak faults model lint up down secrets
 
 run:
 	@GO=$(GO) scripts/run.sh
@@ -38,6 +38,15 @@ DURATION ?= 20s
 faults:
 	scripts/up.sh install
 	$(GO) run ./cmd/faults -duration $(DURATION) $(if $(SEED),-seed $(SEED))
+
+# The model-based test, long: OPS random operations from a fresh seed (or
+# SEED to replay one) against the real Redis and MariaDB; make test runs
+# 10,000 from a fixed seed. 200,000 take about 30-40 minutes.
+OPS ?= 200000
+model:
+	scripts/up.sh
+	INVENTORY_MODEL_OPS=$(OPS) INVENTORY_MODEL_SEED=$(or $(SEED),$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')) \
+		$(GO) test -race -count=1 -timeout 0 -run '^TestModel$$' -v ./order
 
 lint:
 	$(GO) vet ./...

@@ -1,0 +1,1701 @@
+package order
+
+// A model-based test of the stock protocol, in the spirit of TigerBeetle's
+// VOPR and Jepsen's model checkers: a seeded random driver runs a long mix of
+// operations against the real service (MariaDB and Redis through the rig)
+// and against a plain in-memory reference model of docs/SPEC.md sections 3
+// and 4, and after every step the two must agree on every SKU's quantities,
+// the reservations and orders the step touched, every buyer's quota and
+// Redis's available units; at quiet points (the ordered sync drained) on
+// everything. The model is written to the specification, not to the code.
+//
+// Replay a run with INVENTORY_MODEL_SEED=<seed>; INVENTORY_MODEL_OPS sets
+// its length (default 10000; the long run uses 200000).
+//
+// The model is exact where the specification is. Where the specification
+// lets Redis be wrong for a while (a rolled-back Redis hides units until it
+// is realigned), the model accepts a refusal and follows what happened; it
+// never accepts a sale the database should have refused.
+//
+// Layout: the universe of names; the model (mbModel: its state, and per
+// operation what the service may answer and what then changed); the driver
+// (mbDriver and the weighted table mbOps); the operations; the comparisons.
+// The ordered sync is not left running: a drain relays the outbox and lets a
+// consumer apply it, so every step ends at a quiet point and is compared.
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/stock"
+)
+
+// ---------------------------------------------------------------------------
+// The universe: few names, small stock, so that sold-out, refusals, limits
+// and collisions are frequent. Names that differ only in letter case are
+// different names (docs/SPEC.md section 3, "Names are exact").
+
+var (
+	// mbNames are the SKU names the driver uses; "phone-x" and "hot" do not
+	// exist until a put creates them.
+	mbNames = []string{"PHONE-X", "phone-x", "HOT", "hot", "CAB", "FREE"}
+	mbUsers = []string{"alice", "Alice", "bob", "BOB", "carol", "dave"}
+	// mbTokens and mbIdem are the stems of client tokens and idempotency
+	// keys; a generation number, moving on every few hundred steps, follows
+	// (a token that was released stays released: fresh ones keep the token
+	// API busy).
+	mbTokens = []string{"Cart-", "cart-", "tk-", "TK-"}
+	mbIdem   = []string{"K-", "k-", "key-"}
+	// mbInitial is the catalog at the start: on_hand (-1 unlimited) and
+	// per-user limit.
+	mbInitial = []struct {
+		sku           string
+		onHand, limit int64
+	}{{"PHONE-X", 6, 0}, {"HOT", 4, 2}, {"CAB", 8, 0}, {"FREE", stock.Unlimited, 3}}
+)
+
+// mbHorizon is the retention horizon of the model run.
+const mbHorizon = 24 * time.Hour
+
+// mbRestored is what the model calls a SOLD reservation whose refund was
+// applied. The database may name it RESTORED, or leave it SOLD.
+const mbRestored ResState = "RESTORED"
+
+// ---------------------------------------------------------------------------
+// The reference model.
+
+type mbSKU struct{ onHand, reserved, limit int64 }
+
+func (s *mbSKU) limited() bool { return s.onHand != stock.Unlimited }
+
+func (s *mbSKU) available() int64 {
+	if !s.limited() {
+		return stock.Unlimited
+	}
+	return s.onHand - s.reserved
+}
+
+// mbKey is a reservation's key: the database token ("t." + a client's token
+// for the token API, an order id, or an order id + ".late") and the SKU.
+type mbKey struct{ token, sku string }
+
+type mbRes struct {
+	qty     int64
+	state   ResState
+	buyer   string // the buyer it counts against ("" none)
+	order   string // "" for the token API
+	expires time.Time
+	result  int64 // what the first Reserve answered (token API)
+}
+
+type mbOrder struct {
+	id, user, idem string
+	lines          []stock.Line
+	status         Status
+	token          string // the reservation token: id, or id + ".late"
+	payment        string
+	expires        time.Time
+}
+
+type mbMsg struct {
+	token, sku string
+	op         Op
+	qty        int64
+}
+
+type mbQuota struct{ sku, user string }
+
+type mbRef struct {
+	sku, ref string
+	delta    int64
+}
+
+type mbModel struct {
+	skus      map[string]*mbSKU
+	res       map[mbKey]*mbRes
+	skusOf    map[string][]string // token -> the SKUs of its reservations
+	tokenRes  []mbKey             // the token API's reservations, in creation order
+	tokenHeld []mbKey             // those of them that may still be HELD
+	orders    map[string]*mbOrder
+	orderList []*mbOrder
+	byStatus  map[Status][]*mbOrder // may hold orders that moved on (pruned when picked)
+	byIdem    map[[2]string]*mbOrder
+	payments  map[string]string // payment id -> order id
+	payList   []string
+	quota     map[mbQuota]int64
+	outbox    []mbMsg // written, not yet applied
+	applied   []mbMsg // applied by the ordered consumer
+	refs      map[[2]string]int64
+	refList   []mbRef
+	anomalies int64
+	// stale: Redis was rolled back for the SKU and may hide units (refuse
+	// what the database would accept) until it is realigned.
+	stale map[string]bool
+	// staleQuota: the buyers pre-filter of the SKU was rolled back and may
+	// count more than the database; only a key loss clears it.
+	staleQuota map[string]bool
+	// tokenKey: Redis surely remembers the token-API reservation, so a
+	// replay goes to the database without Redis checking stock.
+	tokenKey map[mbKey]bool
+	// dirtyTokens and dirtyOrders are what the model changed since the
+	// driver last compared.
+	dirtyTokens, dirtyOrders map[string]bool
+}
+
+func newMBModel() *mbModel {
+	return &mbModel{
+		skus: map[string]*mbSKU{}, res: map[mbKey]*mbRes{}, skusOf: map[string][]string{},
+		orders: map[string]*mbOrder{}, byStatus: map[Status][]*mbOrder{}, byIdem: map[[2]string]*mbOrder{},
+		payments: map[string]string{}, quota: map[mbQuota]int64{}, refs: map[[2]string]int64{},
+		stale: map[string]bool{}, staleQuota: map[string]bool{}, tokenKey: map[mbKey]bool{},
+		dirtyTokens: map[string]bool{}, dirtyOrders: map[string]bool{},
+	}
+}
+
+func (m *mbModel) addRes(k mbKey, r *mbRes) {
+	m.res[k] = r
+	m.skusOf[k.token] = append(m.skusOf[k.token], k.sku)
+	m.dirtyTokens[k.token] = true
+	if r.order == "" {
+		m.tokenRes = append(m.tokenRes, k)
+	}
+}
+
+func (m *mbModel) setStatus(o *mbOrder, st Status) {
+	o.status = st
+	m.byStatus[st] = append(m.byStatus[st], o)
+	m.dirtyOrders[o.id] = true
+}
+
+// overLimit says whether buyer would pass a per-user limit reserving lines.
+func (m *mbModel) overLimit(buyer string, lines []stock.Line) bool {
+	for _, l := range lines {
+		s := m.skus[l.SKU]
+		if s != nil && s.limit > 0 && m.quota[mbQuota{l.SKU, buyer}]+l.Qty > s.limit {
+			return true
+		}
+	}
+	return false
+}
+
+// fits says whether the database can cover lines (on_hand - reserved).
+func (m *mbModel) fits(lines []stock.Line) bool {
+	for _, l := range lines {
+		if s := m.skus[l.SKU]; s.limited() && s.available() < l.Qty {
+			return false
+		}
+	}
+	return true
+}
+
+// orderOutcomes is what creating an order of lines (normalised) for buyer
+// may answer. Redis admits line by line in SKU order (an unknown SKU, or a
+// line Redis cannot cover, ends the admission); then the database counts
+// the buyer's quotas and arbitrates the stock. A stale SKU may be refused by
+// Redis, or over-admitted by it (the database refuses).
+func (m *mbModel) orderOutcomes(buyer string, lines []stock.Line) mbSet {
+	out := mbSet{}
+	short := false
+	for _, l := range lines {
+		s, ok := m.skus[l.SKU]
+		if !ok {
+			out["unknown"] = true
+			return out
+		}
+		stale := m.stale[l.SKU]
+		if stale {
+			out["insufficient"] = true
+		}
+		if s.limited() && s.available() < l.Qty {
+			if !stale {
+				out["insufficient"] = true
+				return out
+			}
+			short = true
+		}
+	}
+	switch {
+	case m.overLimit(buyer, lines):
+		out["conflict"] = true
+	case short:
+		out["insufficient"] = true
+	default:
+		out["ok"] = true
+	}
+	return out
+}
+
+// seckillOutcomes is what a one-unit seckill of sku for user under the
+// SKU's limit (> 0) may answer. Redis checks the buyer's count (a
+// pre-filter never above the database's, unless rolled back) before the
+// stock, so a buyer at the limit of a sold-out SKU may hear either refusal.
+func (m *mbModel) seckillOutcomes(user, sku string) mbSet {
+	s, ok := m.skus[sku]
+	if !ok {
+		return mbWant("unknown")
+	}
+	out := mbSet{}
+	if m.stale[sku] {
+		out["insufficient"] = true
+	}
+	if m.staleQuota[sku] {
+		out["conflict"] = true
+	}
+	short := s.limited() && s.available() < 1
+	switch {
+	case m.overLimit(user, []stock.Line{{SKU: sku, Qty: 1}}):
+		out["conflict"] = true
+		if short {
+			out["insufficient"] = true
+		}
+	case short:
+		out["insufficient"] = true
+	default:
+		out["ok"] = true
+	}
+	return out
+}
+
+// hold records reservations of lines under token in state, counting them
+// against buyer where the SKU has a per-user limit.
+func (m *mbModel) hold(token, orderID, buyer string, lines []stock.Line, state ResState, expires time.Time) {
+	for _, l := range lines {
+		s := m.skus[l.SKU]
+		r := &mbRes{qty: l.Qty, state: state, order: orderID, expires: expires}
+		if buyer != "" && s.limit > 0 {
+			r.buyer = buyer
+			m.quota[mbQuota{l.SKU, buyer}] += l.Qty
+		}
+		s.reserved += l.Qty
+		m.addRes(mbKey{token, l.SKU}, r)
+	}
+}
+
+// release gives back token's HELD reservations (of sku only, if set) and
+// returns the units.
+func (m *mbModel) release(token, sku string) int64 {
+	var n int64
+	for _, s := range m.skusOf[token] {
+		r := m.res[mbKey{token, s}]
+		if sku != "" && s != sku || r.state != Held {
+			continue
+		}
+		r.state = Released
+		m.dirtyTokens[token] = true
+		m.skus[s].reserved -= r.qty
+		if r.buyer != "" {
+			m.quota[mbQuota{s, r.buyer}] -= r.qty
+		}
+		n += r.qty
+	}
+	return n
+}
+
+// commit turns token's HELD reservations of lines COMMITTED and promises
+// their deduction.
+func (m *mbModel) commit(token string, lines []stock.Line) {
+	for _, l := range lines {
+		m.res[mbKey{token, l.SKU}].state = Committed
+	}
+	m.dirtyTokens[token] = true
+	m.promise(token, lines, OpDeduct)
+}
+
+func (m *mbModel) promise(token string, lines []stock.Line, op Op) {
+	for _, l := range lines {
+		m.outbox = append(m.outbox, mbMsg{token, l.SKU, op, l.Qty})
+	}
+}
+
+// lateFits says whether an expired order's late payment can reserve its
+// lines again (stock and the buyer's limits).
+func (m *mbModel) lateFits(o *mbOrder) bool {
+	return !m.overLimit(o.user, o.lines) && m.fits(o.lines)
+}
+
+// drain applies every promised operation, in order, as the ordered
+// consumer does: a DEDUCT sells a COMMITTED reservation (on_hand and
+// reserved lose its units), a RESTORE gives a sold one back to on_hand,
+// whatever its age. An unlimited SKU's on_hand stays -1.
+func (m *mbModel) drain() error {
+	for _, msg := range m.outbox {
+		r := m.res[mbKey{msg.token, msg.sku}]
+		s := m.skus[msg.sku]
+		switch {
+		case msg.op == OpDeduct && r != nil && r.state == Committed && r.qty == msg.qty:
+			r.state = Sold
+			s.reserved -= msg.qty
+			if s.limited() {
+				s.onHand -= msg.qty
+			}
+		case msg.op == OpRestore && r != nil && r.state == Sold && r.qty == msg.qty:
+			r.state = mbRestored
+			if s.limited() {
+				s.onHand += msg.qty
+			}
+		default:
+			return fmt.Errorf("model: %+v has no reservation to apply to (%+v)", msg, r)
+		}
+		m.applied = append(m.applied, msg)
+		m.dirtyTokens[msg.token] = true
+	}
+	m.outbox = nil
+	return nil
+}
+
+// sweep expires every PENDING order and releases every HELD token-API
+// reservation whose deadline is at or before now; it returns the orders
+// expired.
+func (m *mbModel) sweep(now time.Time) int {
+	n := 0
+	pending := m.byStatus[Pending][:0]
+	for _, o := range m.byStatus[Pending] {
+		switch {
+		case o.status != Pending:
+		case !o.expires.After(now):
+			m.setStatus(o, Expired)
+			m.release(o.id, "")
+			n++
+		default:
+			pending = append(pending, o)
+		}
+	}
+	m.byStatus[Pending] = pending
+	held := m.tokenHeld[:0]
+	for _, k := range m.tokenHeld {
+		switch r := m.res[k]; {
+		case r.state != Held:
+		case !r.expires.After(now):
+			m.release(k.token, k.sku)
+		default:
+			held = append(held, k)
+		}
+	}
+	m.tokenHeld = held
+	return n
+}
+
+// selfCheck asserts the model's own invariant: reserved is the sum of the
+// live reservations, and never above on_hand for a limited SKU.
+func (m *mbModel) selfCheck() error {
+	live := map[string]int64{}
+	for k, r := range m.res {
+		if r.state == Held || r.state == Committed {
+			live[k.sku] += r.qty
+		}
+	}
+	for name, s := range m.skus {
+		if s.reserved != live[name] || s.limited() && s.reserved > s.onHand || s.reserved < 0 {
+			return fmt.Errorf("model: %s has %+v, live reservations %d", name, *s, live[name])
+		}
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// The model's operations: each says what the service may answer (from the
+// model's state alone) and, once the service answered, what changed.
+
+// newOrder records an order the service created for user (an idempotency
+// key, lines normalised), PENDING until expires.
+func (m *mbModel) newOrder(id, user, key string, lines []stock.Line, expires time.Time) *mbOrder {
+	o := &mbOrder{id: id, user: user, idem: key, lines: lines, token: id, expires: expires}
+	m.orders[id] = o
+	m.orderList = append(m.orderList, o)
+	m.setStatus(o, Pending)
+	if key != "" {
+		m.byIdem[[2]string{user, key}] = o
+	}
+	m.hold(id, id, user, lines, Held, expires)
+	return o
+}
+
+// createOutcomes is what Create may answer, and the order a retry of an
+// idempotency key answers with (nil for a new order).
+func (m *mbModel) createOutcomes(user, key string, lines []stock.Line) (mbSet, *mbOrder) {
+	prior := m.byIdem[[2]string{user, key}]
+	switch {
+	case key != "" && prior != nil && slices.Equal(prior.lines, lines):
+		return mbWant("ok"), prior // a retry: the same order
+	case key != "" && prior != nil:
+		return mbWant("conflict"), nil // the key was used for another order
+	}
+	return m.orderOutcomes(user, lines), nil
+}
+
+// payOutcome is what a payment callback of o with payment id pid answers:
+// its class, the order's status after it, and whether it re-reserves an
+// expired order's lines (a late payment while the stock is there).
+func (m *mbModel) payOutcome(o *mbOrder, pid string) (class string, status Status, late bool) {
+	other, used := m.payments[pid]
+	switch {
+	case o.payment != "" && pid == o.payment:
+		return "ok", o.status, false // a duplicate callback: the order as it is
+	case o.payment != "", used && other != o.id:
+		return "conflict", o.status, false // paid by another payment; another order's payment
+	case o.status == Pending:
+		return "ok", Paid, false
+	case o.status == Expired && m.lateFits(o):
+		return "ok", Paid, true
+	case o.status == Expired, o.status == Cancelled:
+		return "ok", RefundRequired, false
+	}
+	return "conflict", o.status, false
+}
+
+func (m *mbModel) pay(o *mbOrder, pid string, status Status, late bool) {
+	if o.payment != "" {
+		return
+	}
+	o.payment = pid
+	m.payments[pid] = o.id
+	m.payList = append(m.payList, pid)
+	switch {
+	case late:
+		o.token = o.id + ".late"
+		m.hold(o.token, o.id, o.user, o.lines, Committed, o.expires)
+		m.promise(o.token, o.lines, OpDeduct)
+	case status == Paid:
+		m.commit(o.token, o.lines)
+	}
+	m.setStatus(o, status)
+}
+
+func (m *mbModel) cancelOutcome(o *mbOrder) string {
+	if o.status == Pending {
+		return "ok"
+	}
+	return "conflict"
+}
+
+func (m *mbModel) cancel(o *mbOrder) {
+	m.setStatus(o, Cancelled)
+	m.release(o.id, "")
+}
+
+func (m *mbModel) refundOutcome(o *mbOrder) string {
+	if o.status == Paid || o.status == RefundRequired {
+		return "ok"
+	}
+	return "conflict"
+}
+
+// refund promises a paid order's units back (a REFUND_REQUIRED order never
+// took stock).
+func (m *mbModel) refund(o *mbOrder) {
+	if o.status == Paid {
+		m.promise(o.token, o.lines, OpRestore)
+	}
+	m.setStatus(o, Refunded)
+}
+
+// reserveOutcomes is what the token API's Reserve of qty under k may
+// answer.
+func (m *mbModel) reserveOutcomes(k mbKey, qty int64) mbSet {
+	s, row := m.skus[k.sku], m.res[k]
+	want := mbSet{}
+	switch {
+	case s == nil:
+		want["unknown"] = true
+	case row != nil:
+		switch {
+		case row.state == Released:
+			want["released"] = true
+		case row.qty != qty:
+			want["conflict"] = true
+		default:
+			want["ok"] = true // the first answer, taking nothing
+		}
+		// Redis remembers a token for a while (and not across a key loss):
+		// a replay it does not recognise is admitted as new, and when Redis
+		// cannot cover it, refused as insufficient_stock (a 409 too) before
+		// the database answers.
+		if m.stale[k.sku] || !m.tokenKey[k] && s.limited() && s.available() < qty {
+			want["insufficient"] = true
+		}
+	case s.limited() && s.available() < qty:
+		want["insufficient"] = true
+	default:
+		want["ok"] = true
+		if m.stale[k.sku] {
+			want["insufficient"] = true
+		}
+	}
+	return want
+}
+
+// reserve records a new token-API reservation that answered result.
+func (m *mbModel) reserve(k mbKey, qty, result int64, expires time.Time) {
+	s := m.skus[k.sku]
+	m.addRes(k, &mbRes{qty: qty, state: Held, expires: expires, result: result})
+	m.tokenHeld = append(m.tokenHeld, k)
+	s.reserved += qty
+	m.tokenKey[k] = s.limited() && !m.stale[k.sku]
+}
+
+// commitOutcome is what CommitToken under k answers, with the units.
+func (m *mbModel) commitOutcome(k mbKey) (string, int64) {
+	switch row := m.res[k]; {
+	case row == nil:
+		return "notfound", 0
+	case row.state == Released:
+		return "released", 0
+	default:
+		return "ok", row.qty // a replay of a commit answers the units again
+	}
+}
+
+func (m *mbModel) commitToken(k mbKey) {
+	if row := m.res[k]; row.state == Held {
+		m.commit(k.token, []stock.Line{{SKU: k.sku, Qty: row.qty}})
+	}
+}
+
+// releaseOutcome is what ReleaseToken under k answers, with the units.
+func (m *mbModel) releaseOutcome(k mbKey) (string, int64) {
+	switch row := m.res[k]; {
+	case row == nil && m.skus[k.sku] == nil:
+		return "unknown", 0
+	case row == nil, row.state == Released:
+		return "ok", 0
+	case row.state == Held:
+		return "ok", row.qty
+	default:
+		return "conflict", 0 // committed: a sale
+	}
+}
+
+func (m *mbModel) releaseToken(k mbKey, now time.Time) {
+	if m.res[k] == nil { // released before it reserved: nothing may reserve under it
+		m.addRes(k, &mbRes{state: Released, expires: now})
+		return
+	}
+	m.release(k.token, k.sku)
+}
+
+// adjustOutcome is what an adjust of sku by delta under ref ("" none)
+// answers, and whether it applies.
+func (m *mbModel) adjustOutcome(sku string, delta int64, ref string) (string, bool) {
+	s := m.skus[sku]
+	first, seen := m.refs[[2]string{sku, ref}]
+	switch {
+	case ref != "" && seen && first == delta:
+		return "ok", false // a retry: applied once
+	case ref != "" && seen:
+		return "conflict", false // another delta under the same reference
+	case s == nil:
+		return "unknown", false
+	case !s.limited() || s.onHand+delta < s.reserved:
+		return "conflict", false
+	}
+	return "ok", true
+}
+
+func (m *mbModel) adjust(sku string, delta int64, ref string) {
+	m.skus[sku].onHand += delta
+	if ref != "" {
+		m.refs[[2]string{sku, ref}] = delta
+		m.refList = append(m.refList, mbRef{sku, ref, delta})
+	}
+}
+
+func (m *mbModel) putOutcome(sku string, onHand int64) string {
+	if s := m.skus[sku]; s != nil && onHand != stock.Unlimited && onHand < s.reserved {
+		return "conflict"
+	}
+	return "ok"
+}
+
+// put creates sku or sets its stock and limit; Redis is realigned.
+func (m *mbModel) put(sku string, onHand, limit int64) {
+	s := m.skus[sku]
+	if s == nil {
+		s = &mbSKU{}
+		m.skus[sku] = s
+	}
+	s.onHand, s.limit = onHand, limit
+	delete(m.stale, sku)
+}
+
+// ---------------------------------------------------------------------------
+// Outcomes.
+
+// mbSet is a set of outcome classes (see mbClass).
+type mbSet map[string]bool
+
+func mbWant(classes ...string) mbSet {
+	s := mbSet{}
+	for _, c := range classes {
+		s[c] = true
+	}
+	return s
+}
+
+func (s mbSet) String() string {
+	var out []string
+	for c := range s {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return "{" + strings.Join(out, ", ") + "}"
+}
+
+// mbClass names an answer the way the specification does.
+func mbClass(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, stock.ErrUnknownSKU):
+		return "unknown"
+	case errors.Is(err, ErrTokenReleased):
+		return "released"
+	case errors.Is(err, stock.ErrInsufficientStock):
+		return "insufficient"
+	case errors.Is(err, ErrConflict):
+		return "conflict"
+	case errors.Is(err, ErrNotFound):
+		return "notfound"
+	case errors.Is(err, stock.ErrInvalidArgument):
+		return "invalid"
+	}
+	return "error"
+}
+
+// mbNormalise merges a cart's repeated SKUs and sorts it by name, byte for
+// byte, as an order stores its lines.
+func mbNormalise(lines []stock.Line) []stock.Line {
+	merged := map[string]int64{}
+	for _, l := range lines {
+		merged[l.SKU] += l.Qty
+	}
+	out := make([]stock.Line, 0, len(merged))
+	for sku, q := range merged {
+		out = append(out, stock.Line{SKU: sku, Qty: q})
+	}
+	slices.SortFunc(out, func(a, b stock.Line) int { return strings.Compare(a.SKU, b.SKU) })
+	return out
+}
+
+// mbSwapCase spells s with every letter's case swapped.
+func mbSwapCase(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case 'a' <= c && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		case 'A' <= c && c <= 'Z':
+			b[i] = c - 'A' + 'a'
+		}
+	}
+	return string(b)
+}
+
+// ---------------------------------------------------------------------------
+// The driver.
+
+type mbDriver struct {
+	t     *testing.T
+	ctx   context.Context
+	r     *rig
+	cat   *Catalog
+	mem   *mq.Memory
+	tm    *Timeouts
+	ret   *Retention
+	sqlDB *sql.DB
+	m     *mbModel
+	rng   *rand.Rand
+	seed  uint64
+	ops   int
+	step  int
+
+	recent []string // the last operations, for the failure report
+	// What the step touched (besides what the model changed), compared
+	// after it; anomalies: the step delivered stock messages.
+	touchedTokens map[string]bool
+	touchedOrders map[string]bool
+	anomalies     bool
+
+	snapshot  map[string]map[string]string // name -> Redis key -> DUMP
+	counter   int                          // fresh names
+	malformed []mq.Message
+	stats     map[string]int
+}
+
+// mbOp is one kind of operation the driver picks, with its weight.
+type mbOp struct {
+	name   string
+	weight int
+	run    func(*mbDriver)
+}
+
+var mbOps = []mbOp{
+	{"create", 14, (*mbDriver).create},
+	{"cart", 7, (*mbDriver).cart},
+	{"seckill", 10, (*mbDriver).seckill},
+	{"reserve", 10, (*mbDriver).reserve},
+	{"commit", 5, (*mbDriver).commit},
+	{"release", 5, (*mbDriver).release},
+	{"pay", 12, (*mbDriver).pay},
+	{"cancel", 5, (*mbDriver).cancel},
+	{"refund", 5, (*mbDriver).refund},
+	{"spelling", 1, (*mbDriver).otherSpelling},
+	{"expire", 3, (*mbDriver).expire},
+	{"retention", 1, (*mbDriver).retention},
+	{"adjust", 6, (*mbDriver).adjust},
+	{"put", 2, (*mbDriver).put},
+	{"flush", 1, (*mbDriver).flush},
+	{"snapshot", 1, (*mbDriver).takeSnapshot},
+	{"rollback", 1, (*mbDriver).rollback},
+	{"drain", 5, (*mbDriver).drainOp},
+	{"redeliver", 2, (*mbDriver).redeliver},
+	{"malformed", 1, (*mbDriver).malformedOp},
+	{"quiet", 1, (*mbDriver).quietOp},
+}
+
+func mbEnvInt(t *testing.T, name string, def uint64) uint64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return n
+}
+
+// mbDefaultSeed is make test's seed: the suite runs the same 10,000
+// operations every time (a failure in CI is a replayable bug, never luck);
+// `make model` explores fresh seeds, longer.
+const mbDefaultSeed = 20261123
+
+// TestModel runs INVENTORY_MODEL_OPS (default 10000) random operations,
+// seeded by INVENTORY_MODEL_SEED (default mbDefaultSeed), against the
+// service and the model, and fails at the first step where they disagree.
+func TestModel(t *testing.T) {
+	seed := mbEnvInt(t, "INVENTORY_MODEL_SEED", mbDefaultSeed)
+	ops := int(mbEnvInt(t, "INVENTORY_MODEL_OPS", 10000))
+	t.Logf("seed %d, %d operations (replay with INVENTORY_MODEL_SEED=%d)", seed, ops, seed)
+
+	d := newMBDriver(t, seed, ops)
+	total := 0
+	for _, op := range mbOps {
+		total += op.weight
+	}
+	start := time.Now()
+	deadline, hasDeadline := t.Deadline()
+	for d.step = 1; d.step <= ops; d.step++ {
+		if hasDeadline && d.step%100 == 0 && time.Until(deadline) < time.Minute {
+			t.Fatalf("stopped after %d of %d operations (seed %d): go test's -timeout is too short for INVENTORY_MODEL_OPS; run the long model with -timeout 0",
+				d.step, ops, seed)
+		}
+		n := d.rng.IntN(total)
+		for _, op := range mbOps {
+			if n -= op.weight; n < 0 {
+				op.run(d)
+				break
+			}
+		}
+		d.check()
+		if d.step%1000 == 0 {
+			d.quiet(true)
+		}
+	}
+	d.step = ops
+	d.quiet(true)
+	d.report(time.Since(start))
+}
+
+func newMBDriver(t *testing.T, seed uint64, ops int) *mbDriver {
+	mem := mq.NewMemory(8)
+	tr := transport{
+		producer: mem.Producer(),
+		consumer: func(t testing.TB, h mq.Handler) mq.Consumer { return mem.Consumer(h, 32, 20*time.Millisecond) },
+	}
+	r := newRig(t, tr)
+	tm, err := NewTimeouts(r.svc, r.rdb, TimeoutConfig{Now: r.clock.Now})
+	if err != nil {
+		t.Fatalf("timeouts: %v", err)
+	}
+	sqlDB, err := r.db.DB()
+	if err != nil {
+		t.Fatalf("database: %v", err)
+	}
+	d := &mbDriver{
+		t: t, ctx: context.Background(), r: r, cat: NewCatalog(r.db, r.st, nil), mem: mem, tm: tm, sqlDB: sqlDB,
+		ret: NewRetention(r.db, r.st.Locker(), RetentionConfig{Horizon: mbHorizon, Now: r.clock.Now}),
+		m:   newMBModel(), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), seed: seed, ops: ops,
+		stats: map[string]int{}, touchedTokens: map[string]bool{}, touchedOrders: map[string]bool{},
+	}
+	for _, s := range mbInitial {
+		if _, err := d.cat.Put(d.ctx, s.sku, s.onHand, s.limit); err != nil {
+			t.Fatalf("put %s: %v", s.sku, err)
+		}
+		d.m.skus[s.sku] = &mbSKU{onHand: s.onHand, limit: s.limit}
+	}
+	return d
+}
+
+// ---------------------------------------------------------------------------
+// Reporting.
+
+func (d *mbDriver) note(format string, args ...any) {
+	d.recent = append(d.recent, fmt.Sprintf("#%d %s", d.step, fmt.Sprintf(format, args...)))
+	if len(d.recent) > 20 {
+		d.recent = d.recent[len(d.recent)-20:]
+	}
+}
+
+func (d *mbDriver) failf(format string, args ...any) {
+	d.t.Helper()
+	d.t.Fatalf("model disagrees with the service at step %d of %d: %s\nreplay with INVENTORY_MODEL_SEED=%d INVENTORY_MODEL_OPS=%d\nlast operations:\n  %s",
+		d.step, d.ops, fmt.Sprintf(format, args...), d.seed, d.ops, strings.Join(d.recent, "\n  "))
+}
+
+// expect notes the operation with its answer and fails unless the answer's
+// class is one the model allows.
+func (d *mbDriver) expect(what string, err error, want mbSet) string {
+	d.t.Helper()
+	got := mbClass(err)
+	d.note("%s -> %s", what, got)
+	d.stats[strings.Fields(what)[0]+" "+got]++
+	if !want[got] {
+		d.failf("%s: the service answered %s (%v), the model allows %s", what, got, err, want)
+	}
+	return got
+}
+
+func (d *mbDriver) must(what string, err error) {
+	d.t.Helper()
+	if err != nil {
+		d.note("%s -> error %v", what, err)
+		d.failf("%s: %v", what, err)
+	}
+}
+
+func (d *mbDriver) report(took time.Duration) {
+	keys := make([]string, 0, len(d.stats))
+	for k := range d.stats {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%d ", k, d.stats[k])
+	}
+	orders := map[Status]int{}
+	for _, o := range d.m.orderList {
+		orders[o.status]++
+	}
+	d.t.Logf("%d operations in %s (seed %d); orders %v; outcomes: %s", d.ops, took.Round(time.Millisecond), d.seed, orders, b.String())
+	for _, name := range mbNames {
+		if s := d.m.skus[name]; s != nil {
+			d.t.Logf("%s: on_hand %d reserved %d limit %d", name, s.onHand, s.reserved, s.limit)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Picking.
+
+func (d *mbDriver) pick(from []string) string { return from[d.rng.IntN(len(from))] }
+
+func (d *mbDriver) now() time.Time { return d.r.clock.Now().UTC().Truncate(time.Microsecond) }
+
+func (d *mbDriver) fresh(prefix string) string {
+	d.counter++
+	return fmt.Sprintf("%s-%d", prefix, d.counter)
+}
+
+// pickOrder picks an order in one of statuses (with probability 3/4 when
+// there is one), or any order; nil if there is none.
+func (d *mbDriver) pickOrder(statuses ...Status) *mbOrder {
+	if len(d.m.orderList) == 0 {
+		return nil
+	}
+	if len(statuses) > 0 && d.rng.IntN(4) != 0 {
+		st := statuses[d.rng.IntN(len(statuses))]
+		list := d.m.byStatus[st]
+		for len(list) > 0 {
+			i := d.rng.IntN(len(list))
+			if list[i].status == st {
+				d.m.byStatus[st] = list
+				return list[i]
+			}
+			list[i] = list[len(list)-1]
+			list = list[:len(list)-1]
+		}
+		d.m.byStatus[st] = list
+	}
+	return d.m.orderList[d.rng.IntN(len(d.m.orderList))]
+}
+
+// pickTokenKey picks a SKU and client token: often one that reserved
+// lately (a replay), otherwise any of this generation.
+func (d *mbDriver) pickTokenKey() (sku, token string) {
+	if n := len(d.m.tokenRes); n > 0 && d.rng.IntN(5) < 2 {
+		k := d.m.tokenRes[n-1-d.rng.IntN(min(n, 40))] // a recent one
+		return k.sku, strings.TrimPrefix(k.token, "t.")
+	}
+	return d.pick(mbNames), d.pick(mbTokens) + strconv.Itoa(d.step/200)
+}
+
+func (d *mbDriver) touchOrder(o *mbOrder) {
+	d.touchedOrders[o.id] = true
+	d.touchedTokens[o.id] = true
+	d.touchedTokens[o.id+".late"] = true
+}
+
+// ---------------------------------------------------------------------------
+// Operations: orders.
+
+func (d *mbDriver) create() {
+	lines := []stock.Line{{SKU: d.pick(mbNames), Qty: 1 + d.rng.Int64N(3)}}
+	d.order("create", d.pick(mbUsers), d.pickIdem(), lines)
+}
+
+func (d *mbDriver) cart() {
+	var lines []stock.Line
+	for n := 2 + d.rng.IntN(2); n > 0; n-- {
+		lines = append(lines, stock.Line{SKU: d.pick(mbNames), Qty: 1 + d.rng.Int64N(2)})
+	}
+	d.order("cart", d.pick(mbUsers), d.pickIdem(), lines)
+}
+
+func (d *mbDriver) pickIdem() string {
+	if d.rng.IntN(5) < 3 {
+		return ""
+	}
+	return d.pick(mbIdem) + strconv.Itoa(d.step/300)
+}
+
+func (d *mbDriver) order(what, user, key string, raw []stock.Line) {
+	lines := mbNormalise(raw)
+	want, prior := d.m.createOutcomes(user, key, lines)
+	o, err := d.r.svc.Create(d.ctx, user, key, raw)
+	if d.expect(fmt.Sprintf("%s user=%s key=%q %v", what, user, key, lines), err, want) != "ok" {
+		return
+	}
+	if prior != nil {
+		d.touchOrder(prior)
+		if o.ID != prior.id {
+			d.failf("a retry with key %q of %s answered order %s, not %s", key, user, o.ID, prior.id)
+		}
+		return
+	}
+	d.created(o, user, key, lines)
+}
+
+// created checks an order the service created and records it.
+func (d *mbDriver) created(o *Order, user, key string, lines []stock.Line) {
+	expires := d.now().Add(d.r.svc.cfg.TTL)
+	if o.Status != Pending || !slices.Equal(o.lines(), lines) || o.UserID != user || !o.ExpiresAt.Equal(expires) {
+		d.failf("created order %s is %s %v of %s expiring %s; the model has PENDING %v of %s expiring %s",
+			o.ID, o.Status, o.lines(), o.UserID, o.ExpiresAt, lines, user, expires)
+	}
+	if d.m.orders[o.ID] != nil {
+		d.failf("order id %s given twice", o.ID)
+	}
+	d.note("  order %s", o.ID)
+	d.touchOrder(d.m.newOrder(o.ID, user, key, lines, expires))
+}
+
+func (d *mbDriver) seckill() {
+	user, sku := d.pick(mbUsers), d.pick(mbNames)
+	var limit int64
+	if s := d.m.skus[sku]; s != nil && d.rng.IntN(10) < 7 {
+		limit = s.limit // what the HTTP layer passes; sometimes the plain path
+	}
+	lines := []stock.Line{{SKU: sku, Qty: 1}}
+	want := d.m.orderOutcomes(user, lines)
+	if limit > 0 {
+		want = d.m.seckillOutcomes(user, sku)
+	}
+	o, err := d.r.svc.Seckill(d.ctx, user, sku, limit)
+	if d.expect(fmt.Sprintf("seckill user=%s %s limit=%d", user, sku, limit), err, want) == "ok" {
+		d.created(o, user, "", lines)
+	}
+}
+
+// pay delivers a payment callback: the first, a duplicate, a second payment
+// id, another order's payment id or another spelling of one, on an order
+// pending, expired (a late payment), cancelled or paid.
+func (d *mbDriver) pay() {
+	o := d.pickOrder(Pending, Pending, Expired, Cancelled, Paid)
+	if o == nil {
+		return
+	}
+	pid := d.fresh("pay")
+	switch n := d.rng.IntN(20); {
+	case n < 6 && o.payment != "":
+		pid = o.payment // a duplicate callback
+	case n < 9 && len(d.m.payList) > 0:
+		pid = d.m.payList[d.rng.IntN(len(d.m.payList))] // perhaps another order's payment
+	case n < 12 && len(d.m.payList) > 0:
+		pid = mbSwapCase(d.m.payList[d.rng.IntN(len(d.m.payList))]) // another payment id
+	}
+	want, status, late := d.m.payOutcome(o, pid)
+	got, err := d.r.svc.Pay(d.ctx, o.id, pid)
+	d.touchOrder(o)
+	if d.expect(fmt.Sprintf("pay %s (%s) payment=%s", o.id, o.status, pid), err, mbWant(want)) != "ok" {
+		return
+	}
+	if got.Status != status || got.PaymentID == nil || *got.PaymentID != pid {
+		d.failf("pay %s answered %s paid by %v; the model has %s paid by %s", o.id, got.Status, got.PaymentID, status, pid)
+	}
+	d.m.pay(o, pid, status, late)
+}
+
+func (d *mbDriver) cancel() {
+	o := d.pickOrder(Pending)
+	if o == nil {
+		return
+	}
+	want := d.m.cancelOutcome(o)
+	got, err := d.r.svc.Cancel(d.ctx, o.id)
+	d.touchOrder(o)
+	if d.expect(fmt.Sprintf("cancel %s (%s)", o.id, o.status), err, mbWant(want)) != "ok" {
+		return
+	}
+	if got.Status != Cancelled {
+		d.failf("cancel %s answered %s", o.id, got.Status)
+	}
+	d.m.cancel(o)
+}
+
+// refund refunds an order at any age: its deduction may be pending, applied,
+// or applied so long ago that retention pruned its ledger row.
+func (d *mbDriver) refund() {
+	o := d.pickOrder(Paid, Paid, RefundRequired)
+	if o == nil {
+		return
+	}
+	want := d.m.refundOutcome(o)
+	got, err := d.r.svc.Refund(d.ctx, o.id)
+	d.touchOrder(o)
+	if d.expect(fmt.Sprintf("refund %s (%s)", o.id, o.status), err, mbWant(want)) != "ok" {
+		return
+	}
+	if got.Status != Refunded {
+		d.failf("refund %s answered %s", o.id, got.Status)
+	}
+	d.m.refund(o)
+}
+
+// otherSpelling addresses an order by its id with the letters' case
+// swapped: no such order.
+func (d *mbDriver) otherSpelling() {
+	o := d.pickOrder()
+	if o == nil || mbSwapCase(o.id) == o.id {
+		return
+	}
+	id := mbSwapCase(o.id)
+	var err error
+	what := ""
+	switch d.rng.IntN(4) {
+	case 0:
+		what = "get"
+		_, err = d.r.svc.Get(d.ctx, id)
+	case 1:
+		what = "pay"
+		_, err = d.r.svc.Pay(d.ctx, id, d.fresh("pay"))
+	case 2:
+		what = "cancel"
+		_, err = d.r.svc.Cancel(d.ctx, id)
+	default:
+		what = "refund"
+		_, err = d.r.svc.Refund(d.ctx, id)
+	}
+	d.touchOrder(o)
+	d.expect(fmt.Sprintf("spelling %s %s (of %s)", what, id, o.id), err, mbWant("notfound"))
+}
+
+// expire moves the clock past deadlines and runs the timeout sweep: pending
+// orders and token-API holds past their deadline are released.
+func (d *mbDriver) expire() {
+	ttl := d.r.svc.cfg.TTL
+	adv := []time.Duration{ttl + time.Minute, ttl / 3, 2 * ttl}[d.rng.IntN(3)]
+	d.r.clock.Advance(adv)
+	n, err := d.tm.SweepOnce(d.ctx)
+	want := d.m.sweep(d.now())
+	d.note("expire: clock +%s, sweep -> %d expired (model %d), %v", adv, n, want, err)
+	d.stats["expire"]++
+	d.must("sweep", err)
+	if n != want {
+		d.failf("the sweep expired %d orders, the model %d", n, want)
+	}
+}
+
+// retention jumps the clock past the retention horizon and prunes: ledger
+// rows of everything applied so far go.
+func (d *mbDriver) retention() {
+	d.r.clock.Advance(mbHorizon + time.Hour)
+	p, err := d.ret.PruneOnce(d.ctx)
+	d.note("retention: clock +%s, pruned %+v, %v", mbHorizon+time.Hour, p, err)
+	d.stats["retention"]++
+	d.must("retention", err)
+}
+
+// ---------------------------------------------------------------------------
+// Operations: the token API.
+
+// reserve reserves under a client's token: new, a replay, a replay with
+// another quantity, or one released before.
+func (d *mbDriver) reserve() {
+	sku, token := d.pickTokenKey()
+	k := mbKey{"t." + token, sku}
+	row, s := d.m.res[k], d.m.skus[sku]
+	qty := 1 + d.rng.Int64N(3)
+	if row != nil && row.qty > 0 && d.rng.IntN(10) < 7 {
+		qty = row.qty // a replay
+	}
+	want := d.m.reserveOutcomes(k, qty)
+	got, err := d.r.svc.Reserve(d.ctx, sku, qty, token)
+	d.touchedTokens[k.token] = true
+	if d.expect(fmt.Sprintf("reserve %s qty=%d token=%s", sku, qty, token), err, want) != "ok" {
+		return
+	}
+	switch {
+	case row != nil && got != row.result:
+		d.failf("a replay of token %s answered %d, the first reservation %d", token, got, row.result)
+	case row != nil:
+		return
+	case d.m.stale[sku]: // what Redis had left is anyone's guess
+	case s.limited() && got != s.available()-qty, !s.limited() && got != stock.Unlimited:
+		d.failf("reserve answered %d left, the model has %d available before taking %d", got, s.available(), qty)
+	}
+	d.m.reserve(k, qty, got, d.now().Add(d.r.svc.cfg.TTL))
+}
+
+func (d *mbDriver) commit() {
+	sku, token := d.pickTokenKey()
+	if n := len(d.m.tokenHeld); n > 0 && d.rng.IntN(2) == 0 {
+		k := d.m.tokenHeld[d.rng.IntN(n)] // perhaps held still
+		sku, token = k.sku, strings.TrimPrefix(k.token, "t.")
+	}
+	k := mbKey{"t." + token, sku}
+	want, qty := d.m.commitOutcome(k)
+	got, err := d.r.svc.CommitToken(d.ctx, sku, token)
+	d.touchedTokens[k.token] = true
+	if d.expect(fmt.Sprintf("commit %s token=%s", sku, token), err, mbWant(want)) != "ok" {
+		return
+	}
+	if got != qty {
+		d.failf("commit answered %d units, the reservation holds %d", got, qty)
+	}
+	d.m.commitToken(k)
+}
+
+func (d *mbDriver) release() {
+	sku, token := d.pickTokenKey()
+	k := mbKey{"t." + token, sku}
+	want, units := d.m.releaseOutcome(k)
+	got, err := d.r.svc.ReleaseToken(d.ctx, sku, token)
+	d.touchedTokens[k.token] = true
+	if d.expect(fmt.Sprintf("release %s token=%s", sku, token), err, mbWant(want)) != "ok" {
+		return
+	}
+	if got != units {
+		d.failf("release answered %d units, the model gives back %d", got, units)
+	}
+	d.m.releaseToken(k, d.now())
+}
+
+// ---------------------------------------------------------------------------
+// Operations: the catalog.
+
+// adjust adjusts a SKU's stock without a reference, with a fresh one, with
+// one applied before (an operator's retry), with one applied before and
+// another delta, or with another spelling of one applied before.
+func (d *mbDriver) adjust() {
+	sku := d.pick(mbNames)
+	delta := int64(d.rng.IntN(8)) - 2
+	if delta <= 0 {
+		delta--
+	}
+	ref := ""
+	switch n := d.rng.IntN(20); {
+	case n < 7:
+	case n < 13 || len(d.m.refList) == 0:
+		ref = d.fresh("po")
+	case n < 17: // an operator's retry
+		r := d.m.refList[d.rng.IntN(len(d.m.refList))]
+		sku, ref, delta = r.sku, r.ref, r.delta
+	case n < 19: // the same reference, another delta
+		r := d.m.refList[d.rng.IntN(len(d.m.refList))]
+		sku, ref, delta = r.sku, r.ref, r.delta+1+int64(d.rng.IntN(3))
+		if delta == 0 {
+			delta++
+		}
+	default: // another spelling of a reference: another reference
+		r := d.m.refList[d.rng.IntN(len(d.m.refList))]
+		sku, ref, delta = r.sku, mbSwapCase(r.ref), r.delta
+	}
+	want, apply := d.m.adjustOutcome(sku, delta, ref)
+	v, err := d.cat.Adjust(d.ctx, sku, delta, "model", ref)
+	if d.expect(fmt.Sprintf("adjust %s %+d ref=%q", sku, delta, ref), err, mbWant(want)) != "ok" {
+		return
+	}
+	if apply {
+		d.m.adjust(sku, delta, ref)
+	}
+	s := d.m.skus[sku]
+	if v.OnHand != s.onHand || v.Reserved != s.reserved || v.Available != s.available() ||
+		!d.m.stale[sku] && v.RedisAvailable != s.available() {
+		d.failf("adjust answered %+v; the model has on_hand %d reserved %d", *v, s.onHand, s.reserved)
+	}
+}
+
+// put creates a SKU (perhaps another spelling of one that exists) or sets
+// its stock (perhaps unlimited) and per-user limit.
+func (d *mbDriver) put() {
+	sku := d.pick(mbNames)
+	onHand := int64(d.rng.IntN(11))
+	if d.rng.IntN(10) == 0 {
+		onHand = stock.Unlimited
+	}
+	limit := int64(0)
+	if d.rng.IntN(2) == 0 {
+		limit = 1 + int64(d.rng.IntN(4))
+	}
+	want := d.m.putOutcome(sku, onHand)
+	v, err := d.cat.Put(d.ctx, sku, onHand, limit)
+	if d.expect(fmt.Sprintf("put %s stock=%d limit=%d", sku, onHand, limit), err, mbWant(want)) != "ok" {
+		return
+	}
+	d.m.put(sku, onHand, limit)
+	s := d.m.skus[sku]
+	if v.SKU != sku || v.OnHand != s.onHand || v.Reserved != s.reserved || v.Available != s.available() ||
+		v.RedisAvailable != s.available() || v.Unlimited != !s.limited() || v.PerUserLimit != s.limit {
+		d.failf("put answered %+v; the model has on_hand %d reserved %d limit %d", *v, s.onHand, s.reserved, s.limit)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Operations: Redis faults.
+
+// flush loses every Redis key of the rig's database (FLUSHDB): stock values,
+// remembered tokens, buyers' pre-filters.
+func (d *mbDriver) flush() {
+	err := d.r.rdb.FlushDB(d.ctx).Err()
+	d.note("flushdb -> %v", err)
+	d.stats["flush"]++
+	d.must("flushdb", err)
+	d.m.stale, d.m.staleQuota, d.m.tokenKey = map[string]bool{}, map[string]bool{}, map[mbKey]bool{}
+}
+
+// skuKeys are the Redis keys of name's values (stock, buyers' pre-filter),
+// not its remembered tokens or its init lock.
+func (d *mbDriver) skuKeys(name string) []string {
+	keys, err := d.r.rdb.Keys(d.ctx, "inv:{"+name+"}:*").Result()
+	d.must("keys", err)
+	out := keys[:0]
+	for _, k := range keys {
+		if !strings.Contains(k, "}:t:") && !strings.HasSuffix(k, "lock") {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (d *mbDriver) takeSnapshot() {
+	d.snapshot = map[string]map[string]string{}
+	for _, name := range mbNames {
+		d.snapshot[name] = map[string]string{}
+		for _, k := range d.skuKeys(name) {
+			v, err := d.r.rdb.Dump(d.ctx, k).Result()
+			if errors.Is(err, redis.Nil) {
+				continue
+			}
+			d.must("dump "+k, err)
+			d.snapshot[name][k] = v
+		}
+	}
+	d.note("snapshot of Redis")
+	d.stats["snapshot"]++
+}
+
+// rollback brings some SKUs' Redis values back to the snapshot (a Redis
+// restarted from an old RDB file, or failed over to a lagging replica).
+func (d *mbDriver) rollback() {
+	if d.snapshot == nil {
+		return
+	}
+	var rolled []string
+	for _, name := range mbNames {
+		if d.rng.IntN(2) == 0 {
+			continue
+		}
+		keys := map[string]bool{}
+		for _, k := range d.skuKeys(name) {
+			keys[k] = true
+		}
+		for k := range d.snapshot[name] {
+			keys[k] = true
+		}
+		for k := range keys {
+			var err error
+			if v, ok := d.snapshot[name][k]; ok {
+				err = d.r.rdb.RestoreReplace(d.ctx, k, 0, v).Err()
+			} else {
+				err = d.r.rdb.Del(d.ctx, k).Err()
+			}
+			d.must("restore "+k, err)
+		}
+		d.m.stale[name], d.m.staleQuota[name] = true, true
+		rolled = append(rolled, name)
+	}
+	d.note("rollback of Redis for %v", rolled)
+	d.stats["rollback"]++
+}
+
+// ---------------------------------------------------------------------------
+// Operations: the ordered sync.
+
+// drain relays every outbox row and lets a consumer apply them all.
+func (d *mbDriver) drain() {
+	for i := 0; ; i++ {
+		n, err := d.r.relay.RelayOnce(d.ctx)
+		d.must("relay", err)
+		if n == 0 {
+			break
+		}
+		if i > 10000 {
+			d.failf("the relay keeps finding rows")
+		}
+	}
+	if d.mem.Pending() > 0 {
+		c := d.mem.Consumer(d.r.applier.Handle, 32, 20*time.Millisecond)
+		d.must("consumer", c.Start())
+		deadline := time.Now().Add(60 * time.Second)
+		for d.mem.Pending() > 0 {
+			if time.Now().After(deadline) {
+				_ = c.Close()
+				d.failf("%d stock messages not applied after 60s", d.mem.Pending())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		d.must("consumer", c.Close())
+	}
+	for _, msg := range d.m.outbox {
+		d.touchedTokens[msg.token] = true
+	}
+	n := len(d.m.outbox)
+	if err := d.m.drain(); err != nil {
+		d.failf("%v", err)
+	}
+	d.note("drain: %d operations applied", n)
+	d.anomalies = true
+}
+
+func (d *mbDriver) drainOp() {
+	d.stats["drain"]++
+	d.drain()
+}
+
+func mbMessage(sm StockMessage) mq.Message {
+	body, _ := json.Marshal(sm)
+	return mq.Message{Key: sm.SKU, Body: body}
+}
+
+// redeliver delivers an applied operation again: nothing changes, however
+// old it is (its ledger row may be pruned).
+func (d *mbDriver) redeliver() {
+	if len(d.m.applied) == 0 {
+		return
+	}
+	msg := d.m.applied[d.rng.IntN(len(d.m.applied))]
+	err := d.r.applier.Handle(d.ctx, []mq.Message{mbMessage(StockMessage{Token: msg.token, SKU: msg.sku, Op: msg.op, Qty: msg.qty})})
+	d.touchedTokens[msg.token] = true
+	d.anomalies = true
+	d.expect(fmt.Sprintf("redeliver %s %s %s %d", msg.op, msg.sku, msg.token, msg.qty), err, mbWant("ok"))
+}
+
+// malformedOp delivers a message the consumer cannot apply: recorded as one
+// anomaly (once however often it is delivered), applied never.
+func (d *mbDriver) malformedOp() {
+	d.anomalies = true
+	if len(d.malformed) > 0 && d.rng.IntN(3) == 0 {
+		msg := d.malformed[d.rng.IntN(len(d.malformed))]
+		err := d.r.applier.Handle(d.ctx, []mq.Message{msg})
+		d.expect(fmt.Sprintf("malformed again %s %q", msg.ID, msg.Body), err, mbWant("ok"))
+		return
+	}
+	id := d.fresh("bad")
+	var msg mq.Message
+	switch d.rng.IntN(6) {
+	case 0:
+		msg = mq.Message{Key: "CAB", Body: []byte("not json " + id)}
+	case 1:
+		msg = mbMessage(StockMessage{Token: id, SKU: "CAB", Op: "STEAL", Qty: 1})
+	case 2:
+		msg = mbMessage(StockMessage{Token: id, SKU: "CAB", Op: OpDeduct, Qty: 0})
+	case 3:
+		msg = mbMessage(StockMessage{Token: id, SKU: "no such sku!", Op: OpDeduct, Qty: 1})
+	case 4: // well formed, but no reservation of that token
+		msg = mbMessage(StockMessage{Token: id, SKU: d.pick(mbNames), Op: OpDeduct, Qty: 1})
+	default:
+		msg = mbMessage(StockMessage{Token: id, SKU: "PHONE-X", Op: OpRestore, Qty: -2})
+	}
+	msg.ID = id
+	d.malformed = append(d.malformed, msg)
+	d.m.anomalies++
+	err := d.r.applier.Handle(d.ctx, []mq.Message{msg})
+	d.expect(fmt.Sprintf("malformed %s %q", id, msg.Body), err, mbWant("ok"))
+}
+
+func (d *mbDriver) quietOp() {
+	d.stats["quiet"]++
+	d.quiet(false)
+}
+
+// ---------------------------------------------------------------------------
+// Comparing the service with the model.
+
+// check compares what every step may have changed: every SKU's quantities,
+// every buyer's quota, the reservations and orders the step touched or the
+// model changed, the anomalies after a delivery, and Redis's available
+// units of every SKU Redis is not known to be wrong about (with the ordered
+// sync stopped, every step ends at a quiet point).
+func (d *mbDriver) check() {
+	d.t.Helper()
+	for tk := range d.m.dirtyTokens {
+		d.touchedTokens[tk] = true
+	}
+	for id := range d.m.dirtyOrders {
+		d.touchedOrders[id] = true
+	}
+	if d.anomalies {
+		d.checkAnomalies() // first: an operation the consumer refused explains the rest
+	}
+	d.checkSKUs()
+	d.checkQuotas()
+	if len(d.touchedTokens) > 0 {
+		d.checkReservations(d.touchedTokens)
+	}
+	if len(d.touchedOrders) > 0 {
+		d.checkOrders(d.touchedOrders)
+	}
+	d.checkRedis(false)
+	d.clean()
+}
+
+func (d *mbDriver) clean() {
+	d.m.dirtyTokens, d.m.dirtyOrders = map[string]bool{}, map[string]bool{}
+	d.touchedTokens, d.touchedOrders, d.anomalies = map[string]bool{}, map[string]bool{}, false
+}
+
+// quiet drains the ordered sync and compares Redis before and after the
+// periodic realign; with full, it compares every reservation and order too
+// (what no step touched must not have changed either).
+func (d *mbDriver) quiet(full bool) {
+	d.drain()
+	d.checkRedis(false)
+	realigned, err := d.cat.Realign(d.ctx)
+	d.note("quiet point: realigned %v", realigned)
+	d.must("realign", err)
+	d.m.stale = map[string]bool{}
+	d.checkRedis(true)
+	if !full {
+		d.check()
+		return
+	}
+	if err := d.m.selfCheck(); err != nil {
+		d.failf("%v", err)
+	}
+	d.checkAnomalies()
+	d.checkSKUs()
+	d.checkQuotas()
+	d.checkReservations(nil)
+	d.checkOrders(nil)
+	d.clean()
+}
+
+func (d *mbDriver) diff(what string, got, want map[string]string) {
+	d.t.Helper()
+	var lines []string
+	for k, w := range want {
+		if g, ok := got[k]; !ok {
+			lines = append(lines, fmt.Sprintf("%s: service has none, model %s", k, w))
+		} else if g != w {
+			lines = append(lines, fmt.Sprintf("%s: service %s, model %s", k, g, w))
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			lines = append(lines, fmt.Sprintf("%s: service %s, model has none", k, g))
+		}
+	}
+	if len(lines) > 0 {
+		sort.Strings(lines)
+		d.failf("%s differ:\n    %s", what, strings.Join(lines, "\n    "))
+	}
+}
+
+// rows runs query (its "IN ?" expanded for in, if any) on the database
+// directly (no ORM: the checks run after every step) and calls scan for
+// every row.
+func (d *mbDriver) rows(query string, in map[string]bool, scan func(*sql.Rows) error) {
+	d.t.Helper()
+	var args []any
+	if in != nil {
+		marks := strings.TrimSuffix(strings.Repeat("?,", len(in)), ",")
+		query = strings.Replace(query, "IN ?", "IN ("+marks+")", 1)
+		for k := range in {
+			args = append(args, k)
+		}
+	}
+	rows, err := d.sqlDB.QueryContext(d.ctx, query, args...)
+	d.must(query, err)
+	defer rows.Close()
+	for rows.Next() {
+		d.must(query, scan(rows))
+	}
+	d.must(query, rows.Err())
+}
+
+func (d *mbDriver) checkSKUs() {
+	d.t.Helper()
+	got, want := map[string]string{}, map[string]string{}
+	d.rows(`SELECT sku, on_hand, reserved, per_user_limit FROM skus`, nil, func(r *sql.Rows) error {
+		var sku string
+		var onHand, reserved, limit int64
+		err := r.Scan(&sku, &onHand, &reserved, &limit)
+		got[sku] = fmt.Sprintf("on_hand=%d reserved=%d limit=%d", onHand, reserved, limit)
+		return err
+	})
+	for name, s := range d.m.skus {
+		want[name] = fmt.Sprintf("on_hand=%d reserved=%d limit=%d", s.onHand, s.reserved, s.limit)
+	}
+	d.diff("SKUs", got, want)
+}
+
+func (d *mbDriver) checkQuotas() {
+	d.t.Helper()
+	got, want := map[string]string{}, map[string]string{}
+	d.rows(`SELECT sku, user_id, qty FROM buyer_quotas WHERE qty <> 0`, nil, func(r *sql.Rows) error {
+		var sku, user string
+		var qty int64
+		err := r.Scan(&sku, &user, &qty)
+		got[sku+"/"+user] = strconv.FormatInt(qty, 10)
+		return err
+	})
+	for k, q := range d.m.quota {
+		if q != 0 {
+			want[k.sku+"/"+k.user] = strconv.FormatInt(q, 10)
+		}
+	}
+	d.diff("buyers' quotas", got, want)
+}
+
+// checkReservations compares the reservations of tokens (all if nil).
+func (d *mbDriver) checkReservations(tokens map[string]bool) {
+	d.t.Helper()
+	query := `SELECT token, sku, qty, state, COALESCE(buyer, ''), COALESCE(order_id, '') FROM stock_reservations`
+	if tokens != nil {
+		query += ` WHERE token IN ?`
+	}
+	got, want := map[string]string{}, map[string]string{}
+	d.rows(query, tokens, func(r *sql.Rows) error {
+		var token, sku, state, buyer, order string
+		var qty int64
+		if err := r.Scan(&token, &sku, &qty, &state, &buyer, &order); err != nil {
+			return err
+		}
+		if tokens != nil && !tokens[token] { // another spelling
+			return nil
+		}
+		if m := d.m.res[mbKey{token, sku}]; m != nil && m.state == mbRestored && (state == string(Sold) || state == string(mbRestored)) {
+			state = string(mbRestored) // whatever a refund leaves
+		}
+		got[token+"/"+sku] = fmt.Sprintf("qty=%d %s buyer=%q order=%q", qty, state, buyer, order)
+		return nil
+	})
+	for k, r := range d.m.res {
+		if tokens == nil || tokens[k.token] {
+			want[k.token+"/"+k.sku] = fmt.Sprintf("qty=%d %s buyer=%q order=%q", r.qty, r.state, r.buyer, r.order)
+		}
+	}
+	d.diff("reservations", got, want)
+}
+
+// checkOrders compares the orders ids (all if nil).
+func (d *mbDriver) checkOrders(ids map[string]bool) {
+	d.t.Helper()
+	query := `SELECT id, status, COALESCE(payment_id, ''), reservation_token FROM orders`
+	if ids != nil {
+		query += ` WHERE id IN ?`
+	}
+	got, want := map[string]string{}, map[string]string{}
+	d.rows(query, ids, func(r *sql.Rows) error {
+		var id, status, pay, token string
+		if err := r.Scan(&id, &status, &pay, &token); err != nil {
+			return err
+		}
+		if ids == nil || ids[id] {
+			got[id] = fmt.Sprintf("%s payment=%q token=%s", status, pay, token)
+		}
+		return nil
+	})
+	for id, o := range d.m.orders {
+		if ids == nil || ids[id] {
+			want[id] = fmt.Sprintf("%s payment=%q token=%s", o.status, o.payment, o.token)
+		}
+	}
+	d.diff("orders", got, want)
+}
+
+func (d *mbDriver) checkAnomalies() {
+	d.t.Helper()
+	var n int64
+	d.must("count anomalies", d.sqlDB.QueryRowContext(d.ctx, `SELECT COUNT(*) FROM stock_anomalies`).Scan(&n))
+	if n != d.m.anomalies {
+		var rows []AnomalyRow
+		_ = d.r.db.Order("id").Find(&rows).Error
+		var b strings.Builder
+		for _, a := range rows {
+			fmt.Fprintf(&b, "\n    %s %s %s qty=%d: %s", a.Op, a.SKU, a.Token, a.Qty, a.Reason)
+		}
+		d.failf("stock_anomalies has %d rows, the model expects %d (one per malformed or unapplicable message):%s", n, d.m.anomalies, b.String())
+	}
+}
+
+// checkRedis compares Redis's available units with the model's for every
+// SKU Redis is not known to be wrong about; an unknown name has no value.
+// With initialise, every known SKU is read (initialising a lost value).
+func (d *mbDriver) checkRedis(initialise bool) {
+	d.t.Helper()
+	if initialise {
+		for name := range d.m.skus {
+			d.must("init "+name, d.r.st.EnsureInit(d.ctx, name))
+		}
+	}
+	lvs, err := d.r.st.LevelsOf(d.ctx, mbNames)
+	d.must("levels", err)
+	for i, name := range mbNames {
+		s, lv := d.m.skus[name], lvs[i]
+		switch {
+		case s == nil && lv.Initialised:
+			d.failf("Redis holds %d available for %s, which does not exist", lv.Available, name)
+		case s == nil, d.m.stale[name], !lv.Initialised:
+		case lv.Available != s.available():
+			d.failf("Redis has %d available for %s; the model on_hand %d - reserved %d = %d",
+				lv.Available, name, s.onHand, s.reserved, s.available())
+		}
+	}
+}
