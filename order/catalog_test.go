@@ -158,8 +158,8 @@ func TestRealignerRepairsDrift(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 6, r.redisAvailable("A"))
 
-	jobs := []*Realigner{NewRealigner(cat, r.st.Locker(), 100*time.Millisecond, nil),
-		NewRealigner(cat, r.st.Locker(), 100*time.Millisecond, nil)}
+	jobs := []*Realigner{NewRealigner(cat, r.st.Locker(), 300*time.Millisecond, nil),
+		NewRealigner(cat, r.st.Locker(), 300*time.Millisecond, nil)}
 	for _, j := range jobs {
 		j.Start(ctx)
 	}

@@ -38,12 +38,14 @@ func TestLockOwnership(t *testing.T) {
 		ctx := context.Background()
 		l := NewLocker(rdb)
 
-		first, err := l.Obtain(ctx, "lock:{own}", 150*time.Millisecond, 0)
+		first, err := l.Obtain(ctx, "lock:{own}", 30*time.Second, 0)
 		require.NoError(t, err)
 		_, err = l.Obtain(ctx, "lock:{own}", time.Second, 50*time.Millisecond)
 		require.ErrorIs(t, err, ErrLockNotObtained, "a bounded wait gives up")
 
-		// The first holder stalls past its expiry; a second takes the lock.
+		// The first holder stalls past its expiry (made to happen now, not
+		// waited for); a second takes the lock.
+		require.NoError(t, rdb.PExpire(ctx, "lock:{own}", time.Millisecond).Err())
 		var second *Lock
 		require.Eventually(t, func() bool {
 			second, err = l.Obtain(ctx, "lock:{own}", 10*time.Second, 0)
@@ -65,13 +67,13 @@ func TestLockKeepAlive(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		l := NewLocker(rdb)
-		const ttl = 300 * time.Millisecond
+		const ttl = time.Second // renewed every ttl/3: a stall must outlast a whole ttl to lose it
 		held, err := l.Obtain(ctx, "lock:{long}", ttl, 0)
 		require.NoError(t, err)
 		lost, stop := held.KeepAlive(ctx, ttl)
 
 		// A long job runs for several TTLs; nobody else gets the lock meanwhile.
-		deadline := time.Now().Add(4 * ttl)
+		deadline := time.Now().Add(3 * ttl)
 		for time.Now().Before(deadline) {
 			_, err := l.Obtain(ctx, "lock:{long}", ttl, 0)
 			require.ErrorIs(t, err, ErrLockNotObtained)

@@ -38,6 +38,10 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
+// DefaultSoldOutTTL is how long a node's sold-out flag lives when the
+// configuration does not say (INVENTORY_SOLDOUT_TTL).
+const DefaultSoldOutTTL = 2 * time.Second
+
 // App is one running inventoryd.
 type App struct {
 	Cfg Config
@@ -86,7 +90,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 		return nil, err
 	}
 
-	a.soldOut = httpapi.NewSoldOut(2*time.Second, nil)
+	a.soldOut = httpapi.NewSoldOut(cmp.Or(cfg.SoldOutTTL, DefaultSoldOutTTL), nil)
 	a.Stock, err = stock.NewStore(a.rdb, stock.Config{
 		Init:        order.InitFunc(a.db),
 		TokenTTL:    cfg.OrderTTL + time.Minute,
@@ -159,7 +163,7 @@ func (a *App) instance(role string) string {
 // store and the catalog: what reconcile needs (no broker, no secrets).
 // Close it with Close.
 func OpenStores(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) {
-	a := &App{Cfg: cfg, log: log, soldOut: httpapi.NewSoldOut(2*time.Second, nil)}
+	a := &App{Cfg: cfg, log: log, soldOut: httpapi.NewSoldOut(cmp.Or(cfg.SoldOutTTL, DefaultSoldOutTTL), nil)}
 	defer func() {
 		if err != nil {
 			a.closeClients()

@@ -45,10 +45,11 @@ type Config struct {
 	TrustedProxies  []string      `env:"INVENTORY_TRUSTED_PROXIES" envSeparator:"," help:"CIDRs or addresses whose X-Forwarded-For the seckill rate limit believes"`
 	OrderTTL        time.Duration `env:"INVENTORY_ORDER_TTL" envDefault:"15m" help:"how long an unpaid order holds stock (1s to 168h)"`
 	SeckillRate     float64       `env:"INVENTORY_SECKILL_RATE" envDefault:"50" help:"seckill requests per second per client address (burst twice that)"`
+	SoldOutTTL      time.Duration `env:"INVENTORY_SOLDOUT_TTL" envDefault:"2s" help:"how long a node answers a sold-out SKU from memory before asking Redis again; cleared on every node at once when stock comes back (100ms to 1h)"`
 	ShutdownTimeout time.Duration `env:"INVENTORY_SHUTDOWN_TIMEOUT" envDefault:"15s" help:"bound on graceful shutdown"`
 	// Retention is how long finished history (applied outbox rows, ledger
 	// rows, stock movements) is kept before one node prunes it, every
-	// RetentionInterval. It must exceed the broker's message retention.
+	// RetentionInterval. Exactly once never depends on what it prunes.
 	Retention         time.Duration `env:"INVENTORY_RETENTION" envDefault:"720h" help:"how long finished history is kept (at least 1h): applied outbox rows, ledger rows, movements folded into an opening balance"`
 	RetentionInterval time.Duration `env:"INVENTORY_RETENTION_INTERVAL" envDefault:"10m" help:"how often one node prunes it"`
 	// SweepInterval is how often one node sweeps the database for unpaid
@@ -141,7 +142,8 @@ func (c Config) ValidateFor(cmd Command) error {
 	if c.RetentionInterval != 0 && c.RetentionInterval < time.Second {
 		return fmt.Errorf("config: INVENTORY_RETENTION_INTERVAL must be at least 1s, got %s", c.RetentionInterval)
 	}
-	for name, d := range map[string]time.Duration{"INVENTORY_SWEEP_INTERVAL": c.SweepInterval, "INVENTORY_REALIGN_INTERVAL": c.RealignInterval} {
+	for name, d := range map[string]time.Duration{"INVENTORY_SWEEP_INTERVAL": c.SweepInterval, "INVENTORY_REALIGN_INTERVAL": c.RealignInterval,
+		"INVENTORY_SOLDOUT_TTL": c.SoldOutTTL} {
 		if d != 0 && (d < 100*time.Millisecond || d > time.Hour) { // 0: the default
 			return fmt.Errorf("config: %s must be between 100ms and 1h, got %s", name, d)
 		}

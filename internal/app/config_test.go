@@ -103,4 +103,5 @@ func TestConfigDefaultsAreTheComponents(t *testing.T) {
 	require.Equal(t, identity.DefaultAudience, c.BuyerTokenAudience)
 	require.Equal(t, identity.DefaultIssuer, c.BuyerTokenIssuer)
 	require.Equal(t, identity.DefaultMaxTTL, c.BuyerTokenMaxTTL)
+	require.Equal(t, DefaultSoldOutTTL, c.SoldOutTTL)
 }

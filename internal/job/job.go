@@ -163,7 +163,7 @@ func Periodic(ctx context.Context, l Lock, interval, timeout time.Duration, roun
 			continue
 		}
 		taken := time.Now()
-		l.hold(ctx, lock, timeout, round)
+		l.hold(context.WithValue(ctx, takenKey{}, taken), lock, timeout, round)
 		bg := context.WithoutCancel(ctx)
 		if rest := interval - time.Since(taken); rest >= time.Millisecond {
 			_ = lock.Refresh(bg, rest)
@@ -171,6 +171,16 @@ func Periodic(ctx context.Context, l Lock, interval, timeout time.Duration, roun
 			_ = lock.Release(bg)
 		}
 	}
+}
+
+type takenKey struct{}
+
+// Taken is when the lock of the Periodic round running with ctx was taken
+// (zero outside a round). The next round, anywhere, takes it no sooner than
+// Taken + interval.
+func Taken(ctx context.Context) time.Time {
+	t, _ := ctx.Value(takenKey{}).(time.Time)
+	return t
 }
 
 // Lead runs lead on one node at a time for as long as that node keeps the
