@@ -64,8 +64,8 @@ type skuState struct {
 }
 
 // check reads the final state. stocked is what the workload put in: the
-// initial stock plus every restock the database has a movement for (an
-// acknowledged restock it lacks is lost).
+// initial stock plus every restock the database recorded (stock_adjustments,
+// never pruned; an acknowledged restock it lacks is lost).
 //
 // redisAvailable is what Redis says is available (the API's
 // redis_available in a run).
@@ -75,7 +75,7 @@ func check(ctx context.Context, db *sql.DB, redisAvailable func(context.Context,
 		skus[sku] = &skuState{stocked: n}
 	}
 	refs := map[string]bool{}
-	if err := scan(ctx, db, `SELECT reference FROM stock_movements WHERE reference <> ''`, func(r *sql.Rows) error {
+	if err := scan(ctx, db, `SELECT reference FROM stock_adjustments`, func(r *sql.Rows) error {
 		var ref string
 		err := r.Scan(&ref)
 		refs[ref] = true

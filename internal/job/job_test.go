@@ -50,6 +50,7 @@ func TestPeriodicRunsOneRoundPerInterval(t *testing.T) {
 	var mu sync.Mutex
 	var starts []time.Time // when each round's lock was taken
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	var wg sync.WaitGroup
 	for i := 0; i < 3; i++ {
 		wg.Add(1)
