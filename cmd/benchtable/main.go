@@ -265,11 +265,21 @@ func openDatabase(ctx context.Context, dsnBase, name string) *sql.DB {
 	return db
 }
 
-// resetSchema drops the service's tables and migrates them again.
+// resetSchema drops every table of the bench's database (whatever version
+// of the schema made them) and migrates again.
 func resetSchema(ctx context.Context, db *sql.DB) {
-	for _, t := range []string{"stock_ledger", "stock_reservations", "stock_anomalies", "goose_db_version", "stock_movements",
-		"buyer_quotas", "stock_outbox", "order_items", "orders", "skus"} {
-		must(exec1(db, "DROP TABLE IF EXISTS "+t))
+	rows, err := db.QueryContext(ctx, `SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()`)
+	must(err)
+	var tables []string
+	for rows.Next() {
+		var t string
+		must(rows.Scan(&t))
+		tables = append(tables, t)
+	}
+	must(rows.Err())
+	must(rows.Close())
+	for _, t := range tables {
+		must(exec1(db, "DROP TABLE IF EXISTS `"+t+"`"))
 	}
 	must(migrations.Up(ctx, db, migrations.MySQL))
 }
