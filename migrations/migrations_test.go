@@ -7,6 +7,7 @@ import (
 
 	_ "github.com/glebarez/go-sqlite"
 	_ "github.com/go-sql-driver/mysql"
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/internal/testenv"
@@ -29,6 +30,20 @@ func appTables(t *testing.T, db *sql.DB) []string {
 	}
 	require.NoError(t, rows.Err())
 	return names
+}
+
+// migratedTo is a fresh test database on the real MariaDB migrated up to
+// version (data written under an old schema is then migrated further).
+func migratedTo(t *testing.T, version int64) (*sql.DB, *goose.Provider) {
+	t.Helper()
+	db, err := sql.Open("mysql", testenv.MySQLDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	p, err := migrations.Provider(db, migrations.MySQL)
+	require.NoError(t, err)
+	_, err = p.UpTo(context.Background(), version)
+	require.NoError(t, err)
+	return db, p
 }
 
 // Up, all the way down, and up again on the real MariaDB.
@@ -108,13 +123,7 @@ func TestSQLiteMigrationsUpDownUp(t *testing.T) {
 // order's token aligned with its outbox rows.
 func TestMigrationBackfillsReservations(t *testing.T) {
 	ctx := context.Background()
-	db, err := sql.Open("mysql", testenv.MySQLDatabase(t))
-	require.NoError(t, err)
-	defer db.Close()
-	p, err := migrations.Provider(db, migrations.MySQL)
-	require.NoError(t, err)
-	_, err = p.UpTo(ctx, 6)
-	require.NoError(t, err)
+	db, _ := migratedTo(t, 6)
 	for _, q := range []string{
 		`INSERT INTO skus (sku, stock) VALUES ('A', 10), ('B', 5), ('U', -1)`,
 		// pending: holds A 2, B 1
@@ -174,13 +183,7 @@ func TestMigrationBackfillsReservations(t *testing.T) {
 // spelling; then two spellings are two rows.
 func TestExactNamesMigration(t *testing.T) {
 	ctx := context.Background()
-	db, err := sql.Open("mysql", testenv.MySQLDatabase(t))
-	require.NoError(t, err)
-	defer db.Close()
-	p, err := migrations.Provider(db, migrations.MySQL)
-	require.NoError(t, err)
-	_, err = p.UpTo(ctx, 17)
-	require.NoError(t, err)
+	db, p := migratedTo(t, 17)
 	exec := func(q string) {
 		t.Helper()
 		_, err := db.Exec(q)
@@ -191,7 +194,7 @@ func TestExactNamesMigration(t *testing.T) {
 	exec(`INSERT INTO order_items (order_id, sku, qty) VALUES ('o1', 'phone-x', 2)`)
 	exec(`INSERT INTO stock_reservations (token, sku, order_id, buyer, qty, state, expires_at) VALUES ('o1', 'phone-x', 'o1', 'alice', 2, 'HELD', NOW())`)
 
-	err = migrations.Up(ctx, db, migrations.MySQL)
+	err := migrations.Up(ctx, db, migrations.MySQL)
 	require.Error(t, err)
 	for _, want := range []string{
 		`sku "PHONE-X" in skus.sku (1 rows)`,
