@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -59,47 +60,14 @@ func NewApplier(db *gorm.DB, log *slog.Logger) *Applier {
 	return &Applier{db: db, log: log, OnApplied: func(context.Context, []stock.Change) {}}
 }
 
-// LedgerRow is one applied operation.
-type LedgerRow struct {
-	ID    int64  `gorm:"primaryKey"`
-	Token string `gorm:"column:token"`
-	SKU   string `gorm:"column:sku"`
-	Op    Op     `gorm:"column:op"`
-	Qty   int64  `gorm:"column:qty"`
-}
-
-func (LedgerRow) TableName() string { return "stock_ledger" }
-
-// AnomalyRow is an operation the applier refused.
-type AnomalyRow struct {
-	ID     int64  `gorm:"primaryKey"`
-	Token  string `gorm:"column:token"`
-	SKU    string `gorm:"column:sku"`
-	Op     Op     `gorm:"column:op"`
-	Qty    int64  `gorm:"column:qty"`
-	OnHand int64  `gorm:"column:on_hand"`
-	Reason string `gorm:"column:reason"`
-}
-
-func (AnomalyRow) TableName() string { return "stock_anomalies" }
-
-type opKey struct {
-	token, sku string
-	op         Op
-}
-
-// OpMalformed is the op of an anomaly recorded for a message that could not
-// be decoded into a stock operation.
-const OpMalformed Op = "MALFORMED"
-
 // decode reads one message as a stock operation, or says why it cannot be
 // one.
-func decode(m mq.Message) (StockMessage, string) {
-	var sm StockMessage
+func decode(m mq.Message) (arbiter.StockMessage, string) {
+	var sm arbiter.StockMessage
 	switch err := json.Unmarshal(m.Body, &sm); {
 	case err != nil:
 		return sm, "not a JSON stock operation"
-	case sm.Op != OpDeduct && sm.Op != OpRestore:
+	case sm.Op != arbiter.OpDeduct && sm.Op != arbiter.OpRestore:
 		return sm, "unknown op"
 	case sm.Qty <= 0:
 		return sm, "qty is not positive"
@@ -117,7 +85,7 @@ const maxTokenLen = 140
 // malformed is the anomaly row of a message that is no stock operation:
 // keyed by a digest of its body (a redelivery is recorded once), under its
 // queue key when that names a SKU, with the reason and the body's start.
-func malformed(m mq.Message, why string) AnomalyRow {
+func malformed(m mq.Message, why string) arbiter.AnomalyRow {
 	sum := sha256.Sum256(m.Body)
 	sku := m.Key
 	if stock.ValidateSKU(sku) != nil {
@@ -125,15 +93,15 @@ func malformed(m mq.Message, why string) AnomalyRow {
 	}
 	body := m.Body[:min(len(m.Body), 96)]
 	reason := fmt.Sprintf("malformed: %s; message %.40q; body %s", why, m.ID, strconv.QuoteToASCII(string(body)))
-	return AnomalyRow{Token: "malformed:" + hex.EncodeToString(sum[:20]), SKU: sku, Op: OpMalformed, Reason: reason[:min(len(reason), 255)]}
+	return arbiter.AnomalyRow{Token: "malformed:" + hex.EncodeToString(sum[:20]), SKU: sku, Op: arbiter.OpMalformed, Reason: reason[:min(len(reason), 255)]}
 }
 
 // Handle applies one delivery (consecutive messages of one queue) in one
 // transaction.
 func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
-	bySKU := map[string][]StockMessage{}
+	bySKU := map[string][]arbiter.StockMessage{}
 	var skus []string
-	var bad []AnomalyRow
+	var bad []arbiter.AnomalyRow
 	for _, m := range msgs {
 		sm, why := decode(m)
 		if why != "" {
@@ -151,19 +119,19 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 	slices.Sort(skus) // lock rows in one order: no deadlock between appliers
 
 	var applied, dup int64
-	var recorded []AnomalyRow
+	var recorded []arbiter.AnomalyRow
 	var chs []stock.Change
-	_, err := retryDeadlock(func() (struct{}, error) {
+	_, err := arbiter.RetryDeadlock(func() (struct{}, error) {
 		applied, dup, recorded, chs = 0, 0, nil, nil
 		return struct{}{}, a.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			d, err := arbiterIn(tx).settle(skus, bySKU)
+			d, err := arbiter.In(tx).Settle(skus, bySKU)
 			if err != nil {
 				return err
 			}
 			if err := markApplied(tx, skus, bySKU); err != nil {
 				return err
 			}
-			if anomalies := append(d.anomalies, bad...); len(anomalies) > 0 {
+			if anomalies := append(d.Anomalies, bad...); len(anomalies) > 0 {
 				if err := tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&anomalies).Error; err != nil {
 					return err
 				}
@@ -173,7 +141,7 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 					return err
 				}
 			}
-			applied, dup, recorded, chs = d.applied, d.duplicate, d.anomalies, d.changes
+			applied, dup, recorded, chs = d.Applied, d.Duplicate, d.Anomalies, d.Changes
 			return nil
 		})
 	})
@@ -203,17 +171,10 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 	return nil
 }
 
-// delivery is what one delivery's transaction did.
-type delivery struct {
-	applied, duplicate int64
-	anomalies          []AnomalyRow
-	changes            []stock.Change // restores, for Redis
-}
-
 // markApplied stamps the outbox rows of the delivery's operations (applied,
 // duplicate or anomaly: each is handled) as applied, so the sync backlog is
 // read from the unapplied rows alone. One UPDATE per delivery.
-func markApplied(tx *gorm.DB, skus []string, bySKU map[string][]StockMessage) error {
+func markApplied(tx *gorm.DB, skus []string, bySKU map[string][]arbiter.StockMessage) error {
 	var keys [][]any
 	for _, sku := range skus {
 		for _, sm := range bySKU[sku] {

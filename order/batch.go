@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/acme/inventory/internal/arbiter"
 )
 
 // maxBatch bounds the reservations one transaction writes.
@@ -55,10 +57,10 @@ type CommitStats struct {
 // to, if any).
 type writeReq struct {
 	order *Order
-	rows  []Reservation
+	rows  []arbiter.Reservation
 
 	done  bool
-	marks map[string]mark
+	marks map[string]arbiter.Mark
 	err   error
 }
 
@@ -71,7 +73,7 @@ func newBatcher(db *gorm.DB) *batcher {
 // write records req and returns when that is committed or refused. It does
 // not give up early when ctx ends: once queued, the caller must learn whether
 // the rows exist, or it could undo an admission the database recorded.
-func (b *batcher) write(ctx context.Context, req *writeReq) (map[string]mark, error) {
+func (b *batcher) write(ctx context.Context, req *writeReq) (map[string]arbiter.Mark, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.queue = append(b.queue, req)
@@ -103,21 +105,21 @@ func (b *batcher) write(ctx context.Context, req *writeReq) (map[string]mark, er
 
 // flush writes batch in one transaction; if that fails, each request alone.
 func (b *batcher) flush(ctx context.Context, batch []*writeReq) {
-	var marks map[string]mark
+	var marks map[string]arbiter.Mark
 	err := b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
 		marks, err = writeTx(tx, batch)
 		return err
 	})
-	if err == nil || len(batch) == 1 && !isDeadlock(err) {
+	if err == nil || len(batch) == 1 && !arbiter.IsDeadlock(err) {
 		for _, r := range batch {
 			r.marks, r.err = marks, err
 		}
 		return
 	}
 	for _, r := range batch {
-		r.marks, r.err = retryDeadlock(func() (map[string]mark, error) {
-			var marks map[string]mark
+		r.marks, r.err = arbiter.RetryDeadlock(func() (map[string]arbiter.Mark, error) {
+			var marks map[string]arbiter.Mark
 			err := b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 				var err error
 				marks, err = writeTx(tx, []*writeReq{r})
@@ -130,10 +132,10 @@ func (b *batcher) flush(ctx context.Context, batch []*writeReq) {
 
 // writeTx inserts the batch's orders and items, then has the arbiter
 // record its reservations (each order's counting against its buyer).
-func writeTx(tx *gorm.DB, batch []*writeReq) (map[string]mark, error) {
+func writeTx(tx *gorm.DB, batch []*writeReq) (map[string]arbiter.Mark, error) {
 	var orders []*Order
 	var items []Item
-	var holds []hold
+	var holds []arbiter.Hold
 	for _, r := range batch {
 		buyer := ""
 		if r.order != nil {
@@ -144,7 +146,7 @@ func writeTx(tx *gorm.DB, batch []*writeReq) (map[string]mark, error) {
 			orders = append(orders, &o)
 		}
 		for _, row := range r.rows {
-			holds = append(holds, hold{row: row, buyer: buyer})
+			holds = append(holds, arbiter.Hold{Row: row, Buyer: buyer})
 		}
 	}
 	if len(orders) > 0 {
@@ -155,5 +157,5 @@ func writeTx(tx *gorm.DB, batch []*writeReq) (map[string]mark, error) {
 			return nil, err
 		}
 	}
-	return arbiterIn(tx).reserve(holds)
+	return arbiter.In(tx).Reserve(holds)
 }

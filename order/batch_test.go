@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/stock"
@@ -31,7 +32,7 @@ func TestBatcherGroupCommit(t *testing.T) {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		o := &Order{ID: id, UserID: "u", Status: Pending, ReservationToken: id, ExpiresAt: now, CreatedAt: now, UpdatedAt: now,
 			Items: []Item{{OrderID: id, SKU: "A", Qty: 1}}}
-		return &writeReq{order: o, rows: []Reservation{{Token: id, SKU: "A", OrderID: &o.ID, Qty: 1, State: Held,
+		return &writeReq{order: o, rows: []arbiter.Reservation{{Token: id, SKU: "A", OrderID: &o.ID, Qty: 1, State: arbiter.Held,
 			ExpiresAt: now, CreatedAt: now, UpdatedAt: now}}}
 	}
 	_, err := b.write(ctx, mk("dup"))
@@ -57,9 +58,9 @@ func TestBatcherGroupCommit(t *testing.T) {
 				if i == dupAt {
 					id = "dup"
 				}
-				var marks map[string]mark
+				var marks map[string]arbiter.Mark
 				marks, errs[i] = b.write(ctx, mk(id))
-				if errs[i] == nil && marks["A"].seq < 1 {
+				if errs[i] == nil && marks["A"].Seq < 1 {
 					t.Errorf("order %s: no mark of A's change: %v", id, marks)
 				}
 			}()
@@ -76,7 +77,7 @@ func TestBatcherGroupCommit(t *testing.T) {
 
 	for i, err := range writeAll("b", 17) {
 		if i == 17 {
-			require.True(t, isDuplicate(err), "the duplicate fails: %v", err)
+			require.True(t, arbiter.IsDuplicate(err), "the duplicate fails: %v", err)
 			continue
 		}
 		require.NoError(t, err, "a duplicate in the batch does not fail the others (order %d)", i)
@@ -97,7 +98,7 @@ func TestBatcherRefusesPerRequest(t *testing.T) {
 	b := newBatcher(r.db)
 	raw := func(token, sku string) *writeReq {
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		return &writeReq{rows: []Reservation{{Token: "t." + token, SKU: sku, Qty: 1, State: Held,
+		return &writeReq{rows: []arbiter.Reservation{{Token: "t." + token, SKU: sku, Qty: 1, State: arbiter.Held,
 			ExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}}}
 	}
 	const n = 24
@@ -118,12 +119,12 @@ func TestBatcherRefusesPerRequest(t *testing.T) {
 	require.ErrorIs(t, errs[n], stock.ErrUnknownSKU)
 	var ok, refused int
 	for _, err := range errs[:n] {
-		var ref errRefused
+		var ref arbiter.RefusedError
 		switch {
 		case err == nil:
 			ok++
 		case errors.As(err, &ref):
-			require.Equal(t, "B", ref.sku)
+			require.Equal(t, "B", ref.SKU)
 			refused++
 		default:
 			t.Fatalf("unexpected error: %v", err)
@@ -203,7 +204,7 @@ func concurrentCommits(t *testing.T, r *rig, db *gorm.DB) {
 			req := &writeReq{order: o}
 			for _, sku := range []string{"D", "C"} { // not sorted: the batcher must order its locks itself
 				o.Items = append(o.Items, Item{OrderID: id, SKU: sku, Qty: 1})
-				req.rows = append(req.rows, Reservation{Token: id, SKU: sku, OrderID: &o.ID, Qty: 1, State: Held,
+				req.rows = append(req.rows, arbiter.Reservation{Token: id, SKU: sku, OrderID: &o.ID, Qty: 1, State: arbiter.Held,
 					ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now})
 			}
 			_, errs[i] = b.write(ctx, req)
@@ -215,13 +216,13 @@ func concurrentCommits(t *testing.T, r *rig, db *gorm.DB) {
 
 	var ok int
 	for i, err := range errs {
-		var ref errRefused
-		var limit errOverLimit
+		var ref arbiter.RefusedError
+		var limit arbiter.OverLimitError
 		switch {
 		case err == nil:
 			ok++
 		case errors.As(err, &ref):
-			require.Equal(t, "C", ref.sku)
+			require.Equal(t, "C", ref.SKU)
 		case errors.As(err, &limit):
 		default:
 			t.Fatalf("order %d: unexpected error: %v", i, err)

@@ -3,57 +3,14 @@ package order
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
-	"time"
 
 	"gorm.io/gorm"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/stock"
 )
-
-// MaxStock bounds a SKU's stock (and a single adjustment).
-const MaxStock = 1_000_000_000_000
-
-// SKU is a SKU's durable record: its quantity states and settings.
-type SKU struct {
-	SKU          string `gorm:"primaryKey;column:sku"`
-	OnHand       int64  `gorm:"column:on_hand"`
-	Reserved     int64  `gorm:"column:reserved"`
-	Seq          int64  `gorm:"column:seq"`
-	RedisEpoch   int64  `gorm:"column:redis_epoch"`
-	PerUserLimit int64  `gorm:"column:per_user_limit"`
-}
-
-func (SKU) TableName() string { return "skus" }
-
-// version names a SKU's stock settings for optimistic concurrency (an
-// operator's If-Match): it changes when on_hand or per_user_limit changes
-// (a put or an adjust, a sale or a refund applied), not when units are
-// reserved or released, so an operator's write is not refused because
-// buyers are buying; two settings that are equal have one version.
-func (s SKU) version() string { return fmt.Sprintf("%d.%d", s.OnHand, s.PerUserLimit) }
-
-// AnyVersion in a Put's or Adjust's versions matches any existing SKU.
-const AnyVersion = "*"
-
-// matches reports whether the SKU's current version is one of ifMatch (no
-// versions: no condition); cur is nil when there is no such SKU.
-func matches(cur *SKU, ifMatch []string) bool {
-	if len(ifMatch) == 0 {
-		return true
-	}
-	return cur != nil && (slices.Contains(ifMatch, AnyVersion) || slices.Contains(ifMatch, cur.version()))
-}
-
-func (s SKU) available() int64 {
-	if s.OnHand == stock.Unlimited {
-		return stock.Unlimited
-	}
-	return s.OnHand - s.Reserved
-}
 
 // SKUView is a SKU as operators see it: the database's quantity states and
 // what Redis has. Version names its stock settings (see SKU.version).
@@ -91,14 +48,14 @@ func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int6
 	if err := stock.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
-	if onHand < stock.Unlimited || onHand > MaxStock {
-		return nil, invalid("stock must be -1 (unlimited) or between 0 and %d", int64(MaxStock))
+	if onHand < stock.Unlimited || onHand > arbiter.MaxStock {
+		return nil, invalid("stock must be -1 (unlimited) or between 0 and %d", int64(arbiter.MaxStock))
 	}
 	if perUserLimit < 0 || perUserLimit > stock.DefaultMaxQty {
 		return nil, invalid("per_user_limit must be between 0 (none) and %d", stock.DefaultMaxQty)
 	}
 	err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		return arbiterIn(tx).set(sku, onHand, perUserLimit, ifMatch)
+		return arbiter.In(tx).Set(sku, onHand, perUserLimit, ifMatch)
 	})
 	if err != nil {
 		return nil, err
@@ -112,17 +69,6 @@ func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int6
 	return c.committedView(ctx, sku)
 }
 
-// Adjustment is an adjust that carried a reference: applied once per SKU.
-type Adjustment struct {
-	SKU       string `gorm:"primaryKey;column:sku"`
-	Reference string `gorm:"primaryKey"`
-	Delta     int64
-	Reason    string
-	CreatedAt time.Time
-}
-
-func (Adjustment) TableName() string { return "stock_adjustments" }
-
 // Adjust adds delta to a limited SKU's on_hand (restock, shrinkage,
 // correction); on_hand may not go below what is reserved. With a reference,
 // it applies once per SKU: a retry (the same delta) is answered with the
@@ -134,8 +80,8 @@ func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, r
 	if err := stock.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
-	if delta == 0 || delta > MaxStock || delta < -MaxStock {
-		return nil, invalid("delta must be non-zero and within ±%d", int64(MaxStock))
+	if delta == 0 || delta > arbiter.MaxStock || delta < -arbiter.MaxStock {
+		return nil, invalid("delta must be non-zero and within ±%d", int64(arbiter.MaxStock))
 	}
 	reason = strings.TrimSpace(reason)
 	if reason == "" || len(reason) > 200 {
@@ -144,11 +90,11 @@ func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, r
 	if len(reference) > 128 {
 		return nil, invalid("reference must be at most 128 characters")
 	}
-	var m map[string]mark
+	var m map[string]arbiter.Mark
 	replay := false
 	err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
-		m, replay, err = arbiterIn(tx).restock(sku, delta, reason, reference, ifMatch)
+		m, replay, err = arbiter.In(tx).Restock(sku, delta, reason, reference, ifMatch)
 		return err
 	})
 	if err != nil {
@@ -159,7 +105,7 @@ func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, r
 		return c.committedView(ctx, sku)
 	}
 	c.log.Info("sku adjusted", "sku", sku, "delta", delta, "reason", reason, "reference", reference)
-	if err := c.stock.Apply(context.WithoutCancel(ctx), stock.Change{SKU: sku, Delta: delta, Seq: m[sku].seq}); err != nil {
+	if err := c.stock.Apply(context.WithoutCancel(ctx), stock.Change{SKU: sku, Delta: delta, Seq: m[sku].Seq}); err != nil {
 		c.log.Error("sku adjusted but Redis could not follow; the periodic realign repairs it", "sku", sku, "err", err)
 	}
 	return c.committedView(ctx, sku)
@@ -181,21 +127,21 @@ func (c *Catalog) committedView(ctx context.Context, sku string) (*SKUView, erro
 	if rerr != nil {
 		return nil, rerr
 	}
-	return rec.view(rec.available()), nil
+	return viewOf(rec, rec.Available()), nil
 }
 
-// view is rec as operators see it, with what Redis has.
-func (s SKU) view(redisAvailable int64) *SKUView {
-	return &SKUView{SKU: s.SKU, OnHand: s.OnHand, Reserved: s.Reserved, Available: s.available(),
+// viewOf is rec as operators see it, with what Redis has.
+func viewOf(s arbiter.SKU, redisAvailable int64) *SKUView {
+	return &SKUView{SKU: s.SKU, OnHand: s.OnHand, Reserved: s.Reserved, Available: s.Available(),
 		RedisAvailable: redisAvailable, Unlimited: s.OnHand == stock.Unlimited, PerUserLimit: s.PerUserLimit,
-		Version: s.version()}
+		Version: s.Version()}
 }
 
-func (c *Catalog) record(ctx context.Context, sku string) (SKU, error) {
-	var rec SKU
+func (c *Catalog) record(ctx context.Context, sku string) (arbiter.SKU, error) {
+	var rec arbiter.SKU
 	if err := c.db.WithContext(ctx).Take(&rec, "sku = ?", sku).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return rec, unknownSKU(sku)
+			return rec, arbiter.UnknownSKU(sku)
 		}
 		return rec, err
 	}
@@ -219,17 +165,17 @@ func (c *Catalog) Get(ctx context.Context, sku string) (*SKUView, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rec.view(lv.Available), nil
+	return viewOf(rec, lv.Available), nil
 }
 
 // Limit returns sku's per-user limit (0: none).
 func (c *Catalog) Limit(ctx context.Context, sku string) (int64, error) {
 	var limits []int64
-	if err := c.db.WithContext(ctx).Model(&SKU{}).Where("sku = ?", sku).Pluck("per_user_limit", &limits).Error; err != nil {
+	if err := c.db.WithContext(ctx).Model(&arbiter.SKU{}).Where("sku = ?", sku).Pluck("per_user_limit", &limits).Error; err != nil {
 		return 0, err
 	}
 	if len(limits) == 0 {
-		return 0, unknownSKU(sku)
+		return 0, arbiter.UnknownSKU(sku)
 	}
 	return limits[0], nil
 }
@@ -256,7 +202,7 @@ type Report struct {
 // difference of its units.
 func (c *Catalog) Reconcile(ctx context.Context, repair bool) ([]Report, error) {
 	var out []Report
-	err := c.eachSKU(ctx, func(rec SKU, lv stock.Levels) error {
+	err := c.eachSKU(ctx, func(rec arbiter.SKU, lv stock.Levels) error {
 		r, err := c.check(ctx, rec, lv, repair)
 		if r != nil {
 			out = append(out, *r)
@@ -291,10 +237,10 @@ func (c *Catalog) orphanAnomalies(ctx context.Context) ([]Report, error) {
 
 // eachSKU calls fn with every SKU's record and Redis levels, in SKU order,
 // a page of 500 at a time (one query and one Redis round trip per page).
-func (c *Catalog) eachSKU(ctx context.Context, fn func(SKU, stock.Levels) error) error {
+func (c *Catalog) eachSKU(ctx context.Context, fn func(arbiter.SKU, stock.Levels) error) error {
 	after := ""
 	for {
-		var recs []SKU
+		var recs []arbiter.SKU
 		if err := c.db.WithContext(ctx).Where("sku > ?", after).Order("sku").Limit(500).Find(&recs).Error; err != nil {
 			return err
 		}
@@ -318,21 +264,21 @@ func (c *Catalog) eachSKU(ctx context.Context, fn func(SKU, stock.Levels) error)
 	}
 }
 
-func (c *Catalog) check(ctx context.Context, rec SKU, lv stock.Levels, repair bool) (*Report, error) {
+func (c *Catalog) check(ctx context.Context, rec arbiter.SKU, lv stock.Levels, repair bool) (*Report, error) {
 	var live, anomalies int64
 	db := c.db.WithContext(ctx)
-	if err := db.Model(&Reservation{}).Select("COALESCE(SUM(qty), 0)").
-		Where("sku = ? AND state IN ?", rec.SKU, []ResState{Held, Committed}).Scan(&live).Error; err != nil {
+	if err := db.Model(&arbiter.Reservation{}).Select("COALESCE(SUM(qty), 0)").
+		Where("sku = ? AND state IN ?", rec.SKU, []arbiter.ResState{arbiter.Held, arbiter.Committed}).Scan(&live).Error; err != nil {
 		return nil, err
 	}
-	if err := db.Model(&AnomalyRow{}).Where("sku = ? AND resolved_at IS NULL", rec.SKU).Count(&anomalies).Error; err != nil {
+	if err := db.Model(&arbiter.AnomalyRow{}).Where("sku = ? AND resolved_at IS NULL", rec.SKU).Count(&anomalies).Error; err != nil {
 		return nil, err
 	}
-	r := Report{SKU: rec.SKU, OnHand: rec.OnHand, Reserved: rec.Reserved, Live: live, Available: rec.available(), Anomalies: anomalies}
+	r := Report{SKU: rec.SKU, OnHand: rec.OnHand, Reserved: rec.Reserved, Live: live, Available: rec.Available(), Anomalies: anomalies}
 	var problems []string
 	if lv.Initialised {
 		r.RedisAvailable = &lv.Available
-		if lv.Available != rec.available() {
+		if lv.Available != rec.Available() {
 			problems = append(problems, "redis")
 		}
 	}
@@ -364,7 +310,7 @@ func (c *Catalog) check(ctx context.Context, rec SKU, lv stock.Levels, repair bo
 
 // fixReserved has the arbiter set reserved to the sum of live reservations.
 func (c *Catalog) fixReserved(ctx context.Context, sku string) error {
-	return c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return arbiterIn(tx).fixReserved(sku) })
+	return c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return arbiter.In(tx).FixReserved(sku) })
 }
 
 // Realign realigns every SKU whose Redis value differs from the database's,
@@ -375,8 +321,8 @@ func (c *Catalog) fixReserved(ctx context.Context, sku string) error {
 // realigned.
 func (c *Catalog) Realign(ctx context.Context) ([]string, error) {
 	var done []string
-	err := c.eachSKU(ctx, func(rec SKU, lv stock.Levels) error {
-		if !lv.Initialised || lv.Available == rec.available() && lv.Epoch == rec.RedisEpoch {
+	err := c.eachSKU(ctx, func(rec arbiter.SKU, lv stock.Levels) error {
+		if !lv.Initialised || lv.Available == rec.Available() && lv.Epoch == rec.RedisEpoch {
 			return nil
 		}
 		if err := c.stock.Realign(ctx, rec.SKU); err != nil {

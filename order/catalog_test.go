@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -54,13 +55,13 @@ func TestCatalog(t *testing.T) {
 
 	for _, bad := range []func() error{
 		func() error { _, err := cat.Put(ctx, "A", -2, 0); return err },
-		func() error { _, err := cat.Put(ctx, "A", MaxStock+1, 0); return err },
+		func() error { _, err := cat.Put(ctx, "A", arbiter.MaxStock+1, 0); return err },
 		func() error { _, err := cat.Put(ctx, "A", 1, -1); return err },
 		func() error { _, err := cat.Put(ctx, "A{b}", 1, 0); return err },
 		func() error { _, err := cat.Adjust(ctx, "A", 0, "x", ""); return err },
 		func() error { _, err := cat.Adjust(ctx, "A", 1, " ", ""); return err },
 		func() error { _, err := cat.Adjust(ctx, "A", 1, "x", strings.Repeat("r", 129)); return err },
-		func() error { _, err := cat.Adjust(ctx, "A", MaxStock, "x", ""); return err }, // 6 + MaxStock > MaxStock
+		func() error { _, err := cat.Adjust(ctx, "A", arbiter.MaxStock, "x", ""); return err }, // 6 + arbiter.MaxStock > arbiter.MaxStock
 	} {
 		require.ErrorIs(t, bad(), stock.ErrInvalidArgument)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -57,7 +58,7 @@ func TestNamesAreExact(t *testing.T) {
 	q, err := r.svc.CommitToken(ctx, plain, "cart-1")
 	require.NoError(t, err)
 	require.EqualValues(t, 2, q)
-	require.Equal(t, Held, r.reservationState("t.Cart-1", plain))
+	require.Equal(t, arbiter.Held, r.reservationState("t.Cart-1", plain))
 	q, err = r.svc.ReleaseToken(ctx, plain, "Cart-1")
 	require.NoError(t, err)
 	require.EqualValues(t, 1, q)
@@ -91,7 +92,7 @@ func TestRefundAfterRetention(t *testing.T) {
 	require.NoError(t, err)
 	_, err = r.svc.Pay(ctx, o.ID, "pay-old")
 	require.NoError(t, err)
-	deliver(t, r, StockMessage{Token: o.ID, SKU: sku, Op: OpDeduct, Qty: 3})
+	deliver(t, r, arbiter.StockMessage{Token: o.ID, SKU: sku, Op: arbiter.OpDeduct, Qty: 3})
 	r.requireQty(sku, 7, 0)
 
 	later := func() time.Time { return time.Now().Add(60 * 24 * time.Hour) }
@@ -101,7 +102,7 @@ func TestRefundAfterRetention(t *testing.T) {
 
 	_, err = r.svc.Refund(ctx, o.ID)
 	require.NoError(t, err)
-	restore := StockMessage{Token: o.ID, SKU: sku, Op: OpRestore, Qty: 3}
+	restore := arbiter.StockMessage{Token: o.ID, SKU: sku, Op: arbiter.OpRestore, Qty: 3}
 	deliver(t, r, restore)
 	r.requireQty(sku, 10, 0)
 	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM stock_anomalies WHERE sku = ?`, sku))
@@ -112,7 +113,7 @@ func TestRefundAfterRetention(t *testing.T) {
 	deliver(t, r, restore)
 	_, err = NewRetention(r.db, r.st.Locker(), RetentionConfig{Now: func() time.Time { return later().Add(60 * 24 * time.Hour) }}).PruneOnce(ctx)
 	require.NoError(t, err)
-	deliver(t, r, restore, StockMessage{Token: o.ID, SKU: sku, Op: OpDeduct, Qty: 3})
+	deliver(t, r, restore, arbiter.StockMessage{Token: o.ID, SKU: sku, Op: arbiter.OpDeduct, Qty: 3})
 	r.requireQty(sku, 10, 0)
 	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM stock_anomalies WHERE sku = ?`, sku))
 	require.EqualValues(t, 10, r.redisAvailable(sku))
@@ -229,9 +230,9 @@ func TestSKUWritesUnderAVersionOneWinner(t *testing.T) {
 	require.EqualValues(t, 15, lost.Load())
 	moves := r.count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ? AND kind IN ('SET', 'RESTOCK')`, sku)
 	require.EqualValues(t, 2, moves, "the creation and the one winning write")
-	_, err = cat.Put(ctx, sku, 1, 0, AnyVersion)
+	_, err = cat.Put(ctx, sku, 1, 0, arbiter.AnyVersion)
 	require.ErrorIs(t, err, ErrConflict, "a version check does not lift the reserved floor")
-	_, err = cat.Put(ctx, "NO-SUCH-"+sku, 1, 0, AnyVersion)
+	_, err = cat.Put(ctx, "NO-SUCH-"+sku, 1, 0, arbiter.AnyVersion)
 	require.ErrorIs(t, err, ErrPrecondition)
 	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM skus WHERE sku = ?`, "NO-SUCH-"+sku))
 	r.checkInvariant(sku)

@@ -4,83 +4,13 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/stock"
 )
-
-// MovementKind says why a SKU's quantities moved.
-type MovementKind string
-
-const (
-	MoveReserve    MovementKind = "RESERVE"    // a reservation: reserved +qty
-	MoveRelease    MovementKind = "RELEASE"    // cancel, timeout, release: reserved -qty
-	MoveSale       MovementKind = "SALE"       // a paid reservation applied: on_hand and reserved -qty
-	MoveRefund     MovementKind = "REFUND"     // a refund applied: on_hand +qty
-	MoveRestock    MovementKind = "RESTOCK"    // an adjust with delta > 0
-	MoveCorrection MovementKind = "CORRECTION" // an adjust with delta < 0, or a reconcile repair
-	MoveSet        MovementKind = "SET"        // the admin PUT that sets on_hand outright
-)
-
-// Movement is one immutable change of a SKU's on_hand and reserved, written in
-// the transaction of the change. Nothing updates or deletes one: a mistake is
-// fixed by a correcting movement, so per SKU the sums of the deltas are
-// on_hand and reserved (counting from the SKU's first movement), and the
-// history is the audit trail.
-type Movement struct {
-	ID            int64        `json:"id" gorm:"primaryKey"`
-	SKU           string       `json:"sku" gorm:"column:sku"`
-	Kind          MovementKind `json:"kind" gorm:"column:kind"`
-	OnHandDelta   int64        `json:"on_hand_delta" gorm:"column:on_hand_delta"`
-	ReservedDelta int64        `json:"reserved_delta" gorm:"column:reserved_delta"`
-	Reason        string       `json:"reason" gorm:"column:reason"`
-	// Reference is what caused the movement: an order id, "token:" + a token
-	// API token, or the reference an adjust carried (a purchase order).
-	Reference string    `json:"reference" gorm:"column:reference"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-func (Movement) TableName() string { return "stock_movements" }
-
-// insertMovements writes ms in tx, in one multi-row INSERT.
-func insertMovements(tx *gorm.DB, ms []Movement) error {
-	if len(ms) == 0 {
-		return nil
-	}
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	for i := range ms {
-		ms[i].CreatedAt = now
-	}
-	return tx.Create(&ms).Error
-}
-
-// reservationMovements is one movement of kind per reservation row, moving
-// reserved by sign * qty.
-func reservationMovements(rows []Reservation, kind MovementKind, sign int64) []Movement {
-	out := make([]Movement, 0, len(rows))
-	for _, r := range rows {
-		ref := tokenRef(r.Token)
-		if r.OrderID != nil {
-			ref = *r.OrderID
-		}
-		out = append(out, Movement{SKU: r.SKU, Kind: kind, ReservedDelta: sign * r.Qty, Reference: ref})
-	}
-	return out
-}
-
-// tokenRef names a reservation token as a movement's reference: a token API
-// token ("t." + the client's) as "token:" + the client's token, an order's
-// token (its id, or id + ".late" for a late payment's re-reservation) as the
-// order id.
-func tokenRef(token string) string {
-	if tok, ok := strings.CutPrefix(token, "t."); ok {
-		return "token:" + tok
-	}
-	return strings.TrimSuffix(token, ".late")
-}
 
 // Page sizes of every listing: 0 asks for the default.
 const (
@@ -101,7 +31,7 @@ func pageLimit(limit int) (int, error) {
 // MovementPage is one page of a SKU's history, oldest first. Next is the
 // cursor of the following page (the last id on this one), 0 on the last page.
 type MovementPage struct {
-	Items []Movement
+	Items []arbiter.Movement
 	Next  int64
 }
 
@@ -122,16 +52,16 @@ func (c *Catalog) Movements(ctx context.Context, sku string, after int64, limit 
 		return nil, err
 	}
 	db := c.db.WithContext(ctx)
-	if ok, err := skuExists(db, sku); err != nil || !ok {
-		return nil, errors.Join(err, unknownSKU(sku))
+	if ok, err := arbiter.SKUExists(db, sku); err != nil || !ok {
+		return nil, errors.Join(err, arbiter.UnknownSKU(sku))
 	}
-	var ms []Movement
+	var ms []arbiter.Movement
 	if err := db.Where("sku = ? AND id > ?", sku, after).Order("id").Limit(limit + 1).Find(&ms).Error; err != nil {
 		return nil, err
 	}
 	p := &MovementPage{Items: ms}
 	if ms == nil {
-		p.Items = []Movement{}
+		p.Items = []arbiter.Movement{}
 	}
 	if len(ms) > limit {
 		p.Items = ms[:limit]
@@ -179,8 +109,8 @@ func (c *Catalog) List(ctx context.Context, q SKUQuery) (*SKUPage, error) {
 			return nil, invalid("cursor must name a SKU")
 		}
 	}
-	if q.LowStock != nil && (*q.LowStock < 0 || *q.LowStock > MaxStock) {
-		return nil, invalid("low_stock must be between 0 and %d", int64(MaxStock))
+	if q.LowStock != nil && (*q.LowStock < 0 || *q.LowStock > arbiter.MaxStock) {
+		return nil, invalid("low_stock must be between 0 and %d", int64(arbiter.MaxStock))
 	}
 	limit, err := pageLimit(q.Limit)
 	if err != nil {
@@ -190,14 +120,14 @@ func (c *Catalog) List(ctx context.Context, q SKUQuery) (*SKUPage, error) {
 	if q.LowStock != nil {
 		db = db.Where("on_hand <> ? AND on_hand - reserved <= ?", stock.Unlimited, *q.LowStock)
 	}
-	var recs []SKU
+	var recs []arbiter.SKU
 	if err := db.Order("sku").Limit(limit + 1).Find(&recs).Error; err != nil {
 		return nil, err
 	}
 	p := &SKUPage{Items: make([]SKUListItem, 0, min(len(recs), limit))}
 	for _, rec := range recs[:min(len(recs), limit)] {
 		p.Items = append(p.Items, SKUListItem{SKU: rec.SKU, OnHand: rec.OnHand, Reserved: rec.Reserved,
-			Available: rec.available(), Unlimited: rec.OnHand == stock.Unlimited, PerUserLimit: rec.PerUserLimit})
+			Available: rec.Available(), Unlimited: rec.OnHand == stock.Unlimited, PerUserLimit: rec.PerUserLimit})
 	}
 	if len(recs) > limit {
 		p.Next = p.Items[limit-1].SKU

@@ -11,12 +11,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/stock"
 )
 
 // move is a movement without its id and time (asserted separately).
 type move struct {
-	Kind             MovementKind
+	Kind             arbiter.MovementKind
 	OnHand, Reserved int64
 	Reason, Ref      string
 }
@@ -99,17 +100,17 @@ func TestMovementsFullLife(t *testing.T) {
 	require.NoError(t, err)
 
 	require.Equal(t, []move{
-		{MoveSet, 10, 0, "", ""},
-		{MoveRestock, 5, 0, "restock", "po-17"},
-		{MoveReserve, 0, 3, "", cancelled.ID},
-		{MoveRelease, 0, -3, "", cancelled.ID},
-		{MoveReserve, 0, 2, "", paid.ID},
-		{MoveSale, -2, -2, "", paid.ID},
-		{MoveRefund, 2, 0, "", paid.ID},
-		{MoveReserve, 0, 1, "", "token:tok-1"},
-		{MoveRelease, 0, -1, "", "token:tok-1"},
-		{MoveCorrection, -4, 0, "shrinkage", ""},
-		{MoveSet, 9, 0, "", ""},
+		{arbiter.MoveSet, 10, 0, "", ""},
+		{arbiter.MoveRestock, 5, 0, "restock", "po-17"},
+		{arbiter.MoveReserve, 0, 3, "", cancelled.ID},
+		{arbiter.MoveRelease, 0, -3, "", cancelled.ID},
+		{arbiter.MoveReserve, 0, 2, "", paid.ID},
+		{arbiter.MoveSale, -2, -2, "", paid.ID},
+		{arbiter.MoveRefund, 2, 0, "", paid.ID},
+		{arbiter.MoveReserve, 0, 1, "", "token:tok-1"},
+		{arbiter.MoveRelease, 0, -1, "", "token:tok-1"},
+		{arbiter.MoveCorrection, -4, 0, "shrinkage", ""},
+		{arbiter.MoveSet, 9, 0, "", ""},
 	}, history(t, cat, "LIFE"))
 	r.requireQty("LIFE", 20, 0)
 	requireSums(t, r, cat, "LIFE")
@@ -140,18 +141,18 @@ func TestMovementsLatePaymentAndUnlimited(t *testing.T) {
 	r.waitApplied()
 
 	require.Equal(t, []move{
-		{MoveSet, 5, 0, "", ""},
-		{MoveReserve, 0, 2, "", o.ID},
-		{MoveRelease, 0, -2, "", o.ID},
-		{MoveReserve, 0, 2, "", o.ID},
-		{MoveSale, -2, -2, "", o.ID},
+		{arbiter.MoveSet, 5, 0, "", ""},
+		{arbiter.MoveReserve, 0, 2, "", o.ID},
+		{arbiter.MoveRelease, 0, -2, "", o.ID},
+		{arbiter.MoveReserve, 0, 2, "", o.ID},
+		{arbiter.MoveSale, -2, -2, "", o.ID},
 	}, history(t, cat, "LATE"))
 	require.Equal(t, []move{
-		{MoveSet, -1, 0, "", ""},
-		{MoveReserve, 0, 4, "", o.ID},
-		{MoveRelease, 0, -4, "", o.ID},
-		{MoveReserve, 0, 4, "", o.ID},
-		{MoveSale, 0, -4, "", o.ID},
+		{arbiter.MoveSet, -1, 0, "", ""},
+		{arbiter.MoveReserve, 0, 4, "", o.ID},
+		{arbiter.MoveRelease, 0, -4, "", o.ID},
+		{arbiter.MoveReserve, 0, 4, "", o.ID},
+		{arbiter.MoveSale, 0, -4, "", o.ID},
 	}, history(t, cat, "UNL"))
 	requireSums(t, r, cat, "LATE")
 	requireSums(t, r, cat, "UNL")
@@ -173,9 +174,9 @@ func TestMovementsReconcileCorrection(t *testing.T) {
 	require.NoError(t, err)
 	r.requireQty("FIX", 10, 3)
 	require.Equal(t, []move{
-		{MoveSet, 10, 0, "", ""},
-		{MoveReserve, 0, 3, "", o.ID},
-		{MoveCorrection, 0, -2, "reconcile: reserved set to the sum of live reservations", ""},
+		{arbiter.MoveSet, 10, 0, "", ""},
+		{arbiter.MoveReserve, 0, 3, "", o.ID},
+		{arbiter.MoveCorrection, 0, -2, "reconcile: reserved set to the sum of live reservations", ""},
 	}, history(t, cat, "FIX"))
 	_, err = cat.Reconcile(ctx, true) // nothing to repair: no movement
 	require.NoError(t, err)
@@ -238,14 +239,14 @@ func TestMovementsConserveUnderRace(t *testing.T) {
 	require.Positive(t, reserved.Load())
 	require.Positive(t, refused.Load(), "more is asked than there is, even net of what goes back")
 
-	counts := map[MovementKind]int64{}
+	counts := map[arbiter.MovementKind]int64{}
 	var sumReserved int64
 	for _, m := range history(t, cat, "HOT") {
 		counts[m.Kind]++
 		sumReserved += m.Reserved
 	}
 	require.Equal(t, r.sku("HOT").Reserved, sumReserved, "the movements sum to reserved")
-	require.Equal(t, map[MovementKind]int64{MoveSet: 1, MoveReserve: reserved.Load(), MoveRelease: releases.Load()}, counts)
+	require.Equal(t, map[arbiter.MovementKind]int64{arbiter.MoveSet: 1, arbiter.MoveReserve: reserved.Load(), arbiter.MoveRelease: releases.Load()}, counts)
 	require.EqualValues(t, reserved.Load(), r.count(`SELECT COUNT(*) FROM stock_reservations WHERE sku = 'HOT' AND qty > 0`))
 	requireSums(t, r, cat, "HOT")
 	r.checkInvariant("HOT")
@@ -275,8 +276,8 @@ func TestMovementsRolledBackReservation(t *testing.T) {
 	_, err = r.svc.Reserve(ctx, "R", 3, "tok-r")
 	require.ErrorIs(t, err, stock.ErrInsufficientStock)
 	require.Equal(t, []move{
-		{MoveSet, 5, 0, "", ""},
-		{MoveReserve, 0, 3, "", first.ID},
+		{arbiter.MoveSet, 5, 0, "", ""},
+		{arbiter.MoveReserve, 0, 3, "", first.ID},
 	}, history(t, cat, "R"))
 
 	// A batch that does not fit: 12 requests for the 2 units left.
@@ -288,9 +289,9 @@ func TestMovementsRolledBackReservation(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := b.write(ctx, &writeReq{rows: []Reservation{{Token: fmt.Sprintf("t.k%d", i), SKU: "R", Qty: 1,
-				State: Held, ExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}}})
-			var ref errRefused
+			_, err := b.write(ctx, &writeReq{rows: []arbiter.Reservation{{Token: fmt.Sprintf("t.k%d", i), SKU: "R", Qty: 1,
+				State: arbiter.Held, ExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}}})
+			var ref arbiter.RefusedError
 			switch {
 			case err == nil:
 				ok.Add(1)
@@ -304,7 +305,7 @@ func TestMovementsRolledBackReservation(t *testing.T) {
 	h := history(t, cat, "R")
 	require.Len(t, h, 4)
 	for _, m := range h[2:] {
-		require.Equal(t, MoveReserve, m.Kind)
+		require.Equal(t, arbiter.MoveReserve, m.Kind)
 		require.EqualValues(t, 1, m.Reserved)
 		require.Regexp(t, `^token:k\d+$`, m.Ref)
 	}
@@ -359,7 +360,7 @@ func TestMovementsPagination(t *testing.T) {
 	require.Zero(t, p.Next)
 	p, err = cat.Movements(ctx, "PG", p.Items[6].ID, 3)
 	require.NoError(t, err)
-	require.Equal(t, &MovementPage{Items: []Movement{}}, p, "past the end: an empty page")
+	require.Equal(t, &MovementPage{Items: []arbiter.Movement{}}, p, "past the end: an empty page")
 
 	for _, c := range []struct {
 		sku          string

@@ -40,6 +40,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -73,7 +74,7 @@ const mbHorizon = 24 * time.Hour
 
 // mbRestored is what the model calls a SOLD reservation whose refund was
 // applied. The database may name it RESTORED, or leave it SOLD.
-const mbRestored ResState = "RESTORED"
+const mbRestored arbiter.ResState = "RESTORED"
 
 // ---------------------------------------------------------------------------
 // The reference model.
@@ -95,7 +96,7 @@ type mbKey struct{ token, sku string }
 
 type mbRes struct {
 	qty     int64
-	state   ResState
+	state   arbiter.ResState
 	buyer   string // the buyer it counts against ("" none)
 	order   string // "" for the token API
 	expires time.Time
@@ -113,7 +114,7 @@ type mbOrder struct {
 
 type mbMsg struct {
 	token, sku string
-	op         Op
+	op         arbiter.Op
 	qty        int64
 }
 
@@ -272,7 +273,7 @@ func (m *mbModel) seckillOutcomes(user, sku string) mbSet {
 
 // hold records reservations of lines under token in state, counting them
 // against buyer where the SKU has a per-user limit.
-func (m *mbModel) hold(token, orderID, buyer string, lines []stock.Line, state ResState, expires time.Time) {
+func (m *mbModel) hold(token, orderID, buyer string, lines []stock.Line, state arbiter.ResState, expires time.Time) {
 	for _, l := range lines {
 		s := m.skus[l.SKU]
 		r := &mbRes{qty: l.Qty, state: state, order: orderID, expires: expires}
@@ -291,10 +292,10 @@ func (m *mbModel) release(token, sku string) int64 {
 	var n int64
 	for _, s := range m.skusOf[token] {
 		r := m.res[mbKey{token, s}]
-		if sku != "" && s != sku || r.state != Held {
+		if sku != "" && s != sku || r.state != arbiter.Held {
 			continue
 		}
-		r.state = Released
+		r.state = arbiter.Released
 		m.dirtyTokens[token] = true
 		m.skus[s].reserved -= r.qty
 		if r.buyer != "" {
@@ -309,13 +310,13 @@ func (m *mbModel) release(token, sku string) int64 {
 // their deduction.
 func (m *mbModel) commit(token string, lines []stock.Line) {
 	for _, l := range lines {
-		m.res[mbKey{token, l.SKU}].state = Committed
+		m.res[mbKey{token, l.SKU}].state = arbiter.Committed
 	}
 	m.dirtyTokens[token] = true
-	m.promise(token, lines, OpDeduct)
+	m.promise(token, lines, arbiter.OpDeduct)
 }
 
-func (m *mbModel) promise(token string, lines []stock.Line, op Op) {
+func (m *mbModel) promise(token string, lines []stock.Line, op arbiter.Op) {
 	for _, l := range lines {
 		m.outbox = append(m.outbox, mbMsg{token, l.SKU, op, l.Qty})
 	}
@@ -336,13 +337,13 @@ func (m *mbModel) drain() error {
 		r := m.res[mbKey{msg.token, msg.sku}]
 		s := m.skus[msg.sku]
 		switch {
-		case msg.op == OpDeduct && r != nil && r.state == Committed && r.qty == msg.qty:
-			r.state = Sold
+		case msg.op == arbiter.OpDeduct && r != nil && r.state == arbiter.Committed && r.qty == msg.qty:
+			r.state = arbiter.Sold
 			s.reserved -= msg.qty
 			if s.limited() {
 				s.onHand -= msg.qty
 			}
-		case msg.op == OpRestore && r != nil && r.state == Sold && r.qty == msg.qty:
+		case msg.op == arbiter.OpRestore && r != nil && r.state == arbiter.Sold && r.qty == msg.qty:
 			r.state = mbRestored
 			if s.limited() {
 				s.onHand += msg.qty
@@ -378,7 +379,7 @@ func (m *mbModel) sweep(now time.Time) int {
 	held := m.tokenHeld[:0]
 	for _, k := range m.tokenHeld {
 		switch r := m.res[k]; {
-		case r.state != Held:
+		case r.state != arbiter.Held:
 		case !r.expires.After(now):
 			m.release(k.token, k.sku)
 		default:
@@ -394,7 +395,7 @@ func (m *mbModel) sweep(now time.Time) int {
 func (m *mbModel) selfCheck() error {
 	live := map[string]int64{}
 	for k, r := range m.res {
-		if r.state == Held || r.state == Committed {
+		if r.state == arbiter.Held || r.state == arbiter.Committed {
 			live[k.sku] += r.qty
 		}
 	}
@@ -420,7 +421,7 @@ func (m *mbModel) newOrder(id, user, key string, lines []stock.Line, expires tim
 	if key != "" {
 		m.byIdem[[2]string{user, key}] = o
 	}
-	m.hold(id, id, user, lines, Held, expires)
+	m.hold(id, id, user, lines, arbiter.Held, expires)
 	return o
 }
 
@@ -467,8 +468,8 @@ func (m *mbModel) pay(o *mbOrder, pid string, status Status, late bool) {
 	switch {
 	case late:
 		o.token = o.id + ".late"
-		m.hold(o.token, o.id, o.user, o.lines, Committed, o.expires)
-		m.promise(o.token, o.lines, OpDeduct)
+		m.hold(o.token, o.id, o.user, o.lines, arbiter.Committed, o.expires)
+		m.promise(o.token, o.lines, arbiter.OpDeduct)
 	case status == Paid:
 		m.commit(o.token, o.lines)
 	}
@@ -498,7 +499,7 @@ func (m *mbModel) refundOutcome(o *mbOrder) string {
 // took stock).
 func (m *mbModel) refund(o *mbOrder) {
 	if o.status == Paid {
-		m.promise(o.token, o.lines, OpRestore)
+		m.promise(o.token, o.lines, arbiter.OpRestore)
 	}
 	m.setStatus(o, Refunded)
 }
@@ -513,7 +514,7 @@ func (m *mbModel) reserveOutcomes(k mbKey, qty int64) mbSet {
 		want["unknown"] = true
 	case row != nil:
 		switch {
-		case row.state == Released:
+		case row.state == arbiter.Released:
 			want["released"] = true
 		case row.qty != qty:
 			want["conflict"] = true
@@ -541,7 +542,7 @@ func (m *mbModel) reserveOutcomes(k mbKey, qty int64) mbSet {
 // reserve records a new token-API reservation that answered result.
 func (m *mbModel) reserve(k mbKey, qty, result int64, expires time.Time) {
 	s := m.skus[k.sku]
-	m.addRes(k, &mbRes{qty: qty, state: Held, expires: expires, result: result})
+	m.addRes(k, &mbRes{qty: qty, state: arbiter.Held, expires: expires, result: result})
 	m.tokenHeld = append(m.tokenHeld, k)
 	s.reserved += qty
 	m.tokenKey[k] = s.limited() && !m.stale[k.sku]
@@ -552,7 +553,7 @@ func (m *mbModel) commitOutcome(k mbKey) (string, int64) {
 	switch row := m.res[k]; {
 	case row == nil:
 		return "notfound", 0
-	case row.state == Released:
+	case row.state == arbiter.Released:
 		return "released", 0
 	default:
 		return "ok", row.qty // a replay of a commit answers the units again
@@ -560,7 +561,7 @@ func (m *mbModel) commitOutcome(k mbKey) (string, int64) {
 }
 
 func (m *mbModel) commitToken(k mbKey) {
-	if row := m.res[k]; row.state == Held {
+	if row := m.res[k]; row.state == arbiter.Held {
 		m.commit(k.token, []stock.Line{{SKU: k.sku, Qty: row.qty}})
 	}
 }
@@ -570,9 +571,9 @@ func (m *mbModel) releaseOutcome(k mbKey) (string, int64) {
 	switch row := m.res[k]; {
 	case row == nil && m.skus[k.sku] == nil:
 		return "unknown", 0
-	case row == nil, row.state == Released:
+	case row == nil, row.state == arbiter.Released:
 		return "ok", 0
-	case row.state == Held:
+	case row.state == arbiter.Held:
 		return "ok", row.qty
 	default:
 		return "conflict", 0 // committed: a sale
@@ -581,7 +582,7 @@ func (m *mbModel) releaseOutcome(k mbKey) (string, int64) {
 
 func (m *mbModel) releaseToken(k mbKey, now time.Time) {
 	if m.res[k] == nil { // released before it reserved: nothing may reserve under it
-		m.addRes(k, &mbRes{state: Released, expires: now})
+		m.addRes(k, &mbRes{state: arbiter.Released, expires: now})
 		return
 	}
 	m.release(k.token, k.sku)
@@ -1408,7 +1409,7 @@ func (d *mbDriver) drainOp() {
 	d.drain()
 }
 
-func mbMessage(sm StockMessage) mq.Message {
+func mbMessage(sm arbiter.StockMessage) mq.Message {
 	body, _ := json.Marshal(sm)
 	return mq.Message{Key: sm.SKU, Body: body}
 }
@@ -1420,7 +1421,7 @@ func (d *mbDriver) redeliver() {
 		return
 	}
 	msg := d.m.applied[d.rng.IntN(len(d.m.applied))]
-	err := d.r.applier.Handle(d.ctx, []mq.Message{mbMessage(StockMessage{Token: msg.token, SKU: msg.sku, Op: msg.op, Qty: msg.qty})})
+	err := d.r.applier.Handle(d.ctx, []mq.Message{mbMessage(arbiter.StockMessage{Token: msg.token, SKU: msg.sku, Op: msg.op, Qty: msg.qty})})
 	d.touchedTokens[msg.token] = true
 	d.anomalies = true
 	d.expect(fmt.Sprintf("redeliver %s %s %s %d", msg.op, msg.sku, msg.token, msg.qty), err, mbWant("ok"))
@@ -1442,15 +1443,15 @@ func (d *mbDriver) malformedOp() {
 	case 0:
 		msg = mq.Message{Key: "CAB", Body: []byte("not json " + id)}
 	case 1:
-		msg = mbMessage(StockMessage{Token: id, SKU: "CAB", Op: "STEAL", Qty: 1})
+		msg = mbMessage(arbiter.StockMessage{Token: id, SKU: "CAB", Op: "STEAL", Qty: 1})
 	case 2:
-		msg = mbMessage(StockMessage{Token: id, SKU: "CAB", Op: OpDeduct, Qty: 0})
+		msg = mbMessage(arbiter.StockMessage{Token: id, SKU: "CAB", Op: arbiter.OpDeduct, Qty: 0})
 	case 3:
-		msg = mbMessage(StockMessage{Token: id, SKU: "no such sku!", Op: OpDeduct, Qty: 1})
+		msg = mbMessage(arbiter.StockMessage{Token: id, SKU: "no such sku!", Op: arbiter.OpDeduct, Qty: 1})
 	case 4: // well formed, but no reservation of that token
-		msg = mbMessage(StockMessage{Token: id, SKU: d.pick(mbNames), Op: OpDeduct, Qty: 1})
+		msg = mbMessage(arbiter.StockMessage{Token: id, SKU: d.pick(mbNames), Op: arbiter.OpDeduct, Qty: 1})
 	default:
-		msg = mbMessage(StockMessage{Token: id, SKU: "PHONE-X", Op: OpRestore, Qty: -2})
+		msg = mbMessage(arbiter.StockMessage{Token: id, SKU: "PHONE-X", Op: arbiter.OpRestore, Qty: -2})
 	}
 	msg.ID = id
 	d.malformed = append(d.malformed, msg)
@@ -1620,7 +1621,7 @@ func (d *mbDriver) checkReservations(tokens map[string]bool) {
 		if tokens != nil && !tokens[token] { // another spelling
 			return nil
 		}
-		if m := d.m.res[mbKey{token, sku}]; m != nil && m.state == mbRestored && (state == string(Sold) || state == string(mbRestored)) {
+		if m := d.m.res[mbKey{token, sku}]; m != nil && m.state == mbRestored && (state == string(arbiter.Sold) || state == string(mbRestored)) {
 			state = string(mbRestored) // whatever a refund leaves
 		}
 		got[token+"/"+sku] = fmt.Sprintf("qty=%d %s buyer=%q order=%q", qty, state, buyer, order)
@@ -1665,7 +1666,7 @@ func (d *mbDriver) checkAnomalies() {
 	var n int64
 	d.must("count anomalies", d.sqlDB.QueryRowContext(d.ctx, `SELECT COUNT(*) FROM stock_anomalies`).Scan(&n))
 	if n != d.m.anomalies {
-		var rows []AnomalyRow
+		var rows []arbiter.AnomalyRow
 		_ = d.r.db.Order("id").Find(&rows).Error
 		var b strings.Builder
 		for _, a := range rows {

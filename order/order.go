@@ -14,11 +14,11 @@
 package order
 
 import (
-	"errors"
 	"fmt"
 	"regexp"
 	"time"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/stock"
 )
 
@@ -52,26 +52,13 @@ const (
 	RefundRequired Status = "REFUND_REQUIRED"
 )
 
+// The arbiter's errors, under the names callers of the order lifecycle
+// know them by (the same values: errors.Is matches either).
 var (
-	// ErrNotFound: no such order.
-	ErrNotFound = errors.New("order: not found")
-	// ErrConflict: the order is not in a state that allows the operation, or
-	// an idempotency key or payment id is reused for something else.
-	ErrConflict = errors.New("order: conflict")
-	// ErrPrecondition: a write carried the SKU version the caller read
-	// (If-Match) and the SKU has changed since.
-	ErrPrecondition = errors.New("order: precondition failed")
+	ErrNotFound     = arbiter.ErrNotFound
+	ErrConflict     = arbiter.ErrConflict
+	ErrPrecondition = arbiter.ErrPrecondition
 )
-
-// unknownSKU: there is no such SKU. It is ErrNotFound and stock.ErrUnknownSKU
-// alike, with one message wherever it is found.
-type unknownSKU string
-
-func (u unknownSKU) Error() string { return "unknown sku: " + string(u) }
-
-func (u unknownSKU) Is(target error) bool {
-	return target == ErrNotFound || target == stock.ErrUnknownSKU
-}
 
 // Order is one order and its lines.
 type Order struct {
@@ -104,14 +91,6 @@ func (o *Order) lines() []stock.Line {
 	}
 	return out
 }
-
-// Op is a stock operation carried to the database.
-type Op string
-
-const (
-	OpDeduct  Op = "DEDUCT"  // a paid line leaves the stock
-	OpRestore Op = "RESTORE" // a refunded line comes back
-)
 
 var (
 	idPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)

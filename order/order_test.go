@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -55,10 +56,10 @@ func TestCreateReservesFirst(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []Item{{OrderID: o.ID, SKU: "HOT", Qty: 3}}, stored.Items)
 	require.Equal(t, o.ID, stored.ReservationToken)
-	var res []Reservation
+	var res []arbiter.Reservation
 	require.NoError(t, r.db.Find(&res).Error)
 	require.Len(t, res, 1)
-	require.Equal(t, Reservation{Token: o.ID, SKU: "HOT", OrderID: &o.ID, Qty: 3, State: Held, Result: 0,
+	require.Equal(t, arbiter.Reservation{Token: o.ID, SKU: "HOT", OrderID: &o.ID, Qty: 3, State: arbiter.Held, Result: 0,
 		ExpiresAt: res[0].ExpiresAt, CreatedAt: res[0].CreatedAt, UpdatedAt: res[0].UpdatedAt}, res[0],
 		"the order's reservation row is written with the order, under its id")
 	require.True(t, o.ExpiresAt.Equal(res[0].ExpiresAt))
@@ -165,7 +166,7 @@ func TestPayCancelRefund(t *testing.T) {
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox`))
 
 	r.waitApplied()
-	require.Equal(t, Sold, r.reservationState(o.ID, "A"))
+	require.Equal(t, arbiter.Sold, r.reservationState(o.ID, "A"))
 	r.requireQty("A", 6, 0)
 	r.checkInvariant("A")
 
@@ -187,7 +188,7 @@ func TestPayCancelRefund(t *testing.T) {
 	cancelled, err := r.svc.Cancel(ctx, c.ID)
 	require.NoError(t, err)
 	require.Equal(t, Cancelled, cancelled.Status)
-	require.Equal(t, Released, r.reservationState(c.ID, "A"))
+	require.Equal(t, arbiter.Released, r.reservationState(c.ID, "A"))
 	require.EqualValues(t, 10, r.redisAvailable("A"), "the cancel gave the units back in Redis")
 	_, err = r.svc.Cancel(ctx, c.ID)
 	require.ErrorIs(t, err, ErrConflict)
@@ -281,7 +282,7 @@ func TestLatePayment(t *testing.T) {
 	require.NoError(t, err, "past its deadline but not expired: still held, so paid")
 	require.Equal(t, Paid, paid.Status)
 	require.Equal(t, o.ID, paid.ReservationToken)
-	require.Equal(t, Committed, r.reservationState(o.ID, "A"))
+	require.Equal(t, arbiter.Committed, r.reservationState(o.ID, "A"))
 	expired, err := r.svc.Expire(ctx, o.ID)
 	require.NoError(t, err)
 	require.False(t, expired, "a paid order does not expire")
@@ -300,7 +301,7 @@ func TestLatePayment(t *testing.T) {
 	expired, err = r.svc.Expire(ctx, o2.ID)
 	require.NoError(t, err)
 	require.False(t, expired, "expires once")
-	require.Equal(t, Released, r.reservationState(o2.ID, "A"))
+	require.Equal(t, arbiter.Released, r.reservationState(o2.ID, "A"))
 	require.EqualValues(t, 2, r.redisAvailable("A"), "the expiry gave the units back")
 	late, err := r.svc.Pay(ctx, o2.ID, "pay-2")
 	require.NoError(t, err)
@@ -310,8 +311,8 @@ func TestLatePayment(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Paid, stored.Status)
 	require.Equal(t, o2.ID+".late", stored.ReservationToken)
-	require.Equal(t, Committed, r.reservationState(o2.ID+".late", "A"))
-	require.Equal(t, Released, r.reservationState(o2.ID, "A"), "the expired reservation stays released")
+	require.Equal(t, arbiter.Committed, r.reservationState(o2.ID+".late", "A"))
+	require.Equal(t, arbiter.Released, r.reservationState(o2.ID, "A"), "the expired reservation stays released")
 	require.EqualValues(t, 5, r.sku("A").Reserved)
 	require.Zero(t, r.redisAvailable("A"), "Redis follows the re-reservation")
 	again, err := r.svc.Pay(ctx, o2.ID, "pay-2")
@@ -342,7 +343,7 @@ func TestLatePayment(t *testing.T) {
 	require.Equal(t, RefundRequired, again.Status, "replayed callback")
 	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, o3.ID+".late"), "the refused re-reservation left nothing")
 	require.EqualValues(t, 2, r.sku("B").Reserved, "only o4 holds B")
-	require.Equal(t, Held, r.reservationState(o4.ID, "B"))
+	require.Equal(t, arbiter.Held, r.reservationState(o4.ID, "B"))
 	refunded, err := r.svc.Refund(ctx, o3.ID)
 	require.NoError(t, err)
 	require.Equal(t, Refunded, refunded.Status)
@@ -362,7 +363,7 @@ func TestLatePayment(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Refunded, refunded.Status)
 
-	require.Equal(t, []StockMessage{{Token: o.ID, SKU: "A", Op: OpDeduct, Qty: 3}, {Token: o2.ID + ".late", SKU: "A", Op: OpDeduct, Qty: 2}},
+	require.Equal(t, []arbiter.StockMessage{{Token: o.ID, SKU: "A", Op: arbiter.OpDeduct, Qty: 3}, {Token: o2.ID + ".late", SKU: "A", Op: arbiter.OpDeduct, Qty: 2}},
 		r.outbox(), "only the paid orders deduct (the late one under its late token); a REFUND_REQUIRED refund restores nothing")
 
 	// The late reservation is sold like any other, and a refund of the late
@@ -370,7 +371,7 @@ func TestLatePayment(t *testing.T) {
 	redisApplied := r.redisApplied()
 	r.startPipeline()
 	r.waitApplied()
-	require.Equal(t, Sold, r.reservationState(o2.ID+".late", "A"))
+	require.Equal(t, arbiter.Sold, r.reservationState(o2.ID+".late", "A"))
 	r.requireQty("A", 0, 0)
 	_, err = r.svc.Refund(ctx, o2.ID)
 	require.NoError(t, err)
@@ -443,11 +444,11 @@ func endToEnd(t *testing.T, tr transport) {
 	}
 	require.Greater(t, sold, int64(0))
 	r.requireQty("HOT", initial-sold, 0) // on_hand = initial - paid; nothing left reserved
-	var ledger []LedgerRow
+	var ledger []arbiter.LedgerRow
 	require.NoError(t, r.db.Find(&ledger).Error)
 	got := map[string]int64{}
 	for _, l := range ledger {
-		require.Equal(t, OpDeduct, l.Op)
+		require.Equal(t, arbiter.OpDeduct, l.Op)
 		_, dup := got[l.Token]
 		require.False(t, dup, "one ledger row per paid line")
 		got[l.Token] = l.Qty
@@ -485,14 +486,14 @@ func TestApplyExactlyOnce(t *testing.T) {
 		require.NoError(t, err)
 		return id
 	}
-	msg := func(token, sku string, op Op, q int64) mq.Message {
+	msg := func(token, sku string, op arbiter.Op, q int64) mq.Message {
 		return mq.Message{Key: sku, Body: []byte(fmt.Sprintf(`{"token":%q,"sku":%q,"op":%q,"qty":%d}`, token, sku, op, q))}
 	}
 	o1, o2, o3 := pay("A", 2), pay("A", 3), pay("B", 1)
 	r.requireQty("A", 10, 5)
 	r.requireQty("B", 10, 1)
 
-	batch := []mq.Message{msg(o1, "A", OpDeduct, 2), msg(o2, "A", OpDeduct, 3), msg(o1, "A", OpDeduct, 2), msg(o3, "B", OpDeduct, 1)}
+	batch := []mq.Message{msg(o1, "A", arbiter.OpDeduct, 2), msg(o2, "A", arbiter.OpDeduct, 3), msg(o1, "A", arbiter.OpDeduct, 2), msg(o3, "B", arbiter.OpDeduct, 1)}
 	var skuUpdates, resUpdates int64
 	require.NoError(t, r.db.Callback().Raw().Before("gorm:raw").Register("count-updates", func(db *gorm.DB) {
 		if strings.HasPrefix(strings.TrimSpace(db.Statement.SQL.String()), "UPDATE skus") {
@@ -513,9 +514,9 @@ func TestApplyExactlyOnce(t *testing.T) {
 	r.requireQty("A", 5, 0)
 	r.requireQty("B", 9, 0)
 	for _, id := range []string{o1, o2} {
-		require.Equal(t, Sold, r.reservationState(id, "A"))
+		require.Equal(t, arbiter.Sold, r.reservationState(id, "A"))
 	}
-	require.Equal(t, Sold, r.reservationState(o3, "B"))
+	require.Equal(t, arbiter.Sold, r.reservationState(o3, "B"))
 	require.EqualValues(t, 3, r.count(`SELECT COUNT(*) FROM stock_ledger`))
 	require.EqualValues(t, 3, r.applier.Applied.Load())
 	require.EqualValues(t, 5, r.applier.Duplicate.Load(), "one in-batch duplicate, then the whole batch again")
@@ -527,30 +528,30 @@ func TestApplyExactlyOnce(t *testing.T) {
 	// a restore without its deduction are recorded, not applied; a restore
 	// after its deduction gives the units back, to the database and Redis.
 	o7 := create("A", 1) // held, not paid
-	require.NoError(t, r.applier.Handle(ctx, []mq.Message{msg("o4", "A", OpDeduct, 9), msg(o7, "A", OpDeduct, 1),
-		msg("o6", "A", OpRestore, 1), msg(o1, "A", OpRestore, 2)}))
+	require.NoError(t, r.applier.Handle(ctx, []mq.Message{msg("o4", "A", arbiter.OpDeduct, 9), msg(o7, "A", arbiter.OpDeduct, 1),
+		msg("o6", "A", arbiter.OpRestore, 1), msg(o1, "A", arbiter.OpRestore, 2)}))
 	r.requireQty("A", 7, 1)
-	require.Equal(t, Held, r.reservationState(o7, "A"), "an unpaid reservation is not sold")
+	require.Equal(t, arbiter.Held, r.reservationState(o7, "A"), "an unpaid reservation is not sold")
 	require.EqualValues(t, 6, r.redisAvailable("A"), "the restore reached Redis")
-	var an []AnomalyRow
+	var an []arbiter.AnomalyRow
 	require.NoError(t, r.db.Order("id").Find(&an).Error)
 	require.Len(t, an, 3)
 	const noCommitted = "no committed reservation of this quantity"
-	require.Equal(t, []AnomalyRow{
-		{ID: an[0].ID, Token: "o4", SKU: "A", Op: OpDeduct, Qty: 9, OnHand: 5, Reason: noCommitted},
-		{ID: an[1].ID, Token: o7, SKU: "A", Op: OpDeduct, Qty: 1, OnHand: 5, Reason: noCommitted},
-		{ID: an[2].ID, Token: "o6", SKU: "A", Op: OpRestore, Qty: 1, OnHand: 5, Reason: "restore without its deduction"},
+	require.Equal(t, []arbiter.AnomalyRow{
+		{ID: an[0].ID, Token: "o4", SKU: "A", Op: arbiter.OpDeduct, Qty: 9, OnHand: 5, Reason: noCommitted},
+		{ID: an[1].ID, Token: o7, SKU: "A", Op: arbiter.OpDeduct, Qty: 1, OnHand: 5, Reason: noCommitted},
+		{ID: an[2].ID, Token: "o6", SKU: "A", Op: arbiter.OpRestore, Qty: 1, OnHand: 5, Reason: "restore without its deduction"},
 	}, an)
-	require.NoError(t, r.applier.Handle(ctx, []mq.Message{msg("o4", "A", OpDeduct, 9)}))
+	require.NoError(t, r.applier.Handle(ctx, []mq.Message{msg("o4", "A", arbiter.OpDeduct, 9)}))
 	require.EqualValues(t, 3, r.count(`SELECT COUNT(*) FROM stock_anomalies`), "an anomaly is recorded once")
 	require.EqualValues(t, 3, r.applier.Anomalies.Load())
 	require.EqualValues(t, 4, r.applier.Applied.Load())
 
 	o8 := pay("A", 1)
-	require.NoError(t, r.applier.Handle(ctx, []mq.Message{{Key: "A", Body: []byte("not json")}, msg(o8, "A", OpDeduct, 1)}))
+	require.NoError(t, r.applier.Handle(ctx, []mq.Message{{Key: "A", Body: []byte("not json")}, msg(o8, "A", arbiter.OpDeduct, 1)}))
 	require.EqualValues(t, 1, r.applier.Malformed.Load())
 	r.requireQty("A", 6, 1) // o8 sold; o7 still held
-	require.Equal(t, Sold, r.reservationState(o8, "A"), "a malformed message does not block the queue")
+	require.Equal(t, arbiter.Sold, r.reservationState(o8, "A"), "a malformed message does not block the queue")
 	r.checkInvariant("A")
 }
 
@@ -565,13 +566,13 @@ func TestCrashBetweenCommitAndSend(t *testing.T) {
 	_, err = r.svc.Pay(ctx, o.ID, "pay-1") // no relay runs: "crashed"
 	require.NoError(t, err)
 	r.requireQty("A", 10, 3) // paid-unapplied stays reserved
-	require.Equal(t, Committed, r.reservationState(o.ID, "A"))
+	require.Equal(t, arbiter.Committed, r.reservationState(o.ID, "A"))
 	r.checkInvariant("A")
 
 	r.startPipeline() // the restarted node
 	r.waitApplied()
 	r.requireQty("A", 7, 0)
-	require.Equal(t, Sold, r.reservationState(o.ID, "A"))
+	require.Equal(t, arbiter.Sold, r.reservationState(o.ID, "A"))
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_ledger`))
 	r.checkInvariant("A")
 }
@@ -588,7 +589,7 @@ func TestCrashBetweenSendAndMark(t *testing.T) {
 		_, err = r.svc.Pay(ctx, o.ID, fmt.Sprintf("pay-%d", i))
 		require.NoError(t, err)
 	}
-	crashing := NewRelay(r.db, r.tr.producer, r.st.Locker(), RelayConfig{afterSend: func(row OutboxRow) error {
+	crashing := NewRelay(r.db, r.tr.producer, r.st.Locker(), RelayConfig{afterSend: func(row arbiter.OutboxRow) error {
 		return errors.New("killed")
 	}})
 	n, err := crashing.RelayOnce(ctx)
@@ -762,7 +763,7 @@ func TestApplyFollowUpOutlivesShutdown(t *testing.T) {
 	require.NoError(t, err)
 	_, err = r.svc.Pay(bg, o.ID, "pay-1")
 	require.NoError(t, err)
-	deliver(t, r, StockMessage{Token: o.ID, SKU: "A", Op: OpDeduct, Qty: 2})
+	deliver(t, r, arbiter.StockMessage{Token: o.ID, SKU: "A", Op: arbiter.OpDeduct, Qty: 2})
 	require.EqualValues(t, 8, r.redisAvailable("A"))
 
 	ctx, cancel := context.WithCancel(bg)
@@ -771,7 +772,7 @@ func TestApplyFollowUpOutlivesShutdown(t *testing.T) {
 		cancel() // the consumer stops between the commit and the follow-up
 		next(ctx, chs)
 	}
-	body, err := json.Marshal(StockMessage{Token: o.ID, SKU: "A", Op: OpRestore, Qty: 2})
+	body, err := json.Marshal(arbiter.StockMessage{Token: o.ID, SKU: "A", Op: arbiter.OpRestore, Qty: 2})
 	require.NoError(t, err)
 	require.NoError(t, r.applier.Handle(ctx, []mq.Message{{Key: "A", Body: body}}))
 	r.requireQty("A", 10, 0)

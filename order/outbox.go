@@ -13,33 +13,11 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/job"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
-
-// OutboxRow is a stock operation waiting to be published; written in the
-// transaction of the order transition that causes it.
-type OutboxRow struct {
-	ID        int64      `gorm:"primaryKey"`
-	Token     string     `gorm:"column:token"` // the reservation's token
-	SKU       string     `gorm:"column:sku"`
-	Op        Op         `gorm:"column:op"`
-	Qty       int64      `gorm:"column:qty"`
-	CreatedAt time.Time  `gorm:"column:created_at;autoCreateTime:false;default:CURRENT_TIMESTAMP(6)"`
-	SentAt    *time.Time `gorm:"column:sent_at"`
-}
-
-func (OutboxRow) TableName() string { return "stock_outbox" }
-
-// StockMessage is the body of one message on the ordered topic (key = SKU):
-// an operation on the reservation (Token, SKU).
-type StockMessage struct {
-	Token string `json:"token"`
-	SKU   string `json:"sku"`
-	Op    Op     `json:"op"`
-	Qty   int64  `json:"qty"`
-}
 
 // RelayConfig tunes a Relay.
 type RelayConfig struct {
@@ -56,7 +34,7 @@ type RelayConfig struct {
 	// afterSend, in tests, runs after each send and before the row is marked
 	// sent; an error stops the round there, as a crash would: nothing of the
 	// round is marked sent.
-	afterSend func(row OutboxRow) error
+	afterSend func(row arbiter.OutboxRow) error
 }
 
 // Relay publishes outbox rows to the ordered topic, on one node at a time (a
@@ -168,14 +146,14 @@ const maxRun = 128
 // maxRun (one send request each).
 type skuRuns struct {
 	sku  string
-	runs [][]OutboxRow
+	runs [][]arbiter.OutboxRow
 }
 
 // runsBySKU groups rows (in id order) by SKU, keeping id order within each
 // SKU; the SKUs come in the order of their oldest row.
-func runsBySKU(rows []OutboxRow) []skuRuns {
+func runsBySKU(rows []arbiter.OutboxRow) []skuRuns {
 	var order []string
-	by := map[string][]OutboxRow{}
+	by := map[string][]arbiter.OutboxRow{}
 	for _, row := range rows {
 		if _, ok := by[row.SKU]; !ok {
 			order = append(order, row.SKU)
@@ -238,11 +216,11 @@ func (r *Relay) round(ctx context.Context) (read, sent int, failed, err error) {
 		}
 		q = q.Where("sku NOT IN ?", skus)
 	}
-	var rows []OutboxRow
+	var rows []arbiter.OutboxRow
 	if err := q.Order("id").Limit(r.cfg.Batch).Find(&rows).Error; err != nil {
 		return 0, 0, nil, err
 	}
-	groups := runsBySKU(slices.DeleteFunc(slices.Clone(rows), func(row OutboxRow) bool { return held[row.SKU] }))
+	groups := runsBySKU(slices.DeleteFunc(slices.Clone(rows), func(row arbiter.OutboxRow) bool { return held[row.SKU] }))
 
 	// One goroutine per SKU, at most Parallel at once: a SKU's rows go out in
 	// one request per run, in id order, and stop at its first failure, so its
@@ -297,7 +275,7 @@ func (r *Relay) round(ctx context.Context) (read, sent int, failed, err error) {
 		// cancelling ctx, or every shutdown would send them again.
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if err := r.db.WithContext(mctx).Model(&OutboxRow{}).Where("id IN ?", ids).
+		if err := r.db.WithContext(mctx).Model(&arbiter.OutboxRow{}).Where("id IN ?", ids).
 			Update("sent_at", time.Now().UTC()).Error; err != nil {
 			return len(rows), 0, nil, fmt.Errorf("relay: marking sent: %w", err)
 		}
@@ -311,10 +289,10 @@ func (r *Relay) round(ctx context.Context) (read, sent int, failed, err error) {
 }
 
 // send publishes one run of one SKU's rows in one request.
-func (r *Relay) send(ctx context.Context, run []OutboxRow) error {
+func (r *Relay) send(ctx context.Context, run []arbiter.OutboxRow) error {
 	msgs := make([]mq.Message, len(run))
 	for i, row := range run {
-		body, _ := json.Marshal(StockMessage{Token: row.Token, SKU: row.SKU, Op: row.Op, Qty: row.Qty})
+		body, _ := json.Marshal(arbiter.StockMessage{Token: row.Token, SKU: row.SKU, Op: row.Op, Qty: row.Qty})
 		msgs[i] = mq.Message{Key: row.SKU, Body: body}
 	}
 	return r.producer.Send(ctx, msgs...)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/mq"
 )
 
@@ -79,7 +80,7 @@ func receive(t *testing.T, m *mq.Memory) *receiver {
 		rc.mu.Lock()
 		defer rc.mu.Unlock()
 		for _, msg := range msgs {
-			var sm StockMessage
+			var sm arbiter.StockMessage
 			if err := json.Unmarshal(msg.Body, &sm); err != nil {
 				return err
 			}
@@ -116,15 +117,15 @@ func (rc *receiver) waitTotal(t *testing.T, n int) {
 }
 
 // outboxRow is an unsent DEDUCT of one unit of sku under token.
-func outboxRow(sku, token string) OutboxRow {
-	return OutboxRow{Token: token, SKU: sku, Op: OpDeduct, Qty: 1}
+func outboxRow(sku, token string) arbiter.OutboxRow {
+	return arbiter.OutboxRow{Token: token, SKU: sku, Op: arbiter.OpDeduct, Qty: 1}
 }
 
 // tokens lists sku's outbox tokens in id order; sent picks the sent rows
 // (true), the unsent ones (false), or all (nil).
 func tokens(t *testing.T, db *gorm.DB, sku string, sent *bool) []string {
 	t.Helper()
-	q := db.Model(&OutboxRow{}).Where("sku = ?", sku)
+	q := db.Model(&arbiter.OutboxRow{}).Where("sku = ?", sku)
 	if sent != nil && *sent {
 		q = q.Where("sent_at IS NOT NULL")
 	} else if sent != nil {
@@ -153,7 +154,7 @@ func TestRelayIsolatesAFailingSKU(t *testing.T) {
 	var down atomic.Bool
 	down.Store(true)
 	p := &flakyProducer{Producer: m.Producer(), fail: func(msgs []mq.Message) error {
-		var first StockMessage
+		var first arbiter.StockMessage
 		_ = json.Unmarshal(msgs[0].Body, &first)
 		// BAD's first run (rows 0-127) goes out, the second (from 128) fails.
 		if down.Load() && first.SKU == "BAD" && first.Token >= "BAD-128" {
@@ -161,7 +162,7 @@ func TestRelayIsolatesAFailingSKU(t *testing.T) {
 		}
 		return nil
 	}}
-	var rows []OutboxRow
+	var rows []arbiter.OutboxRow
 	for i := range 200 {
 		rows = append(rows, outboxRow("BAD", fmt.Sprintf("BAD-%03d", i)))
 		if i%20 == 0 {
@@ -236,7 +237,7 @@ func TestRelayFailingSKUDoesNotStarveOthers(t *testing.T) {
 		}
 		return nil
 	}}
-	var rows []OutboxRow
+	var rows []arbiter.OutboxRow
 	for i := range 50 {
 		rows = append(rows, outboxRow("BAD", fmt.Sprintf("BAD-%03d", i)))
 	}
@@ -289,7 +290,7 @@ func TestRelayConcurrentSKUsKeepTheirOrder(t *testing.T) {
 			sku := fmt.Sprintf("S%02d", s)
 			for i := 0; i < perSKU; {
 				k := min(1+rand.N(4), perSKU-i)
-				rows := make([]OutboxRow, k)
+				rows := make([]arbiter.OutboxRow, k)
 				for j := range rows {
 					rows[j] = outboxRow(sku, fmt.Sprintf("%s-%02d", sku, i+j))
 				}

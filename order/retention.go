@@ -9,6 +9,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/job"
 	"github.com/acme/inventory/stock"
 )
@@ -166,12 +167,12 @@ func (r *Retention) deleteIDs(db *gorm.DB, table, query string, cutoff time.Time
 func (r *Retention) compactMovements(db *gorm.DB, cutoff time.Time) (int64, error) {
 	var folded int64
 	err := db.Transaction(func(tx *gorm.DB) error {
-		var old []Movement
-		if err := tx.Where("created_at < ? AND NOT (kind = ? AND reason = ?)", cutoff, MoveSet, openingReason).
+		var old []arbiter.Movement
+		if err := tx.Where("created_at < ? AND NOT (kind = ? AND reason = ?)", cutoff, arbiter.MoveSet, openingReason).
 			Order("id").Limit(r.cfg.Batch).Find(&old).Error; err != nil {
 			return err
 		}
-		bySKU := map[string][]Movement{}
+		bySKU := map[string][]arbiter.Movement{}
 		var skus []string
 		for _, m := range old {
 			if _, ok := bySKU[m.SKU]; !ok {
@@ -183,12 +184,12 @@ func (r *Retention) compactMovements(db *gorm.DB, cutoff time.Time) (int64, erro
 			ms := bySKU[sku]
 			last := ms[len(ms)-1]
 			// The SKU's earlier opening balance folds in too.
-			var opening []Movement
-			if err := tx.Where("sku = ? AND id < ? AND kind = ? AND reason = ?", sku, last.ID, MoveSet, openingReason).
+			var opening []arbiter.Movement
+			if err := tx.Where("sku = ? AND id < ? AND kind = ? AND reason = ?", sku, last.ID, arbiter.MoveSet, openingReason).
 				Find(&opening).Error; err != nil {
 				return err
 			}
-			sum := Movement{ID: last.ID, SKU: sku, Kind: MoveSet, Reason: openingReason, CreatedAt: last.CreatedAt}
+			sum := arbiter.Movement{ID: last.ID, SKU: sku, Kind: arbiter.MoveSet, Reason: openingReason, CreatedAt: last.CreatedAt}
 			ids := make([]int64, 0, len(ms)+len(opening))
 			for _, m := range append(opening, ms...) {
 				sum.OnHandDelta += m.OnHandDelta

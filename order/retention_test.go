@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
@@ -24,7 +25,7 @@ func (r *rig) sums(sku string) [2]int64 {
 	return [2]int64{s.OnHand, s.Reserved}
 }
 
-func deliver(t *testing.T, r *rig, msgs ...StockMessage) {
+func deliver(t *testing.T, r *rig, msgs ...arbiter.StockMessage) {
 	t.Helper()
 	var out []mq.Message
 	for _, m := range msgs {
@@ -103,7 +104,7 @@ func TestRetentionPrunesFinishedHistory(t *testing.T) {
 	page, err := cat.Movements(ctx, sku, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, page.Items, 1)
-	require.Equal(t, MoveSet, page.Items[0].Kind)
+	require.Equal(t, arbiter.MoveSet, page.Items[0].Kind)
 	require.Equal(t, openingReason, page.Items[0].Reason)
 
 	// History goes on after the opening balance, and a second run folds the
@@ -124,8 +125,8 @@ func TestRetentionPrunesFinishedHistory(t *testing.T) {
 	// they were applied; nothing changes and nothing is an anomaly.
 	anomalies := r.count(`SELECT COUNT(*) FROM stock_anomalies WHERE sku = ?`, sku)
 	dup := r.applier.Duplicate.Load()
-	deliver(t, r, StockMessage{Token: paid[1].ReservationToken, SKU: sku, Op: OpDeduct, Qty: 2},
-		StockMessage{Token: paid[0].ReservationToken, SKU: sku, Op: OpRestore, Qty: 2})
+	deliver(t, r, arbiter.StockMessage{Token: paid[1].ReservationToken, SKU: sku, Op: arbiter.OpDeduct, Qty: 2},
+		arbiter.StockMessage{Token: paid[0].ReservationToken, SKU: sku, Op: arbiter.OpRestore, Qty: 2})
 	r.requireQty(sku, 43, 2)
 	require.Equal(t, anomalies, r.count(`SELECT COUNT(*) FROM stock_anomalies WHERE sku = ?`, sku))
 	require.Equal(t, dup+2, r.applier.Duplicate.Load())

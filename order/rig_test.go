@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
@@ -91,7 +92,7 @@ func assemble(t testing.TB, tr transport, db *gorm.DB, rdb *redis.Client, opts r
 		rdb.AddHook(h)
 	}
 	r := &rig{t: t, tr: tr, clock: newClock(), db: db, rdb: rdb}
-	init := InitFunc(db)
+	init := arbiter.InitFunc(db)
 	if opts.wrapInit != nil {
 		init = opts.wrapInit(init)
 	}
@@ -135,9 +136,9 @@ func (r *rig) putSKU(prefix string, onHand, perUserLimit int64) string {
 }
 
 // sku reads sku's database record (its quantity states).
-func (r *rig) sku(sku string) SKU {
+func (r *rig) sku(sku string) arbiter.SKU {
 	r.t.Helper()
-	var rec SKU
+	var rec arbiter.SKU
 	require.NoError(r.t, r.db.Take(&rec, "sku = ?", sku).Error)
 	return rec
 }
@@ -203,7 +204,7 @@ func (r *rig) checkInvariant(sku string) {
 	r.t.Helper()
 	rec := r.sku(sku)
 	require.Equal(r.t, r.live(sku), rec.Reserved, "%s: reserved = live reservations", sku)
-	require.Equal(r.t, rec.available(), r.redisAvailable(sku), "%s: Redis available = on_hand - reserved", sku)
+	require.Equal(r.t, rec.Available(), r.redisAvailable(sku), "%s: Redis available = on_hand - reserved", sku)
 	if rec.OnHand != stock.Unlimited {
 		require.LessOrEqual(r.t, rec.Reserved, rec.OnHand, "%s: reserved <= on_hand", sku)
 	}
@@ -219,21 +220,21 @@ func (r *rig) requireQty(sku string, onHand, reserved int64) {
 }
 
 // reservationState is the state of the reservation (token, sku).
-func (r *rig) reservationState(token, sku string) ResState {
+func (r *rig) reservationState(token, sku string) arbiter.ResState {
 	r.t.Helper()
-	var res Reservation
+	var res arbiter.Reservation
 	require.NoError(r.t, r.db.Take(&res, "token = ? AND sku = ?", token, sku).Error, "reservation (%s, %s)", token, sku)
 	return res.State
 }
 
 // outbox is every outbox row, in id order, as the message it becomes.
-func (r *rig) outbox() []StockMessage {
+func (r *rig) outbox() []arbiter.StockMessage {
 	r.t.Helper()
-	var rows []OutboxRow
+	var rows []arbiter.OutboxRow
 	require.NoError(r.t, r.db.Order("id").Find(&rows).Error)
-	out := make([]StockMessage, len(rows))
+	out := make([]arbiter.StockMessage, len(rows))
 	for i, row := range rows {
-		out[i] = StockMessage{Token: row.Token, SKU: row.SKU, Op: row.Op, Qty: row.Qty}
+		out[i] = arbiter.StockMessage{Token: row.Token, SKU: row.SKU, Op: row.Op, Qty: row.Qty}
 	}
 	return out
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
@@ -159,9 +160,9 @@ func (s *scen) levels(sku string) stock.Levels {
 }
 
 // reservations returns token's reservation rows, by SKU.
-func (s *scen) reservations(token string) []Reservation {
+func (s *scen) reservations(token string) []arbiter.Reservation {
 	s.t.Helper()
-	var rows []Reservation
+	var rows []arbiter.Reservation
 	require.NoError(s.t, s.db.Where("token = ?", token).Order("sku").Find(&rows).Error)
 	return rows
 }
@@ -169,7 +170,7 @@ func (s *scen) reservations(token string) []Reservation {
 type scenResRow struct {
 	SKU   string
 	Qty   int64
-	State ResState
+	State arbiter.ResState
 }
 
 func (s *scen) resRows(token string) []scenResRow {
@@ -181,8 +182,8 @@ func (s *scen) resRows(token string) []scenResRow {
 	return out
 }
 
-func scenMsg(token, sku string, op Op, qty int64) mq.Message {
-	body, _ := json.Marshal(StockMessage{Token: token, SKU: sku, Op: op, Qty: qty})
+func scenMsg(token, sku string, op arbiter.Op, qty int64) mq.Message {
+	body, _ := json.Marshal(arbiter.StockMessage{Token: token, SKU: sku, Op: op, Qty: qty})
 	return mq.Message{Key: sku, Body: body, ID: token + "/" + string(op)}
 }
 
@@ -356,7 +357,7 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 	s.rollback()
 	before := s.levels("OLD")
 	require.EqualValues(t, 7, before.Available, "Redis came back with the older, higher value")
-	require.EqualValues(t, SKU{SKU: "OLD", OnHand: 10, Reserved: 7}, scenQty(s.sku("OLD")))
+	require.EqualValues(t, arbiter.SKU{SKU: "OLD", OnHand: 10, Reserved: 7}, scenQty(s.sku("OLD")))
 
 	// Ten buyers race for one unit each: Redis would admit 7, the database has 3.
 	const buyers = 10
@@ -377,7 +378,7 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 	}
 	require.Len(t, won, 5, "exactly on_hand - reserved = 3 more units sold")
 	require.Equal(t, 7, refused)
-	require.EqualValues(t, SKU{SKU: "OLD", OnHand: 10, Reserved: 10}, scenQty(s.sku("OLD")))
+	require.EqualValues(t, arbiter.SKU{SKU: "OLD", OnHand: 10, Reserved: 10}, scenQty(s.sku("OLD")))
 	require.EqualValues(t, 10, s.live("OLD"))
 	require.EqualValues(t, 10, s.count(`SELECT COALESCE(SUM(i.qty), 0) FROM order_items i JOIN orders o ON o.id = i.order_id
 		WHERE o.status = 'PENDING' AND i.sku = 'OLD'`))
@@ -400,7 +401,7 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 	})
 	s.waitApplied()
 	stop()
-	require.EqualValues(t, SKU{SKU: "OLD", OnHand: 0, Reserved: 0}, scenQty(s.sku("OLD")))
+	require.EqualValues(t, arbiter.SKU{SKU: "OLD", OnHand: 0, Reserved: 0}, scenQty(s.sku("OLD")))
 	require.EqualValues(t, 10, s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = 'OLD' AND state = 'SOLD'`))
 	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_anomalies`))
 	s.checkInvariant("OLD")
@@ -416,7 +417,7 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 	require.EqualValues(t, 10, s.levels("LOW").Available)
 	s.rollback()
 	require.EqualValues(t, 6, s.levels("LOW").Available, "the give-back was lost")
-	require.EqualValues(t, SKU{SKU: "LOW", OnHand: 10, Reserved: 0}, scenQty(s.sku("LOW")))
+	require.EqualValues(t, arbiter.SKU{SKU: "LOW", OnHand: 10, Reserved: 0}, scenQty(s.sku("LOW")))
 	_, err = s.svc.Create(ctx, "u4", "", line("LOW", 10))
 	require.ErrorIs(t, err, stock.ErrInsufficientStock, "hidden units: refused by Redis")
 	require.EqualValues(t, 0, s.sku("LOW").Reserved)
@@ -440,8 +441,8 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 }
 
 // scenQty keeps a SKU record's quantities (seq and epoch vary).
-func scenQty(r SKU) SKU {
-	return SKU{SKU: r.SKU, OnHand: r.OnHand, Reserved: r.Reserved, PerUserLimit: r.PerUserLimit}
+func scenQty(r arbiter.SKU) arbiter.SKU {
+	return arbiter.SKU{SKU: r.SKU, OnHand: r.OnHand, Reserved: r.Reserved, PerUserLimit: r.PerUserLimit}
 }
 
 // ---------------------------------------------------------------------------
@@ -460,7 +461,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	require.NoError(t, err)
 	type snap struct {
 		rows   []scenResRow
-		rec    SKU
+		rec    arbiter.SKU
 		redis  int64
 		status Status
 	}
@@ -470,7 +471,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 		return snap{rows: s.resRows(o.ID), rec: s.sku("TOK"), redis: s.levels("TOK").Available, status: got.Status}
 	}
 	want := snapshot()
-	require.Equal(t, []scenResRow{{"TOK", 3, Held}}, want.rows)
+	require.Equal(t, []scenResRow{{"TOK", 3, arbiter.Held}}, want.rows)
 	require.EqualValues(t, 3, want.rec.Reserved)
 	require.EqualValues(t, 7, want.redis)
 
@@ -494,7 +495,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 		require.Zero(t, vals[i])
 	}
 	require.Equal(t, want, snapshot(), "ReleaseToken(order id) changed nothing")
-	require.Equal(t, []scenResRow{{"TOK", 0, Released}}, s.resRows("t."+o.ID), "one tombstone")
+	require.Equal(t, []scenResRow{{"TOK", 0, arbiter.Released}}, s.resRows("t."+o.ID), "one tombstone")
 
 	// Reserve with the order's id is a released token now; Redis gets its
 	// admission back.
@@ -512,8 +513,8 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Paid, paid.Status)
 	s.waitApplied()
-	require.EqualValues(t, SKU{SKU: "TOK", OnHand: 7}, scenQty(s.sku("TOK")))
-	require.Equal(t, []scenResRow{{"TOK", 3, Sold}}, s.resRows(o.ID))
+	require.EqualValues(t, arbiter.SKU{SKU: "TOK", OnHand: 7}, scenQty(s.sku("TOK")))
+	require.Equal(t, []scenResRow{{"TOK", 3, arbiter.Sold}}, s.resRows(o.ID))
 	scenRace(n, func(i int) { vals[i], errs[i] = s.svc.ReleaseToken(ctx, "TOK", o.ID) })
 	for i := range n {
 		require.NoError(t, errs[i])
@@ -531,7 +532,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	require.EqualValues(t, 1, okRefunds.Load())
 	s.waitApplied()
 	restored(1)
-	require.EqualValues(t, SKU{SKU: "TOK", OnHand: 10}, scenQty(s.sku("TOK")), "the refund gave back exactly once")
+	require.EqualValues(t, arbiter.SKU{SKU: "TOK", OnHand: 10}, scenQty(s.sku("TOK")), "the refund gave back exactly once")
 	require.EqualValues(t, 10, s.levels("TOK").Available)
 	require.EqualValues(t, 3, s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_ledger WHERE token = ? AND op = 'DEDUCT'`, o.ID))
 	require.EqualValues(t, 3, s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_ledger WHERE token = ? AND op = 'RESTORE'`, o.ID))
@@ -551,8 +552,8 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 		took++
 	}
 	require.Positive(t, took)
-	require.Equal(t, []scenResRow{{"RAW", 2, Held}}, s.resRows("t.c1"))
-	require.EqualValues(t, SKU{SKU: "RAW", OnHand: 10, Reserved: 2}, scenQty(s.sku("RAW")))
+	require.Equal(t, []scenResRow{{"RAW", 2, arbiter.Held}}, s.resRows("t.c1"))
+	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10, Reserved: 2}, scenQty(s.sku("RAW")))
 	require.EqualValues(t, 8, s.levels("RAW").Available)
 
 	scenRace(n, func(i int) { vals[i], errs[i] = s.svc.Reserve(ctx, "RAW", 2, "c1") })
@@ -562,7 +563,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	}
 	_, err = s.svc.Reserve(ctx, "RAW", 5, "c1")
 	require.ErrorIs(t, err, ErrConflict, "a replay with another qty")
-	require.EqualValues(t, SKU{SKU: "RAW", OnHand: 10, Reserved: 2}, scenQty(s.sku("RAW")), "replays took nothing")
+	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10, Reserved: 2}, scenQty(s.sku("RAW")), "replays took nothing")
 	require.EqualValues(t, 8, s.levels("RAW").Available)
 
 	scenRace(n, func(i int) { vals[i], errs[i] = s.svc.ReleaseToken(ctx, "RAW", "c1") })
@@ -573,7 +574,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 		require.Contains(t, []int64{0, 2}, vals[i])
 	}
 	require.EqualValues(t, 2, released, "released once")
-	require.EqualValues(t, SKU{SKU: "RAW", OnHand: 10}, scenQty(s.sku("RAW")))
+	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10}, scenQty(s.sku("RAW")))
 	require.EqualValues(t, 10, s.levels("RAW").Available)
 
 	_, err = s.svc.Reserve(ctx, "RAW", 2, "c1")
@@ -585,7 +586,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	require.Zero(t, n0)
 	_, err = s.svc.Reserve(ctx, "RAW", 1, "c2")
 	require.ErrorIs(t, err, ErrTokenReleased, "a deduct arriving after its release takes nothing")
-	require.EqualValues(t, SKU{SKU: "RAW", OnHand: 10}, scenQty(s.sku("RAW")))
+	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10}, scenQty(s.sku("RAW")))
 	require.EqualValues(t, 10, s.levels("RAW").Available)
 
 	// A reservation races its own release, for 16 fresh tokens: whichever
@@ -650,7 +651,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	require.Equal(t, tookUnits, gaveBack)
 	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_reservations WHERE token LIKE 't.x%' AND sku = 'PAIR' AND state <> 'RELEASED'`))
 	require.EqualValues(t, pairs, s.count(`SELECT COUNT(*) FROM stock_reservations WHERE token LIKE 't.x%' AND sku = 'PAIR'`))
-	require.EqualValues(t, SKU{SKU: "PAIR", OnHand: 100}, scenQty(s.sku("PAIR")))
+	require.EqualValues(t, arbiter.SKU{SKU: "PAIR", OnHand: 100}, scenQty(s.sku("PAIR")))
 	require.EqualValues(t, 100, s.levels("PAIR").Available)
 	s.checkInvariant("PAIR")
 
@@ -672,8 +673,8 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	s.waitApplied()
 	_, err = s.svc.ReleaseToken(ctx, "RAW", "c3")
 	require.ErrorIs(t, err, ErrConflict, "sold")
-	require.EqualValues(t, SKU{SKU: "RAW", OnHand: 6}, scenQty(s.sku("RAW")))
-	require.Equal(t, []scenResRow{{"RAW", 4, Sold}}, s.resRows("t.c3"))
+	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 6}, scenQty(s.sku("RAW")))
+	require.Equal(t, []scenResRow{{"RAW", 4, arbiter.Sold}}, s.resRows("t.c3"))
 	s.checkInvariant("RAW")
 	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_anomalies`))
 }
@@ -699,7 +700,7 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM orders`))
 	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_reservations`))
 	for _, sku := range []string{"MIDA", "MIDB"} {
-		require.EqualValues(t, SKU{SKU: sku, OnHand: 100}, scenQty(s.sku(sku)))
+		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100}, scenQty(s.sku(sku)))
 		require.EqualValues(t, 100, s.levels(sku).Available, "%s: line 1's admission was given back", sku)
 	}
 
@@ -725,7 +726,7 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 	require.Equal(t, carts/2, okCount)
 	require.EqualValues(t, carts/2, s.count(`SELECT COUNT(*) FROM orders`))
 	for _, sku := range []string{"MIDA", "MIDB"} {
-		require.EqualValues(t, SKU{SKU: sku, OnHand: 100, Reserved: carts / 2}, scenQty(s.sku(sku)))
+		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100, Reserved: carts / 2}, scenQty(s.sku(sku)))
 		require.EqualValues(t, 100-carts/2, s.levels(sku).Available)
 		s.checkInvariant(sku)
 	}
@@ -740,7 +741,7 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 	require.EqualValues(t, 100-carts/2, s.levels("MIDA").Available, "line 1 given back")
 	require.EqualValues(t, 100-carts/2-3, s.levels("MIDB").Available, "line 2 hidden")
 	for _, sku := range []string{"MIDA", "MIDB"} {
-		require.EqualValues(t, SKU{SKU: sku, OnHand: 100, Reserved: carts / 2}, scenQty(s.sku(sku)))
+		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100, Reserved: carts / 2}, scenQty(s.sku(sku)))
 	}
 	realigned, err := s.cat.Realign(ctx)
 	require.NoError(t, err)
@@ -754,7 +755,7 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 	o, err := s.svc.Create(ctx, "u9", "k1", cart(5, 5))
 	require.NoError(t, err)
 	s.flushAll()
-	require.Equal(t, []scenResRow{{"MIDA", 5, Held}, {"MIDB", 5, Held}}, s.resRows(o.ID))
+	require.Equal(t, []scenResRow{{"MIDA", 5, arbiter.Held}, {"MIDB", 5, arbiter.Held}}, s.resRows(o.ID))
 	const retries = 16
 	ids := make([]string, retries)
 	errs = make([]error, retries)
@@ -774,7 +775,7 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 	require.ErrorIs(t, err, ErrConflict)
 	require.EqualValues(t, carts/2+1, s.count(`SELECT COUNT(*) FROM orders`))
 	for _, sku := range []string{"MIDA", "MIDB"} {
-		require.EqualValues(t, SKU{SKU: sku, OnHand: 100, Reserved: carts/2 + 5}, scenQty(s.sku(sku)), "reserved once")
+		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100, Reserved: carts/2 + 5}, scenQty(s.sku(sku)), "reserved once")
 		require.False(t, s.levels(sku).Initialised, "retries never went to Redis")
 		require.EqualValues(t, 100-carts/2-5, s.redisAvailable(sku), "re-initialised from the database")
 		s.checkInvariant(sku)
@@ -867,7 +868,7 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 		adjDone <- adjusted{v, err}
 	}()
 	<-pause.reached
-	require.EqualValues(t, SKU{SKU: "ADJ2", OnHand: 10, Reserved: 5}, scenQty(s.sku("ADJ2")))
+	require.EqualValues(t, arbiter.SKU{SKU: "ADJ2", OnHand: 10, Reserved: 5}, scenQty(s.sku("ADJ2")))
 	require.NoError(t, s.st.Forget(ctx, "ADJ2"))
 	require.NoError(t, s.st.EnsureInit(ctx, "ADJ2"))
 	require.EqualValues(t, 5, s.levels("ADJ2").Available)
@@ -951,7 +952,7 @@ func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 3, q)
 	require.EqualValues(t, 10, s.redisAvailable("FINE"))
-	want := SKU{SKU: "ANO", OnHand: 10, Reserved: 5}
+	want := arbiter.SKU{SKU: "ANO", OnHand: 10, Reserved: 5}
 	require.Equal(t, want, scenQty(s.sku("ANO")))
 
 	// Each forged DEDUCT is delivered by 8 consumers at once.
@@ -962,19 +963,19 @@ func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 			}
 		})
 	}
-	deliver(scenMsg("ghost", "ANO", OpDeduct, 1))      // no reservation at all
-	deliver(scenMsg(o.ID, "ANO", OpDeduct, 2))         // HELD, not committed
-	deliver(scenMsg("t.c1", "ANO", OpDeduct, 4))       // committed, wrong qty
-	deliver(scenMsg(o.ID+".late", "ANO", OpDeduct, 2)) // no late reservation
+	deliver(scenMsg("ghost", "ANO", arbiter.OpDeduct, 1))      // no reservation at all
+	deliver(scenMsg(o.ID, "ANO", arbiter.OpDeduct, 2))         // HELD, not committed
+	deliver(scenMsg("t.c1", "ANO", arbiter.OpDeduct, 4))       // committed, wrong qty
+	deliver(scenMsg(o.ID+".late", "ANO", arbiter.OpDeduct, 2)) // no late reservation
 	require.EqualValues(t, 4, s.applier.Anomalies.Load(), "each recorded once")
 	require.EqualValues(t, 0, s.applier.Applied.Load())
 	require.EqualValues(t, 28, s.applier.Duplicate.Load())
 	require.Equal(t, want, scenQty(s.sku("ANO")), "on_hand and reserved unchanged")
-	require.Equal(t, []scenResRow{{"ANO", 2, Held}}, s.resRows(o.ID))
-	require.Equal(t, []scenResRow{{"ANO", 3, Committed}}, s.resRows("t.c1"))
+	require.Equal(t, []scenResRow{{"ANO", 2, arbiter.Held}}, s.resRows(o.ID))
+	require.Equal(t, []scenResRow{{"ANO", 3, arbiter.Committed}}, s.resRows("t.c1"))
 	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_ledger`))
 	var reasons []string
-	require.NoError(t, s.db.Model(&AnomalyRow{}).Order("token").Pluck("reason", &reasons).Error)
+	require.NoError(t, s.db.Model(&arbiter.AnomalyRow{}).Order("token").Pluck("reason", &reasons).Error)
 	require.Equal(t, slices.Repeat([]string{"no committed reservation of this quantity"}, 4), reasons)
 
 	reports, err := s.cat.Reconcile(ctx, false)
@@ -989,9 +990,9 @@ func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 	require.Contains(t, reports[0].Problem, "anomalies")
 
 	// A RESTORE for those tokens is an anomaly too: it creates no units.
-	deliver(scenMsg("ghost", "ANO", OpRestore, 1))
-	deliver(scenMsg("t.c1", "ANO", OpRestore, 4))
-	deliver(scenMsg(o.ID, "ANO", OpRestore, 2))
+	deliver(scenMsg("ghost", "ANO", arbiter.OpRestore, 1))
+	deliver(scenMsg("t.c1", "ANO", arbiter.OpRestore, 4))
+	deliver(scenMsg(o.ID, "ANO", arbiter.OpRestore, 2))
 	require.EqualValues(t, 7, s.applier.Anomalies.Load())
 	require.EqualValues(t, 0, s.applier.Applied.Load())
 	require.Equal(t, want, scenQty(s.sku("ANO")), "on_hand unchanged")
@@ -1006,7 +1007,7 @@ func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 
 	// An unknown SKU is an anomaly as well, reported under its name; a clean
 	// SKU is never reported.
-	deliver(scenMsg("ghost", "NOSUCH", OpDeduct, 1))
+	deliver(scenMsg("ghost", "NOSUCH", arbiter.OpDeduct, 1))
 	require.EqualValues(t, 1, s.count(`SELECT COUNT(*) FROM stock_anomalies WHERE sku = 'NOSUCH' AND reason = 'unknown sku'`))
 	reports, err = s.cat.Reconcile(ctx, false)
 	require.NoError(t, err)
@@ -1037,7 +1038,7 @@ func TestScenarioLatePaymentRace(t *testing.T) {
 		require.True(t, expired)
 	}
 	for _, sku := range []string{"LATE", "LATE2"} {
-		require.EqualValues(t, SKU{SKU: sku, OnHand: 10}, scenQty(s.sku(sku)))
+		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 10}, scenQty(s.sku(sku)))
 		require.EqualValues(t, 10, s.levels(sku).Available)
 	}
 
@@ -1072,12 +1073,12 @@ func TestScenarioLatePaymentRace(t *testing.T) {
 	require.Equal(t, Paid, stored.Status)
 	require.Equal(t, winner, *stored.PaymentID)
 	require.Equal(t, o.ID+".late", stored.ReservationToken)
-	require.Equal(t, []scenResRow{{"LATE", 3, Committed}, {"LATE2", 2, Committed}}, s.resRows(o.ID+".late"))
-	require.Equal(t, []scenResRow{{"LATE", 3, Released}, {"LATE2", 2, Released}}, s.resRows(o.ID))
+	require.Equal(t, []scenResRow{{"LATE", 3, arbiter.Committed}, {"LATE2", 2, arbiter.Committed}}, s.resRows(o.ID+".late"))
+	require.Equal(t, []scenResRow{{"LATE", 3, arbiter.Released}, {"LATE2", 2, arbiter.Released}}, s.resRows(o.ID))
 	require.EqualValues(t, 2, s.count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ? AND op = 'DEDUCT'`, o.ID+".late"))
 	require.EqualValues(t, 2, s.count(`SELECT COUNT(*) FROM stock_outbox`))
-	require.EqualValues(t, SKU{SKU: "LATE", OnHand: 10, Reserved: 3}, scenQty(s.sku("LATE")))
-	require.EqualValues(t, SKU{SKU: "LATE2", OnHand: 10, Reserved: 2}, scenQty(s.sku("LATE2")))
+	require.EqualValues(t, arbiter.SKU{SKU: "LATE", OnHand: 10, Reserved: 3}, scenQty(s.sku("LATE")))
+	require.EqualValues(t, arbiter.SKU{SKU: "LATE2", OnHand: 10, Reserved: 2}, scenQty(s.sku("LATE2")))
 	require.EqualValues(t, 7, s.levels("LATE").Available)
 	require.EqualValues(t, 8, s.levels("LATE2").Available)
 	s.checkInvariant("LATE")
@@ -1091,7 +1092,7 @@ func TestScenarioLatePaymentRace(t *testing.T) {
 		require.NoError(t, errs[i])
 		require.Equal(t, RefundRequired, got[i].Status)
 	}
-	require.EqualValues(t, SKU{SKU: "GONE", OnHand: 2, Reserved: 2}, scenQty(s.sku("GONE")))
+	require.EqualValues(t, arbiter.SKU{SKU: "GONE", OnHand: 2, Reserved: 2}, scenQty(s.sku("GONE")))
 	require.Empty(t, s.resRows(og.ID+".late"))
 	s.checkInvariant("GONE")
 
@@ -1105,7 +1106,7 @@ func TestScenarioLatePaymentRace(t *testing.T) {
 		require.NoError(t, errs[i])
 		require.Equal(t, RefundRequired, got[i].Status)
 	}
-	require.EqualValues(t, SKU{SKU: "LATE", OnHand: 10, Reserved: 3}, scenQty(s.sku("LATE")))
+	require.EqualValues(t, arbiter.SKU{SKU: "LATE", OnHand: 10, Reserved: 3}, scenQty(s.sku("LATE")))
 	require.EqualValues(t, 7, s.levels("LATE").Available)
 	refunded, err := s.svc.Refund(ctx, oc.ID)
 	require.NoError(t, err)
@@ -1115,9 +1116,9 @@ func TestScenarioLatePaymentRace(t *testing.T) {
 	// The late sale lands.
 	s.startPipeline()
 	s.waitApplied()
-	require.EqualValues(t, SKU{SKU: "LATE", OnHand: 7}, scenQty(s.sku("LATE")))
-	require.EqualValues(t, SKU{SKU: "LATE2", OnHand: 8}, scenQty(s.sku("LATE2")))
-	require.Equal(t, []scenResRow{{"LATE", 3, Sold}, {"LATE2", 2, Sold}}, s.resRows(o.ID+".late"))
+	require.EqualValues(t, arbiter.SKU{SKU: "LATE", OnHand: 7}, scenQty(s.sku("LATE")))
+	require.EqualValues(t, arbiter.SKU{SKU: "LATE2", OnHand: 8}, scenQty(s.sku("LATE2")))
+	require.Equal(t, []scenResRow{{"LATE", 3, arbiter.Sold}, {"LATE2", 2, arbiter.Sold}}, s.resRows(o.ID+".late"))
 	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_anomalies`))
 	for _, sku := range []string{"LATE", "LATE2", "GONE"} {
 		s.checkInvariant(sku)
@@ -1208,7 +1209,7 @@ func TestScenarioDoubleKeyLoss(t *testing.T) {
 		got, err := s.svc.Get(ctx, oc.id)
 		require.NoError(t, err)
 		require.Equal(t, oc.status, got.Status)
-		want := map[Status]ResState{Pending: Held, Paid: Committed, Cancelled: Released}[oc.status]
+		want := map[Status]arbiter.ResState{Pending: arbiter.Held, Paid: arbiter.Committed, Cancelled: arbiter.Released}[oc.status]
 		require.Equal(t, []scenResRow{{"DKL", oc.qty, want}}, s.resRows(oc.id))
 		if oc.status != Cancelled {
 			held += oc.qty
@@ -1482,7 +1483,7 @@ func TestScenarioPutLimitRacesUnlimitedAdmission(t *testing.T) {
 	require.Equal(t, SKUView{SKU: "UNL", OnHand: 10, Available: 10, RedisAvailable: 10, Version: "10.0"}, *v)
 	close(orderPause.release)
 	require.NoError(t, <-created)
-	require.EqualValues(t, SKU{SKU: "UNL", OnHand: 10, Reserved: 3}, scenQty(s.sku("UNL")))
+	require.EqualValues(t, arbiter.SKU{SKU: "UNL", OnHand: 10, Reserved: 3}, scenQty(s.sku("UNL")))
 
 	// The same through the token API.
 	tokenPause.armed.Store(true)
@@ -1496,7 +1497,7 @@ func TestScenarioPutLimitRacesUnlimitedAdmission(t *testing.T) {
 	require.NoError(t, err)
 	close(tokenPause.release)
 	require.NoError(t, <-reservedCh)
-	require.EqualValues(t, SKU{SKU: "UNL2", OnHand: 10, Reserved: 4}, scenQty(s.sku("UNL2")))
+	require.EqualValues(t, arbiter.SKU{SKU: "UNL2", OnHand: 10, Reserved: 4}, scenQty(s.sku("UNL2")))
 
 	assert.EqualValues(t, 7, s.levels("UNL").Available, "UNL: Redis must count the order's 3 units")
 	assert.EqualValues(t, 6, s.levels("UNL2").Available, "UNL2: Redis must count the token's 4 units")
@@ -1536,7 +1537,7 @@ func TestScenarioCommitRacesRelease(t *testing.T) {
 		rows := s.resRows("t." + tok)
 		require.Len(t, rows, 1)
 		switch rows[0].State {
-		case Committed, Sold:
+		case arbiter.Committed, arbiter.Sold:
 			committed++
 			require.NoError(t, cerr)
 			require.EqualValues(t, 1, cq)
@@ -1546,7 +1547,7 @@ func TestScenarioCommitRacesRelease(t *testing.T) {
 				continue
 			}
 			require.ErrorIs(t, rerr, ErrConflict)
-		case Released:
+		case arbiter.Released:
 			released++
 			require.NoError(t, rerr)
 			require.EqualValues(t, 1, rq)
@@ -1562,7 +1563,7 @@ func TestScenarioCommitRacesRelease(t *testing.T) {
 	// The stock is right whatever the answers were.
 	s.waitApplied()
 	require.EqualValues(t, committed, s.count(`SELECT COUNT(*) FROM stock_outbox WHERE op = 'DEDUCT'`))
-	require.EqualValues(t, SKU{SKU: "CR", OnHand: 1000 - committed}, scenQty(s.sku("CR")))
+	require.EqualValues(t, arbiter.SKU{SKU: "CR", OnHand: 1000 - committed}, scenQty(s.sku("CR")))
 	s.checkInvariant("CR")
 	// The answers.
 	require.Empty(t, silentRelease, "ReleaseToken returned (0, nil) for reservations a concurrent CommitToken committed")

@@ -6,17 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/stock"
 )
 
@@ -156,7 +155,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []st
 	o, err := s.record(ctx, userID, idemKey, lines, adm)
 	if err != nil {
 		s.stock.UndoCart(context.WithoutCancel(ctx), lines, adm)
-		if isDuplicate(err) && idemKey != "" { // a concurrent retry wrote it first
+		if arbiter.IsDuplicate(err) && idemKey != "" { // a concurrent retry wrote it first
 			winner, gerr := s.byIdempotencyKey(ctx, userID, idemKey)
 			if gerr != nil {
 				return nil, gerr
@@ -185,7 +184,7 @@ func (s *Service) Seckill(ctx context.Context, userID, sku string, limit int64) 
 	}
 	adm, err := s.stock.AdmitBuyer(ctx, sku, 1, stock.Buyer{User: userID, Limit: limit})
 	if errors.Is(err, stock.ErrOverLimit) {
-		return nil, errOverLimit{sku: sku, user: userID, limit: limit}
+		return nil, arbiter.OverLimitError{SKU: sku, User: userID, Limit: limit}
 	}
 	if err != nil {
 		return nil, err
@@ -194,7 +193,7 @@ func (s *Service) Seckill(ctx context.Context, userID, sku string, limit int64) 
 	if err != nil {
 		bg := context.WithoutCancel(ctx)
 		s.stock.UndoCart(bg, lines, []stock.Admission{adm})
-		s.returnQuotas(bg, []buyerUnits{{sku: sku, user: userID, qty: 1}})
+		s.returnQuotas(bg, []arbiter.BuyerUnits{{SKU: sku, User: userID, Qty: 1}})
 		return nil, s.refused(ctx, err)
 	}
 	return o, nil
@@ -213,7 +212,7 @@ func (s *Service) record(ctx context.Context, userID, idemKey string, lines []st
 	req := &writeReq{order: o}
 	for i, l := range lines {
 		o.Items = append(o.Items, Item{OrderID: id, SKU: l.SKU, Qty: l.Qty})
-		req.rows = append(req.rows, Reservation{Token: id, SKU: l.SKU, OrderID: &o.ID, Qty: l.Qty, State: Held,
+		req.rows = append(req.rows, arbiter.Reservation{Token: id, SKU: l.SKU, OrderID: &o.ID, Qty: l.Qty, State: arbiter.Held,
 			Result: adm[i].Remaining, ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now})
 	}
 	marks, err := s.orders.write(ctx, req)
@@ -234,26 +233,26 @@ func (s *Service) byIdempotencyKey(ctx context.Context, userID, key string) (*Or
 // database refused what Redis admitted, Redis was wrong (it lost or rolled
 // back state): the SKU is realigned and the caller gets insufficient stock.
 func (s *Service) refused(ctx context.Context, err error) error {
-	var r errRefused
+	var r arbiter.RefusedError
 	if !errors.As(err, &r) {
-		var limit errOverLimit
+		var limit arbiter.OverLimitError
 		if errors.Is(err, stock.ErrUnknownSKU) || errors.As(err, &limit) {
 			return err
 		}
 		return fmt.Errorf("order: write: %w", err)
 	}
-	s.cfg.Logger.Warn("order: the database refused what Redis admitted; realigning", "sku", r.sku)
-	if rerr := s.stock.Realign(context.WithoutCancel(ctx), r.sku); rerr != nil {
-		s.cfg.Logger.Warn("order: realign failed; the periodic realign retries", "sku", r.sku, "err", rerr)
+	s.cfg.Logger.Warn("order: the database refused what Redis admitted; realigning", "sku", r.SKU)
+	if rerr := s.stock.Realign(context.WithoutCancel(ctx), r.SKU); rerr != nil {
+		s.cfg.Logger.Warn("order: realign failed; the periodic realign retries", "sku", r.SKU, "err", rerr)
 	}
-	return fmt.Errorf("%w: %s", stock.ErrInsufficientStock, r.sku)
+	return fmt.Errorf("%w: %s", stock.ErrInsufficientStock, r.SKU)
 }
 
 // settle makes Redis count what the database recorded: an admission taken
 // from a Redis value that was re-initialised before the reservation
 // committed is taken again from the new value (once: see stock.Apply). In
 // the common case the database's epoch is the admission's and nothing is sent.
-func (s *Service) settle(ctx context.Context, lines []stock.Line, adm []stock.Admission, marks map[string]mark) {
+func (s *Service) settle(ctx context.Context, lines []stock.Line, adm []stock.Admission, marks map[string]arbiter.Mark) {
 	var chs []stock.Change
 	for i, l := range lines {
 		m := marks[l.SKU]
@@ -262,10 +261,10 @@ func (s *Service) settle(ctx context.Context, lines []stock.Line, adm []stock.Ad
 		// epoch) before this reservation committed, the new value did not count
 		// it. While Redis is still unlimited, or in the admission's own epoch,
 		// Apply changes nothing.
-		if m.epoch == adm[i].Epoch {
+		if m.Epoch == adm[i].Epoch {
 			continue
 		}
-		chs = append(chs, stock.Change{SKU: l.SKU, Delta: -l.Qty, Seq: m.seq, Epoch: adm[i].Epoch})
+		chs = append(chs, stock.Change{SKU: l.SKU, Delta: -l.Qty, Seq: m.Seq, Epoch: adm[i].Epoch})
 	}
 	s.ApplyChanges(ctx, chs)
 }
@@ -319,7 +318,7 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 		return nil, err
 	}
 	var won bool
-	var rel release
+	var rel arbiter.Freed
 	o, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
 		q := tx.Model(&Order{}).Where("id = ? AND status = ?", id, Pending)
 		if cond != nil {
@@ -334,7 +333,7 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 		if err != nil || !won {
 			return o, err
 		}
-		rel, err = arbiterIn(tx).release(o.ReservationToken, "")
+		rel, err = arbiter.In(tx).Release(o.ReservationToken, "")
 		return o, err
 	})
 	if err != nil {
@@ -343,8 +342,8 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	if !won {
 		return o, fmt.Errorf("%w: order %s is %s", ErrConflict, id, o.Status)
 	}
-	s.ApplyChanges(ctx, rel.changes)
-	s.returnQuotas(ctx, rel.quotas)
+	s.ApplyChanges(ctx, rel.Changes)
+	s.returnQuotas(ctx, rel.Quotas)
 	s.count(to)
 	if to == Cancelled {
 		s.cfg.OnFinished(ctx, o)
@@ -358,10 +357,10 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 // returnQuotas tells Redis's per-user pre-filter what a release gave back
 // to buyers (the database already has). A failure leaves Redis counting
 // more than the buyer holds, which the database corrects: logged only.
-func (s *Service) returnQuotas(ctx context.Context, quotas []buyerUnits) {
+func (s *Service) returnQuotas(ctx context.Context, quotas []arbiter.BuyerUnits) {
 	for _, q := range quotas {
-		if err := s.stock.ReturnQuota(context.WithoutCancel(ctx), q.sku, q.user, q.qty); err != nil {
-			s.cfg.Logger.Warn("order: giving a buyer's quota back in Redis failed", "sku", q.sku, "err", err)
+		if err := s.stock.ReturnQuota(context.WithoutCancel(ctx), q.SKU, q.User, q.Qty); err != nil {
+			s.cfg.Logger.Warn("order: giving a buyer's quota back in Redis failed", "sku", q.SKU, "err", err)
 		}
 	}
 }
@@ -398,15 +397,15 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 			if err != nil {
 				return nil, err // refused: rolled back; REFUND_REQUIRED below
 			}
-			chs = changes(lineQty(o), marks, -1)
+			chs = arbiter.Changes(lineQty(o), marks, -1)
 			return s.markPaid(tx, o, paymentID, token)
 		case Cancelled:
 			return s.refundRequired(tx, o, paymentID)
 		}
 		return nil, fmt.Errorf("%w: order %s is %s", ErrConflict, id, o.Status)
 	})
-	var refused errRefused
-	var overLimit errOverLimit
+	var refused arbiter.RefusedError
+	var overLimit arbiter.OverLimitError
 	if errors.As(err, &refused) || errors.As(err, &overLimit) {
 		o, err = s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
 			o, done, err := s.lockForPayment(tx, id, paymentID, &before)
@@ -436,15 +435,15 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 // reserveLate reserves an expired order's lines again in the database alone,
 // as COMMITTED reservations under token (Redis follows through Apply),
 // counting them against the buyer's per-user limits again: refused
-// (errRefused, errOverLimit) when the stock or the limit is gone.
-func (s *Service) reserveLate(tx *gorm.DB, o *Order, token string) (map[string]mark, error) {
+// (arbiter.RefusedError, arbiter.OverLimitError) when the stock or the limit is gone.
+func (s *Service) reserveLate(tx *gorm.DB, o *Order, token string) (map[string]arbiter.Mark, error) {
 	now := s.now()
-	holds := make([]hold, len(o.Items))
+	holds := make([]arbiter.Hold, len(o.Items))
 	for i, it := range o.Items {
-		holds[i] = hold{buyer: o.UserID, row: Reservation{Token: token, SKU: it.SKU, OrderID: &o.ID, Qty: it.Qty,
-			State: Committed, ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now}}
+		holds[i] = arbiter.Hold{Buyer: o.UserID, Row: arbiter.Reservation{Token: token, SKU: it.SKU, OrderID: &o.ID, Qty: it.Qty,
+			State: arbiter.Committed, ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now}}
 	}
-	return arbiterIn(tx).reserve(holds)
+	return arbiter.In(tx).Reserve(holds)
 }
 
 func lineQty(o *Order) map[string]int64 {
@@ -467,7 +466,7 @@ func (s *Service) refundRequired(tx *gorm.DB, o *Order, paymentID string) (*Orde
 func (s *Service) recordPayment(tx *gorm.DB, o *Order, to Status, set map[string]any) error {
 	ok, err := s.transition(tx, o.ID, to, []Status{o.Status}, set)
 	switch {
-	case isDuplicate(err):
+	case arbiter.IsDuplicate(err):
 		return fmt.Errorf("%w: payment %s belongs to another order", ErrConflict, set["payment_id"])
 	case err != nil:
 		return err
@@ -512,9 +511,9 @@ func (s *Service) markPaid(tx *gorm.DB, o *Order, paymentID, token string) (*Ord
 	}); err != nil {
 		return nil, err
 	}
-	commit := arbiterIn(tx).commit
+	commit := arbiter.In(tx).Commit
 	if o.Status != Pending {
-		commit = arbiterIn(tx).deductLater // a late payment's reservations were made COMMITTED
+		commit = arbiter.In(tx).DeductLater // a late payment's reservations were made COMMITTED
 	}
 	if err := commit(token, o.lines()); err != nil {
 		return nil, err
@@ -543,7 +542,7 @@ func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
 			return nil, err
 		}
 		if o.Status == Paid {
-			if err := arbiterIn(tx).refund(o.ReservationToken, o.lines()); err != nil {
+			if err := arbiter.In(tx).Refund(o.ReservationToken, o.lines()); err != nil {
 				return nil, err
 			}
 		}
@@ -560,7 +559,7 @@ func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
 
 // inTx runs fn in a transaction, retrying a few times on deadlock.
 func (s *Service) inTx(ctx context.Context, fn func(tx *gorm.DB) (*Order, error)) (*Order, error) {
-	return retryDeadlock(func() (*Order, error) {
+	return arbiter.RetryDeadlock(func() (*Order, error) {
 		var out *Order
 		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			o, err := fn(tx)
@@ -571,32 +570,14 @@ func (s *Service) inTx(ctx context.Context, fn func(tx *gorm.DB) (*Order, error)
 	})
 }
 
-// Under contention InnoDB picks deadlock victims (the applier's reservation
-// UPDATE and a group commit's inserts can wait on each other's gap locks);
-// the victim rolled back entirely, so running it again is safe. Ten attempts
-// with a growing, jittered pause make a caller see one only when the
-// database is stuck, not merely busy.
-func retryDeadlock[T any](fn func() (T, error)) (T, error) {
-	for attempt := 0; ; attempt++ {
-		v, err := fn()
-		if attempt < 10 && isDeadlock(err) {
-			d := time.Duration(attempt+1) * 5 * time.Millisecond
-			time.Sleep(d/2 + rand.N(d))
-			continue
+// ApplyChanges brings changes the database committed into Redis (the
+// Applier's OnApplied for restores). A failure leaves Redis wrong in the safe
+// direction or for the realign to fix, so it is logged, not returned.
+func (s *Service) ApplyChanges(ctx context.Context, chs []stock.Change) {
+	for _, c := range chs {
+		if err := s.stock.Apply(context.WithoutCancel(ctx), c); err != nil {
+			s.cfg.Logger.Warn("order: bringing a committed change into Redis failed; the realign repairs it",
+				"sku", c.SKU, "delta", c.Delta, "err", err)
 		}
-		return v, err
 	}
-}
-
-// isDeadlock recognises a transaction MySQL chose as a deadlock victim, that
-// waited too long for a lock, or (MariaDB's innodb_snapshot_isolation) that
-// would update a row changed since its snapshot: safe to run again.
-func isDeadlock(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205 || me.Number == 1020)
-}
-
-func isDuplicate(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == 1062 || errors.Is(err, gorm.ErrDuplicatedKey)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/stock"
 )
@@ -26,7 +27,7 @@ type node struct {
 
 func (r *rig) node(cfg TimeoutConfig) *node {
 	r.t.Helper()
-	st, err := stock.NewStore(r.rdb, stock.Config{Init: InitFunc(r.db)})
+	st, err := stock.NewStore(r.rdb, stock.Config{Init: arbiter.InitFunc(r.db)})
 	require.NoError(r.t, err)
 	n := &node{}
 	n.svc = NewService(r.db, st, Config{TTL: 15 * time.Minute, Now: r.clock.Now,
@@ -211,9 +212,9 @@ func TestSweepCatchesWhatTheQueueMissed(t *testing.T) {
 		o, err := n.svc.Get(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, Expired, o.Status)
-		require.Equal(t, Released, r.reservationState(id, "A"))
+		require.Equal(t, arbiter.Released, r.reservationState(id, "A"))
 	}
-	require.Equal(t, Held, r.reservationState("t.bare", "A"), "the token reservation waits for its own deadline")
+	require.Equal(t, arbiter.Held, r.reservationState("t.bare", "A"), "the token reservation waits for its own deadline")
 	r.requireQty("A", 100, 5)
 	require.EqualValues(t, 95, r.redisAvailable("A"))
 
@@ -222,7 +223,7 @@ func TestSweepCatchesWhatTheQueueMissed(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, expired)
 	require.EqualValues(t, 1, n.tm.Reaped.Load())
-	require.Equal(t, Released, r.reservationState("t.bare", "A"))
+	require.Equal(t, arbiter.Released, r.reservationState("t.bare", "A"))
 	r.requireStockBack(stocked)
 	_, err = n.svc.Reserve(ctx, "A", 5, "bare")
 	require.ErrorIs(t, err, ErrTokenReleased, "a late replay of the released token cannot take it again")
@@ -324,11 +325,11 @@ func TestPaymentRacesTimeout(t *testing.T) {
 			// Paid in time (under its id) or after it expired (re-reserved under "<id>.late").
 			require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ?`, o.ReservationToken), id)
 			require.EqualValues(t, 1, outbox, id)
-			require.Equal(t, Committed, r.reservationState(o.ReservationToken, "A"))
+			require.Equal(t, arbiter.Committed, r.reservationState(o.ReservationToken, "A"))
 			require.Zero(t, i%2, "only orders that were paid are PAID")
 		case Expired:
 			require.Zero(t, outbox, id)
-			require.Equal(t, Released, r.reservationState(id, "A"))
+			require.Equal(t, arbiter.Released, r.reservationState(id, "A"))
 		default:
 			t.Fatalf("order %s ended %s", id, o.Status)
 		}
@@ -550,7 +551,7 @@ func TestTimeoutShardsOnCluster(t *testing.T) {
 	cfg := TimeoutConfig{MaxPollWait: 20 * time.Millisecond, SweepInterval: time.Hour, Now: r.clock.Now}
 	var nodes []*node
 	for range 3 {
-		st, err := stock.NewStore(rc, stock.Config{Init: InitFunc(r.db)})
+		st, err := stock.NewStore(rc, stock.Config{Init: arbiter.InitFunc(r.db)})
 		require.NoError(t, err)
 		n := &node{}
 		n.svc = NewService(r.db, st, Config{TTL: 15 * time.Minute, Now: r.clock.Now,

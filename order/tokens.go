@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/stock"
 )
 
@@ -49,14 +50,14 @@ func (s *Service) Reserve(ctx context.Context, sku string, qty int64, token stri
 		return 0, err
 	}
 	now := s.now()
-	row := Reservation{Token: key, SKU: sku, Qty: qty, State: Held, Result: adm.Remaining,
+	row := arbiter.Reservation{Token: key, SKU: sku, Qty: qty, State: arbiter.Held, Result: adm.Remaining,
 		ExpiresAt: now.Add(s.cfg.TTL), CreatedAt: now, UpdatedAt: now}
-	marks, err := s.orders.write(ctx, &writeReq{rows: []Reservation{row}})
+	marks, err := s.orders.write(ctx, &writeReq{rows: []arbiter.Reservation{row}})
 	if err != nil {
 		if uerr := s.stock.Undo(context.WithoutCancel(ctx), sku, qty, adm, key); uerr != nil {
 			s.cfg.Logger.Warn("order: undoing an admission failed; the realign repairs it", "sku", sku, "err", uerr)
 		}
-		if isDuplicate(err) { // Redis forgot the token (a key loss): the database remembers
+		if arbiter.IsDuplicate(err) { // Redis forgot the token (a key loss): the database remembers
 			return s.replay(ctx, sku, qty, key)
 		}
 		return 0, s.refused(ctx, err)
@@ -67,7 +68,7 @@ func (s *Service) Reserve(ctx context.Context, sku string, qty int64, token stri
 
 // replay answers a token seen before from its database row.
 func (s *Service) replay(ctx context.Context, sku string, qty int64, key string) (int64, error) {
-	var r Reservation
+	var r arbiter.Reservation
 	err := s.db.WithContext(ctx).Take(&r, "token = ? AND sku = ?", key, sku).Error
 	switch {
 	case errors.Is(err, gorm.ErrRecordNotFound):
@@ -75,7 +76,7 @@ func (s *Service) replay(ctx context.Context, sku string, qty int64, key string)
 		return 0, fmt.Errorf("%w: a reservation with this token is in progress; retry", ErrConflict)
 	case err != nil:
 		return 0, err
-	case r.State == Released:
+	case r.State == arbiter.Released:
 		return 0, ErrTokenReleased
 	case r.Qty != qty:
 		return 0, fmt.Errorf("%w: token was used for %d units, not %d", ErrConflict, r.Qty, qty)
@@ -100,29 +101,29 @@ func (s *Service) ReleaseToken(ctx context.Context, sku, token string) (int64, e
 		// releaseTx would see this transaction's snapshot, taken before a
 		// concurrent CommitToken (or Reserve) committed, and answer "released
 		// before" (0, nil) for a reservation that is committed (or still held).
-		var rows []Reservation
+		var rows []arbiter.Reservation
 		if err := tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("token = ? AND sku = ?", key, sku).
 			Find(&rows).Error; err != nil {
 			return nil, err
 		}
 		if len(rows) == 1 {
 			switch rows[0].State {
-			case Committed, Sold, Restored:
+			case arbiter.Committed, arbiter.Sold, arbiter.Restored:
 				return nil, fmt.Errorf("%w: the reservation is committed (sold); it cannot be released", ErrConflict)
-			case Released:
+			case arbiter.Released:
 				return nil, nil // released before
 			}
-			rel, err := arbiterIn(tx).release(key, sku)
-			chs, released = rel.changes, rel.units[sku]
+			rel, err := arbiter.In(tx).Release(key, sku)
+			chs, released = rel.Changes, rel.Units[sku]
 			return nil, err
 		}
-		if ok, err := skuExists(tx, sku); err != nil || !ok {
-			return nil, errors.Join(err, unknownSKU(sku))
+		if ok, err := arbiter.SKUExists(tx, sku); err != nil || !ok {
+			return nil, errors.Join(err, arbiter.UnknownSKU(sku))
 		}
 		now := s.now()
-		return nil, arbiterIn(tx).forbid(key, sku, Reservation{ExpiresAt: now, CreatedAt: now, UpdatedAt: now})
+		return nil, arbiter.In(tx).Forbid(key, sku, arbiter.Reservation{ExpiresAt: now, CreatedAt: now, UpdatedAt: now})
 	})
-	if isDuplicate(err) { // a deduction with this token landed meanwhile: release it
+	if arbiter.IsDuplicate(err) { // a deduction with this token landed meanwhile: release it
 		return s.ReleaseToken(ctx, sku, token)
 	}
 	if err != nil {
@@ -142,7 +143,7 @@ func (s *Service) CommitToken(ctx context.Context, sku, token string) (int64, er
 	}
 	var qty int64
 	_, err = s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
-		var r Reservation
+		var r arbiter.Reservation
 		if err := tx.Take(&r, "token = ? AND sku = ?", key, sku).Error; err != nil {
 			if errors.Is(err, gorm.ErrRecordNotFound) {
 				return nil, fmt.Errorf("%w: no reservation of %s with this token", ErrNotFound, sku)
@@ -151,12 +152,12 @@ func (s *Service) CommitToken(ctx context.Context, sku, token string) (int64, er
 		}
 		qty = r.Qty
 		switch r.State {
-		case Committed, Sold, Restored:
+		case arbiter.Committed, arbiter.Sold, arbiter.Restored:
 			return nil, nil
-		case Released:
+		case arbiter.Released:
 			return nil, ErrTokenReleased
 		}
-		return nil, arbiterIn(tx).commit(key, []stock.Line{{SKU: sku, Qty: r.Qty}})
+		return nil, arbiter.In(tx).Commit(key, []stock.Line{{SKU: sku, Qty: r.Qty}})
 	})
 	if err != nil {
 		return 0, err
@@ -168,8 +169,8 @@ func (s *Service) CommitToken(ctx context.Context, sku, token string) (int64, er
 // ReleaseExpiredTokens releases the token API's HELD reservations past their
 // deadline (the timeout sweep); it returns how many it released.
 func (s *Service) ReleaseExpiredTokens(ctx context.Context, limit int) (int, error) {
-	var rows []Reservation
-	if err := s.db.WithContext(ctx).Where("state = ? AND expires_at <= ? AND order_id IS NULL", Held, s.now()).
+	var rows []arbiter.Reservation
+	if err := s.db.WithContext(ctx).Where("state = ? AND expires_at <= ? AND order_id IS NULL", arbiter.Held, s.now()).
 		Order("expires_at").Limit(limit).Find(&rows).Error; err != nil {
 		return 0, err
 	}
@@ -177,8 +178,8 @@ func (s *Service) ReleaseExpiredTokens(ctx context.Context, limit int) (int, err
 	for _, r := range rows {
 		var chs []stock.Change
 		_, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
-			rel, err := arbiterIn(tx).release(r.Token, r.SKU) // a commit that won first leaves nothing HELD
-			chs = rel.changes
+			rel, err := arbiter.In(tx).Release(r.Token, r.SKU) // a commit that won first leaves nothing HELD
+			chs = rel.Changes
 			return nil, err
 		})
 		if err != nil {

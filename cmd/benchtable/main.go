@@ -50,6 +50,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
@@ -315,7 +316,7 @@ func applyRun(ctx context.Context, db *sql.DB, size int) result {
 		msgs := make([]mq.Message, size)
 		for i := range msgs {
 			seq++
-			body, _ := json.Marshal(order.StockMessage{Token: fmt.Sprintf("o%d", seq), SKU: "HOT", Op: order.OpDeduct, Qty: 1})
+			body, _ := json.Marshal(arbiter.StockMessage{Token: fmt.Sprintf("o%d", seq), SKU: "HOT", Op: arbiter.OpDeduct, Qty: 1})
 			msgs[i] = mq.Message{Key: "HOT", Body: body}
 		}
 		return size, ap.Handle(ctx, msgs)

@@ -29,6 +29,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/httpapi"
 	"github.com/acme/inventory/internal/identity"
 	"github.com/acme/inventory/internal/mysqlconn"
@@ -92,7 +93,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 
 	a.soldOut = httpapi.NewSoldOut(cmp.Or(cfg.SoldOutTTL, DefaultSoldOutTTL), nil)
 	a.Stock, err = stock.NewStore(a.rdb, stock.Config{
-		Init:        order.InitFunc(a.db),
+		Init:        arbiter.InitFunc(a.db),
 		TokenTTL:    cfg.OrderTTL + time.Minute,
 		Logger:      log,
 		OnStockBack: a.publishStockBack,
@@ -173,7 +174,7 @@ func OpenStores(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err 
 		return nil, err
 	}
 	a.Stock, err = stock.NewStore(a.rdb, stock.Config{
-		Init: order.InitFunc(a.db), TokenTTL: cfg.OrderTTL + time.Minute, Logger: log, OnStockBack: a.publishStockBack,
+		Init: arbiter.InitFunc(a.db), TokenTTL: cfg.OrderTTL + time.Minute, Logger: log, OnStockBack: a.publishStockBack,
 	})
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/order"
 )
 
@@ -121,7 +122,7 @@ func (s *Server) skuMovements(c echo.Context) error {
 	if p.Next > 0 {
 		next = encodeCursor(strconv.FormatInt(p.Next, 10))
 	}
-	return c.JSON(http.StatusOK, page[order.Movement]{Items: p.Items, NextCursor: next})
+	return c.JSON(http.StatusOK, page[arbiter.Movement]{Items: p.Items, NextCursor: next})
 }
 
 // pageParams reads limit (1-500; absent: the default page size) and the

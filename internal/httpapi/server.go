@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/identity"
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
@@ -313,7 +314,7 @@ func ifMatch(c echo.Context) ([]string, error) {
 		tag := strings.TrimSpace(part)
 		switch {
 		case tag == "*":
-			out = append(out, order.AnyVersion)
+			out = append(out, arbiter.AnyVersion)
 		case strings.HasPrefix(tag, `W/"`) && strings.HasSuffix(tag, `"`) && len(tag) >= 4:
 			// weak: matches nothing
 		case strings.HasPrefix(tag, `"`) && strings.HasSuffix(tag, `"`) && len(tag) >= 2 && !strings.Contains(tag[1:len(tag)-1], `"`):

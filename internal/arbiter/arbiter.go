@@ -1,4 +1,4 @@
-package order
+package arbiter
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
-// arbiter is the one owner of every quantity change (docs/SPEC.md section
+// Arbiter is the one owner of every quantity change (docs/SPEC.md section
 // 3): each statement that changes a SKU's on_hand or reserved, a
 // reservation's state or a buyer's quota is a method here, and each method
 // also writes the movements of what it changed, bumps the SKU's seq (what
@@ -23,40 +23,42 @@ import (
 //
 // The database's own rules back it: reserved <= on_hand for every limited
 // SKU (a CHECK), a reservation's key (token, sku), a quota's key (sku, user).
-type arbiter struct{ tx *gorm.DB }
+type Arbiter struct{ tx *gorm.DB }
 
-func arbiterIn(tx *gorm.DB) arbiter { return arbiter{tx: tx} }
+// In is the arbiter of the transaction tx: every change it makes commits or
+// rolls back with tx.
+func In(tx *gorm.DB) Arbiter { return Arbiter{tx: tx} }
 
-// hold is one reservation to record, and the buyer it counts against if its
+// Hold is one reservation to record, and the buyer it counts against if its
 // SKU has a per-user limit ("" for none: the token API).
-type hold struct {
-	row   Reservation
-	buyer string
+type Hold struct {
+	Row   Reservation
+	Buyer string
 }
 
-// reserve records holds (HELD, or COMMITTED for a late payment's
+// Reserve records holds (HELD, or COMMITTED for a late payment's
 // re-reservation): their rows, a RESERVE movement each, each buyer's quota
-// under a conditional increment (errOverLimit past the SKU's limit), and last
-// one conditional increment of reserved per SKU (errRefused when on_hand -
+// under a conditional increment (OverLimitError past the SKU's limit), and last
+// one conditional increment of reserved per SKU (RefusedError when on_hand -
 // reserved cannot cover it, stock.ErrUnknownSKU for no such SKU), so the SKU
 // rows, hot in a flash sale, stay locked only until commit. SKUs are locked
 // in sorted order: concurrent writers never deadlock.
-func (a arbiter) reserve(holds []hold) (map[string]mark, error) {
+func (a Arbiter) Reserve(holds []Hold) (map[string]Mark, error) {
 	limits, err := a.limits(holds)
 	if err != nil {
 		return nil, err
 	}
 	rows := make([]Reservation, len(holds))
 	want := map[string]int64{}
-	take := map[buyerUnits]int64{}
+	take := map[BuyerUnits]int64{}
 	for i, h := range holds {
-		rows[i] = h.row
+		rows[i] = h.Row
 		rows[i].Buyer = nil
-		if h.buyer != "" && limits[h.row.SKU] > 0 {
-			rows[i].Buyer = &holds[i].buyer
-			take[buyerUnits{sku: h.row.SKU, user: h.buyer}] += h.row.Qty
+		if h.Buyer != "" && limits[h.Row.SKU] > 0 {
+			rows[i].Buyer = &holds[i].Buyer
+			take[BuyerUnits{SKU: h.Row.SKU, User: h.Buyer}] += h.Row.Qty
 		}
-		want[h.row.SKU] += h.row.Qty
+		want[h.Row.SKU] += h.Row.Qty
 	}
 	if err := a.tx.Create(rows).Error; err != nil {
 		return nil, err
@@ -75,10 +77,10 @@ func (a arbiter) reserve(holds []hold) (map[string]mark, error) {
 			return nil, res.Error
 		}
 		if res.RowsAffected == 0 {
-			if ok, err := skuExists(a.tx, sku); err != nil || !ok {
-				return nil, errors.Join(err, unknownSKU(sku))
+			if ok, err := SKUExists(a.tx, sku); err != nil || !ok {
+				return nil, errors.Join(err, UnknownSKU(sku))
 			}
-			return nil, errRefused{sku}
+			return nil, RefusedError{sku}
 		}
 	}
 	return readMarks(a.tx, skus)
@@ -86,11 +88,11 @@ func (a arbiter) reserve(holds []hold) (map[string]mark, error) {
 
 // limits reads the per-user limits of the SKUs that holds with a buyer
 // name; SKUs without a limit are absent. One read, only when a buyer counts.
-func (a arbiter) limits(holds []hold) (map[string]int64, error) {
+func (a Arbiter) limits(holds []Hold) (map[string]int64, error) {
 	var skus []string
 	for _, h := range holds {
-		if h.buyer != "" {
-			skus = append(skus, h.row.SKU)
+		if h.Buyer != "" {
+			skus = append(skus, h.Row.SKU)
 		}
 	}
 	if len(skus) == 0 {
@@ -112,16 +114,16 @@ func (a arbiter) limits(holds []hold) (map[string]int64, error) {
 	return limits, nil
 }
 
-// takeQuotas counts each buyer's units, conditionally: errOverLimit when a
+// takeQuotas counts each buyer's units, conditionally: OverLimitError when a
 // buyer would pass the SKU's limit. One upsert per (SKU, buyer), in sorted
 // order; the row is created at the first purchase.
-func (a arbiter) takeQuotas(take map[buyerUnits]int64, limits map[string]int64) error {
-	keys := make([]buyerUnits, 0, len(take))
+func (a Arbiter) takeQuotas(take map[BuyerUnits]int64, limits map[string]int64) error {
+	keys := make([]BuyerUnits, 0, len(take))
 	for k := range take {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(x, y buyerUnits) int {
-		return strings.Compare(x.sku+"\x00"+x.user, y.sku+"\x00"+y.user)
+	slices.SortFunc(keys, func(x, y BuyerUnits) int {
+		return strings.Compare(x.SKU+"\x00"+x.User, y.SKU+"\x00"+y.User)
 	})
 	upsert := `INSERT INTO buyer_quotas (sku, user_id, qty) VALUES (?, ?, ?)
 		ON DUPLICATE KEY UPDATE qty = IF(qty + VALUES(qty) <= ?, qty + VALUES(qty), qty)`
@@ -130,33 +132,33 @@ func (a arbiter) takeQuotas(take map[buyerUnits]int64, limits map[string]int64) 
 			ON CONFLICT (sku, user_id) DO UPDATE SET qty = qty + excluded.qty WHERE qty + excluded.qty <= ?`
 	}
 	for _, b := range keys {
-		qty, limit := take[b], limits[b.sku]
+		qty, limit := take[b], limits[b.SKU]
 		if qty > limit {
-			return errOverLimit{b.sku, b.user, limit}
+			return OverLimitError{b.SKU, b.User, limit}
 		}
-		res := a.tx.Exec(upsert, b.sku, b.user, qty, limit)
+		res := a.tx.Exec(upsert, b.SKU, b.User, qty, limit)
 		if res.Error != nil {
 			return res.Error
 		}
 		if res.RowsAffected == 0 { // the row exists and stayed as it was
-			return errOverLimit{b.sku, b.user, limit}
+			return OverLimitError{b.SKU, b.User, limit}
 		}
 	}
 	return nil
 }
 
-// release releases token's HELD reservations (all its SKUs, or only sku):
+// Release releases token's HELD reservations (all its SKUs, or only sku):
 // each turns RELEASED conditionally, so two releases racing give back once;
 // reserved goes down by their units, a RELEASE movement each, and their
 // buyers' quotas come back. A reservation that is not HELD is left alone.
-func (a arbiter) release(token, sku string) (release, error) {
+func (a Arbiter) Release(token, sku string) (Freed, error) {
 	q := a.tx.Model(&Reservation{}).Where("token = ?", token) // by primary key; the state is checked below
 	if sku != "" {
 		q = q.Where("sku = ?", sku)
 	}
 	var rows []Reservation
 	if err := q.Order("sku").Find(&rows).Error; err != nil {
-		return release{}, err
+		return Freed{}, err
 	}
 	give := map[string]int64{}
 	var released []Reservation
@@ -167,7 +169,7 @@ func (a arbiter) release(token, sku string) (release, error) {
 		res := a.tx.Model(&Reservation{}).Where("token = ? AND sku = ? AND state = ?", r.Token, r.SKU, Held).
 			Update("state", Released)
 		if res.Error != nil {
-			return release{}, res.Error
+			return Freed{}, res.Error
 		}
 		if res.RowsAffected == 1 && r.Qty > 0 {
 			give[r.SKU] += r.Qty
@@ -175,48 +177,48 @@ func (a arbiter) release(token, sku string) (release, error) {
 		}
 	}
 	if len(give) == 0 {
-		return release{units: give}, nil
+		return Freed{Units: give}, nil
 	}
 	skus := sortedKeys(give)
 	for _, sku := range skus {
 		if err := a.tx.Exec(`UPDATE skus SET reserved = reserved - ?, seq = seq + 1 WHERE sku = ?`,
 			give[sku], sku).Error; err != nil {
-			return release{}, err
+			return Freed{}, err
 		}
 	}
 	marks, err := readMarks(a.tx, skus)
 	if err != nil {
-		return release{}, err
+		return Freed{}, err
 	}
 	if err := a.moved(reservationMovements(released, MoveRelease, -1)); err != nil {
-		return release{}, err
+		return Freed{}, err
 	}
-	var quotas []buyerUnits
+	var quotas []BuyerUnits
 	for _, r := range released {
 		if r.Buyer == nil {
 			continue
 		}
 		if err := a.tx.Exec(`UPDATE buyer_quotas SET qty = qty - ? WHERE sku = ? AND user_id = ?`,
 			r.Qty, r.SKU, *r.Buyer).Error; err != nil {
-			return release{}, err
+			return Freed{}, err
 		}
-		quotas = append(quotas, buyerUnits{sku: r.SKU, user: *r.Buyer, qty: r.Qty})
+		quotas = append(quotas, BuyerUnits{SKU: r.SKU, User: *r.Buyer, Qty: r.Qty})
 	}
-	return release{changes: changes(give, marks, 1), units: give, quotas: quotas}, nil
+	return Freed{Changes: Changes(give, marks, 1), Units: give, Quotas: quotas}, nil
 }
 
-// forbid records token as released for sku before it ever reserved (a
-// release that arrived first): a reservation under it later collides with
+// Forbid records token as released for sku before it ever reserved (a
+// Release that arrived first): a reservation under it later collides with
 // the row and takes nothing.
-func (a arbiter) forbid(token, sku string, r Reservation) error {
+func (a Arbiter) Forbid(token, sku string, r Reservation) error {
 	r.Token, r.SKU, r.State, r.Qty = token, sku, Released, 0
 	return a.tx.Create(&r).Error
 }
 
-// commit turns token's HELD reservations of lines into a sale: COMMITTED,
+// Commit turns token's HELD reservations of lines into a sale: COMMITTED,
 // and one DEDUCT outbox row per line (the ordered consumer deducts on_hand
 // through sell). Every line must have been HELD.
-func (a arbiter) commit(token string, lines []stock.Line) error {
+func (a Arbiter) Commit(token string, lines []stock.Line) error {
 	skus := make([]string, len(lines))
 	for i, l := range lines {
 		skus[i] = l.SKU
@@ -228,18 +230,18 @@ func (a arbiter) commit(token string, lines []stock.Line) error {
 	if res.RowsAffected != int64(len(lines)) {
 		return fmt.Errorf("%w: %d of %d reservations of %s were held", ErrConflict, res.RowsAffected, len(lines), token)
 	}
-	return a.deductLater(token, lines)
+	return a.DeductLater(token, lines)
 }
 
-// deductLater writes the DEDUCT outbox rows of committed reservations (a
+// DeductLater writes the DEDUCT outbox rows of committed reservations (a
 // late payment's were reserved COMMITTED).
-func (a arbiter) deductLater(token string, lines []stock.Line) error {
+func (a Arbiter) DeductLater(token string, lines []stock.Line) error {
 	return writeOutbox(a.tx, token, lines, OpDeduct)
 }
 
-// refund promises token's sold lines back to on_hand: RESTORE outbox rows,
+// Refund promises token's sold lines back to on_hand: RESTORE outbox rows,
 // which the ordered consumer applies (restore) after their deduction.
-func (a arbiter) refund(token string, lines []stock.Line) error {
+func (a Arbiter) Refund(token string, lines []stock.Line) error {
 	return writeOutbox(a.tx, token, lines, OpRestore)
 }
 
@@ -251,7 +253,7 @@ func writeOutbox(tx *gorm.DB, token string, lines []stock.Line, op Op) error {
 	return tx.Create(&rows).Error
 }
 
-// settle applies one delivery of the ordered consumer under the SKU rows'
+// Settle applies one delivery of the ordered consumer under the SKU rows'
 // locks (taken in SKU order): each operation is decided by its
 // reservation's state, which retention never prunes. A DEDUCT sells a
 // COMMITTED reservation of its quantity (SOLD; on_hand and reserved lose
@@ -261,8 +263,8 @@ func writeOutbox(tx *gorm.DB, token string, lines []stock.Line, op Op) error {
 // state change writes the merged effect, with a SALE or REFUND movement and
 // a ledger row (audit) per operation. An operation recorded as an anomaly
 // before is handled: skipped.
-func (a arbiter) settle(skus []string, bySKU map[string][]StockMessage) (delivery, error) {
-	var d delivery
+func (a Arbiter) Settle(skus []string, bySKU map[string][]StockMessage) (Delivery, error) {
+	var d Delivery
 	if len(skus) == 0 {
 		return d, nil
 	}
@@ -296,7 +298,7 @@ func (a arbiter) settle(skus []string, bySKU map[string][]StockMessage) (deliver
 		for _, sm := range bySKU[sku] {
 			k := opKey{sm.Token, sku, sm.Op}
 			if recorded[k] {
-				d.duplicate++ // recorded as an anomaly before: handled
+				d.Duplicate++ // recorded as an anomaly before: handled
 				continue
 			}
 			res, ok := states[sm.Token]
@@ -307,7 +309,7 @@ func (a arbiter) settle(skus []string, bySKU map[string][]StockMessage) (deliver
 				reason = "unknown sku"
 			case sm.Op == OpDeduct && ok && (res.State == Sold || res.State == Restored),
 				sm.Op == OpRestore && ok && res.State == Restored:
-				d.duplicate++
+				d.Duplicate++
 				continue
 			case sm.Op == OpDeduct && !(ok && res.State == Committed):
 				reason = "no committed reservation of this quantity"
@@ -315,7 +317,7 @@ func (a arbiter) settle(skus []string, bySKU map[string][]StockMessage) (deliver
 				reason = "restore without its deduction"
 			}
 			if reason != "" {
-				d.anomalies = append(d.anomalies, AnomalyRow{Token: sm.Token, SKU: sku, Op: sm.Op, Qty: sm.Qty, OnHand: oh, Reason: reason})
+				d.Anomalies = append(d.Anomalies, AnomalyRow{Token: sm.Token, SKU: sku, Op: sm.Op, Qty: sm.Qty, OnHand: oh, Reason: reason})
 				recorded[k] = true
 				continue
 			}
@@ -352,16 +354,16 @@ func (a arbiter) settle(skus []string, bySKU map[string][]StockMessage) (deliver
 		if err != nil {
 			return d, err
 		}
-		d.changes = changes(restored, marks, 1)
+		d.Changes = Changes(restored, marks, 1)
 	}
-	d.applied = int64(len(ledger))
+	d.Applied = int64(len(ledger))
 	return d, nil
 }
 
 // reservationsOf returns the reservations of sku that msgs name, by token.
 // Read under the SKU's row lock: only settle (holding it) moves a
 // reservation out of COMMITTED or SOLD.
-func (a arbiter) reservationsOf(sku string, msgs []StockMessage) (map[string]Reservation, error) {
+func (a Arbiter) reservationsOf(sku string, msgs []StockMessage) (map[string]Reservation, error) {
 	tokens := make([]string, 0, len(msgs))
 	for _, sm := range msgs {
 		tokens = append(tokens, sm.Token)
@@ -383,7 +385,7 @@ func (a arbiter) reservationsOf(sku string, msgs []StockMessage) (map[string]Res
 // and the restored ones RESTORED (each conditionally, from the state read
 // under the row lock), on_hand and reserved lose what was deducted, on_hand
 // gains what was restored (an unlimited SKU's on_hand stays -1).
-func (a arbiter) settleSKU(sku string, onHand int64, sold, back []string, deducted, returned int64) error {
+func (a Arbiter) settleSKU(sku string, onHand int64, sold, back []string, deducted, returned int64) error {
 	for _, step := range []struct {
 		tokens   []string
 		from, to ResState
@@ -423,12 +425,12 @@ func appliedMovement(sku string, onHand int64, sm StockMessage) Movement {
 	return m
 }
 
-// set creates sku or sets its on_hand (Unlimited allowed) and per-user
+// Set creates sku or sets its on_hand (Unlimited allowed) and per-user
 // limit, read under the row lock: a conflict below what is reserved, a
 // failed precondition when the SKU's version is not one of ifMatch (if
 // any). A new SKU's history opens with its stock; a SET movement records a
 // change of on_hand (none when only the limit moves).
-func (a arbiter) set(sku string, onHand, perUserLimit int64, ifMatch []string) error {
+func (a Arbiter) Set(sku string, onHand, perUserLimit int64, ifMatch []string) error {
 	cur, err := a.lockSKU(sku, ifMatch)
 	if err != nil {
 		return err
@@ -453,14 +455,14 @@ func (a arbiter) set(sku string, onHand, perUserLimit int64, ifMatch []string) e
 	return a.moved([]Movement{set})
 }
 
-// restock adds delta to a limited SKU's on_hand (a restock, or a correction
+// Restock adds delta to a limited SKU's on_hand (a restock, or a correction
 // when negative), never below what is reserved, with its movement. With a
 // reference it applies once per SKU: replay says a retry (the same delta)
 // found it applied and nothing changed; another delta under the reference
 // is a conflict. The record of references is never pruned. With ifMatch,
 // the SKU's version must be one of them (checked after the reference, so a
 // retry is answered as its first application was).
-func (a arbiter) restock(sku string, delta int64, reason, reference string, ifMatch []string) (m map[string]mark, replay bool, err error) {
+func (a Arbiter) Restock(sku string, delta int64, reason, reference string, ifMatch []string) (m map[string]Mark, replay bool, err error) {
 	if reference != "" {
 		if replay, err = a.referenceSeen(sku, delta, reason, reference); err != nil || replay {
 			return nil, replay, err
@@ -493,7 +495,7 @@ func (a arbiter) restock(sku string, delta int64, reason, reference string, ifMa
 
 // lockSKU reads sku's row under its lock (an empty slice: no such SKU) and
 // checks it against ifMatch.
-func (a arbiter) lockSKU(sku string, ifMatch []string) ([]SKU, error) {
+func (a Arbiter) lockSKU(sku string, ifMatch []string) ([]SKU, error) {
 	var cur []SKU
 	if err := a.tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).Find(&cur).Error; err != nil {
 		return nil, err
@@ -506,7 +508,7 @@ func (a arbiter) lockSKU(sku string, ifMatch []string) ([]SKU, error) {
 		if rec == nil {
 			return nil, fmt.Errorf("%w: %s does not exist", ErrPrecondition, sku)
 		}
-		return nil, fmt.Errorf("%w: %s is at version %s now", ErrPrecondition, sku, rec.version())
+		return nil, fmt.Errorf("%w: %s is at version %s now", ErrPrecondition, sku, rec.Version())
 	}
 	return cur, nil
 }
@@ -514,7 +516,7 @@ func (a arbiter) lockSKU(sku string, ifMatch []string) ([]SKU, error) {
 // referenceSeen records (sku, reference) for an adjust of delta, or finds it
 // recorded: a replay when with the same delta, a conflict with another. The
 // row's key lock serialises adjusts racing under one reference.
-func (a arbiter) referenceSeen(sku string, delta int64, reason, reference string) (bool, error) {
+func (a Arbiter) referenceSeen(sku string, delta int64, reason, reference string) (bool, error) {
 	res := a.tx.Clauses(clause.OnConflict{DoNothing: true}).Create(&Adjustment{SKU: sku, Reference: reference, Delta: delta, Reason: reason})
 	if res.Error != nil || res.RowsAffected == 1 {
 		return false, res.Error
@@ -529,27 +531,27 @@ func (a arbiter) referenceSeen(sku string, delta int64, reason, reference string
 	return true, nil
 }
 
-func (a arbiter) whyNotRestocked(sku string, delta int64) error {
+func (a Arbiter) whyNotRestocked(sku string, delta int64) error {
 	var cur []SKU
 	if err := a.tx.Where("sku = ?", sku).Find(&cur).Error; err != nil {
 		return err
 	}
 	switch {
 	case len(cur) == 0:
-		return unknownSKU(sku)
+		return UnknownSKU(sku)
 	case cur[0].OnHand == stock.Unlimited:
 		return fmt.Errorf("%w: %s has unlimited stock; set a stock first", ErrConflict, sku)
 	case cur[0].OnHand+delta > MaxStock:
-		return invalid("stock would exceed %d", int64(MaxStock))
+		return fmt.Errorf("%w: stock would exceed %d", stock.ErrInvalidArgument, int64(MaxStock))
 	}
 	return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", ErrConflict, cur[0].Reserved, cur[0].OnHand+delta)
 }
 
-// fixReserved sets sku's reserved to the sum of its live reservations in
+// FixReserved sets sku's reserved to the sum of its live reservations in
 // one UPDATE, under the row lock (refused by the CHECK if on_hand cannot
 // cover it: that needs an operator), and records the repair as a CORRECTION
 // of reserved.
-func (a arbiter) fixReserved(sku string) error {
+func (a Arbiter) FixReserved(sku string) error {
 	var before, after []int64
 	if err := a.tx.Model(&SKU{}).Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).
 		Pluck("reserved", &before).Error; err != nil || len(before) == 0 {
@@ -569,11 +571,11 @@ func (a arbiter) fixReserved(sku string) error {
 		Reason: "reconcile: reserved set to the sum of live reservations"}})
 }
 
-// newEpoch numbers a new Redis initialisation of sku and returns the level
+// NewEpoch numbers a new Redis initialisation of sku and returns the level
 // Redis is to start from: on_hand - reserved (or Unlimited), the epoch, and
 // the seq it reflects. The row stays locked until the caller commits, so no
 // change of available slips between the read and the Redis write.
-func (a arbiter) newEpoch(sku string) (stock.Level, error) {
+func (a Arbiter) NewEpoch(sku string) (stock.Level, error) {
 	epoch := 1 + rand.Int64N(1<<52) // exact in a Lua number
 	if err := a.tx.Exec(`UPDATE skus SET redis_epoch = ? WHERE sku = ?`, epoch, sku).Error; err != nil {
 		return stock.Level{}, err
@@ -597,7 +599,7 @@ func (a arbiter) newEpoch(sku string) (stock.Level, error) {
 // recordedAnomalies returns the delivery's operations already recorded as
 // anomalies: handled, not to be recorded or applied again. Read under the
 // SKU rows' locks, so no other applier records one meanwhile.
-func (a arbiter) recordedAnomalies(skus []string, bySKU map[string][]StockMessage) (map[opKey]bool, error) {
+func (a Arbiter) recordedAnomalies(skus []string, bySKU map[string][]StockMessage) (map[opKey]bool, error) {
 	var tokens []string
 	for _, sku := range skus {
 		for _, sm := range bySKU[sku] {
@@ -621,4 +623,4 @@ func (a arbiter) recordedAnomalies(skus []string, bySKU map[string][]StockMessag
 }
 
 // moved writes the movements of a change, in one multi-row INSERT.
-func (a arbiter) moved(ms []Movement) error { return insertMovements(a.tx, ms) }
+func (a Arbiter) moved(ms []Movement) error { return insertMovements(a.tx, ms) }
