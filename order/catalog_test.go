@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -77,15 +78,15 @@ func TestCatalog(t *testing.T) {
 	require.ErrorIs(t, err, ErrConflict)
 
 	// Reconcile: Redis drifting from the database is reported, and repaired on request.
-	reports, err := cat.Reconcile(ctx, false)
+	reports, err := r.reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
 	drift(t, r, "A", 2) // Redis gains units the database never had
-	reports, err = cat.Reconcile(ctx, true)
+	reports, err = r.reconciler().Reconcile(ctx, true)
 	require.NoError(t, err)
-	require.Equal(t, []Report{{SKU: "A", OnHand: 6, Reserved: 3, Live: 3, Available: 3, RedisAvailable: ptr[int64](5),
+	require.Equal(t, []maintenance.Report{{SKU: "A", OnHand: 6, Reserved: 3, Live: 3, Available: 3, RedisAvailable: ptr[int64](5),
 		Problem: "redis", Repaired: true}}, reports)
-	reports, err = cat.Reconcile(ctx, false)
+	reports, err = r.reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports, "repaired")
 	r.checkInvariant("A")
@@ -93,16 +94,16 @@ func TestCatalog(t *testing.T) {
 	// reserved drifting from the live reservations (a hand edit) is repaired
 	// from the rows; Redis follows.
 	require.NoError(t, r.db.Exec(`UPDATE skus SET reserved = reserved + 1 WHERE sku = 'A'`).Error)
-	reports, err = cat.Reconcile(ctx, false)
+	reports, err = r.reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
-	require.Equal(t, []Report{{SKU: "A", OnHand: 6, Reserved: 4, Live: 3, Available: 2, RedisAvailable: ptr[int64](3),
+	require.Equal(t, []maintenance.Report{{SKU: "A", OnHand: 6, Reserved: 4, Live: 3, Available: 2, RedisAvailable: ptr[int64](3),
 		Problem: "redis,reserved"}}, reports)
-	reports, err = cat.Reconcile(ctx, true)
+	reports, err = r.reconciler().Reconcile(ctx, true)
 	require.NoError(t, err)
 	require.Len(t, reports, 1)
 	require.True(t, reports[0].Repaired)
 	r.requireQty("A", 6, 3)
-	reports, err = cat.Reconcile(ctx, false)
+	reports, err = r.reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
 	r.checkInvariant("A")
@@ -110,21 +111,21 @@ func TestCatalog(t *testing.T) {
 	// An anomaly is reported until an operator resolves it; repair does not touch it.
 	require.NoError(t, r.applier.Handle(ctx, []mq.Message{{Key: "A", Body: []byte(`{"token":"x","sku":"A","op":"DEDUCT","qty":1}`)}}))
 	require.EqualValues(t, 1, r.applier.Anomalies.Load())
-	reports, err = cat.Reconcile(ctx, true)
+	reports, err = r.reconciler().Reconcile(ctx, true)
 	require.NoError(t, err)
-	require.Equal(t, []Report{{SKU: "A", OnHand: 6, Reserved: 3, Live: 3, Available: 3, RedisAvailable: ptr[int64](3),
+	require.Equal(t, []maintenance.Report{{SKU: "A", OnHand: 6, Reserved: 3, Live: 3, Available: 3, RedisAvailable: ptr[int64](3),
 		Anomalies: 1, Problem: "anomalies"}}, reports)
 	require.NoError(t, r.db.Exec(`UPDATE stock_anomalies SET resolved_at = ?`, time.Now().UTC()).Error)
-	reports, err = cat.Reconcile(ctx, false)
+	reports, err = r.reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
 
 	// The periodic realign fixes only the SKUs that differ.
 	drift(t, r, "A", -1)
-	done, err := cat.Realign(ctx)
+	done, err := r.reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"A"}, done)
-	done, err = cat.Realign(ctx)
+	done, err = r.reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Empty(t, done)
 	r.checkInvariant("A")
@@ -159,8 +160,8 @@ func TestRealignerRepairsDrift(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 6, r.redisAvailable("A"))
 
-	jobs := []*Realigner{NewRealigner(cat, r.st.Locker(), 300*time.Millisecond, nil),
-		NewRealigner(cat, r.st.Locker(), 300*time.Millisecond, nil)}
+	jobs := []*maintenance.Realigner{maintenance.NewRealigner(r.reconciler(), r.st.Locker(), 300*time.Millisecond, nil),
+		maintenance.NewRealigner(r.reconciler(), r.st.Locker(), 300*time.Millisecond, nil)}
 	for _, j := range jobs {
 		j.Start(ctx)
 	}
@@ -185,7 +186,7 @@ func TestRealignFindsAnOlderEpoch(t *testing.T) {
 	cat := NewCatalog(r.db, r.st, nil)
 	_, err := cat.Put(ctx, "A", 10, 0)
 	require.NoError(t, err)
-	skus, err := cat.Realign(ctx)
+	skus, err := r.reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Empty(t, skus, "a fresh SKU is aligned")
 
@@ -193,14 +194,14 @@ func TestRealignFindsAnOlderEpoch(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.st.Realign(ctx, "A"))                                 // a new initialisation (the one the snapshot missed)
 	require.NoError(t, r.rdb.HSet(ctx, "inv:{A}:stock", "e", old.Epoch).Err()) // Redis comes back older
-	skus, err = cat.Realign(ctx)
+	skus, err = r.reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"A"}, skus)
 	lv, err := r.st.Levels(ctx, "A")
 	require.NoError(t, err)
 	require.Equal(t, r.sku("A").RedisEpoch, lv.Epoch, "Redis carries the database's epoch again")
 	require.EqualValues(t, 10, lv.Available)
-	skus, err = cat.Realign(ctx)
+	skus, err = r.reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Empty(t, skus)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -96,7 +97,7 @@ func TestRefundAfterRetention(t *testing.T) {
 	r.requireQty(sku, 7, 0)
 
 	later := func() time.Time { return time.Now().Add(60 * 24 * time.Hour) }
-	_, err = NewRetention(r.db, r.st.Locker(), RetentionConfig{Now: later}).PruneOnce(ctx)
+	_, err = maintenance.NewRetention(r.db, r.st.Locker(), maintenance.RetentionConfig{Now: later}).PruneOnce(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM stock_ledger WHERE sku = ?`, sku), "the ledger row is pruned")
 
@@ -111,7 +112,7 @@ func TestRefundAfterRetention(t *testing.T) {
 	// pruned, change nothing and are no anomaly; nor is a late duplicate of
 	// the deduction.
 	deliver(t, r, restore)
-	_, err = NewRetention(r.db, r.st.Locker(), RetentionConfig{Now: func() time.Time { return later().Add(60 * 24 * time.Hour) }}).PruneOnce(ctx)
+	_, err = maintenance.NewRetention(r.db, r.st.Locker(), maintenance.RetentionConfig{Now: func() time.Time { return later().Add(60 * 24 * time.Hour) }}).PruneOnce(ctx)
 	require.NoError(t, err)
 	deliver(t, r, restore, arbiter.StockMessage{Token: o.ID, SKU: sku, Op: arbiter.OpDeduct, Qty: 3})
 	r.requireQty(sku, 10, 0)
@@ -146,7 +147,7 @@ func TestAdjustByReferenceOnce(t *testing.T) {
 	r.requireQty(sku, 130, 0)
 	r.requireQty(other, 15, 0)
 
-	_, err = NewRetention(r.db, r.st.Locker(), RetentionConfig{
+	_, err = maintenance.NewRetention(r.db, r.st.Locker(), maintenance.RetentionConfig{
 		Now: func() time.Time { return time.Now().Add(365 * 24 * time.Hour) }}).PruneOnce(ctx)
 	require.NoError(t, err)
 	_, err = cat.Adjust(ctx, sku, 10, "restock", "po-99")
@@ -183,7 +184,7 @@ func TestMalformedMessageIsRecorded(t *testing.T) {
 	require.EqualValues(t, 3, r.count(`SELECT COUNT(*) FROM stock_anomalies WHERE op = 'MALFORMED' AND reason LIKE 'malformed%'`))
 	r.requireQty(sku, 10, 0)
 
-	reports, err := NewCatalog(r.db, r.st, nil).Reconcile(ctx, false)
+	reports, err := r.reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	var anomalies int64
 	for _, rep := range reports {

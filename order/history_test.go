@@ -170,7 +170,7 @@ func TestMovementsReconcileCorrection(t *testing.T) {
 	o, err := r.svc.Create(ctx, "u1", "", line("FIX", 3))
 	require.NoError(t, err)
 	require.NoError(t, r.db.Exec(`UPDATE skus SET reserved = 5 WHERE sku = 'FIX'`).Error) // drift outside the service
-	_, err = cat.Reconcile(ctx, true)
+	_, err = r.reconciler().Reconcile(ctx, true)
 	require.NoError(t, err)
 	r.requireQty("FIX", 10, 3)
 	require.Equal(t, []move{
@@ -178,7 +178,7 @@ func TestMovementsReconcileCorrection(t *testing.T) {
 		{arbiter.MoveReserve, 0, 3, "", o.ID},
 		{arbiter.MoveCorrection, 0, -2, "reconcile: reserved set to the sum of live reservations", ""},
 	}, history(t, cat, "FIX"))
-	_, err = cat.Reconcile(ctx, true) // nothing to repair: no movement
+	_, err = r.reconciler().Reconcile(ctx, true) // nothing to repair: no movement
 	require.NoError(t, err)
 	require.Len(t, history(t, cat, "FIX"), 3)
 }

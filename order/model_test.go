@@ -41,6 +41,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/expiry"
+	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -714,8 +716,8 @@ type mbDriver struct {
 	r     *rig
 	cat   *Catalog
 	mem   *mq.Memory
-	tm    *Timeouts
-	ret   *Retention
+	tm    *expiry.Timeouts
+	ret   *maintenance.Retention
 	sqlDB *sql.DB
 	m     *mbModel
 	rng   *rand.Rand
@@ -828,7 +830,7 @@ func newMBDriver(t *testing.T, seed uint64, ops int) *mbDriver {
 		consumer: func(t testing.TB, h mq.Handler) mq.Consumer { return mem.Consumer(h, 32, 20*time.Millisecond) },
 	}
 	r := newRig(t, tr)
-	tm, err := NewTimeouts(r.svc, r.rdb, TimeoutConfig{Now: r.clock.Now})
+	tm, err := expiry.NewTimeouts(r.svc, r.rdb, expiry.TimeoutConfig{Now: r.clock.Now, Locker: r.st.Locker()})
 	if err != nil {
 		t.Fatalf("timeouts: %v", err)
 	}
@@ -838,7 +840,7 @@ func newMBDriver(t *testing.T, seed uint64, ops int) *mbDriver {
 	}
 	d := &mbDriver{
 		t: t, ctx: context.Background(), r: r, cat: NewCatalog(r.db, r.st, nil), mem: mem, tm: tm, sqlDB: sqlDB,
-		ret: NewRetention(r.db, r.st.Locker(), RetentionConfig{Horizon: mbHorizon, Now: r.clock.Now}),
+		ret: maintenance.NewRetention(r.db, r.st.Locker(), maintenance.RetentionConfig{Horizon: mbHorizon, Now: r.clock.Now}),
 		m:   newMBModel(), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), seed: seed, ops: ops,
 		stats: map[string]int{}, touchedTokens: map[string]bool{}, touchedOrders: map[string]bool{},
 	}
@@ -1507,7 +1509,7 @@ func (d *mbDriver) clean() {
 func (d *mbDriver) quiet(full bool) {
 	d.drain()
 	d.checkRedis(false)
-	realigned, err := d.cat.Realign(d.ctx)
+	realigned, err := d.r.reconciler().Realign(d.ctx)
 	d.note("quiet point: realigned %v", realigned)
 	d.must("realign", err)
 	d.m.stale = map[string]bool{}

@@ -22,16 +22,11 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
-// The defaults of the background jobs and of an order's life. The service's
-// configuration (internal/app) states the same values for operators; a test
-// there keeps the two equal.
-const (
-	DefaultTTL               = 15 * time.Minute    // how long an unpaid order holds stock
-	DefaultSweepInterval     = 30 * time.Second    // the timeout sweep's period
-	DefaultRealignInterval   = 30 * time.Second    // the periodic realign's period
-	DefaultRetentionHorizon  = 30 * 24 * time.Hour // how long finished history is kept
-	DefaultRetentionInterval = 10 * time.Minute    // how often retention prunes
-)
+// DefaultTTL is how long an unpaid order holds stock. The service's
+// configuration (internal/app) states the same value, and the defaults of
+// the background jobs (internal/expiry, internal/maintenance), for
+// operators; a test there keeps them equal.
+const DefaultTTL = 15 * time.Minute
 
 // Status is an order's state. Transitions:
 //

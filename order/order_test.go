@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/stocksync"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -589,7 +590,7 @@ func TestCrashBetweenSendAndMark(t *testing.T) {
 		_, err = r.svc.Pay(ctx, o.ID, fmt.Sprintf("pay-%d", i))
 		require.NoError(t, err)
 	}
-	crashing := NewRelay(r.db, r.tr.producer, r.st.Locker(), RelayConfig{afterSend: func(row arbiter.OutboxRow) error {
+	crashing := stocksync.NewRelay(r.db, r.tr.producer, r.st.Locker(), stocksync.RelayConfig{AfterSend: func(row arbiter.OutboxRow) error {
 		return errors.New("killed")
 	}})
 	n, err := crashing.RelayOnce(ctx)
@@ -618,7 +619,7 @@ func TestConsumerCrashMidBatch(t *testing.T) {
 	ctx := context.Background()
 	r.addSKU("A", 50)
 	var crashes atomic.Int64
-	r.applier.beforeCommit = func() error {
+	r.applier.BeforeCommit = func() error {
 		if crashes.Add(1) <= 2 {
 			return errors.New("killed before commit")
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
@@ -85,14 +86,14 @@ func TestRetentionPrunesFinishedHistory(t *testing.T) {
 	require.Equal(t, int64(8), ledger)
 
 	// Within the horizon nothing goes.
-	ret := NewRetention(r.db, r.st.Locker(), RetentionConfig{Horizon: time.Hour, Batch: 3, Now: time.Now})
+	ret := maintenance.NewRetention(r.db, r.st.Locker(), maintenance.RetentionConfig{Horizon: time.Hour, Batch: 3, Now: time.Now})
 	p, err := ret.PruneOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, int64(0), r.count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ? AND reason = ?`, sku, openingReason))
+	require.Equal(t, int64(0), r.count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ? AND reason = ?`, sku, maintenance.OpeningReason))
 	require.Equal(t, outbox, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE sku = ?`, sku), "%+v", p)
 
 	// A year later: everything finished goes, in batches of 3.
-	ret = NewRetention(r.db, r.st.Locker(), RetentionConfig{Horizon: 30 * 24 * time.Hour, Batch: 3,
+	ret = maintenance.NewRetention(r.db, r.st.Locker(), maintenance.RetentionConfig{Horizon: 30 * 24 * time.Hour, Batch: 3,
 		Now: func() time.Time { return time.Now().Add(365 * 24 * time.Hour) }})
 	_, err = ret.PruneOnce(ctx)
 	require.NoError(t, err)
@@ -105,7 +106,7 @@ func TestRetentionPrunesFinishedHistory(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page.Items, 1)
 	require.Equal(t, arbiter.MoveSet, page.Items[0].Kind)
-	require.Equal(t, openingReason, page.Items[0].Reason)
+	require.Equal(t, maintenance.OpeningReason, page.Items[0].Reason)
 
 	// History goes on after the opening balance, and a second run folds the
 	// old opening balance with what aged since.
@@ -157,12 +158,12 @@ func TestRetentionConcurrentRuns(t *testing.T) {
 		wg.Add(1)
 		go func(batch int) {
 			defer wg.Done()
-			ret := NewRetention(r.db, r.st.Locker(), RetentionConfig{Batch: batch, Now: later})
+			ret := maintenance.NewRetention(r.db, r.st.Locker(), maintenance.RetentionConfig{Batch: batch, Now: later})
 			_, _ = ret.PruneOnce(ctx) // a run that lost a race rolls its batch back
 		}(5 + i)
 	}
 	wg.Wait()
-	_, err = NewRetention(r.db, r.st.Locker(), RetentionConfig{Batch: 7, Now: later}).PruneOnce(ctx)
+	_, err = maintenance.NewRetention(r.db, r.st.Locker(), maintenance.RetentionConfig{Batch: 7, Now: later}).PruneOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, before, r.sums(sku))
 	require.Equal(t, int64(1), r.count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ?`, sku))

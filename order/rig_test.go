@@ -3,20 +3,17 @@ package order
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/glebarez/sqlite"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/maintenance"
+	"github.com/acme/inventory/internal/stocksync"
 	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -35,17 +32,6 @@ func memoryTransport(t testing.TB) transport {
 	}
 }
 
-// clock is an injectable clock tests move by hand.
-type clock struct{ now atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.now.Store(time.Now().UnixNano())
-	return c
-}
-func (c *clock) Now() time.Time          { return time.Unix(0, c.now.Load()) }
-func (c *clock) Advance(d time.Duration) { c.now.Add(int64(d)) }
-
 // rig is one node of the service on the real MariaDB and Redis.
 type rig struct {
 	t       testing.TB
@@ -53,10 +39,10 @@ type rig struct {
 	rdb     *redis.Client
 	st      *stock.Store
 	svc     *Service
-	applier *Applier
-	relay   *Relay
+	applier *stocksync.Applier
+	relay   *stocksync.Relay
 	tr      transport
-	clock   *clock
+	clock   *testenv.Clock
 }
 
 // embedded makes newRig use the embedded default's stand-ins (SQLite and
@@ -66,7 +52,7 @@ var embedded bool
 func newRig(t testing.TB, tr transport) *rig {
 	t.Helper()
 	if embedded {
-		db, rdb := embeddedStores(t)
+		db, rdb := testenv.Embedded(t)
 		return assemble(t, tr, db, rdb, rigOpts{})
 	}
 	return assemble(t, tr, testenv.MySQL(t), testenv.Redis(t), rigOpts{})
@@ -91,7 +77,7 @@ func assemble(t testing.TB, tr transport, db *gorm.DB, rdb *redis.Client, opts r
 	for _, h := range opts.hooks {
 		rdb.AddHook(h)
 	}
-	r := &rig{t: t, tr: tr, clock: newClock(), db: db, rdb: rdb}
+	r := &rig{t: t, tr: tr, clock: testenv.NewClock(), db: db, rdb: rdb}
 	init := arbiter.InitFunc(db)
 	if opts.wrapInit != nil {
 		init = opts.wrapInit(init)
@@ -103,7 +89,7 @@ func assemble(t testing.TB, tr transport, db *gorm.DB, rdb *redis.Client, opts r
 	st, err := stock.NewStore(rdb, cfg)
 	require.NoError(t, err)
 	r.st = st
-	r.applier = NewApplier(db, nil)
+	r.applier = stocksync.NewApplier(db, nil)
 	r.applier.OnApplied = func(ctx context.Context, chs []stock.Change) {
 		for _, c := range chs {
 			if err := st.Apply(ctx, c); err != nil {
@@ -115,7 +101,7 @@ func assemble(t testing.TB, tr transport, db *gorm.DB, rdb *redis.Client, opts r
 			}
 		}
 	}
-	r.relay = NewRelay(db, tr.producer, st.Locker(), RelayConfig{Interval: 20 * time.Millisecond})
+	r.relay = stocksync.NewRelay(db, tr.producer, st.Locker(), stocksync.RelayConfig{Interval: 20 * time.Millisecond})
 	r.svc = NewService(db, st, Config{TTL: 15 * time.Minute, Now: r.clock.Now, OnOutbox: r.relay.Wake})
 	return r
 }
@@ -134,6 +120,9 @@ func (r *rig) putSKU(prefix string, onHand, perUserLimit int64) string {
 	require.NoError(r.t, err)
 	return sku
 }
+
+// reconciler is a Reconciler on the rig's stores.
+func (r *rig) reconciler() *maintenance.Reconciler { return maintenance.NewReconciler(r.db, r.st, nil) }
 
 // sku reads sku's database record (its quantity states).
 func (r *rig) sku(sku string) arbiter.SKU {
@@ -264,27 +253,6 @@ func (r *rig) redisApplied() (wait func(n int)) {
 	}
 }
 
-// embeddedStores opens what `make run` uses: SQLite behind one connection,
-// migrated with the sqlite migrations, and miniredis with wall-clock TTLs.
-func embeddedStores(t testing.TB) (*gorm.DB, *redis.Client) {
-	t.Helper()
-	db, err := gorm.Open(sqlite.Open("file:"+t.TempDir()+"/inventory.db?_pragma=busy_timeout(5000)"),
-		&gorm.Config{Logger: logger.Discard, TranslateError: true})
-	require.NoError(t, err)
-	raw, err := db.DB()
-	require.NoError(t, err)
-	raw.SetMaxOpenConns(1)
-	t.Cleanup(func() { _ = raw.Close() })
-	require.NoError(t, migrations.Up(context.Background(), raw, migrations.SQLite))
-	m := miniredis.NewMiniRedis()
-	m.ClockTTL(true)
-	require.NoError(t, m.StartAddr("127.0.0.1:0"))
-	t.Cleanup(m.Close)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: 128})
-	t.Cleanup(func() { _ = c.Close() })
-	return db, c
-}
-
 // TestEmbeddedContract runs the order suite again on the embedded default's
 // stand-ins (SQLite, miniredis, the in-process queue).
 func TestEmbeddedContract(t *testing.T) {
@@ -309,9 +277,6 @@ func TestEmbeddedContract(t *testing.T) {
 		{"BatcherRefusesPerRequest", TestBatcherRefusesPerRequest},
 		{"Catalog", TestCatalog},
 		{"RealignerRepairsDrift", TestRealignerRepairsDrift},
-		{"SweepCatchesWhatTheQueueMissed", TestSweepCatchesWhatTheQueueMissed},
-		{"PaymentRacesTimeout", TestPaymentRacesTimeout},
-		{"EarlyClaimIsRequeued", TestEarlyClaimIsRequeued},
 		{"PerUserLimitIsArbitratedByTheDatabase", TestPerUserLimitIsArbitratedByTheDatabase},
 		{"PerUserLimitSetLater", TestPerUserLimitSetLater},
 		{"PerUserLimitRace", TestPerUserLimitRace},

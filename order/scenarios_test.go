@@ -32,6 +32,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
@@ -422,11 +423,11 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 	require.ErrorIs(t, err, stock.ErrInsufficientStock, "hidden units: refused by Redis")
 	require.EqualValues(t, 0, s.sku("LOW").Reserved)
 
-	got, err := s.cat.Realign(ctx)
+	got, err := s.reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"LOW"}, got)
 	require.EqualValues(t, 10, s.levels("LOW").Available)
-	got, err = s.cat.Realign(ctx)
+	got, err = s.reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Empty(t, got, "nothing left to realign")
 	for _, sku := range []string{"OLD", "LOW", "STILL"} {
@@ -435,7 +436,7 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 	_, err = s.svc.Create(ctx, "u4", "", line("LOW", 10))
 	require.NoError(t, err, "the hidden units are sellable again")
 	s.checkInvariant("LOW")
-	reports, err := s.cat.Reconcile(ctx, false)
+	reports, err := s.reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
 }
@@ -743,7 +744,7 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 	for _, sku := range []string{"MIDA", "MIDB"} {
 		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100, Reserved: carts / 2}, scenQty(s.sku(sku)))
 	}
-	realigned, err := s.cat.Realign(ctx)
+	realigned, err := s.reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"MIDB"}, realigned)
 	for _, sku := range []string{"MIDA", "MIDB"} {
@@ -978,12 +979,12 @@ func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 	require.NoError(t, s.db.Model(&arbiter.AnomalyRow{}).Order("token").Pluck("reason", &reasons).Error)
 	require.Equal(t, slices.Repeat([]string{"no committed reservation of this quantity"}, 4), reasons)
 
-	reports, err := s.cat.Reconcile(ctx, false)
+	reports, err := s.reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	five := int64(5)
-	require.Equal(t, []Report{{SKU: "ANO", OnHand: 10, Reserved: 5, Live: 5, Available: 5, RedisAvailable: &five,
+	require.Equal(t, []maintenance.Report{{SKU: "ANO", OnHand: 10, Reserved: 5, Live: 5, Available: 5, RedisAvailable: &five,
 		Anomalies: 4, Problem: "anomalies"}}, reports)
-	reports, err = s.cat.Reconcile(ctx, true)
+	reports, err = s.reconciler().Reconcile(ctx, true)
 	require.NoError(t, err)
 	require.Len(t, reports, 1)
 	require.False(t, reports[0].Repaired, "anomalies need an operator")
@@ -998,7 +999,7 @@ func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 	require.Equal(t, want, scenQty(s.sku("ANO")), "on_hand unchanged")
 	require.EqualValues(t, 5, s.levels("ANO").Available, "Redis unchanged")
 	require.EqualValues(t, 3, s.count(`SELECT COUNT(*) FROM stock_anomalies WHERE op = 'RESTORE' AND reason = 'restore without its deduction'`))
-	reports, err = s.cat.Reconcile(ctx, false)
+	reports, err = s.reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Len(t, reports, 1)
 	require.Equal(t, "ANO", reports[0].SKU)
@@ -1009,11 +1010,11 @@ func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 	// SKU is never reported.
 	deliver(scenMsg("ghost", "NOSUCH", arbiter.OpDeduct, 1))
 	require.EqualValues(t, 1, s.count(`SELECT COUNT(*) FROM stock_anomalies WHERE sku = 'NOSUCH' AND reason = 'unknown sku'`))
-	reports, err = s.cat.Reconcile(ctx, false)
+	reports, err = s.reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Len(t, reports, 2)
 	require.Equal(t, "ANO", reports[0].SKU)
-	require.Equal(t, Report{SKU: "NOSUCH", Anomalies: 1, Problem: "anomalies (no such sku)"}, reports[1])
+	require.Equal(t, maintenance.Report{SKU: "NOSUCH", Anomalies: 1, Problem: "anomalies (no such sku)"}, reports[1])
 	s.checkInvariant("ANO")
 	s.checkInvariant("FINE")
 }
@@ -1222,12 +1223,12 @@ func TestScenarioDoubleKeyLoss(t *testing.T) {
 	require.Equal(t, held, rec.Reserved)
 	require.Equal(t, held, s.live("DKL"))
 	require.EqualValues(t, stockN, rec.OnHand)
-	realigned, err := s.cat.Realign(ctx)
+	realigned, err := s.reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(realigned), 1)
 	t.Logf("%d orders (%d units held), %d refused, realigned %v", len(outcomes), held, refused.Load(), realigned)
 	s.checkInvariant("DKL")
-	reports, err := s.cat.Reconcile(ctx, false)
+	reports, err := s.reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
 }
@@ -1412,7 +1413,7 @@ func TestScenarioRandomised(t *testing.T) {
 	var realigned []string
 	var err error
 	for try := 0; try < 10; try++ { // a rolled-back init lock may still be held
-		if realigned, err = s.cat.Realign(ctx); !errors.Is(err, stock.ErrUnavailable) {
+		if realigned, err = s.reconciler().Realign(ctx); !errors.Is(err, stock.ErrUnavailable) {
 			break
 		}
 	}
@@ -1446,7 +1447,7 @@ func TestScenarioRandomised(t *testing.T) {
 	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM orders o JOIN stock_reservations r ON r.order_id = o.id
 		WHERE o.status IN ('CANCELLED', 'EXPIRED', 'REFUND_REQUIRED') AND r.state IN ('HELD', 'COMMITTED')`),
 		"a closed order holds nothing")
-	reports, err := s.cat.Reconcile(ctx, false)
+	reports, err := s.reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
 }
@@ -1501,7 +1502,7 @@ func TestScenarioPutLimitRacesUnlimitedAdmission(t *testing.T) {
 
 	assert.EqualValues(t, 7, s.levels("UNL").Available, "UNL: Redis must count the order's 3 units")
 	assert.EqualValues(t, 6, s.levels("UNL2").Available, "UNL2: Redis must count the token's 4 units")
-	reports, err := s.cat.Reconcile(ctx, false)
+	reports, err := s.reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	assert.Empty(t, reports)
 }

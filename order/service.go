@@ -570,6 +570,29 @@ func (s *Service) inTx(ctx context.Context, fn func(tx *gorm.DB) (*Order, error)
 	})
 }
 
+// Deadline is when order id expires, and whether it is PENDING (false also
+// when there is no such order): what the delay queue needs to requeue an
+// order claimed early.
+func (s *Service) Deadline(ctx context.Context, id string) (time.Time, bool, error) {
+	o, err := s.Get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, err
+	}
+	return o.ExpiresAt, o.Status == Pending, nil
+}
+
+// ExpiredIDs lists up to limit PENDING orders past their deadline, the
+// earliest first: what the sweep expires.
+func (s *Service) ExpiredIDs(ctx context.Context, limit int) ([]string, error) {
+	var ids []string
+	err := s.db.WithContext(ctx).Model(&Order{}).Where("status = ? AND expires_at <= ?", Pending, s.now()).
+		Order("expires_at").Limit(limit).Pluck("id", &ids).Error
+	return ids, err
+}
+
 // ApplyChanges brings changes the database committed into Redis (the
 // Applier's OnApplied for restores). A failure leaves Redis wrong in the safe
 // direction or for the realign to fix, so it is logged, not returned.

@@ -52,9 +52,9 @@ import (
 
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/mysqlconn"
+	"github.com/acme/inventory/internal/stocksync"
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
-	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
 )
 
@@ -310,7 +310,7 @@ func applyRun(ctx context.Context, db *sql.DB, size int) result {
 	must(exec1(db, fmt.Sprintf(`INSERT INTO stock_reservations (token, sku, qty, state, expires_at)
 		SELECT CONCAT('o', seq), 'HOT', 1, 'COMMITTED', NOW() FROM seq_1_to_%d`, committed)))
 	time.Sleep(3 * time.Second)
-	ap := order.NewApplier(gdb, slog.New(slog.DiscardHandler))
+	ap := stocksync.NewApplier(gdb, slog.New(slog.DiscardHandler))
 	var seq int64
 	r := run(name, 1, *duration, func(ctx context.Context, _ int, _ int64) (int, error) {
 		msgs := make([]mq.Message, size)

@@ -276,7 +276,7 @@ INVENTORY_REDIS_CLUSTER) and INVENTORY_MYSQL_DSN only.`,
 				return err
 			}
 			defer a.Close()
-			reports, err := a.Catalog.Reconcile(cmd.Context(), repair)
+			reports, err := a.Reconciler.Reconcile(cmd.Context(), repair)
 			if err != nil {
 				return err
 			}

@@ -30,9 +30,12 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/expiry"
 	"github.com/acme/inventory/internal/httpapi"
 	"github.com/acme/inventory/internal/identity"
+	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/mysqlconn"
+	"github.com/acme/inventory/internal/stocksync"
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/order"
@@ -48,23 +51,25 @@ type App struct {
 	Cfg Config
 	log *slog.Logger
 
-	rdb       redis.UniversalClient
-	db        *gorm.DB
-	sqlDB     *sql.DB
-	mini      *miniredis.Miniredis
-	memq      *mq.Memory
-	Stock     *stock.Store
-	Orders    *order.Service
-	Catalog   *order.Catalog
-	relay     *order.Relay
-	applier   *order.Applier
-	timeouts  *order.Timeouts
-	realigner *order.Realigner
-	retention *order.Retention
-	producer  mq.Producer
-	consumer  mq.Consumer
-	soldOut   *httpapi.SoldOut
-	server    *httpapi.Server
+	rdb     redis.UniversalClient
+	db      *gorm.DB
+	sqlDB   *sql.DB
+	mini    *miniredis.Miniredis
+	memq    *mq.Memory
+	Stock   *stock.Store
+	Orders  *order.Service
+	Catalog *order.Catalog
+	// Reconciler compares and repairs Redis and the database (reconcile).
+	Reconciler *maintenance.Reconciler
+	relay      *stocksync.Relay
+	applier    *stocksync.Applier
+	timeouts   *expiry.Timeouts
+	realigner  *maintenance.Realigner
+	retention  *maintenance.Retention
+	producer   mq.Producer
+	consumer   mq.Consumer
+	soldOut    *httpapi.SoldOut
+	server     *httpapi.Server
 
 	httpSrv *http.Server
 	ln      net.Listener
@@ -101,21 +106,22 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	if err != nil {
 		return nil, err
 	}
-	a.relay = order.NewRelay(a.db, a.producer, a.Stock.Locker(), order.RelayConfig{Interval: 100 * time.Millisecond, Logger: log})
-	a.applier = order.NewApplier(a.db, log)
+	a.relay = stocksync.NewRelay(a.db, a.producer, a.Stock.Locker(), stocksync.RelayConfig{Interval: 100 * time.Millisecond, Logger: log})
+	a.applier = stocksync.NewApplier(a.db, log)
 	a.Orders = order.NewService(a.db, a.Stock, order.Config{
 		TTL: cfg.OrderTTL, Logger: log, OnOutbox: a.relay.Wake,
 		OnExpired:  func(late time.Duration) { releaseLatency.Observe(late.Seconds()) },
-		OnCreated:  func(ctx context.Context, o *order.Order) { a.timeouts.Schedule(ctx, o) },
-		OnFinished: func(ctx context.Context, o *order.Order) { a.timeouts.Unschedule(ctx, o) },
+		OnCreated:  func(ctx context.Context, o *order.Order) { a.timeouts.Schedule(ctx, o.ID, o.ExpiresAt) },
+		OnFinished: func(ctx context.Context, o *order.Order) { a.timeouts.Unschedule(ctx, o.ID) },
 	})
-	a.timeouts, err = order.NewTimeouts(a.Orders, a.rdb, order.TimeoutConfig{Logger: log, SweepInterval: cfg.SweepInterval})
+	a.timeouts, err = expiry.NewTimeouts(a.Orders, a.rdb, expiry.TimeoutConfig{Logger: log, SweepInterval: cfg.SweepInterval, Locker: a.Stock.Locker()})
 	if err != nil {
 		return nil, err
 	}
 	a.Catalog = order.NewCatalog(a.db, a.Stock, log)
-	a.realigner = order.NewRealigner(a.Catalog, a.Stock.Locker(), cfg.RealignInterval, log)
-	a.retention = order.NewRetention(a.db, a.Stock.Locker(), order.RetentionConfig{
+	a.Reconciler = maintenance.NewReconciler(a.db, a.Stock, log)
+	a.realigner = maintenance.NewRealigner(a.Reconciler, a.Stock.Locker(), cfg.RealignInterval, log)
+	a.retention = maintenance.NewRetention(a.db, a.Stock.Locker(), maintenance.RetentionConfig{
 		Horizon: cfg.Retention, Interval: cfg.RetentionInterval, Logger: log,
 	})
 	a.applier.OnApplied = a.Orders.ApplyChanges
@@ -180,6 +186,7 @@ func OpenStores(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err 
 		return nil, err
 	}
 	a.Catalog = order.NewCatalog(a.db, a.Stock, log)
+	a.Reconciler = maintenance.NewReconciler(a.db, a.Stock, log)
 	return a, nil
 }
 

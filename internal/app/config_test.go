@@ -9,7 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory/internal/expiry"
 	"github.com/acme/inventory/internal/identity"
+	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/order"
 )
 
@@ -96,10 +98,10 @@ func TestConfigDefaultsAreTheComponents(t *testing.T) {
 	c, err := ParseConfig()
 	require.NoError(t, err)
 	require.Equal(t, order.DefaultTTL, c.OrderTTL)
-	require.Equal(t, order.DefaultSweepInterval, c.SweepInterval)
-	require.Equal(t, order.DefaultRealignInterval, c.RealignInterval)
-	require.Equal(t, order.DefaultRetentionHorizon, c.Retention)
-	require.Equal(t, order.DefaultRetentionInterval, c.RetentionInterval)
+	require.Equal(t, expiry.DefaultSweepInterval, c.SweepInterval)
+	require.Equal(t, maintenance.DefaultRealignInterval, c.RealignInterval)
+	require.Equal(t, maintenance.DefaultRetentionHorizon, c.Retention)
+	require.Equal(t, maintenance.DefaultRetentionInterval, c.RetentionInterval)
 	require.Equal(t, identity.DefaultAudience, c.BuyerTokenAudience)
 	require.Equal(t, identity.DefaultIssuer, c.BuyerTokenIssuer)
 	require.Equal(t, identity.DefaultMaxTTL, c.BuyerTokenMaxTTL)

@@ -1,4 +1,4 @@
-package order
+package expiry
 
 import (
 	"context"
@@ -15,13 +15,16 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
 )
 
 // node is one more service instance on rig's database, Redis and clock.
 type node struct {
-	svc *Service
+	st  *stock.Store
+	svc *order.Service
 	tm  *Timeouts
 }
 
@@ -29,11 +32,11 @@ func (r *rig) node(cfg TimeoutConfig) *node {
 	r.t.Helper()
 	st, err := stock.NewStore(r.rdb, stock.Config{Init: arbiter.InitFunc(r.db)})
 	require.NoError(r.t, err)
-	n := &node{}
-	n.svc = NewService(r.db, st, Config{TTL: 15 * time.Minute, Now: r.clock.Now,
-		OnCreated:  func(ctx context.Context, o *Order) { n.tm.Schedule(ctx, o) },
-		OnFinished: func(ctx context.Context, o *Order) { n.tm.Unschedule(ctx, o) }})
-	cfg.Now = r.clock.Now
+	n := &node{st: st}
+	n.svc = order.NewService(r.db, st, order.Config{TTL: 15 * time.Minute, Now: r.clock.Now,
+		OnCreated:  func(ctx context.Context, o *order.Order) { n.tm.Schedule(ctx, o.ID, o.ExpiresAt) },
+		OnFinished: func(ctx context.Context, o *order.Order) { n.tm.Unschedule(ctx, o.ID) }})
+	cfg.Now, cfg.Locker = r.clock.Now, st.Locker()
 	n.tm, err = NewTimeouts(n.svc, r.rdb, cfg)
 	require.NoError(r.t, err)
 	r.t.Cleanup(n.tm.Stop)
@@ -42,7 +45,7 @@ func (r *rig) node(cfg TimeoutConfig) *node {
 
 var fastTimeouts = TimeoutConfig{MaxPollWait: 20 * time.Millisecond, SweepInterval: 50 * time.Millisecond, SweepLockTTL: time.Second}
 
-func (r *rig) createOrders(svc *Service, n int, skus ...string) []string {
+func (r *rig) createOrders(svc *order.Service, n int, skus ...string) []string {
 	r.t.Helper()
 	ids := make([]string, n)
 	var wg sync.WaitGroup
@@ -90,7 +93,7 @@ func (r *rig) requireStockBack(stocked map[string]int64) {
 // order expires once, each reservation is given back once, and the stock ends
 // where it began.
 func TestTimeoutsThreeNodes(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), // the database pool's own goroutines come and go
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
 		goleak.IgnoreAnyFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1"))
@@ -190,7 +193,7 @@ func dropQueue(t testing.TB, rdb redis.Cmdable, tm *Timeouts) {
 // that no database write ever recorded (the process died in between) are
 // not the sweep's: the realign gives them back.
 func TestSweepCatchesWhatTheQueueMissed(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	ctx := context.Background()
 	stocked := map[string]int64{"A": 100}
 	r.addSKU("A", 100)
@@ -211,7 +214,7 @@ func TestSweepCatchesWhatTheQueueMissed(t *testing.T) {
 	for _, id := range ids {
 		o, err := n.svc.Get(ctx, id)
 		require.NoError(t, err)
-		require.Equal(t, Expired, o.Status)
+		require.Equal(t, order.Expired, o.Status)
 		require.Equal(t, arbiter.Released, r.reservationState(id, "A"))
 	}
 	require.Equal(t, arbiter.Held, r.reservationState("t.bare", "A"), "the token reservation waits for its own deadline")
@@ -226,7 +229,7 @@ func TestSweepCatchesWhatTheQueueMissed(t *testing.T) {
 	require.Equal(t, arbiter.Released, r.reservationState("t.bare", "A"))
 	r.requireStockBack(stocked)
 	_, err = n.svc.Reserve(ctx, "A", 5, "bare")
-	require.ErrorIs(t, err, ErrTokenReleased, "a late replay of the released token cannot take it again")
+	require.ErrorIs(t, err, order.ErrTokenReleased, "a late replay of the released token cannot take it again")
 	_, err = n.tm.SweepOnce(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n.tm.Reaped.Load(), "released once")
@@ -237,7 +240,7 @@ func TestSweepCatchesWhatTheQueueMissed(t *testing.T) {
 	_, err = n.tm.SweepOnce(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 93, r.redisAvailable("A"), "no row holds the units: the sweep cannot see them")
-	done, err := NewCatalog(r.db, r.st, nil).Realign(ctx)
+	done, err := maintenance.NewReconciler(r.db, r.st, nil).Realign(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"A"}, done)
 	r.requireStockBack(stocked)
@@ -246,7 +249,7 @@ func TestSweepCatchesWhatTheQueueMissed(t *testing.T) {
 // A node holding the sweep lock dies: nobody sweeps while its lock lives, and
 // another node takes over once it expires.
 func TestSweepLockTakeover(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	ctx := context.Background()
 	r.addSKU("A", 100)
 	n := r.node(fastTimeouts)
@@ -278,7 +281,7 @@ func TestSweepLockTakeover(t *testing.T) {
 // Payments race the timeout on every order: each order ends either PAID (with
 // exactly one deduction) or EXPIRED (with none), and the stock adds up.
 func TestPaymentRacesTimeout(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	ctx := context.Background()
 	r.addSKU("A", 200)
 	n := r.node(fastTimeouts)
@@ -306,7 +309,7 @@ func TestPaymentRacesTimeout(t *testing.T) {
 			if i%2 == 0 {
 				if o, err := n.svc.Pay(ctx, id, "pay-"+id); err != nil {
 					t.Error(err)
-				} else if o.Status != Paid {
+				} else if o.Status != order.Paid {
 					t.Errorf("order %s: payment left it %s", id, o.Status)
 				}
 			}
@@ -321,13 +324,13 @@ func TestPaymentRacesTimeout(t *testing.T) {
 		require.NoError(t, err)
 		outbox := r.count(`SELECT COUNT(*) FROM stock_outbox WHERE token IN (?, ?)`, id, id+".late")
 		switch o.Status {
-		case Paid:
+		case order.Paid:
 			// Paid in time (under its id) or after it expired (re-reserved under "<id>.late").
 			require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ?`, o.ReservationToken), id)
 			require.EqualValues(t, 1, outbox, id)
 			require.Equal(t, arbiter.Committed, r.reservationState(o.ReservationToken, "A"))
 			require.Zero(t, i%2, "only orders that were paid are PAID")
-		case Expired:
+		case order.Expired:
 			require.Zero(t, outbox, id)
 			require.Equal(t, arbiter.Released, r.reservationState(id, "A"))
 		default:
@@ -341,14 +344,17 @@ func TestPaymentRacesTimeout(t *testing.T) {
 }
 
 func TestTimeoutsConfigAndLifecycle(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
-	_, err := NewTimeouts(r.svc, r.rdb, TimeoutConfig{Lease: time.Millisecond})
+	r := newRig(t)
+	locker := r.st.Locker()
+	_, err := NewTimeouts(r.svc, r.rdb, TimeoutConfig{Lease: time.Millisecond, Locker: locker})
 	require.Error(t, err, "a lease shorter than a second is refused")
 	for _, shards := range []int{-1, maxShards + 1} {
-		_, err = NewTimeouts(r.svc, r.rdb, TimeoutConfig{Shards: shards})
+		_, err = NewTimeouts(r.svc, r.rdb, TimeoutConfig{Shards: shards, Locker: locker})
 		require.Error(t, err, "%d shards are refused", shards)
 	}
-	tm, err := NewTimeouts(r.svc, r.rdb, TimeoutConfig{})
+	_, err = NewTimeouts(r.svc, r.rdb, TimeoutConfig{})
+	require.Error(t, err, "no locker for the sweep is refused")
+	tm, err := NewTimeouts(r.svc, r.rdb, TimeoutConfig{Locker: locker})
 	require.NoError(t, err)
 	require.Len(t, tm.shards, 16, "16 shards by default")
 	require.Equal(t, queue{"inv:{timeouts:15}:due", "inv:{timeouts:15}:claimed"}, tm.shards[15])
@@ -363,14 +369,14 @@ func TestTimeoutsConfigAndLifecycle(t *testing.T) {
 // before the database agrees it is due: the order goes back on the queue, not
 // to the sweep.
 func TestEarlyClaimIsRequeued(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	ctx := context.Background()
 	r.addSKU("A", 10)
 	n := r.node(fastTimeouts)
 	o, err := n.svc.Create(ctx, "u1", "", line("A", 1))
 	require.NoError(t, err)
 	cfg := fastTimeouts
-	cfg.Now = func() time.Time { return r.clock.Now().Add(20 * time.Minute) }
+	cfg.Now, cfg.Locker = func() time.Time { return r.clock.Now().Add(20 * time.Minute) }, n.st.Locker()
 	fast, err := NewTimeouts(n.svc, r.rdb, cfg)
 	require.NoError(t, err)
 
@@ -379,7 +385,7 @@ func TestEarlyClaimIsRequeued(t *testing.T) {
 	require.Zero(t, expired)
 	score, err := r.rdb.ZScore(ctx, fast.shardOf(o.ID).due, o.ID).Result()
 	require.NoError(t, err, "the order is back on the queue, in its shard")
-	require.EqualValues(t, dueAt(o).Score, score)
+	require.EqualValues(t, dueAt(o.ID, o.ExpiresAt).Score, score)
 	claimed, err := r.rdb.ZCard(ctx, fast.shardOf(o.ID).claimed).Result()
 	require.NoError(t, err)
 	require.Zero(t, claimed)
@@ -395,7 +401,7 @@ func TestEarlyClaimIsRequeued(t *testing.T) {
 // every shard holding due orders, it takes exactly one from each. Its sleep
 // is the earliest deadline over all the shards.
 func TestTimeoutPollClaimsFromEveryShard(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	ctx := context.Background()
 	r.addSKU("A", 1000)
 	cfg := fastTimeouts
@@ -431,7 +437,7 @@ func TestTimeoutPollClaimsFromEveryShard(t *testing.T) {
 	require.NoError(t, err)
 	// Orders created until one lands in another shard than first's; the
 	// earliest of them (the first created) is the next deadline after first.
-	var second, afterFirst *Order
+	var second, afterFirst *order.Order
 	for second == nil || n.tm.shardOf(second.ID) == n.tm.shardOf(first.ID) {
 		r.clock.Advance(5 * time.Second)
 		second, err = n.svc.Create(ctx, "u2", "", line("A", 1))
@@ -444,13 +450,13 @@ func TestTimeoutPollClaimsFromEveryShard(t *testing.T) {
 		expired, next, err = n.tm.PollOnce(ctx)
 		require.NoError(t, err)
 		require.Zero(t, expired)
-		require.EqualValues(t, dueAt(first).Score, next.UnixMilli())
+		require.EqualValues(t, dueAt(first.ID, first.ExpiresAt).Score, next.UnixMilli())
 	}
 	r.clock.Advance(first.ExpiresAt.Sub(r.clock.Now()) + time.Millisecond)
 	expired, next, err = n.tm.PollOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, expired)
-	require.EqualValues(t, dueAt(afterFirst).Score, next.UnixMilli())
+	require.EqualValues(t, dueAt(afterFirst.ID, afterFirst.ExpiresAt).Score, next.UnixMilli())
 }
 
 // Orders an older version scheduled on the unsharded queue (one of them
@@ -458,13 +464,13 @@ func TestTimeoutPollClaimsFromEveryShard(t *testing.T) {
 // an early claim moves its order into its shard; and an order an older node
 // adds after the queue was seen empty is found within a sweep interval.
 func TestTimeoutLegacyQueueIsDrained(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	ctx := context.Background()
 	r.addSKU("A", 100)
 	n := r.node(fastTimeouts)
-	older := NewService(r.db, r.st, Config{TTL: 15 * time.Minute, Now: r.clock.Now,
-		OnCreated: func(ctx context.Context, o *Order) {
-			require.NoError(t, r.rdb.ZAdd(ctx, stock.LegacyTimeoutDueKey, dueAt(o)).Err())
+	older := order.NewService(r.db, r.st, order.Config{TTL: 15 * time.Minute, Now: r.clock.Now,
+		OnCreated: func(ctx context.Context, o *order.Order) {
+			require.NoError(t, r.rdb.ZAdd(ctx, stock.LegacyTimeoutDueKey, dueAt(o.ID, o.ExpiresAt)).Err())
 		}})
 	ids := r.createOrders(older, 30, "A")
 	dead := ids[0] // claimed by an older poller that died; its lease ends at the deadline
@@ -482,6 +488,7 @@ func TestTimeoutLegacyQueueIsDrained(t *testing.T) {
 	// the orders go back, each into its shard.
 	ahead := fastTimeouts
 	ahead.Now = func() time.Time { return r.clock.Now().Add(20 * time.Minute) }
+	ahead.Locker = n.st.Locker()
 	ahead.ClaimBatch = 5 * 17 // five from each of the 16 shards and the legacy queue
 	fast, err := NewTimeouts(n.svc, r.rdb, ahead)
 	require.NoError(t, err)
@@ -522,7 +529,7 @@ func TestTimeoutLegacyQueueIsDrained(t *testing.T) {
 	require.Equal(t, 1, expired)
 	o, err := n.svc.Get(ctx, late.ID)
 	require.NoError(t, err)
-	require.Equal(t, Expired, o.Status)
+	require.Equal(t, order.Expired, o.Status)
 	requireQueueEmpty(t, r.rdb, n.tm)
 	require.EqualValues(t, 31, n.tm.Expired.Load())
 }
@@ -547,15 +554,15 @@ func TestTimeoutShardsOnCluster(t *testing.T) {
 		return nil
 	}))
 
-	r := newRig(t, memoryTransport(t)) // the database and the clock
-	cfg := TimeoutConfig{MaxPollWait: 20 * time.Millisecond, SweepInterval: time.Hour, Now: r.clock.Now}
+	r := newRig(t) // the database and the clock
+	cfg := TimeoutConfig{MaxPollWait: 20 * time.Millisecond, SweepInterval: time.Hour, Now: r.clock.Now, Locker: stock.NewLocker(rc)}
 	var nodes []*node
 	for range 3 {
 		st, err := stock.NewStore(rc, stock.Config{Init: arbiter.InitFunc(r.db)})
 		require.NoError(t, err)
-		n := &node{}
-		n.svc = NewService(r.db, st, Config{TTL: 15 * time.Minute, Now: r.clock.Now,
-			OnCreated: func(ctx context.Context, o *Order) { n.tm.Schedule(ctx, o) }})
+		n := &node{st: st}
+		n.svc = order.NewService(r.db, st, order.Config{TTL: 15 * time.Minute, Now: r.clock.Now,
+			OnCreated: func(ctx context.Context, o *order.Order) { n.tm.Schedule(ctx, o.ID, o.ExpiresAt) }})
 		n.tm, err = NewTimeouts(n.svc, rc, cfg)
 		require.NoError(t, err)
 		t.Cleanup(n.tm.Stop)
@@ -639,7 +646,7 @@ func TestTimeoutShardsOnCluster(t *testing.T) {
 	require.EqualValues(t, orders, r.count(`SELECT COUNT(*) FROM orders WHERE status = 'EXPIRED'`))
 	for sku, n := range stocked {
 		r.requireQty(sku, n, 0)
-		st := nodes[0].svc.stock
+		st := nodes[0].st
 		require.NoError(t, st.EnsureInit(ctx, sku))
 		lv, err := st.Levels(ctx, sku)
 		require.NoError(t, err)
@@ -650,7 +657,7 @@ func TestTimeoutShardsOnCluster(t *testing.T) {
 // Creating orders wakes the sleeping poller only for a deadline earlier than
 // the one it sleeps until: a busy node does not poll every shard per order.
 func TestTimeoutScheduleWakesOnlyForAnEarlierDeadline(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	ctx := context.Background()
 	r.addSKU("A", 100)
 	cfg := fastTimeouts
@@ -660,7 +667,7 @@ func TestTimeoutScheduleWakesOnlyForAnEarlierDeadline(t *testing.T) {
 	first, err := n.svc.Create(ctx, "u0", "", line("A", 1))
 	require.NoError(t, err)
 	n.tm.Start(ctx)
-	require.Eventually(t, func() bool { return n.tm.sleepUntil.Load() == int64(dueAt(first).Score) },
+	require.Eventually(t, func() bool { return n.tm.sleepUntil.Load() == int64(dueAt(first.ID, first.ExpiresAt).Score) },
 		10*time.Second, time.Millisecond, "the poller sleeps until the first deadline")
 	require.EqualValues(t, 1, n.tm.Polls.Load())
 
@@ -669,11 +676,11 @@ func TestTimeoutScheduleWakesOnlyForAnEarlierDeadline(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // a window for a wrong wake-up to show
 	require.EqualValues(t, 1, n.tm.Polls.Load(), "later deadlines do not wake the poller")
 
-	sooner := NewService(r.db, r.st, Config{TTL: time.Minute, Now: r.clock.Now,
-		OnCreated: func(ctx context.Context, o *Order) { n.tm.Schedule(ctx, o) }})
+	sooner := order.NewService(r.db, r.st, order.Config{TTL: time.Minute, Now: r.clock.Now,
+		OnCreated: func(ctx context.Context, o *order.Order) { n.tm.Schedule(ctx, o.ID, o.ExpiresAt) }})
 	o, err := sooner.Create(ctx, "u1", "", line("A", 1))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return n.tm.sleepUntil.Load() == int64(dueAt(o).Score) },
+	require.Eventually(t, func() bool { return n.tm.sleepUntil.Load() == int64(dueAt(o.ID, o.ExpiresAt).Score) },
 		10*time.Second, time.Millisecond, "an earlier deadline wakes it, and it sleeps until that one")
 	require.EqualValues(t, 2, n.tm.Polls.Load())
 	n.tm.Stop()
@@ -694,7 +701,7 @@ func queuedEntries(t *testing.T, r *rig, n *node) int64 {
 // A paid or cancelled order leaves the delay queue at once: the queue holds
 // pending orders only, so Redis keeps nothing per finished order.
 func TestFinishedOrdersLeaveTheQueue(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	r.addSKU("A", 100)
 	n := r.node(fastTimeouts)
 	ctx := context.Background()
@@ -724,7 +731,7 @@ func TestFinishedOrdersLeaveTheQueue(t *testing.T) {
 // are written behind, many per pipeline; an order finished before its entry
 // was written never reaches Redis; Stop writes what is left.
 func TestScheduleWritesBehind(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	r.addSKU("A", 1000)
 	n := r.node(fastTimeouts)
 	ctx := context.Background()
@@ -742,12 +749,12 @@ func TestScheduleWritesBehind(t *testing.T) {
 	// An order finished right after it was scheduled, before or after the
 	// flusher wrote its entry: nothing is left behind either way.
 	for i := 0; i < 20; i++ {
-		o := &Order{ID: fmt.Sprintf("quick-%d", i), ExpiresAt: r.clock.Now().Add(time.Hour)}
-		n.tm.Schedule(ctx, o)
+		o := &order.Order{ID: fmt.Sprintf("quick-%d", i), ExpiresAt: r.clock.Now().Add(time.Hour)}
+		n.tm.Schedule(ctx, o.ID, o.ExpiresAt)
 		if i%2 == 1 {
 			time.Sleep(2 * time.Millisecond) // let the flusher write some first
 		}
-		n.tm.Unschedule(ctx, o)
+		n.tm.Unschedule(ctx, o.ID)
 	}
 	n.tm.Stop()
 	require.Equal(t, int64(150), queued(), "nothing left behind for the finished orders")

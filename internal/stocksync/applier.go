@@ -1,4 +1,4 @@
-package order
+package stocksync
 
 import (
 	"context"
@@ -43,9 +43,9 @@ type Applier struct {
 	// (restores), to bring them into Redis. Its ctx is not cancelled by the
 	// consumer stopping.
 	OnApplied func(ctx context.Context, chs []stock.Change)
-	// beforeCommit, in tests, runs inside the transaction after the UPDATEs;
+	// BeforeCommit, for fault-injection tests, runs inside the transaction after the UPDATEs;
 	// an error rolls everything back, as a crash would.
-	beforeCommit func() error
+	BeforeCommit func() error
 
 	Applied   atomic.Int64 // operations applied
 	Duplicate atomic.Int64 // operations found already applied
@@ -136,8 +136,8 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 					return err
 				}
 			}
-			if a.beforeCommit != nil {
-				if err := a.beforeCommit(); err != nil {
+			if a.BeforeCommit != nil {
+				if err := a.BeforeCommit(); err != nil {
 					return err
 				}
 			}

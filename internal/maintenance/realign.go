@@ -1,4 +1,8 @@
-package order
+// Package maintenance holds what keeps the stores true over time, on one
+// node at a time: reconcile (Redis against the database, the database
+// against itself), the periodic realign of Redis, and the retention that
+// prunes finished history without touching what exactly-once rests on.
+package maintenance
 
 import (
 	"context"
@@ -16,7 +20,7 @@ import (
 // admission took and never recorded (its process died) is put right within
 // one interval, even if nobody buys the SKU.
 type Realigner struct {
-	cat      *Catalog
+	rec      *Reconciler
 	locker   *stock.Locker
 	interval time.Duration
 	log      *slog.Logger
@@ -26,15 +30,18 @@ type Realigner struct {
 	Realigned atomic.Int64
 }
 
-// NewRealigner runs cat.Realign every interval (default 30s).
-func NewRealigner(cat *Catalog, locker *stock.Locker, interval time.Duration, log *slog.Logger) *Realigner {
+// DefaultRealignInterval is the realign's period when none is given.
+const DefaultRealignInterval = 30 * time.Second
+
+// NewRealigner runs rec.Realign every interval (default 30s).
+func NewRealigner(rec *Reconciler, locker *stock.Locker, interval time.Duration, log *slog.Logger) *Realigner {
 	if interval <= 0 {
 		interval = DefaultRealignInterval
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Realigner{cat: cat, locker: locker, interval: interval, log: log}
+	return &Realigner{rec: rec, locker: locker, interval: interval, log: log}
 }
 
 // Start runs the job until Stop; a second Start is a no-op.
@@ -46,7 +53,7 @@ func (r *Realigner) Stop() { r.run.Stop() }
 func (r *Realigner) loop(ctx context.Context) {
 	lock := job.Lock{Locker: r.locker, Key: stock.RealignLockKey, TTL: r.interval, Log: r.log}
 	job.Periodic(ctx, lock, r.interval, 0, func(rctx context.Context) {
-		skus, err := r.cat.Realign(rctx)
+		skus, err := r.rec.Realign(rctx)
 		r.Realigned.Add(int64(len(skus)))
 		switch {
 		case err != nil && ctx.Err() == nil:

@@ -1,4 +1,9 @@
-package order
+// Package expiry releases unpaid orders at their deadline: a sharded Redis
+// delay queue fires each order on time, and a database sweep, run by one
+// node at a time, catches whatever the queue missed and releases expired
+// token-API reservations. What expiring means is the order lifecycle's
+// (Orders); expiry only decides when.
+package expiry
 
 import (
 	"context"
@@ -18,6 +23,9 @@ import (
 	"github.com/acme/inventory/internal/job"
 	"github.com/acme/inventory/stock"
 )
+
+// DefaultSweepInterval is the sweep's period when TimeoutConfig does not say.
+const DefaultSweepInterval = 30 * time.Second
 
 // maxShards bounds TimeoutConfig.Shards (every poll claims from every shard).
 const maxShards = 1024
@@ -47,8 +55,10 @@ type TimeoutConfig struct {
 	SweepLockTTL time.Duration
 	// RunTimeout bounds one poll or sweep round. Default 1m.
 	RunTimeout time.Duration
-	Now        func() time.Time
-	Logger     *slog.Logger
+	// Locker takes the sweep's single-runner lock. Required.
+	Locker *stock.Locker
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 func (c *TimeoutConfig) validate() error {
@@ -78,10 +88,26 @@ func (c *TimeoutConfig) validate() error {
 		c.Logger = slog.Default()
 	}
 	if c.MaxPollWait < time.Millisecond || c.Lease < time.Second || c.SweepInterval < 10*time.Millisecond ||
-		c.SweepLockTTL < 300*time.Millisecond || c.RunTimeout <= 0 || c.ClaimBatch < 1 || c.SweepBatch < 1 || c.Shards < 1 || c.Shards > maxShards {
-		return fmt.Errorf("order: invalid timeout config %+v", *c)
+		c.SweepLockTTL < 300*time.Millisecond || c.RunTimeout <= 0 || c.ClaimBatch < 1 || c.SweepBatch < 1 || c.Shards < 1 || c.Shards > maxShards || c.Locker == nil {
+		return fmt.Errorf("expiry: invalid timeout config %+v", *c)
 	}
 	return nil
+}
+
+// Orders is what expiry needs of the order lifecycle.
+type Orders interface {
+	// Expire releases the PENDING order id whose deadline passed; false when
+	// it was not (or no longer) pending or not yet due.
+	Expire(ctx context.Context, id string) (bool, error)
+	// Deadline is when order id expires, and whether it is PENDING (false
+	// also when there is no such order).
+	Deadline(ctx context.Context, id string) (time.Time, bool, error)
+	// ExpiredIDs lists up to limit PENDING orders past their deadline, the
+	// earliest first.
+	ExpiredIDs(ctx context.Context, limit int) ([]string, error)
+	// ReleaseExpiredTokens releases up to limit token-API reservations past
+	// their deadline and returns how many.
+	ReleaseExpiredTokens(ctx context.Context, limit int) (int, error)
 }
 
 // Timeouts releases unpaid orders at their deadline: a Redis delay queue fires
@@ -89,7 +115,7 @@ func (c *TimeoutConfig) validate() error {
 // distributed lock, catches whatever the queue missed (Redis lost it, a poller
 // died) and releases expired token-API reservations.
 type Timeouts struct {
-	svc    *Service
+	orders Orders
 	rdb    redis.UniversalClient
 	cfg    TimeoutConfig
 	shards []queue
@@ -144,11 +170,11 @@ type pendingEntry struct {
 // queue.
 type queue struct{ due, claimed string }
 
-func NewTimeouts(svc *Service, rdb redis.UniversalClient, cfg TimeoutConfig) (*Timeouts, error) {
+func NewTimeouts(orders Orders, rdb redis.UniversalClient, cfg TimeoutConfig) (*Timeouts, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	t := &Timeouts{svc: svc, rdb: rdb, cfg: cfg, wake: make(chan struct{}, 1),
+	t := &Timeouts{orders: orders, rdb: rdb, cfg: cfg, wake: make(chan struct{}, 1),
 		shards: make([]queue, cfg.Shards), legacy: queue{stock.LegacyTimeoutDueKey, stock.LegacyTimeoutClaimedKey},
 		pending: map[string]pendingEntry{}, flushWake: make(chan struct{}, 1)}
 	for i := range t.shards {
@@ -166,15 +192,16 @@ func (t *Timeouts) shardOf(id string) queue {
 	return t.shards[h.Sum32()%uint32(len(t.shards))]
 }
 
-// Schedule puts o on the delay queue at its deadline (Service.OnCreated).
+// Schedule puts order id on the delay queue at its deadline (the order
+// lifecycle's OnCreated).
 // Losing this write is safe: the sweep finds the order in the database.
 // While the loops run, the write is left to the flusher (see writeBehind).
-func (t *Timeouts) Schedule(ctx context.Context, o *Order) {
-	z := dueAt(o)
-	q := t.shardOf(o.ID)
+func (t *Timeouts) Schedule(ctx context.Context, id string, deadline time.Time) {
+	z := dueAt(id, deadline)
+	q := t.shardOf(id)
 	if t.writeBehind.Load() {
 		t.mu.Lock()
-		t.pending[o.ID] = pendingEntry{q, z}
+		t.pending[id] = pendingEntry{q, z}
 		first := len(t.pending) == 1
 		t.mu.Unlock()
 		if first {
@@ -186,7 +213,7 @@ func (t *Timeouts) Schedule(ctx context.Context, o *Order) {
 		return // the flusher tells the poller once the entry is in Redis
 	}
 	if err := t.rdb.ZAdd(ctx, q.due, z).Err(); err != nil {
-		t.cfg.Logger.Warn("timeout: scheduling failed; the sweep will release the order", "order", o.ID, "err", err)
+		t.cfg.Logger.Warn("timeout: scheduling failed; the sweep will release the order", "order", id, "err", err)
 		return
 	}
 	t.scheduledAt(int64(z.Score))
@@ -208,10 +235,10 @@ func (t *Timeouts) scheduledAt(due int64) {
 // the queue holds pending orders only and Redis keeps nothing per finished
 // order. A failure is harmless: the entry is claimed at its deadline and
 // found not PENDING.
-func (t *Timeouts) Unschedule(ctx context.Context, o *Order) {
+func (t *Timeouts) Unschedule(ctx context.Context, id string) {
 	t.mu.Lock()
-	_, unwritten := t.pending[o.ID]
-	delete(t.pending, o.ID)
+	_, unwritten := t.pending[id]
+	delete(t.pending, id)
 	t.mu.Unlock()
 	if unwritten {
 		return // never reached Redis
@@ -220,8 +247,8 @@ func (t *Timeouts) Unschedule(ctx context.Context, o *Order) {
 	t.flushing.Lock()
 	//lint:ignore SA2001 an empty critical section is the wait for the flusher
 	t.flushing.Unlock()
-	if err := t.rdb.ZRem(ctx, t.shardOf(o.ID).due, o.ID).Err(); err != nil {
-		t.cfg.Logger.Warn("timeout: unscheduling failed; the entry is dropped at its deadline", "order", o.ID, "err", err)
+	if err := t.rdb.ZRem(ctx, t.shardOf(id).due, id).Err(); err != nil {
+		t.cfg.Logger.Warn("timeout: unscheduling failed; the entry is dropped at its deadline", "order", id, "err", err)
 	}
 }
 
@@ -234,10 +261,10 @@ func lowerTo(a *atomic.Int64, v int64) {
 	}
 }
 
-// dueAt is o's queue entry: its deadline rounded up to the millisecond, so
-// it is never claimed before the database agrees it is due.
-func dueAt(o *Order) redis.Z {
-	return redis.Z{Score: float64((o.ExpiresAt.UnixMicro() + 999) / 1000), Member: o.ID}
+// dueAt is order id's queue entry: its deadline rounded up to the
+// millisecond, so it is never claimed before the database agrees it is due.
+func dueAt(id string, deadline time.Time) redis.Z {
+	return redis.Z{Score: float64((deadline.UnixMicro() + 999) / 1000), Member: id}
 }
 
 // PollOnce claims the due orders from every shard (and the legacy queue when
@@ -278,7 +305,7 @@ func (t *Timeouts) PollOnce(ctx context.Context) (int, time.Time, error) {
 	done := make([][]any, len(qs)) // per queue, the claims that need nothing more
 	for i, c := range claims {
 		for _, id := range c.ids {
-			ok, err := t.svc.Expire(ctx, id)
+			ok, err := t.orders.Expire(ctx, id)
 			if err == nil && !ok {
 				err = t.requeueIfEarly(ctx, id)
 			}
@@ -353,14 +380,11 @@ func (t *Timeouts) claim(ctx context.Context, qs []queue, now time.Time, limit i
 // clock says it is due (clocks differ between nodes), into its shard; an
 // order that is no longer PENDING needs nothing.
 func (t *Timeouts) requeueIfEarly(ctx context.Context, id string) error {
-	o, err := t.svc.Get(ctx, id)
-	if errors.Is(err, ErrNotFound) {
-		return nil
-	}
-	if err != nil || o.Status != Pending {
+	deadline, pending, err := t.orders.Deadline(ctx, id)
+	if err != nil || !pending {
 		return err
 	}
-	return t.rdb.ZAdd(ctx, t.shardOf(id).due, dueAt(o)).Err()
+	return t.rdb.ZAdd(ctx, t.shardOf(id).due, dueAt(id, deadline)).Err()
 }
 
 // SweepOnce expires every PENDING order past its deadline and releases every
@@ -369,16 +393,13 @@ func (t *Timeouts) requeueIfEarly(ctx context.Context, id string) error {
 func (t *Timeouts) SweepOnce(ctx context.Context) (int, error) {
 	expired := 0
 	for {
-		var ids []string
-		err := t.svc.db.WithContext(ctx).Model(&Order{}).
-			Where("status = ? AND expires_at <= ?", Pending, t.svc.now()).
-			Order("expires_at").Limit(t.cfg.SweepBatch).Pluck("id", &ids).Error
+		ids, err := t.orders.ExpiredIDs(ctx, t.cfg.SweepBatch)
 		if err != nil {
 			return expired, fmt.Errorf("timeout: sweep: %w", err)
 		}
 		progress := 0
 		for _, id := range ids {
-			ok, err := t.svc.Expire(ctx, id)
+			ok, err := t.orders.Expire(ctx, id)
 			if err != nil {
 				return expired, err
 			}
@@ -393,7 +414,7 @@ func (t *Timeouts) SweepOnce(ctx context.Context) (int, error) {
 		}
 	}
 	for {
-		n, err := t.svc.ReleaseExpiredTokens(ctx, t.cfg.SweepBatch)
+		n, err := t.orders.ReleaseExpiredTokens(ctx, t.cfg.SweepBatch)
 		t.Reaped.Add(int64(n))
 		if err != nil || n < t.cfg.SweepBatch {
 			return expired, err
@@ -503,7 +524,7 @@ func (t *Timeouts) pollLoop(ctx context.Context) {
 // sweepLoop sweeps the database once per SweepInterval on one node at a
 // time, for what the delay queue missed.
 func (t *Timeouts) sweepLoop(ctx context.Context) {
-	lock := job.Lock{Locker: t.svc.stock.Locker(), Key: stock.SweepLockKey, TTL: t.cfg.SweepLockTTL, Log: t.cfg.Logger}
+	lock := job.Lock{Locker: t.cfg.Locker, Key: stock.SweepLockKey, TTL: t.cfg.SweepLockTTL, Log: t.cfg.Logger}
 	job.Periodic(ctx, lock, t.cfg.SweepInterval, t.cfg.RunTimeout, func(rctx context.Context) {
 		n, err := t.SweepOnce(rctx)
 		switch {

@@ -1,4 +1,4 @@
-package order
+package stocksync
 
 import (
 	"context"
@@ -16,8 +16,21 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/stock"
 )
+
+// stores are the real database and Redis (for the relay's lock) a test
+// relays on.
+type stores struct {
+	db     *gorm.DB
+	locker *stock.Locker
+}
+
+func newStores(t *testing.T) stores {
+	return stores{db: testenv.MySQL(t), locker: stock.NewLocker(testenv.Redis(t))}
+}
 
 var errBrokerQueueDown = errors.New("injected: the broker refuses this SKU's queue")
 
@@ -147,7 +160,7 @@ var (
 // the other SKUs keep going. Once its queue is back, its rows go out, in
 // order, once each.
 func TestRelayIsolatesAFailingSKU(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newStores(t)
 	ctx := context.Background()
 	m := mq.NewMemory(4)
 	got := receive(t, m)
@@ -171,7 +184,7 @@ func TestRelayIsolatesAFailingSKU(t *testing.T) {
 	}
 	require.NoError(t, r.db.Create(&rows).Error)
 	// A failed SKU waits half to all of Interval before its first retry.
-	relay := NewRelay(r.db, p, r.st.Locker(), RelayConfig{Interval: time.Second, Batch: 500})
+	relay := NewRelay(r.db, p, r.locker, RelayConfig{Interval: time.Second, Batch: 500})
 
 	n, err := relay.RelayOnce(ctx)
 	require.Equal(t, 128+10+10, n, "A, C and BAD's first run went out")
@@ -227,7 +240,7 @@ func TestRelayIsolatesAFailingSKU(t *testing.T) {
 // A SKU that keeps failing with more unsent rows than a batch holds does not
 // starve the others: once held back, its rows are left out of the read.
 func TestRelayFailingSKUDoesNotStarveOthers(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newStores(t)
 	ctx := context.Background()
 	m := mq.NewMemory(4)
 	got := receive(t, m)
@@ -245,7 +258,7 @@ func TestRelayFailingSKUDoesNotStarveOthers(t *testing.T) {
 		rows = append(rows, outboxRow("A", fmt.Sprintf("A-%03d", i)))
 	}
 	require.NoError(t, r.db.Create(&rows).Error)
-	relay := NewRelay(r.db, p, r.st.Locker(), RelayConfig{Interval: time.Minute, Batch: 20})
+	relay := NewRelay(r.db, p, r.locker, RelayConfig{Interval: time.Minute, Batch: 20})
 
 	n, err := relay.RelayOnce(ctx)
 	require.ErrorIs(t, err, errBrokerQueueDown)
@@ -263,7 +276,7 @@ func TestRelayFailingSKUDoesNotStarveOthers(t *testing.T) {
 // messages reach the consumer in id order, once each, and sends of different
 // SKUs did overlap (never more than eight).
 func TestRelayConcurrentSKUsKeepTheirOrder(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newStores(t)
 	m := mq.NewMemory(8)
 	got := receive(t, m)
 	var failures atomic.Int64
@@ -278,7 +291,7 @@ func TestRelayConcurrentSKUsKeepTheirOrder(t *testing.T) {
 			return nil
 		},
 	}
-	relay := NewRelay(r.db, p, r.st.Locker(), RelayConfig{Interval: 5 * time.Millisecond, Batch: 60, Parallel: 8,
+	relay := NewRelay(r.db, p, r.locker, RelayConfig{Interval: 5 * time.Millisecond, Batch: 60, Parallel: 8,
 		Logger: slog.New(slog.DiscardHandler)}) // the injected failures are logged
 	relay.Start(context.Background())
 	t.Cleanup(relay.Stop)
@@ -311,7 +324,9 @@ func TestRelayConcurrentSKUsKeepTheirOrder(t *testing.T) {
 	require.Eventually(t, func() bool { return relay.Sent.Load() >= skus*perSKU }, time.Minute, 10*time.Millisecond)
 	relay.Stop()
 
-	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL`))
+	var unsent int64
+	require.NoError(t, r.db.Raw(`SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL`).Scan(&unsent).Error)
+	require.Zero(t, unsent)
 	for s := range skus {
 		sku := fmt.Sprintf("S%02d", s)
 		want := tokens(t, r.db, sku, nil)

@@ -1,4 +1,10 @@
-package order
+// Package stocksync is the sync path: it carries the stock operations the
+// order lifecycle recorded in the outbox to the ordered topic and from it
+// into the database, once in effect. The Relay publishes outbox rows (key =
+// SKU, so each SKU keeps its order) on one node at a time; the Applier is the
+// consumer's handler and settles each delivery through the arbiter, which
+// decides by the reservation's state. Neither knows about orders.
+package stocksync
 
 import (
 	"context"
@@ -31,10 +37,10 @@ type RelayConfig struct {
 	// LockTTL is the single-runner lock's expiry (renewed while running). Default 10s.
 	LockTTL time.Duration
 	Logger  *slog.Logger
-	// afterSend, in tests, runs after each send and before the row is marked
+	// AfterSend, for fault-injection tests, runs after each send and before the row is marked
 	// sent; an error stops the round there, as a crash would: nothing of the
 	// round is marked sent.
-	afterSend func(row arbiter.OutboxRow) error
+	AfterSend func(row arbiter.OutboxRow) error
 }
 
 // Relay publishes outbox rows to the ordered topic, on one node at a time (a
@@ -228,7 +234,7 @@ func (r *Relay) round(ctx context.Context) (read, sent int, failed, err error) {
 	type result struct {
 		ids   []int64
 		err   error // the send that failed
-		crash error // afterSend stopped the round
+		crash error // AfterSend stopped the round
 	}
 	results := make([]result, len(groups))
 	sctx, stop := context.WithCancel(ctx)
@@ -244,8 +250,8 @@ func (r *Relay) round(ctx context.Context) (read, sent int, failed, err error) {
 				if res.err = r.send(sctx, run); res.err != nil {
 					return
 				}
-				if r.cfg.afterSend != nil {
-					if res.crash = r.cfg.afterSend(run[0]); res.crash != nil {
+				if r.cfg.AfterSend != nil {
+					if res.crash = r.cfg.AfterSend(run[0]); res.crash != nil {
 						stop()
 						return
 					}

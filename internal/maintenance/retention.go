@@ -1,4 +1,4 @@
-package order
+package maintenance
 
 import (
 	"context"
@@ -14,9 +14,15 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
-// openingReason marks the movement that stands for a SKU's pruned history:
+// OpeningReason marks the movement that stands for a SKU's pruned history:
 // kind SET, deltas = the sum of the movements it replaced.
-const openingReason = "opening balance"
+const OpeningReason = "opening balance"
+
+// The retention's defaults.
+const (
+	DefaultRetentionHorizon  = 30 * 24 * time.Hour // how long finished history is kept
+	DefaultRetentionInterval = 10 * time.Minute    // how often retention prunes
+)
 
 // RetentionConfig tunes the pruning of finished history. Zero values take
 // the defaults.
@@ -168,7 +174,7 @@ func (r *Retention) compactMovements(db *gorm.DB, cutoff time.Time) (int64, erro
 	var folded int64
 	err := db.Transaction(func(tx *gorm.DB) error {
 		var old []arbiter.Movement
-		if err := tx.Where("created_at < ? AND NOT (kind = ? AND reason = ?)", cutoff, arbiter.MoveSet, openingReason).
+		if err := tx.Where("created_at < ? AND NOT (kind = ? AND reason = ?)", cutoff, arbiter.MoveSet, OpeningReason).
 			Order("id").Limit(r.cfg.Batch).Find(&old).Error; err != nil {
 			return err
 		}
@@ -185,11 +191,11 @@ func (r *Retention) compactMovements(db *gorm.DB, cutoff time.Time) (int64, erro
 			last := ms[len(ms)-1]
 			// The SKU's earlier opening balance folds in too.
 			var opening []arbiter.Movement
-			if err := tx.Where("sku = ? AND id < ? AND kind = ? AND reason = ?", sku, last.ID, arbiter.MoveSet, openingReason).
+			if err := tx.Where("sku = ? AND id < ? AND kind = ? AND reason = ?", sku, last.ID, arbiter.MoveSet, OpeningReason).
 				Find(&opening).Error; err != nil {
 				return err
 			}
-			sum := arbiter.Movement{ID: last.ID, SKU: sku, Kind: arbiter.MoveSet, Reason: openingReason, CreatedAt: last.CreatedAt}
+			sum := arbiter.Movement{ID: last.ID, SKU: sku, Kind: arbiter.MoveSet, Reason: OpeningReason, CreatedAt: last.CreatedAt}
 			ids := make([]int64, 0, len(ms)+len(opening))
 			for _, m := range append(opening, ms...) {
 				sum.OnHandDelta += m.OnHandDelta

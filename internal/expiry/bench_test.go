@@ -1,4 +1,4 @@
-package order
+package expiry
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/order"
 )
 
 // BenchmarkTimeoutRelease measures, with the default TimeoutConfig and the
@@ -22,12 +24,13 @@ func BenchmarkTimeoutRelease(b *testing.B) {
 
 func benchTimeoutRelease(b *testing.B) {
 	ctx := context.Background()
-	r := newRig(b, memoryTransport(b))
+	r := newRig(b)
 	r.addSKU("A", 1_000_000)
-	n := &node{}
+	n := &node{st: r.st}
 	var err error
-	n.svc = NewService(r.db, r.st, Config{TTL: 2 * time.Second, OnCreated: func(ctx context.Context, o *Order) { n.tm.Schedule(ctx, o) }})
-	n.tm, err = NewTimeouts(n.svc, r.rdb, TimeoutConfig{})
+	n.svc = order.NewService(r.db, r.st, order.Config{TTL: 2 * time.Second,
+		OnCreated: func(ctx context.Context, o *order.Order) { n.tm.Schedule(ctx, o.ID, o.ExpiresAt) }})
+	n.tm, err = NewTimeouts(n.svc, r.rdb, TimeoutConfig{Locker: r.st.Locker()})
 	require.NoError(b, err)
 	n.tm.Start(ctx)
 	defer n.tm.Stop()
