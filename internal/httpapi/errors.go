@@ -1,22 +1,14 @@
 package httpapi
 
 import (
-	"context"
-	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
-	"syscall"
-
-	"github.com/go-sql-driver/mysql"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
 )
@@ -66,6 +58,7 @@ var codes = []struct {
 	{order.ErrPrecondition, http.StatusPreconditionFailed, "precondition_failed"},
 	{order.ErrTokenReleased, http.StatusConflict, "conflict"},
 	{stock.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+	{breaker.ErrOpen, http.StatusServiceUnavailable, "unavailable"},
 }
 
 // errorHandler writes the error shape. Internal errors are logged at error
@@ -121,7 +114,7 @@ func (s *Server) answer(err error) (int, errorBody) {
 			return c.status, errorBody{Error{c.code, userMessage(err)}}
 		}
 	}
-	if dependencyDown(err) {
+	if breaker.Unreachable(err) {
 		return http.StatusServiceUnavailable, errorBody{Error{"unavailable", "a dependency (Redis or the database) is unavailable; retry later"}}
 	}
 	return http.StatusInternalServerError, errorBody{Error{"internal", "internal error"}}
@@ -170,34 +163,4 @@ func hasAnyPrefix(s string, prefixes []string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// dependencyDown recognises a failure to reach Redis or the database (as
-// opposed to a bug): the answer is 503, and a retry may succeed.
-func dependencyDown(err error) bool {
-	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sql.ErrConnDone) ||
-		errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
-		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) {
-		return true // the connection died under the request: a restart, a crash, a failover
-	}
-	msg := err.Error()
-	for _, s := range transientServerErrors {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
-}
-
-// transientServerErrors are answers of a server that is restarting or
-// failing over: Redis loading its dataset, a replica or a cluster without a
-// master for a slot, MariaDB shutting down.
-var transientServerErrors = []string{
-	"database is closed", "invalid connection", "LOADING ", "OOM ", "READONLY ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ",
-	"Error 1053", // ER_SERVER_SHUTDOWN
-	"Error 1927", // ER_CONNECTION_KILLED
-	"Error 2006", "Error 2013",
 }
