@@ -2,6 +2,8 @@ package order
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,6 +11,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/breaker"
+	"github.com/acme/inventory/stock"
 )
 
 // maxBatch bounds the reservations one transaction writes.
@@ -24,6 +28,11 @@ const maxBatch = 64
 // split the batches smaller).
 const writers = 2
 
+// maxQueued bounds the reservations waiting for a group commit: past it a
+// request is refused at once (503) rather than pile up behind a database
+// that is not keeping up.
+const maxQueued = 16 * maxBatch
+
 // batcher records reservations with group commit: concurrent callers queue
 // theirs (an order with its lines, or one raw reservation), and whichever
 // caller finds no write in progress takes up to maxBatch queued requests
@@ -34,6 +43,14 @@ const writers = 2
 // does not fit (a SKU cannot cover the total, a duplicate), each request is
 // written alone so each caller gets its own answer. Up to writers batches
 // are written at once. No goroutine runs between calls.
+//
+// Deadlines: a caller whose context ends while its request is still queued
+// leaves the queue (nothing was written); a batch is written under the
+// earliest deadline of its callers, and a request with too little time left
+// to be written is not taken into one. When the commit itself gets no
+// answer in time, the outcome is unknown: the caller is told so
+// (ErrUnknownOutcome) and must not undo its admission, since the rows may
+// exist.
 type batcher struct {
 	db *gorm.DB
 
@@ -42,7 +59,8 @@ type batcher struct {
 	queue   []*writeReq
 	writing int // batches in flight
 
-	stats CommitStats
+	commitNanos atomic.Int64 // a moving average of a commit's duration
+	stats       CommitStats
 }
 
 // CommitStats counts the group commits of reservations: transactions,
@@ -56,13 +74,25 @@ type CommitStats struct {
 // writeReq is one reservation to record: rows (and the order they belong
 // to, if any).
 type writeReq struct {
-	order *Order
-	rows  []arbiter.Reservation
+	order    *Order
+	rows     []arbiter.Reservation
+	deadline time.Time // zero: none
 
-	done  bool
-	marks map[string]arbiter.Mark
-	err   error
+	done    bool
+	marks   map[string]arbiter.Mark
+	err     error
+	unknown bool // the commit was sent and not answered: the rows may exist
 }
+
+// ErrUnknownOutcome is a write whose commit the database did not confirm
+// before the deadline: the rows may exist (an order then pays or expires as
+// any other; a retry with the same Idempotency-Key or token finds it).
+var ErrUnknownOutcome = fmt.Errorf("%w: the database did not confirm the write in time; it may have been recorded (retry with the same Idempotency-Key or token)", stock.ErrUnavailable)
+
+var (
+	errQueueFull = fmt.Errorf("%w: too many reservations are waiting for the database; retry later", stock.ErrUnavailable)
+	errTooLate   = fmt.Errorf("%w: the database did not take the reservation before the deadline; retry later", stock.ErrUnavailable)
+)
 
 func newBatcher(db *gorm.DB) *batcher {
 	b := &batcher{db: db}
@@ -70,29 +100,46 @@ func newBatcher(db *gorm.DB) *batcher {
 	return b
 }
 
-// write records req and returns when that is committed or refused. It does
-// not give up early when ctx ends: once queued, the caller must learn whether
-// the rows exist, or it could undo an admission the database recorded.
+// write records req and returns when that is committed, refused, or can no
+// longer be written before ctx's deadline (see batcher). Errors wrapping
+// stock.ErrUnavailable mean nothing was written, except ErrUnknownOutcome.
 func (b *batcher) write(ctx context.Context, req *writeReq) (map[string]arbiter.Mark, error) {
+	req.deadline, _ = ctx.Deadline()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if len(b.queue) >= maxQueued {
+		return nil, errQueueFull
+	}
 	b.queue = append(b.queue, req)
+	stop := context.AfterFunc(ctx, func() { // wake the caller to leave the queue
+		b.mu.Lock()
+		b.cond.Broadcast()
+		b.mu.Unlock()
+	})
+	defer stop()
 	for !req.done {
+		if ctx.Err() != nil && b.dequeue(req) {
+			return nil, errTooLate
+		}
 		// Nothing queued means req is in a batch another caller is writing.
 		if b.writing == writers || len(b.queue) == 0 {
 			b.cond.Wait()
 			continue
 		}
-		n := min(len(b.queue), maxBatch)
-		batch := b.queue[:n:n]
-		b.queue = b.queue[n:]
+		batch := b.take()
+		if len(batch) == 0 {
+			continue
+		}
 		b.writing++
 		b.mu.Unlock()
 		start := time.Now()
-		b.flush(context.WithoutCancel(ctx), batch)
+		b.flush(batch)
+		took := time.Since(start)
 		b.stats.Commits.Add(1)
-		b.stats.Requests.Add(int64(n))
-		b.stats.Nanos.Add(int64(time.Since(start)))
+		b.stats.Requests.Add(int64(len(batch)))
+		b.stats.Nanos.Add(int64(took))
+		avg := b.commitNanos.Load()
+		b.commitNanos.Store(avg + (int64(took)-avg)/8)
 		b.mu.Lock()
 		for _, r := range batch {
 			r.done = true
@@ -100,34 +147,93 @@ func (b *batcher) write(ctx context.Context, req *writeReq) (map[string]arbiter.
 		b.writing--
 		b.cond.Broadcast()
 	}
+	if req.unknown {
+		return nil, fmt.Errorf("%w (%v)", ErrUnknownOutcome, req.err)
+	}
 	return req.marks, req.err
 }
 
-// flush writes batch in one transaction; if that fails, each request alone.
-func (b *batcher) flush(ctx context.Context, batch []*writeReq) {
-	var marks map[string]arbiter.Mark
-	err := b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var err error
-		marks, err = writeTx(tx, batch)
-		return err
-	})
-	if err == nil || len(batch) == 1 && !arbiter.IsDeadlock(err) {
+// dequeue takes req out of the queue if it is still there (not yet in a
+// batch). Called with b.mu held.
+func (b *batcher) dequeue(req *writeReq) bool {
+	for i, r := range b.queue {
+		if r == req {
+			b.queue = slices.Delete(b.queue, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
+// take takes the next batch off the queue: up to maxBatch requests, oldest
+// first, leaving out (and answering errTooLate) those whose deadline is
+// nearer than twice a recent commit's duration. Called with b.mu held.
+func (b *batcher) take() []*writeReq {
+	now := time.Now()
+	minLeft := max(2*time.Duration(b.commitNanos.Load()), 2*time.Millisecond)
+	batch := make([]*writeReq, 0, min(len(b.queue), maxBatch))
+	n := 0
+	for _, r := range b.queue {
+		if len(batch) == maxBatch {
+			break
+		}
+		n++
+		if !r.deadline.IsZero() && r.deadline.Sub(now) < minLeft {
+			r.done, r.err = true, errTooLate
+			b.cond.Broadcast()
+			continue
+		}
+		batch = append(batch, r)
+	}
+	b.queue = b.queue[n:]
+	return batch
+}
+
+// flush writes batch in one transaction, under the earliest deadline of its
+// callers; if the database refused it, each request alone.
+func (b *batcher) flush(batch []*writeReq) {
+	ctx := context.Background()
+	var earliest time.Time
+	for _, r := range batch {
+		if !r.deadline.IsZero() && (earliest.IsZero() || r.deadline.Before(earliest)) {
+			earliest = r.deadline
+		}
+	}
+	if !earliest.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, earliest)
+		defer cancel()
+	}
+	marks, unknown, err := b.commit(ctx, batch)
+	// Only an answer of the database (a SKU that cannot cover the batch's
+	// total, a duplicate, a deadlock) is worth a retry request by request;
+	// a database out of reach or out of time would not answer those either.
+	if err == nil || unknown || breaker.Unreachable(err) || len(batch) == 1 && !arbiter.IsDeadlock(err) {
 		for _, r := range batch {
-			r.marks, r.err = marks, err
+			r.marks, r.err, r.unknown = marks, err, unknown
 		}
 		return
 	}
 	for _, r := range batch {
 		r.marks, r.err = arbiter.RetryDeadlock(func() (map[string]arbiter.Mark, error) {
-			var marks map[string]arbiter.Mark
-			err := b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-				var err error
-				marks, err = writeTx(tx, []*writeReq{r})
-				return err
-			})
+			marks, unknown, err := b.commit(ctx, []*writeReq{r})
+			r.unknown = unknown
 			return marks, err
 		})
 	}
+}
+
+// commit writes batch in one transaction. unknown reports a commit that
+// was sent and not answered.
+func (b *batcher) commit(ctx context.Context, batch []*writeReq) (marks map[string]arbiter.Mark, unknown bool, err error) {
+	wrote := false
+	err = b.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		marks, err = writeTx(tx, batch)
+		wrote = err == nil
+		return err
+	})
+	return marks, err != nil && wrote, err
 }
 
 // writeTx inserts the batch's orders and items, then has the arbiter

@@ -30,6 +30,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/expiry"
 	"github.com/acme/inventory/internal/httpapi"
 	"github.com/acme/inventory/internal/identity"
@@ -51,14 +52,17 @@ type App struct {
 	Cfg Config
 	log *slog.Logger
 
-	rdb     redis.UniversalClient
-	db      *gorm.DB
-	sqlDB   *sql.DB
-	mini    *miniredis.Miniredis
-	memq    *mq.Memory
-	Stock   *stock.Store
-	Orders  *order.Service
-	Catalog *order.Catalog
+	rdb   redis.UniversalClient
+	db    *gorm.DB
+	sqlDB *sql.DB
+	// breakers guard Redis and the database (in real mode: the embedded
+	// stand-ins live in the process and are never cut off).
+	redisBreaker, dbBreaker *breaker.Breaker
+	mini                    *miniredis.Miniredis
+	memq                    *mq.Memory
+	Stock                   *stock.Store
+	Orders                  *order.Service
+	Catalog                 *order.Catalog
 	// Reconciler compares and repairs Redis and the database (reconcile).
 	Reconciler *maintenance.Reconciler
 	relay      *stocksync.Relay
@@ -82,6 +86,7 @@ type App struct {
 // and builds every component. It starts nothing in the background.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) {
 	a := &App{Cfg: cfg, log: log, done: make(chan error, 1)}
+	a.newBreakers()
 	defer func() {
 		if err != nil {
 			a.closeClients()
@@ -152,7 +157,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	}
 	a.server = httpapi.New(httpapi.Config{
 		AdminToken: a.Cfg.AdminToken, ClientTokens: a.Cfg.ClientTokens, Buyers: buyers,
-		PaymentSecret: a.Cfg.PaymentSecret, TrustedProxies: proxies, SeckillRate: cfg.SeckillRate,
+		PaymentSecret: a.Cfg.PaymentSecret, TrustedProxies: proxies, SeckillRate: cfg.SeckillRate, RequestTimeout: cfg.RequestTimeout,
 		Ready: a.ready, Degraded: a.degraded, Gatherer: reg, Metrics: httpapi.NewMetrics(reg), Logger: log,
 	}, a.Stock, a.Orders, a.Catalog, a.soldOut)
 	return a, nil
@@ -171,6 +176,7 @@ func (a *App) instance(role string) string {
 // Close it with Close.
 func OpenStores(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) {
 	a := &App{Cfg: cfg, log: log, soldOut: httpapi.NewSoldOut(cmp.Or(cfg.SoldOutTTL, DefaultSoldOutTTL), nil)}
+	a.newBreakers()
 	defer func() {
 		if err != nil {
 			a.closeClients()
@@ -209,18 +215,30 @@ func (a *App) openReal(ctx context.Context) error {
 	return err
 }
 
-// openStores connects to Redis and the database.
+// openStores connects to Redis and the database, each behind its circuit
+// breaker and with bounded network waits: every command and statement ends
+// with its request's deadline (go-redis reads the context's deadline;
+// the MySQL driver closes a connection whose context ended), and the
+// driver-level timeouts bound what no context does.
 func (a *App) openStores(ctx context.Context) error {
 	if len(a.Cfg.RedisCluster) > 0 {
-		a.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: a.Cfg.RedisCluster, PoolSize: 256})
+		a.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: a.Cfg.RedisCluster, PoolSize: 256,
+			DialTimeout: redisTimeout, ReadTimeout: redisTimeout, WriteTimeout: redisTimeout, PoolTimeout: redisTimeout,
+			ContextTimeoutEnabled: true})
 	} else {
 		opt, err := redis.ParseURL(a.Cfg.RedisURL)
 		if err != nil {
 			return fmt.Errorf("INVENTORY_REDIS_URL: %w", err)
 		}
 		opt.PoolSize = 256
+		opt.DialTimeout = cmp.Or(opt.DialTimeout, redisTimeout)
+		opt.ReadTimeout = cmp.Or(opt.ReadTimeout, redisTimeout)
+		opt.WriteTimeout = cmp.Or(opt.WriteTimeout, redisTimeout)
+		opt.PoolTimeout = cmp.Or(opt.PoolTimeout, redisTimeout)
+		opt.ContextTimeoutEnabled = true
 		a.rdb = redis.NewClient(opt)
 	}
+	a.rdb.AddHook(a.redisBreaker.RedisHook())
 	mc, err := mysql.ParseDSN(a.Cfg.MySQLDSN)
 	if err != nil {
 		return fmt.Errorf("INVENTORY_MYSQL_DSN: %w", err)
@@ -228,16 +246,46 @@ func (a *App) openStores(ctx context.Context) error {
 	if err := mysqlconn.Prepare(ctx, mc); err != nil {
 		return err
 	}
-	a.db, err = gorm.Open(gormmysql.Open(mc.FormatDSN()), &gorm.Config{Logger: logger.Discard, TranslateError: true})
+	if err := mysqlconn.Serving(ctx, mc); err != nil {
+		return err
+	}
+	connector, err := mysql.NewConnector(mc)
+	if err != nil {
+		return fmt.Errorf("INVENTORY_MYSQL_DSN: %w", err)
+	}
+	a.sqlDB = sql.OpenDB(connector)
+	a.sqlDB.SetMaxOpenConns(64)
+	a.sqlDB.SetMaxIdleConns(64)
+	a.db, err = gorm.Open(gormmysql.New(gormmysql.Config{Conn: a.dbBreaker.ConnPool(a.sqlDB)}),
+		&gorm.Config{Logger: logger.Discard, TranslateError: true})
 	if err != nil {
 		return fmt.Errorf("mysql: %w", err)
 	}
-	if a.sqlDB, err = a.db.DB(); err != nil {
-		return err
-	}
-	a.sqlDB.SetMaxOpenConns(64)
-	a.sqlDB.SetMaxIdleConns(64)
 	return nil
+}
+
+// redisTimeout bounds each network wait of a Redis command (dial, read,
+// write, a free connection) where the URL sets none: the backstop beneath
+// the request deadline, for the background jobs.
+const redisTimeout = time.Second
+
+// newBreakers makes the breakers of Redis and the database; each probes
+// its dependency with a ping once it has been open a while.
+func (a *App) newBreakers() {
+	a.redisBreaker = breaker.New("redis", breaker.Settings{OnChange: a.breakerChanged,
+		Probe: func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }})
+	a.dbBreaker = breaker.New("database", breaker.Settings{OnChange: a.breakerChanged,
+		Probe: func(ctx context.Context) error { return a.sqlDB.PingContext(ctx) }})
+}
+
+// breakerChanged logs a dependency's breaker opening and closing.
+func (a *App) breakerChanged(dependency, from, to string) {
+	switch to {
+	case "open":
+		a.log.Warn("dependency unreachable: failing fast until a probe succeeds", "dependency", dependency, "from", from)
+	case "closed":
+		a.log.Info("dependency reachable again", "dependency", dependency)
+	}
 }
 
 // openEmbedded starts the in-process stand-ins: miniredis (it runs the same
@@ -295,12 +343,20 @@ func (a *App) publishStockBack(sku string) {
 	}
 }
 
-// ready is what the API needs: Redis and the database.
+// ready is what the API needs: Redis and the database. A dependency whose
+// breaker is open is reported as such without being asked.
 func (a *App) ready(ctx context.Context) map[string]error {
 	return map[string]error{
-		"redis":    a.rdb.Ping(ctx).Err(),
-		"database": a.sqlDB.PingContext(ctx),
+		"redis":    probe(ctx, a.redisBreaker, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }),
+		"database": probe(ctx, a.dbBreaker, a.sqlDB.PingContext),
 	}
+}
+
+func probe(ctx context.Context, b *breaker.Breaker, ping func(context.Context) error) error {
+	if err := b.Err(); err != nil {
+		return err
+	}
+	return ping(ctx)
 }
 
 // degraded is what the API can do without: the sync to the broker. Orders

@@ -46,6 +46,7 @@ type Config struct {
 	OrderTTL        time.Duration `env:"INVENTORY_ORDER_TTL" envDefault:"15m" help:"how long an unpaid order holds stock (1s to 168h)"`
 	SeckillRate     float64       `env:"INVENTORY_SECKILL_RATE" envDefault:"50" help:"seckill requests per second per client address (burst twice that)"`
 	SoldOutTTL      time.Duration `env:"INVENTORY_SOLDOUT_TTL" envDefault:"2s" help:"how long a node answers a sold-out SKU from memory before asking Redis again; cleared on every node at once when stock comes back (100ms to 1h)"`
+	RequestTimeout  time.Duration `env:"INVENTORY_REQUEST_TIMEOUT" envDefault:"1s" help:"every request's deadline: a dependency that has not answered by then gets the request a 503 with Retry-After (10ms to 1m)"`
 	ShutdownTimeout time.Duration `env:"INVENTORY_SHUTDOWN_TIMEOUT" envDefault:"15s" help:"bound on graceful shutdown"`
 	// Retention is how long finished history (applied outbox rows, ledger
 	// rows, stock movements) is kept before one node prunes it, every
@@ -132,6 +133,9 @@ func (c Config) ValidateFor(cmd Command) error {
 	}
 	if c.OrderTTL < time.Second || c.OrderTTL > 7*24*time.Hour {
 		return fmt.Errorf("config: INVENTORY_ORDER_TTL must be between 1s and 168h, got %s", c.OrderTTL)
+	}
+	if c.RequestTimeout != 0 && (c.RequestTimeout < 10*time.Millisecond || c.RequestTimeout > time.Minute) { // 0: the default
+		return fmt.Errorf("config: INVENTORY_REQUEST_TIMEOUT must be between 10ms and 1m, got %s", c.RequestTimeout)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return errors.New("config: INVENTORY_SHUTDOWN_TIMEOUT must be positive")

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/internal/expiry"
+	"github.com/acme/inventory/internal/httpapi"
 	"github.com/acme/inventory/internal/identity"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/order"
@@ -106,4 +107,5 @@ func TestConfigDefaultsAreTheComponents(t *testing.T) {
 	require.Equal(t, identity.DefaultIssuer, c.BuyerTokenIssuer)
 	require.Equal(t, identity.DefaultMaxTTL, c.BuyerTokenMaxTTL)
 	require.Equal(t, DefaultSoldOutTTL, c.SoldOutTTL)
+	require.Equal(t, httpapi.DefaultRequestTimeout, c.RequestTimeout)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/order"
 )
 
@@ -18,6 +19,17 @@ var releaseLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 // registerDomainMetrics exposes the components' own counters, and gauges read
 // from the database at scrape time.
 func registerDomainMetrics(reg prometheus.Registerer, a *App) {
+	for _, b := range []*breaker.Breaker{a.redisBreaker, a.dbBreaker} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inventory_dependency_circuit_open",
+			Help:        "1 while the dependency's circuit breaker is open or half-open (requests that need it fail fast), 0 while closed.",
+			ConstLabels: prometheus.Labels{"dependency": b.Name()}},
+			func() float64 {
+				if b.Err() != nil {
+					return 1
+				}
+				return 0
+			}))
+	}
 	counter := func(name, help string, f func() int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
 	}

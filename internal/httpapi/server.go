@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/identity"
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
@@ -55,6 +56,11 @@ type Config struct {
 	// SeckillRate is each client's (IP's) rate on the seckill route, per
 	// second, with a burst of twice that. Default 50.
 	SeckillRate float64
+	// RequestTimeout is every request's deadline: the context of every
+	// Redis command, SQL statement and group commit a request makes ends
+	// then, and a dependency that has not answered by then gets the
+	// request a 503. Default DefaultRequestTimeout.
+	RequestTimeout time.Duration
 	// Ready reports each dependency the API needs for /readyz: any error
 	// makes the node unready (503).
 	Ready func(ctx context.Context) map[string]error
@@ -97,6 +103,9 @@ func New(cfg Config, st *stock.Store, orders *order.Service, cat *order.Catalog,
 	if cfg.SeckillRate == 0 {
 		cfg.SeckillRate = 50
 	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
 	if cfg.RateLimitClients == 0 {
 		cfg.RateLimitClients = 100_000
 	}
@@ -124,7 +133,8 @@ func New(cfg Config, st *stock.Store, orders *order.Service, cat *order.Catalog,
 	e.HTTPErrorHandler = s.errorHandler
 	e.JSONSerializer = jsonSerializer{}
 	e.IPExtractor = ipExtractor(cfg.TrustedProxies)
-	e.Use(requestID, middleware.Recover(), cfg.Metrics.observe(func(err error) int { status, _ := s.answer(err); return status }))
+	e.Use(requestID, middleware.Recover(), cfg.Metrics.observe(func(err error) int { status, _ := s.answer(err); return status }),
+		deadline(cfg.RequestTimeout))
 	e.Use(middleware.BodyLimit(strconv.Itoa(maxBody)))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
@@ -158,6 +168,23 @@ func New(cfg Config, st *stock.Store, orders *order.Service, cat *order.Catalog,
 	return s
 }
 
+// DefaultRequestTimeout is a request's deadline when the configuration does
+// not say (INVENTORY_REQUEST_TIMEOUT): a checkout that has not heard back in
+// a second is better told 503 than kept waiting.
+const DefaultRequestTimeout = time.Second
+
+// deadline gives every request a context that ends after d.
+func deadline(d time.Duration) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			ctx, cancel := context.WithTimeout(c.Request().Context(), d)
+			defer cancel()
+			c.SetRequest(c.Request().WithContext(ctx))
+			return next(c)
+		}
+	}
+}
+
 // soldOutBody is the answer to a purchase of a sold-out SKU: exactly what
 // the error path writes for it, encoded once per SKU.
 func (s *Server) soldOutBody(sku string) []byte {
@@ -182,8 +209,7 @@ func (s *Server) Handler() http.Handler { return s.e }
 func (s *Server) Echo() *echo.Echo { return s.e }
 
 func (s *Server) readyz(c echo.Context) error {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
-	defer cancel()
+	ctx := c.Request().Context()
 	out, status := map[string]string{}, http.StatusOK
 	for name, err := range s.cfg.Ready(ctx) {
 		out[name] = "ok"
@@ -604,6 +630,12 @@ func (s *Server) limit(ctx context.Context, sku string) (int64, error) {
 		return v.(cachedLimit).limit, nil
 	}
 	l, err := s.catalog.Limit(ctx, sku)
+	if v, ok := s.limits.Load(sku); ok && breaker.Unreachable(err) {
+		// The database is out of reach: the last limit read stands, so a
+		// sold-out SKU is still answered 409 by Redis (and nothing can be
+		// recorded meanwhile anyway).
+		return v.(cachedLimit).limit, nil
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -46,22 +46,73 @@ func Prepare(ctx context.Context, cfg *mysql.Config) error {
 	return nil
 }
 
-// probed remembers each server's answer (by address): a process opens many
-// pools on one server (the tests, one per database) and needs to ask once.
-var probed sync.Map // cfg.Addr -> bool
+// Backstops of Serving: each bounds one network wait of a connection that
+// no context does (a background job's, a statement the driver is writing).
+const (
+	DialTimeout  = 2 * time.Second
+	ReadTimeout  = 10 * time.Second
+	WriteTimeout = 10 * time.Second
+	// IdleTransaction is how long MariaDB keeps a session that sits idle
+	// inside a transaction before it kills it (idle_transaction_timeout).
+	// The service never pauses inside a transaction for more than a round
+	// trip to Redis; a transaction that idles longer was orphaned: its
+	// client gave up on a deadline during a partition, and the server,
+	// which never heard, would otherwise hold its row locks (the hot SKU's
+	// among them) for hours after the network heals.
+	IdleTransaction = 5 * time.Second
+)
+
+// Serving bounds every connection of the serving process, after Prepare:
+// dial, read and write timeouts where the DSN sets none (requests carry
+// their own deadlines; these bound what nothing else does), and on MariaDB
+// an orphaned transaction rolled back after IdleTransaction. Operations that
+// may run long statements (migrate) use Prepare alone.
+func Serving(ctx context.Context, cfg *mysql.Config) error {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DialTimeout
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = ReadTimeout
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = WriteTimeout
+	}
+	has, err := hasVariable(ctx, cfg, "idle_transaction_timeout")
+	if err != nil || !has {
+		return err
+	}
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	if _, set := cfg.Params["idle_transaction_timeout"]; !set {
+		cfg.Params["idle_transaction_timeout"] = fmt.Sprint(int(IdleTransaction.Seconds()))
+	}
+	return nil
+}
+
+// probed remembers each server's answers (by address and variable): a
+// process opens many pools on one server (the tests, one per database) and
+// needs to ask once.
+var probed sync.Map // cfg.Addr + " " + variable -> bool
 
 func hasSnapshotIsolation(ctx context.Context, cfg *mysql.Config) (bool, error) {
-	if has, ok := probed.Load(cfg.Addr); ok {
+	return hasVariable(ctx, cfg, "innodb_snapshot_isolation")
+}
+
+// hasVariable asks the server whether it has the session variable name.
+func hasVariable(ctx context.Context, cfg *mysql.Config, name string) (bool, error) {
+	key := cfg.Addr + " " + name
+	if has, ok := probed.Load(key); ok {
 		return has.(bool), nil
 	}
-	has, err := probeSnapshotIsolation(ctx, cfg)
+	has, err := probeVariable(ctx, cfg, name)
 	if err == nil {
-		probed.Store(cfg.Addr, has)
+		probed.Store(key, has)
 	}
 	return has, err
 }
 
-func probeSnapshotIsolation(ctx context.Context, cfg *mysql.Config) (bool, error) {
+func probeVariable(ctx context.Context, cfg *mysql.Config, name string) (bool, error) {
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return false, err
@@ -69,7 +120,7 @@ func probeSnapshotIsolation(ctx context.Context, cfg *mysql.Config) (bool, error
 	db := sql.OpenDB(conn)
 	defer db.Close()
 	var v sql.NullString
-	err = db.QueryRowContext(ctx, `SELECT @@SESSION.innodb_snapshot_isolation`).Scan(&v)
+	err = db.QueryRowContext(ctx, `SELECT @@SESSION.`+name).Scan(&v)
 	var me *mysql.MySQLError
 	switch {
 	case err == nil:
