@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/stock"
@@ -236,4 +237,76 @@ func concurrentCommits(t *testing.T, r *rig, db *gorm.DB) {
 	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM (SELECT user_id FROM orders GROUP BY user_id HAVING COUNT(*) > 3) x`))
 	require.EqualValues(t, 60, r.count(`SELECT COALESCE(SUM(qty), 0) FROM buyer_quotas WHERE sku = 'C'`), "every buyer's quota counts what it holds")
 	require.EqualValues(t, 60, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE sku = 'C' AND buyer IS NOT NULL`))
+}
+
+// Deadlines in the group commit: while the hot SKU's row is locked (a
+// database that does not answer), the two writers' batches wait on it and
+// the callers queued behind them leave the queue when their deadline comes,
+// nothing written; the batches in flight end at their earliest caller's
+// deadline (errors the HTTP layer answers 503), and once the row is free
+// again the next write goes through. Nothing of the failed writes exists.
+func TestBatcherDeadlines(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	r.addSKU("A", 1000)
+	b := newBatcher(r.db)
+	mk := func(id string) *writeReq {
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		o := &Order{ID: id, UserID: "u", Status: Pending, ReservationToken: id, ExpiresAt: now, CreatedAt: now, UpdatedAt: now,
+			Items: []Item{{OrderID: id, SKU: "A", Qty: 1}}}
+		return &writeReq{order: o, rows: []arbiter.Reservation{{Token: id, SKU: "A", OrderID: &o.ID, Qty: 1, State: arbiter.Held,
+			ExpiresAt: now, CreatedAt: now, UpdatedAt: now}}}
+	}
+	lock := r.db.Begin()
+	unlock := sync.OnceFunc(func() { require.NoError(t, lock.Rollback().Error) })
+	defer unlock()
+	require.NoError(t, lock.Exec(`SELECT on_hand FROM skus WHERE sku = 'A' FOR UPDATE`).Error)
+
+	const n = 20
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, errs[i] = b.write(ctx, mk(fmt.Sprintf("late-%02d", i)))
+		}()
+	}
+	wg.Wait() // every caller answered, though the row is still locked
+	queued := 0
+	for i, err := range errs {
+		// Answered 503: the queued left it (errTooLate), the batches in
+		// flight ended at their deadline.
+		require.True(t, breaker.Unreachable(err) || errors.Is(err, stock.ErrUnavailable), "caller %d: %v", i, err)
+		if errors.Is(err, errTooLate) {
+			queued++
+		}
+	}
+	require.Positive(t, queued, "callers queued behind the batches in flight")
+	b.mu.Lock()
+	require.Empty(t, b.queue, "callers that gave up left the queue")
+	b.mu.Unlock()
+	unlock()
+
+	_, err := b.write(context.Background(), mk("after"))
+	require.NoError(t, err)
+	var orders, reservations, reserved int64
+	require.NoError(t, r.db.Raw(`SELECT COUNT(*) FROM orders`).Scan(&orders).Error)
+	require.NoError(t, r.db.Raw(`SELECT COUNT(*) FROM stock_reservations`).Scan(&reservations).Error)
+	require.NoError(t, r.db.Raw(`SELECT reserved FROM skus WHERE sku = 'A'`).Scan(&reserved).Error)
+	require.Equal(t, []int64{1, 1, 1}, []int64{orders, reservations, reserved}, "only the write after the lock exists")
+}
+
+// A full queue sheds load at once instead of piling up.
+func TestBatcherQueueIsBounded(t *testing.T) {
+	b := newBatcher(nil)
+	b.writing = writers // both writers busy: nothing is taken off the queue
+	for range maxQueued {
+		b.queue = append(b.queue, &writeReq{})
+	}
+	_, err := b.write(context.Background(), &writeReq{})
+	require.ErrorIs(t, err, errQueueFull)
+	require.ErrorIs(t, err, stock.ErrUnavailable)
+	require.Len(t, b.queue, maxQueued)
 }

@@ -56,6 +56,10 @@ func realEnv(t *testing.T) (env []string, db *sql.DB) {
 		"INVENTORY_PAYMENT_SECRET=" + paymentSecret,
 		"INVENTORY_BUYER_KEY=" + buyerKey,
 		"INVENTORY_SECKILL_RATE=1000",
+		// These tests assert outcomes, not latency: a deadline far above
+		// any answer on a loaded machine (TestPartitionIsAnsweredAndHealsByItself
+		// runs the default).
+		"INVENTORY_REQUEST_TIMEOUT=30s",
 	}, db
 }
 
