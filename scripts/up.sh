@@ -136,9 +136,9 @@ start_rocketmq() {
   log "rocketmq $ROCKETMQ_VERSION: $(grep -m1 -o 'The broker.*boot success.*' "$home/broker.out" || echo "broker $ROCKETMQ_VERSION up")"
 }
 
-# The README's examples (cmd/inventoryd/readme_test.go runs them) call the API
-# with curl, read answers with jq and sign payment callbacks with openssl;
-# promtool checks the alerting rules in deploy/.
+# The documented examples (README.md, docs/examples.md; cmd/inventoryd/readme_test.go
+# runs them) call the API with curl, read answers with jq and sign payment
+# callbacks with openssl; promtool checks the alerting rules in deploy/.
 ensure_tools() {
   local tool missing=()
   for tool in jq curl openssl; do

@@ -243,7 +243,7 @@ func (r *Run) setup(ctx context.Context) error {
 // settle waits until every instance is ready, nothing is pending past its
 // deadline, every stock operation is applied and reconcile is clean (the
 // service realigns Redis itself), or three minutes pass (a consumer group
-// change costs the sync about a minute: see the README). It returns what
+// change costs the sync about a minute: see docs/faults.md). It returns what
 // reconcile said last: "clean", or its exit status and report.
 func (r *Run) settle(ctx context.Context) (string, error) {
 	deadline := time.Now().Add(3 * time.Minute)

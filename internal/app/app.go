@@ -499,14 +499,15 @@ func (a *App) Seed(ctx context.Context) error {
 }
 
 // Banner is what the embedded default prints for the person who started it:
-// export lines for a second shell (the README's examples use them), with the
-// buyer-token key and signed buyer tokens for two demo buyers.
+// export lines for a second shell (the examples of README.md and
+// docs/examples.md use them), with the buyer-token key and signed buyer
+// tokens for two demo buyers.
 func (a *App) Banner() string {
 	base := "http://" + strings.Replace(a.Addr(), "[::]", "localhost", 1)
 	var b strings.Builder
 	fmt.Fprintf(&b, `inventoryd is running on embedded stand-ins (in-process Redis, SQLite, queue); data lives in memory.
 demo SKUs: DEMO-TSHIRT (100), DEMO-PHONE (10, 1 per user), DEMO-EBOOK (unlimited)
-In another shell, paste these lines; the README's examples use them:
+In another shell, paste these lines; the examples (README.md, docs/examples.md) use them:
 
 export INVENTORY_URL=%s
 export ADMIN_TOKEN=%s
@@ -524,7 +525,7 @@ export PAYMENT_SECRET=%s
 		}
 	}
 	fmt.Fprintf(&b, `
-try (README.md, "Examples", has more):
+try (docs/examples.md has every call of the API):
   curl -s -H "Authorization: Bearer $CLIENT_TOKEN" $INVENTORY_URL/v1/skus/DEMO-TSHIRT
 API description: %s/openapi.yaml
 `, base)

@@ -21,7 +21,7 @@ import (
 	"github.com/acme/inventory/internal/identity"
 )
 
-// Who may call what (README "Credentials"):
+// Who may call what (docs/api.md, "Credentials"):
 //
 //	admin routes      Authorization: Bearer <admin token> (a client credential: 403)
 //	client routes     Authorization: Bearer <a client credential> (or the admin token)
