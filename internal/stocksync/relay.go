@@ -37,6 +37,8 @@ type RelayConfig struct {
 	// LockTTL is the single-runner lock's expiry (renewed while running). Default 10s.
 	LockTTL time.Duration
 	Logger  *slog.Logger
+	// Now is the clock a held-back SKU's wait is measured by. Default time.Now.
+	Now func() time.Time
 	// AfterSend, for fault-injection tests, runs after each send and before the row is marked
 	// sent; an error stops the round there, as a crash would: nothing of the
 	// round is marked sent.
@@ -85,6 +87,9 @@ const (
 func NewRelay(db *gorm.DB, p mq.Producer, locker *stock.Locker, cfg RelayConfig) *Relay {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 200 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 200
@@ -210,7 +215,7 @@ func (e *SendError) Unwrap() []error { return e.Errs }
 // (a *SendError, nil if none) and an error that stopped the round (nothing
 // of it is marked sent then).
 func (r *Relay) round(ctx context.Context) (read, sent int, failed, err error) {
-	held := r.heldSKUs(time.Now())
+	held := r.heldSKUs(r.cfg.Now())
 	q := r.db.WithContext(ctx).Where("sent_at IS NULL")
 	if len(held) > 0 {
 		skus := make([]string, 0, min(len(held), maxHeldInQuery))
@@ -322,7 +327,7 @@ func (r *Relay) heldSKUs(now time.Time) map[string]bool {
 func (r *Relay) holdBack(groups []skuRuns, failed []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
+	now := r.cfg.Now()
 	for _, sku := range failed {
 		d := r.cfg.Interval
 		if h, ok := r.held[sku]; ok {
