@@ -3,10 +3,15 @@
 // MariaDB and RocketMQ servers, runs a mixed workload, injects one fault per
 // scenario (Redis restarted, flushed, evicted, rolled back, failed over;
 // inventoryd SIGKILLed; the broker stopped; MariaDB restarted; three
-// instances; Redis Cluster; abuse), lets everything settle and checks the
-// final state from the database and the API alone. One line per scenario:
+// instances; Redis Cluster; abuse; the link to MariaDB, Redis or the broker
+// blackholed, or slowed and narrowed, through an in-process Toxiproxy),
+// lets everything settle and checks the final state from the database and
+// the API alone. One line per scenario:
 //
 //	scenario  ops  oversold  lost  duplicated  stuck  drift  5xx
+//
+// and under it how long the answers took (the thresholds of docs/SPEC.md
+// section 7 are verdicts in the link scenarios).
 //
 // Every run is seeded (-seed); the same seed replays the same workload
 // decisions and fault choices (the interleaving is the machine's).
