@@ -106,9 +106,10 @@ type Run struct {
 	closers []func() // what a scenario started for itself (a replica)
 	logf    func(string, ...any)
 
-	mu    sync.Mutex
-	notes []string
-	dark  *Dark // the blackhole the fault made, if any
+	mu     sync.Mutex
+	notes  []string
+	dark   *Dark   // the blackhole the fault made, if any
+	phases []Phase // the stretches with a link slowed down
 }
 
 // note records what the fault injector did, with the time into the run.
@@ -192,9 +193,9 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 	}
 	v.Ops, v.FiveXX = r.stats.ops, r.stats.fiveXX()
 	r.mu.Lock()
-	dark := r.dark
+	dark, phases := r.dark, r.phases
 	r.mu.Unlock()
-	v.Timing, v.Timed = measure(r.stats.snapshot(), dark), sc.Timed
+	v.Timing, v.Timed = measure(r.stats.snapshot(), dark, phases), sc.Timed
 	if v.Timed {
 		v.judge()
 	}

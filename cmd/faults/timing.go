@@ -42,6 +42,22 @@ type Timing struct {
 	Over    int64         // answers slower than answerLimit
 	GaveUp  int64         // requests without an answer after more than answerLimit (the client gave up, or the run ended under them)
 	Dark    *DarkTiming
+	Phases  []PhaseTiming
+}
+
+// Phase is a stretch of the run with a link slowed down: what was done and
+// when.
+type Phase struct {
+	What     string
+	From, To time.Time
+}
+
+// PhaseTiming is the answers to requests sent during a phase.
+type PhaseTiming struct {
+	Phase
+	Answers int64
+	Slowest time.Duration
+	Over    int64
 }
 
 // DarkTiming is measured around a blackhole.
@@ -67,8 +83,21 @@ func success(s sample) bool {
 }
 
 // measure computes the timing of a run from every request it sent.
-func measure(samples []sample, dark *Dark) Timing {
+func measure(samples []sample, dark *Dark, phases []Phase) Timing {
 	var t Timing
+	for _, p := range phases {
+		pt := PhaseTiming{Phase: p}
+		for _, s := range samples {
+			if s.status != 0 && !s.start.Before(p.From) && s.start.Before(p.To) {
+				pt.Answers++
+				pt.Slowest = max(pt.Slowest, s.latency())
+				if s.latency() > answerLimit {
+					pt.Over++
+				}
+			}
+		}
+		t.Phases = append(t.Phases, pt)
+	}
 	for _, s := range samples {
 		if s.status == 0 {
 			if s.latency() > answerLimit {
@@ -176,6 +205,10 @@ func (v *Verdict) timingLines() []string {
 		fmt.Sprintf("answers %d: slowest %s (≤ %s: %s); slower than %s: %d (%s); no answer after %s+: %d (%s)",
 			t.Answers, round(t.Slowest), answerLimit, mark(t.Slowest <= answerLimit), answerLimit, t.Over, mark(t.Over == 0),
 			answerLimit, t.GaveUp, mark(t.GaveUp == 0)),
+	}
+	for _, p := range t.Phases {
+		lines = append(lines, fmt.Sprintf("%s (%s): answers to requests sent then %d, slowest %s, slower than %s: %d",
+			p.What, round(p.To.Sub(p.From)), p.Answers, round(p.Slowest), answerLimit, p.Over))
 	}
 	d := t.Dark
 	if d == nil {
@@ -300,26 +333,29 @@ func blackhole(link string) func(context.Context, *Run) error {
 func slow(link string) func(context.Context, *Run) error {
 	return func(ctx context.Context, r *Run) error {
 		l := r.links[link]
-		r.at(ctx, 0.2)
-		if err := l.Latency(200, 100); err != nil {
-			return err
+		for _, p := range []struct {
+			what     string
+			from, to float64
+			on       func() error
+		}{
+			{link + " answers delayed 100–300 ms", 0.2, 0.5, func() error { return l.Latency(200, 100) }},
+			{fmt.Sprintf("%s connections at %d KB/s each way", link, slowKBps), 0.55, 0.85, func() error { return l.Bandwidth(slowKBps) }},
+		} {
+			r.at(ctx, p.from)
+			if err := p.on(); err != nil {
+				return err
+			}
+			from := time.Now()
+			r.note("%s: on", p.what)
+			r.at(ctx, p.to)
+			if err := l.Heal(); err != nil {
+				return err
+			}
+			r.note("%s: off", p.what)
+			r.mu.Lock()
+			r.phases = append(r.phases, Phase{What: p.what, From: from, To: time.Now()})
+			r.mu.Unlock()
 		}
-		r.note("%s link: every answer delayed 100–300 ms", link)
-		r.at(ctx, 0.5)
-		if err := l.Heal(); err != nil {
-			return err
-		}
-		r.note("%s link: latency removed", link)
-		r.at(ctx, 0.55)
-		if err := l.Bandwidth(slowKBps); err != nil {
-			return err
-		}
-		r.note("%s link: each connection limited to %d KB/s each way", link, slowKBps)
-		r.at(ctx, 0.85)
-		if err := l.Heal(); err != nil {
-			return err
-		}
-		r.note("%s link: bandwidth limit removed", link)
 		return nil
 	}
 }

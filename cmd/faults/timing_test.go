@@ -30,11 +30,14 @@ func TestMeasure(t *testing.T) {
 		req(20.1, 20.3, http.StatusOK, http.MethodGet, "/v1/skus"),                     // not a success: needs no Redis
 		req(12.9, 13.5, http.StatusServiceUnavailable, http.MethodPost, "/v1/seckill"), // before "known down"
 	}
-	tm := measure(samples, dark)
+	tm := measure(samples, dark, []Phase{{What: "slow", From: at(14), To: at(16)}})
 	assert.EqualValues(t, 7, tm.Answers)
 	assert.Equal(t, 10*time.Second, tm.Slowest)
 	assert.EqualValues(t, 1, tm.Over)
 	assert.EqualValues(t, 1, tm.GaveUp, "the give-up after 30 s; the cut request waited 2 s, not more")
+	require.Len(t, tm.Phases, 1)
+	assert.EqualValues(t, 2, tm.Phases[0].Answers, "answers to requests sent in the phase")
+	assert.Equal(t, 200*time.Millisecond, tm.Phases[0].Slowest)
 	require.NotNil(t, tm.Dark)
 	assert.EqualValues(t, 2, tm.Dark.Open)
 	assert.Equal(t, 200*time.Millisecond, tm.Dark.OpenSlowest)
@@ -47,7 +50,7 @@ func TestMeasure(t *testing.T) {
 	assert.Len(t, v.TimingProblems, 4, "slowest, over 2 s, gave up, slow while dark: %v", v.TimingProblems)
 	assert.False(t, v.Passed())
 
-	calm := &Verdict{Timing: measure(samples[:1], nil), Timed: true, Drift: "clean"}
+	calm := &Verdict{Timing: measure(samples[:1], nil, nil), Timed: true, Drift: "clean"}
 	calm.judge()
 	assert.Empty(t, calm.TimingProblems)
 	assert.True(t, calm.Passed())
