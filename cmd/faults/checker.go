@@ -25,15 +25,23 @@ type Verdict struct {
 	FiveXX     map[int]int64
 	Problems   []string // every non-zero finding, in words
 	Notes      []string // what the scenario did (faults injected, when)
+
+	Timing         Timing   // the answers' times
+	Timed          bool     // the timing thresholds are verdicts in this scenario
+	TimingProblems []string // every threshold missed (Timed scenarios)
 }
 
 func (v *Verdict) problem(format string, args ...any) {
 	v.Problems = append(v.Problems, fmt.Sprintf(format, args...))
 }
 
-// Passed: nothing oversold, lost, duplicated or stuck, reconcile clean, no
-// 5xx but 503 (an outage is allowed to say so).
-func (v *Verdict) Passed() bool {
+// Passed: the promise held (ZerosPassed) and, in a Timed scenario, every
+// answer came within the thresholds of docs/SPEC.md section 7.
+func (v *Verdict) Passed() bool { return v.ZerosPassed() && len(v.TimingProblems) == 0 }
+
+// ZerosPassed: nothing oversold, lost, duplicated or stuck, reconcile
+// clean, no 5xx but 503 (an outage is allowed to say so).
+func (v *Verdict) ZerosPassed() bool {
 	for code := range v.FiveXX {
 		if code != http.StatusServiceUnavailable {
 			return false

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -65,17 +66,32 @@ type Client struct {
 	stats   *Stats
 }
 
-// Stats counts operations and 5xx answers by status.
+// Stats counts operations and 5xx answers by status, and keeps when each
+// request was sent and answered.
 type Stats struct {
 	mu       sync.Mutex
 	ops      int64
 	noAnswer map[string]int64 // requests that got no answer, by route
 	byStatus map[int]int64
+	samples  []sample
 }
 
-func (s *Stats) record(status int, path string) {
+// sample is one request: Status 0 when no answer came (the client gave up,
+// or the connection failed), cut when the run's end cancelled it.
+type sample struct {
+	start, end time.Time
+	status     int
+	method     string
+	route      string
+	cut        bool
+}
+
+func (s sample) latency() time.Duration { return s.end.Sub(s.start) }
+
+func (s *Stats) record(status int, method, path string, start time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.samples = append(s.samples, sample{start: start, end: time.Now(), status: status, method: method, route: route(path)})
 	s.ops++
 	if status == 0 {
 		if s.noAnswer == nil {
@@ -89,9 +105,24 @@ func (s *Stats) record(status int, path string) {
 	s.byStatus[status]++
 }
 
+// cut records a request the end of the run cancelled before it was
+// answered: not an answer, and not an operation either.
+func (s *Stats) cut(method, path string, start time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.samples = append(s.samples, sample{start: start, end: time.Now(), method: method, route: route(path), cut: true})
+}
+
+// snapshot is every request recorded so far.
+func (s *Stats) snapshot() []sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.samples)
+}
+
 // route names the kind of request a path is, to say where the faults struck.
 func route(path string) string {
-	for _, r := range []string{"/v1/payments/callback", "/v1/seckill", "/v1/stock", "/v1/skus"} {
+	for _, r := range []string{"/v1/payments/callback", "/v1/seckill", "/v1/stock/deduct", "/v1/stock", "/v1/skus"} {
 		if strings.HasPrefix(path, r) {
 			return r
 		}
@@ -127,9 +158,14 @@ func (s *Stats) fiveXX() map[int]int64 {
 	return out
 }
 
+// clientTimeout is how long the workload waits for an answer before it
+// gives up: far above the 2 s every answer must come within, so a slow
+// answer is measured as slow rather than hidden as none.
+const clientTimeout = 30 * time.Second
+
 func newClient(secrets Secrets, urls []string, stats *Stats) *Client {
 	return &Client{secrets: secrets, urls: urls, stats: stats, http: &http.Client{
-		Timeout:   10 * time.Second,
+		Timeout:   clientTimeout,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 256, IdleConnTimeout: 30 * time.Second},
 	}}
 }
@@ -158,16 +194,19 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, body any, 
 	if raw != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	start := time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() == nil {
-			c.stats.record(0, path)
+			c.stats.record(0, method, path, start)
+		} else {
+			c.stats.cut(method, path, start)
 		}
 		return Answer{Err: err}
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	c.stats.record(resp.StatusCode, path)
+	c.stats.record(resp.StatusCode, method, path, start)
 	a := Answer{Status: resp.StatusCode}
 	_ = json.Unmarshal(data, &a.Body)
 	return a

@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,21 +23,29 @@ const (
 	realignInterval = 2 * time.Second
 )
 
+// brokerHost is the loopback address the broker advertises, where its link
+// listens (it binds 127.0.0.1 itself).
+const brokerHost = "127.0.0.2"
+
 // Lab is the private servers one `make faults` run owns: one MariaDB and
 // one RocketMQ name server and broker shared by the scenarios (each gets
 // its own database and topic), and the inventoryd binary under test. Each
-// scenario starts its own Redis.
+// scenario starts its own Redis. The inventoryd processes reach every
+// dependency through a link (links.go): the broker's is the lab's, the
+// others are each scenario's.
 type Lab struct {
-	dir string
-	bin string
-	db  *MariaDB
-	mq  *RocketMQ
+	dir    string
+	bin    string
+	db     *MariaDB
+	mq     *RocketMQ
+	toxi   *Toxiproxy
+	broker *Link // what the broker advertises: 127.0.0.2:port, to 127.0.0.1:port
 
 	cleanup func() // removes dir (unless kept)
 }
 
 func startLab(dir, bin string, logf func(string, ...any)) (*Lab, error) {
-	lab := &Lab{dir: dir, bin: bin}
+	lab := &Lab{dir: dir, bin: bin, toxi: newToxiproxy()}
 	var err error
 	t0 := time.Now()
 	if lab.db, err = StartMariaDB(filepath.Join(dir, "mariadb"), freePort()); err != nil {
@@ -44,15 +54,25 @@ func startLab(dir, bin string, logf func(string, ...any)) (*Lab, error) {
 	logf("mariadb up in %s", time.Since(t0).Round(time.Millisecond))
 	t0 = time.Now()
 	ns, broker := freePort(), freePort(-2, 1)
-	if lab.mq, err = StartRocketMQ(filepath.Join(dir, "rocketmq"), ns, broker); err != nil {
+	if lab.mq, err = StartRocketMQ(filepath.Join(dir, "rocketmq"), ns, broker, brokerHost); err != nil {
 		lab.Close()
 		return nil, fmt.Errorf("rocketmq: %w", err)
+	}
+	// The broker tells the name server brokerHost:port, where this proxy
+	// listens; it binds 127.0.0.1:port. Nothing dials the broker before a
+	// scenario's migrate.
+	if lab.broker, err = lab.toxi.Link("broker", net.JoinHostPort(brokerHost, strconv.Itoa(broker)), lab.mq.Broker()); err != nil {
+		lab.Close()
+		return nil, err
 	}
 	logf("rocketmq name server and broker up in %s", time.Since(t0).Round(time.Millisecond))
 	return lab, nil
 }
 
 func (l *Lab) Close() {
+	if l.broker != nil {
+		l.broker.Close()
+	}
 	if l.mq != nil {
 		l.mq.Close()
 	}
@@ -74,8 +94,8 @@ type Run struct {
 	duration time.Duration
 	start    time.Time
 
-	redis   *Redis // single-node scenarios: the primary, behind proxy
-	proxy   *Proxy
+	redis   *Redis           // single-node scenarios: the primary, behind its link
+	links   map[string]*Link // "mariadb", "redis" (single node) and "broker", as the fleet reaches them
 	cluster *RedisCluster
 	env     []string
 	fleet   []*Instance
@@ -86,8 +106,10 @@ type Run struct {
 	closers []func() // what a scenario started for itself (a replica)
 	logf    func(string, ...any)
 
-	mu    sync.Mutex
-	notes []string
+	mu     sync.Mutex
+	notes  []string
+	dark   *Dark   // the blackhole the fault made, if any
+	phases []Phase // the stretches with a link slowed down
 }
 
 // note records what the fault injector did, with the time into the run.
@@ -109,7 +131,8 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 		duration = sc.MinDuration
 	}
 	r := &Run{lab: lab, sc: sc, seed: seed, rng: rand.New(rand.NewPCG(seed, 0)), duration: duration,
-		dir: filepath.Join(lab.dir, sc.Name), stats: &Stats{}, witness: newWitness(), logf: logf}
+		dir: filepath.Join(lab.dir, sc.Name), stats: &Stats{}, witness: newWitness(), logf: logf,
+		links: map[string]*Link{"broker": lab.broker}}
 	v = &Verdict{Scenario: sc.Name}
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return nil, err
@@ -169,6 +192,13 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 		r.note("requests without an answer: %s", u)
 	}
 	v.Ops, v.FiveXX = r.stats.ops, r.stats.fiveXX()
+	r.mu.Lock()
+	dark, phases := r.dark, r.phases
+	r.mu.Unlock()
+	v.Timing, v.Timed = measure(r.stats.snapshot(), dark, phases), sc.Timed
+	if v.Timed {
+		v.judge()
+	}
 	if sc.Inspect != nil {
 		sc.Inspect(ctx, r, v)
 	}
@@ -189,13 +219,16 @@ func (r *Run) setup(ctx context.Context) error {
 		if r.redis, err = StartRedis(filepath.Join(r.dir, "redis"), freePort()); err != nil {
 			return err
 		}
-		if r.proxy, err = StartProxy(freePort(), r.redis.Addr()); err != nil {
+		if r.links["redis"], err = r.lab.toxi.Link("redis-"+r.sc.Name, "127.0.0.1:"+strconv.Itoa(freePort()), r.redis.Addr()); err != nil {
 			return err
 		}
-		r.env = append(r.env, "INVENTORY_REDIS_URL=redis://"+r.proxy.Addr()+"/0")
+		r.env = append(r.env, "INVENTORY_REDIS_URL=redis://"+r.links["redis"].Addr()+"/0")
 	}
 	database := "faults_" + name
 	if err := r.lab.db.CreateDatabase(ctx, database); err != nil {
+		return err
+	}
+	if r.links["mariadb"], err = r.lab.toxi.Link("mariadb-"+r.sc.Name, "127.0.0.1:"+strconv.Itoa(freePort()), r.lab.db.Addr()); err != nil {
 		return err
 	}
 	if r.db, err = sql.Open("mysql", r.lab.db.DSN(database)); err != nil {
@@ -204,7 +237,7 @@ func (r *Run) setup(ctx context.Context) error {
 	secrets := newSecrets(rand.New(rand.NewPCG(r.seed, 1)))
 	r.env = append(r.env, secrets.env()...)
 	r.env = append(r.env,
-		"INVENTORY_MYSQL_DSN="+r.lab.db.DSN(database),
+		"INVENTORY_MYSQL_DSN="+r.lab.db.DSNVia(r.links["mariadb"].Addr(), database),
 		"INVENTORY_ROCKETMQ_NAMESRV="+r.lab.mq.NameServer(),
 		"INVENTORY_ROCKETMQ_TOPIC=faults_"+name,
 		"INVENTORY_ORDER_TTL="+orderTTL.String(),
@@ -321,8 +354,12 @@ func (r *Run) teardown() {
 	if r.db != nil {
 		r.db.Close()
 	}
-	if r.proxy != nil {
-		r.proxy.Close()
+	for name, l := range r.links {
+		if name == "broker" {
+			_ = l.Heal() // the lab's: it stays
+		} else {
+			l.Close()
+		}
 	}
 	if r.redis != nil {
 		r.redis.Close()

@@ -681,10 +681,16 @@ func (m *MariaDB) rootSQL(statements string) (string, error) {
 // DSN is a go-sql-driver DSN for database (empty: none) over TCP as
 // 'inventory'@'127.0.0.1', with the parameters the project's tests use
 // (internal/testenv): parseTime=true, multiStatements=false.
-func (m *MariaDB) DSN(database string) string {
+func (m *MariaDB) DSN(database string) string { return m.DSNVia(m.Addr(), database) }
+
+// Addr is the server's address, "127.0.0.1:port".
+func (m *MariaDB) Addr() string { return "127.0.0.1:" + strconv.Itoa(m.port) }
+
+// DSNVia is DSN through addr (a link in front of the server).
+func (m *MariaDB) DSNVia(addr, database string) string {
 	cfg := mysql.NewConfig()
 	cfg.User, cfg.Passwd = mariadbUser, mariadbPassword
-	cfg.Net, cfg.Addr = "tcp", "127.0.0.1:"+strconv.Itoa(m.port)
+	cfg.Net, cfg.Addr = "tcp", addr
 	cfg.DBName = database
 	cfg.ParseTime = true
 	cfg.MultiStatements = false
@@ -775,6 +781,7 @@ type RocketMQ struct {
 	dir, home, classpath string
 	namesrvPort          int
 	brokerPort           int
+	advertise            string // the host the broker gives the name server, when not 127.0.0.1 (see StartRocketMQ)
 
 	mu           sync.Mutex
 	namesrv      *srvProc
@@ -814,7 +821,13 @@ func moduleRoot() (string, error) {
 // in dir/store, and waits for each to print "boot success". The RocketMQ jars
 // are those scripts/up.sh fetched into .cache/rocketmq-5.3.3/lib, or those in
 // $INVENTORY_ROCKETMQ_LIB.
-func StartRocketMQ(dir string, namesrvPort, brokerPort int) (*RocketMQ, error) {
+//
+// With advertise empty the broker listens on 127.0.0.1 and tells the name
+// server so. Otherwise (another loopback address, such as 127.0.0.2) it
+// binds its ports on 127.0.0.1 only (bindAddress) and gives the name server
+// advertise:brokerPort as its address (brokerIP1), which clients then dial:
+// a proxy listening there sits in every client's path to the broker.
+func StartRocketMQ(dir string, namesrvPort, brokerPort int, advertise string) (*RocketMQ, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: %w", err)
@@ -838,7 +851,7 @@ func StartRocketMQ(dir string, namesrvPort, brokerPort int) (*RocketMQ, error) {
 		return nil, err
 	}
 	q := &RocketMQ{dir: dir, home: filepath.Join(dir, "home"), classpath: filepath.Join(lib, "*"),
-		namesrvPort: namesrvPort, brokerPort: brokerPort}
+		namesrvPort: namesrvPort, brokerPort: brokerPort, advertise: advertise}
 	if err := os.MkdirAll(q.home, 0o755); err != nil {
 		return nil, err
 	}
@@ -848,6 +861,12 @@ func StartRocketMQ(dir string, namesrvPort, brokerPort int) (*RocketMQ, error) {
 	}
 	conf := strings.NewReplacer("@STORE@", filepath.Join(dir, "store"), "@NAMESRV@", q.NameServer(),
 		"@PORT@", strconv.Itoa(brokerPort)).Replace(string(tmpl))
+	if advertise != "" {
+		if !strings.Contains(conf, "\nbrokerIP1=127.0.0.1\n") {
+			return nil, errors.New("rocketmq: scripts/rocketmq/broker.conf has no brokerIP1=127.0.0.1 line to replace")
+		}
+		conf = strings.Replace(conf, "\nbrokerIP1=127.0.0.1\n", "\nbrokerIP1="+advertise+"\n", 1) + "bindAddress=127.0.0.1\n"
+	}
 	if err := os.WriteFile(filepath.Join(dir, "broker.conf"), []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
@@ -896,8 +915,8 @@ func waitBoot(p *srvProc, what string) error {
 // NameServer is the name server's address, "127.0.0.1:namesrvPort".
 func (q *RocketMQ) NameServer() string { return "127.0.0.1:" + strconv.Itoa(q.namesrvPort) }
 
-// Broker is the broker's address, "127.0.0.1:brokerPort" (topics are created
-// on it).
+// Broker is the address the broker listens on, "127.0.0.1:brokerPort"
+// (clients dial the address it advertises: see StartRocketMQ).
 func (q *RocketMQ) Broker() string { return "127.0.0.1:" + strconv.Itoa(q.brokerPort) }
 
 // BrokerLog is the output file of the broker's latest start: each start
@@ -922,7 +941,18 @@ func (q *RocketMQ) StartBroker() error {
 		return errors.New("rocketmq broker: already running")
 	}
 	q.broker = nil
-	if err := checkPorts(q.brokerPort-2, q.brokerPort, q.brokerPort+1); err != nil {
+	ports := []int{q.brokerPort - 2, q.brokerPort, q.brokerPort + 1}
+	if q.advertise != "" {
+		// The proxy holds advertise:brokerPort, so the wildcard address of
+		// that port is taken; the broker binds 127.0.0.1 only.
+		ports = []int{q.brokerPort - 2, q.brokerPort + 1}
+		if l, err := net.Listen("tcp", q.Broker()); err != nil {
+			return fmt.Errorf("rocketmq broker: port %d is not free on 127.0.0.1: %w", q.brokerPort, err)
+		} else {
+			_ = l.Close()
+		}
+	}
+	if err := checkPorts(ports...); err != nil {
 		return fmt.Errorf("rocketmq broker: %w", err)
 	}
 	q.brokerStarts++

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -125,13 +126,13 @@ func TestServersRedisReplicaPromote(t *testing.T) {
 	require.NoFileExists(t, filepath.Join(replica.dir, "dump.rdb"), "diskless replication")
 }
 
-func TestProxySwitch(t *testing.T) {
+func TestLinkSwitch(t *testing.T) {
 	ctx := context.Background()
 	a, b := startTestRedis(t), startTestRedis(t)
 	require.NoError(t, a.Client().Set(ctx, "who", "a", 0).Err())
 	require.NoError(t, b.Client().Set(ctx, "who", "b", 0).Err())
 
-	p, err := StartProxy(freePort(), a.Addr())
+	p, err := newToxiproxy().Link("switch", "127.0.0.1:"+strconv.Itoa(freePort()), a.Addr())
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
 
@@ -150,7 +151,7 @@ func TestProxySwitch(t *testing.T) {
 	require.Equal(t, "+PONG\r\n", line)
 	require.EqualValues(t, 2, infoClients(t, a), "the raw connection and go-redis's go to a")
 
-	p.Switch(b.Addr())
+	require.NoError(t, p.Switch(b.Addr()))
 	require.NoError(t, raw.SetReadDeadline(time.Now().Add(2*time.Second)))
 	_, err = rd.ReadString('\n')
 	var ne net.Error
@@ -163,6 +164,74 @@ func TestProxySwitch(t *testing.T) {
 
 	p.Close()
 	require.Error(t, c.Ping(ctx).Err(), "nothing listens after Close")
+}
+
+// TestLinkBlackhole: a blackholed link keeps its connections open and
+// passes no byte either way, for open connections and new ones; healed, it
+// delivers what was held, on the same connections. Latency and bandwidth
+// slow it down and heal as well.
+func TestLinkBlackhole(t *testing.T) {
+	a := startTestRedis(t)
+	p, err := newToxiproxy().Link("blackhole", "127.0.0.1:"+strconv.Itoa(freePort()), a.Addr())
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+
+	open, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err)
+	defer open.Close()
+	rd := bufio.NewReader(open)
+	ping := func(c net.Conn, rd *bufio.Reader, wait time.Duration) (string, error) {
+		if _, err := c.Write([]byte("PING\r\n")); err != nil {
+			return "", err
+		}
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(wait)))
+		return rd.ReadString('\n')
+	}
+	line, err := ping(open, rd, 2*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "+PONG\r\n", line)
+
+	require.NoError(t, p.Blackhole())
+	_, err = ping(open, rd, 300*time.Millisecond)
+	var ne net.Error
+	require.True(t, errors.As(err, &ne) && ne.Timeout(), "no answer, and no close either: %v", err)
+	fresh, err := net.Dial("tcp", p.Addr())
+	require.NoError(t, err, "a new connection is accepted")
+	defer fresh.Close()
+	frd := bufio.NewReader(fresh)
+	_, err = ping(fresh, frd, 300*time.Millisecond)
+	require.True(t, errors.As(err, &ne) && ne.Timeout(), "and gets nothing: %v", err)
+
+	require.NoError(t, p.Heal())
+	for _, c := range []struct {
+		conn net.Conn
+		rd   *bufio.Reader
+	}{{open, rd}, {fresh, frd}} {
+		require.NoError(t, c.conn.SetReadDeadline(time.Now().Add(2*time.Second)))
+		line, err := c.rd.ReadString('\n')
+		require.NoError(t, err, "the held PING is delivered after the heal")
+		require.Equal(t, "+PONG\r\n", line)
+		line, err = ping(c.conn, c.rd, 2*time.Second)
+		require.NoError(t, err, "and the connection works on")
+		require.Equal(t, "+PONG\r\n", line)
+	}
+
+	require.NoError(t, p.Latency(200, 0))
+	t0 := time.Now()
+	_, err = ping(open, rd, 2*time.Second)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(t0), 180*time.Millisecond, "latency")
+	require.NoError(t, p.Heal())
+	require.NoError(t, p.Bandwidth(1))
+	t0 = time.Now()
+	_, err = open.Write([]byte("SET k " + strings.Repeat("x", 2000) + "\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, open.SetReadDeadline(time.Now().Add(5*time.Second)))
+	line, err = rd.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "+OK\r\n", line)
+	require.GreaterOrEqual(t, time.Since(t0), time.Second, "2 KB at 1 KB/s")
+	require.NoError(t, p.Heal())
 }
 
 // infoClients is the number of client connections r has, not counting the
@@ -284,7 +353,7 @@ func TestServersMessageBroker(t *testing.T) {
 	dir := t.TempDir()
 	var q *RocketMQ
 	timed(t, "rocketmq name server and broker boot", func() (err error) {
-		q, err = StartRocketMQ(dir, freePort(), freePort(-2, 1))
+		q, err = StartRocketMQ(dir, freePort(), freePort(-2, 1), "")
 		return err
 	})
 	t.Cleanup(q.Close)

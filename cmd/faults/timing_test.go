@@ -1,0 +1,57 @@
+package main
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMeasure: the timing counts answers, not requests that got none; it
+// takes the answers to requests sent once the dependency was known down,
+// and the first success that came after the heal.
+func TestMeasure(t *testing.T) {
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	req := func(start, end float64, status int, method, route string) sample {
+		return sample{start: at(start), end: at(end), status: status, method: method, route: route}
+	}
+	dark := &Dark{Link: "mariadb", From: at(10), Heal: at(20)}
+	samples := []sample{
+		req(1, 1.01, http.StatusCreated, http.MethodPost, "/v1/seckill"),
+		req(11, 21, http.StatusCreated, http.MethodPost, "/v1/orders"), // hung through the dark: slow, and a success after the heal
+		req(14, 14.02, http.StatusServiceUnavailable, http.MethodPost, "/v1/seckill"),
+		req(15, 15.2, http.StatusServiceUnavailable, http.MethodPost, "/v1/orders"),
+		req(16, 46, 0, http.MethodPost, "/v1/orders"),                                         // the client gave up
+		{start: at(17), end: at(19), method: http.MethodPost, route: "/v1/orders", cut: true}, // cut by the run's end
+		req(20.5, 20.6, http.StatusOK, http.MethodPost, "/v1/stock/deduct"),
+		req(20.1, 20.3, http.StatusOK, http.MethodGet, "/v1/skus"),                     // not a success: needs no Redis
+		req(12.9, 13.5, http.StatusServiceUnavailable, http.MethodPost, "/v1/seckill"), // before "known down"
+	}
+	tm := measure(samples, dark, []Phase{{What: "slow", From: at(14), To: at(16)}})
+	assert.EqualValues(t, 7, tm.Answers)
+	assert.Equal(t, 10*time.Second, tm.Slowest)
+	assert.EqualValues(t, 1, tm.Over)
+	assert.EqualValues(t, 1, tm.GaveUp, "the give-up after 30 s; the cut request waited 2 s, not more")
+	require.Len(t, tm.Phases, 1)
+	assert.EqualValues(t, 2, tm.Phases[0].Answers, "answers to requests sent in the phase")
+	assert.Equal(t, 200*time.Millisecond, tm.Phases[0].Slowest)
+	require.NotNil(t, tm.Dark)
+	assert.EqualValues(t, 2, tm.Dark.Open)
+	assert.Equal(t, 200*time.Millisecond, tm.Dark.OpenSlowest)
+	assert.EqualValues(t, 1, tm.Dark.OpenOver)
+	assert.EqualValues(t, 2, tm.Dark.OpenUnanswered)
+	assert.Equal(t, 600*time.Millisecond, tm.Dark.FirstSuccess.Round(time.Millisecond))
+
+	v := &Verdict{Timing: tm, Timed: true}
+	v.judge()
+	assert.Len(t, v.TimingProblems, 4, "slowest, over 2 s, gave up, slow while dark: %v", v.TimingProblems)
+	assert.False(t, v.Passed())
+
+	calm := &Verdict{Timing: measure(samples[:1], nil, nil), Timed: true, Drift: "clean"}
+	calm.judge()
+	assert.Empty(t, calm.TimingProblems)
+	assert.True(t, calm.Passed())
+}
