@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/acme/inventory/internal/faultnet"
 )
 
 // Service timings of every run: short, so timeouts, sweeps and realignment
@@ -38,14 +40,14 @@ type Lab struct {
 	bin    string
 	db     *MariaDB
 	mq     *RocketMQ
-	toxi   *Toxiproxy
-	broker *Link // what the broker advertises: 127.0.0.2:port, to 127.0.0.1:port
+	toxi   *faultnet.Toxiproxy
+	broker *faultnet.Link // what the broker advertises: 127.0.0.2:port, to 127.0.0.1:port
 
 	cleanup func() // removes dir (unless kept)
 }
 
 func startLab(dir, bin string, logf func(string, ...any)) (*Lab, error) {
-	lab := &Lab{dir: dir, bin: bin, toxi: newToxiproxy()}
+	lab := &Lab{dir: dir, bin: bin, toxi: faultnet.New()}
 	var err error
 	t0 := time.Now()
 	if lab.db, err = StartMariaDB(filepath.Join(dir, "mariadb"), freePort()); err != nil {
@@ -94,8 +96,8 @@ type Run struct {
 	duration time.Duration
 	start    time.Time
 
-	redis   *Redis           // single-node scenarios: the primary, behind its link
-	links   map[string]*Link // "mariadb", "redis" (single node) and "broker", as the fleet reaches them
+	redis   *Redis                    // single-node scenarios: the primary, behind its link
+	links   map[string]*faultnet.Link // "mariadb", "redis" (single node) and "broker", as the fleet reaches them
 	cluster *RedisCluster
 	env     []string
 	fleet   []*Instance
@@ -132,7 +134,7 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 	}
 	r := &Run{lab: lab, sc: sc, seed: seed, rng: rand.New(rand.NewPCG(seed, 0)), duration: duration,
 		dir: filepath.Join(lab.dir, sc.Name), stats: &Stats{}, witness: newWitness(), logf: logf,
-		links: map[string]*Link{"broker": lab.broker}}
+		links: map[string]*faultnet.Link{"broker": lab.broker}}
 	v = &Verdict{Scenario: sc.Name}
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return nil, err

@@ -17,6 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/internal/faultnet"
 )
 
 // requireGone fails unless the process group led by pid has no process left.
@@ -132,7 +134,7 @@ func TestLinkSwitch(t *testing.T) {
 	require.NoError(t, a.Client().Set(ctx, "who", "a", 0).Err())
 	require.NoError(t, b.Client().Set(ctx, "who", "b", 0).Err())
 
-	p, err := newToxiproxy().Link("switch", "127.0.0.1:"+strconv.Itoa(freePort()), a.Addr())
+	p, err := faultnet.New().Link("switch", "127.0.0.1:"+strconv.Itoa(freePort()), a.Addr())
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
 
@@ -172,7 +174,7 @@ func TestLinkSwitch(t *testing.T) {
 // slow it down and heal as well.
 func TestLinkBlackhole(t *testing.T) {
 	a := startTestRedis(t)
-	p, err := newToxiproxy().Link("blackhole", "127.0.0.1:"+strconv.Itoa(freePort()), a.Addr())
+	p, err := faultnet.New().Link("blackhole", "127.0.0.1:"+strconv.Itoa(freePort()), a.Addr())
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
 

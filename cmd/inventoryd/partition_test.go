@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory/internal/faultnet"
 	"github.com/acme/inventory/internal/testenv"
 )
 
@@ -29,7 +30,7 @@ import (
 // timeout (15s), against the 120s a request hung before deadlines.
 func TestPartitionIsAnsweredAndHealsByItself(t *testing.T) {
 	env, db := realEnv(t)
-	dbLink, redisLink := &testenv.Link{}, &testenv.Link{}
+	var dbLink, redisLink *faultnet.Link
 	for i, kv := range env {
 		switch {
 		case strings.HasPrefix(kv, "INVENTORY_MYSQL_DSN="):
@@ -70,8 +71,8 @@ func TestPartitionIsAnsweredAndHealsByItself(t *testing.T) {
 
 	// cutOff partitions link and orders until the answer says the breaker
 	// is open; every answer on the way is a 503 with Retry-After.
-	cutOff := func(link *testenv.Link, dependency string) {
-		link.Blackhole(t)
+	cutOff := func(link *faultnet.Link, dependency string) {
+		require.NoError(t, link.Blackhole())
 		var slowest time.Duration
 		for i := 0; ; i++ {
 			require.Less(t, i, 50, "the %s breaker never opened", dependency)
@@ -95,8 +96,8 @@ func TestPartitionIsAnsweredAndHealsByItself(t *testing.T) {
 	// healed heals link and orders until one is taken (the first success
 	// after the network heals), within a bound far above the breaker's
 	// pause and one deadline.
-	healed := func(link *testenv.Link, dependency string) {
-		link.Heal(t)
+	healed := func(link *faultnet.Link, dependency string) {
+		require.NoError(t, link.Heal())
 		start := time.Now()
 		for {
 			st, _, body := order()

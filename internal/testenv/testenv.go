@@ -19,18 +19,16 @@ import (
 	"testing"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/alicebob/miniredis/v2"
 	"github.com/glebarez/sqlite"
 	"github.com/go-sql-driver/mysql"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/acme/inventory/internal/faultnet"
 	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/migrations"
 )
@@ -311,46 +309,15 @@ func Embedded(t testing.TB) (*gorm.DB, *redis.Client) {
 	return db, c
 }
 
-// Link is a TCP link to a server that a test can cut off: Toxiproxy in the
-// test process, listening on a loopback port of its own.
-type Link struct {
-	proxy *toxiproxy.Proxy
-}
-
-// NewLink starts a link to upstream (host:port); the test's end closes it.
-func NewLink(t testing.TB, upstream string) *Link {
+// NewLink starts a link to upstream (host:port) that the test can cut off
+// (Blackhole: connections stay open, no byte flows, as behind a dead
+// switch), slow down and heal; the test's end closes it.
+func NewLink(t testing.TB, upstream string) *faultnet.Link {
 	t.Helper()
-	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	p := toxiproxy.NewProxy(srv, "link-"+Unique(""), "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
+	l, err := faultnet.New().Link("link-"+Unique(""), "127.0.0.1:0", upstream)
+	if err != nil {
 		t.Fatalf("link to %s: %v", upstream, err)
 	}
-	t.Cleanup(p.Stop)
-	return &Link{proxy: p}
-}
-
-// Addr is the address to connect to instead of the server's.
-func (l *Link) Addr() string { return l.proxy.Listen }
-
-// Blackhole partitions the link: connections stay open, and no byte flows
-// either way until Heal (a dead switch, not a dead server).
-func (l *Link) Blackhole(t testing.TB) {
-	t.Helper()
-	for _, stream := range []string{"upstream", "downstream"} {
-		_, err := l.proxy.Toxics.AddToxicJson(strings.NewReader(
-			`{"name":"blackhole-` + stream + `","type":"timeout","stream":"` + stream + `","attributes":{"timeout":0}}`))
-		if err != nil {
-			t.Fatalf("blackhole: %v", err)
-		}
-	}
-}
-
-// Heal lets bytes flow again.
-func (l *Link) Heal(t testing.TB) {
-	t.Helper()
-	for _, stream := range []string{"upstream", "downstream"} {
-		if err := l.proxy.Toxics.RemoveToxic(context.Background(), "blackhole-"+stream); err != nil {
-			t.Fatalf("heal: %v", err)
-		}
-	}
+	t.Cleanup(l.Close)
+	return l
 }

@@ -1,10 +1,9 @@
-package main
-
-// The network between the inventoryd processes and their dependencies:
-// each of MariaDB, Redis and the RocketMQ broker is reached through a
-// Toxiproxy proxy (github.com/Shopify/toxiproxy/v2) run inside this
-// process, so a scenario can cut a link (a blackhole), slow it down or
-// narrow it, and heal it, while the servers themselves keep running.
+// Package faultnet is a network that can fail: links to a server (MariaDB,
+// Redis, the RocketMQ broker) through a Toxiproxy proxy
+// (github.com/Shopify/toxiproxy/v2) run inside the process, which a fault
+// run (cmd/faults) or a test can cut (a blackhole), slow down or narrow, and
+// heal, while the servers themselves keep running. Loopback only.
+package faultnet
 
 import (
 	"context"
@@ -46,7 +45,8 @@ type Toxiproxy struct {
 	srv *toxiproxy.ApiServer
 }
 
-func newToxiproxy() *Toxiproxy {
+// New starts a proxy server (nothing listens until Link).
+func New() *Toxiproxy {
 	return &Toxiproxy{srv: toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())}
 }
 
