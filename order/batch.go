@@ -46,8 +46,8 @@ const maxQueued = 16 * maxBatch
 //
 // Deadlines: a caller whose context ends while its request is still queued
 // leaves the queue (nothing was written); a batch is written under the
-// earliest deadline of its callers, and a request with too little time left
-// to be written is not taken into one. When the commit itself gets no
+// earliest deadline of its callers, and a request with less time left than a
+// commit takes is not taken into one. When the commit itself gets no
 // answer in time, the outcome is unknown: the caller is told so
 // (ErrUnknownOutcome) and must not undo its admission, since the rows may
 // exist.
@@ -59,7 +59,7 @@ type batcher struct {
 	queue   []*writeReq
 	writing int // batches in flight
 
-	commitNanos atomic.Int64 // a moving average of a commit's duration
+	commitNanos atomic.Int64 // a moving average of a successful commit's duration
 	stats       CommitStats
 }
 
@@ -133,13 +133,15 @@ func (b *batcher) write(ctx context.Context, req *writeReq) (map[string]arbiter.
 		b.writing++
 		b.mu.Unlock()
 		start := time.Now()
-		b.flush(batch)
+		ok := b.flush(batch)
 		took := time.Since(start)
 		b.stats.Commits.Add(1)
 		b.stats.Requests.Add(int64(len(batch)))
 		b.stats.Nanos.Add(int64(took))
-		avg := b.commitNanos.Load()
-		b.commitNanos.Store(avg + (int64(took)-avg)/8)
+		if ok { // a commit that failed (a partition, a deadline) says nothing of how long one takes
+			avg := b.commitNanos.Load()
+			b.commitNanos.Store(avg + (int64(took)-avg)/8)
+		}
 		b.mu.Lock()
 		for _, r := range batch {
 			r.done = true
@@ -165,12 +167,19 @@ func (b *batcher) dequeue(req *writeReq) bool {
 	return false
 }
 
+// maxMinLeft caps the time left a request needs to be taken into a batch,
+// so a request that arrives with most of its deadline left is always taken
+// however slow recent commits were: shedding what cannot be written in
+// time never turns into shedding everything.
+const maxMinLeft = 100 * time.Millisecond
+
 // take takes the next batch off the queue: up to maxBatch requests, oldest
 // first, leaving out (and answering errTooLate) those whose deadline is
-// nearer than twice a recent commit's duration. Called with b.mu held.
+// nearer than a recent successful commit took (at most maxMinLeft): they
+// would make the batch fail at their deadline. Called with b.mu held.
 func (b *batcher) take() []*writeReq {
 	now := time.Now()
-	minLeft := max(2*time.Duration(b.commitNanos.Load()), 2*time.Millisecond)
+	minLeft := min(time.Duration(b.commitNanos.Load()), maxMinLeft)
 	batch := make([]*writeReq, 0, min(len(b.queue), maxBatch))
 	n := 0
 	for _, r := range b.queue {
@@ -190,8 +199,9 @@ func (b *batcher) take() []*writeReq {
 }
 
 // flush writes batch in one transaction, under the earliest deadline of its
-// callers; if the database refused it, each request alone.
-func (b *batcher) flush(batch []*writeReq) {
+// callers; if the database refused it, each request alone. It reports
+// whether the batch's transaction committed.
+func (b *batcher) flush(batch []*writeReq) bool {
 	ctx := context.Background()
 	var earliest time.Time
 	for _, r := range batch {
@@ -212,7 +222,7 @@ func (b *batcher) flush(batch []*writeReq) {
 		for _, r := range batch {
 			r.marks, r.err, r.unknown = marks, err, unknown
 		}
-		return
+		return err == nil
 	}
 	for _, r := range batch {
 		r.marks, r.err = arbiter.RetryDeadlock(func() (map[string]arbiter.Mark, error) {
@@ -221,6 +231,7 @@ func (b *batcher) flush(batch []*writeReq) {
 			return marks, err
 		})
 	}
+	return false
 }
 
 // commit writes batch in one transaction. unknown reports a commit that

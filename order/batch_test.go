@@ -310,3 +310,22 @@ func TestBatcherQueueIsBounded(t *testing.T) {
 	require.ErrorIs(t, err, stock.ErrUnavailable)
 	require.Len(t, b.queue, maxQueued)
 }
+
+// However slow the commits before it were (a partition, an overload), a
+// request with most of its deadline left is written: the time a request
+// needs left to be taken is capped, and failed commits do not count.
+func TestBatcherSlowHistoryShedsNotEverything(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	r.addSKU("A", 10)
+	b := newBatcher(r.db)
+	b.commitNanos.Store(int64(10 * time.Second))
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	o := &Order{ID: "slow", UserID: "u", Status: Pending, ReservationToken: "slow", ExpiresAt: now, CreatedAt: now, UpdatedAt: now,
+		Items: []Item{{OrderID: "slow", SKU: "A", Qty: 1}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := b.write(ctx, &writeReq{order: o, rows: []arbiter.Reservation{{Token: "slow", SKU: "A", OrderID: &o.ID, Qty: 1,
+		State: arbiter.Held, ExpiresAt: now, CreatedAt: now, UpdatedAt: now}}})
+	require.NoError(t, err)
+	require.Less(t, b.commitNanos.Load(), int64(10*time.Second), "the successful commit moved the average")
+}
