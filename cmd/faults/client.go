@@ -88,6 +88,9 @@ type sample struct {
 
 func (s sample) latency() time.Duration { return s.end.Sub(s.start) }
 
+// what names the request and its answer ("POST /v1/orders 503").
+func (s sample) what() string { return fmt.Sprintf("%s %s %d", s.method, s.route, s.status) }
+
 func (s *Stats) record(status int, method, path string, start time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

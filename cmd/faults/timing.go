@@ -39,10 +39,12 @@ type Dark struct {
 type Timing struct {
 	Answers int64
 	Slowest time.Duration // p100 of every answer
-	Over    int64         // answers slower than answerLimit
-	GaveUp  int64         // requests without an answer after more than answerLimit (the client gave up, or the run ended under them)
-	Dark    *DarkTiming
-	Phases  []PhaseTiming
+	// SlowestWhat names the slowest answer ("POST /v1/orders 503").
+	SlowestWhat string
+	Over        int64 // answers slower than answerLimit
+	GaveUp      int64 // requests without an answer after more than answerLimit (the client gave up, or the run ended under them)
+	Dark        *DarkTiming
+	Phases      []PhaseTiming
 }
 
 // Phase is a stretch of the run with a link slowed down: what was done and
@@ -55,19 +57,21 @@ type Phase struct {
 // PhaseTiming is the answers to requests sent during a phase.
 type PhaseTiming struct {
 	Phase
-	Answers int64
-	Slowest time.Duration
-	Over    int64
+	Answers     int64
+	Slowest     time.Duration
+	SlowestWhat string
+	Over        int64
 }
 
 // DarkTiming is measured around a blackhole.
 type DarkTiming struct {
 	Dark
-	Open           int64         // answers to requests sent from openAfter into the dark until the heal
-	OpenSlowest    time.Duration // the slowest of them
-	OpenOver       int64         // how many were slower than openLimit
-	OpenUnanswered int64         // requests sent then that got no answer
-	FirstSuccess   time.Duration // from the heal to the first answered success; -1: none
+	Open            int64         // answers to requests sent from openAfter into the dark until the heal
+	OpenSlowest     time.Duration // the slowest of them
+	OpenSlowestWhat string
+	OpenOver        int64         // how many were slower than openLimit
+	OpenUnanswered  int64         // requests sent then that got no answer
+	FirstSuccess    time.Duration // from the heal to the first answered success; -1: none
 }
 
 // success: an answer that took stock through Redis and the database both
@@ -90,7 +94,9 @@ func measure(samples []sample, dark *Dark, phases []Phase) Timing {
 		for _, s := range samples {
 			if s.status != 0 && !s.start.Before(p.From) && s.start.Before(p.To) {
 				pt.Answers++
-				pt.Slowest = max(pt.Slowest, s.latency())
+				if s.latency() > pt.Slowest {
+					pt.Slowest, pt.SlowestWhat = s.latency(), s.what()
+				}
 				if s.latency() > answerLimit {
 					pt.Over++
 				}
@@ -106,7 +112,9 @@ func measure(samples []sample, dark *Dark, phases []Phase) Timing {
 			continue
 		}
 		t.Answers++
-		t.Slowest = max(t.Slowest, s.latency())
+		if s.latency() > t.Slowest {
+			t.Slowest, t.SlowestWhat = s.latency(), s.what()
+		}
 		if s.latency() > answerLimit {
 			t.Over++
 		}
@@ -123,7 +131,9 @@ func measure(samples []sample, dark *Dark, phases []Phase) Timing {
 				d.OpenUnanswered++
 			} else {
 				d.Open++
-				d.OpenSlowest = max(d.OpenSlowest, s.latency())
+				if s.latency() > d.OpenSlowest {
+					d.OpenSlowest, d.OpenSlowestWhat = s.latency(), s.what()
+				}
 				if s.latency() > openLimit {
 					d.OpenOver++
 				}
@@ -202,13 +212,13 @@ func (v *Verdict) timingLines() []string {
 		return "FAIL"
 	}
 	lines := []string{
-		fmt.Sprintf("answers %d: slowest %s (≤ %s: %s); slower than %s: %d (%s); no answer after %s+: %d (%s)",
-			t.Answers, round(t.Slowest), answerLimit, mark(t.Slowest <= answerLimit), answerLimit, t.Over, mark(t.Over == 0),
+		fmt.Sprintf("answers %d: slowest %s%s (≤ %s: %s); slower than %s: %d (%s); no answer after %s+: %d (%s)",
+			t.Answers, round(t.Slowest), of(t.SlowestWhat), answerLimit, mark(t.Slowest <= answerLimit), answerLimit, t.Over, mark(t.Over == 0),
 			answerLimit, t.GaveUp, mark(t.GaveUp == 0)),
 	}
 	for _, p := range t.Phases {
-		lines = append(lines, fmt.Sprintf("%s (%s): answers to requests sent then %d, slowest %s, slower than %s: %d",
-			p.What, round(p.To.Sub(p.From)), p.Answers, round(p.Slowest), answerLimit, p.Over))
+		lines = append(lines, fmt.Sprintf("%s (%s): answers to requests sent then %d, slowest %s%s, slower than %s: %d",
+			p.What, round(p.To.Sub(p.From)), p.Answers, round(p.Slowest), of(p.SlowestWhat), answerLimit, p.Over))
 	}
 	d := t.Dark
 	if d == nil {
@@ -220,8 +230,8 @@ func (v *Verdict) timingLines() []string {
 			first = round(d.FirstSuccess).String()
 		}
 		lines = append(lines,
-			fmt.Sprintf("%s dark %s: answers from %s into the dark to the heal: %d, slowest %s (≤ %s: %s), %d slower, %d without an answer",
-				d.Link, round(d.Heal.Sub(d.From)), openAfter, d.Open, round(d.OpenSlowest), openLimit,
+			fmt.Sprintf("%s dark %s: answers from %s into the dark to the heal: %d, slowest %s%s (≤ %s: %s), %d slower, %d without an answer",
+				d.Link, round(d.Heal.Sub(d.From)), openAfter, d.Open, round(d.OpenSlowest), of(d.OpenSlowestWhat), openLimit,
 				mark(d.Open+d.OpenUnanswered > 0 && d.OpenSlowest <= openLimit && d.OpenUnanswered == 0), d.OpenOver, d.OpenUnanswered),
 			fmt.Sprintf("%s healed: first success after %s (≤ %s: %s)", d.Link, first, recoverLimit, mark(d.FirstSuccess >= 0 && d.FirstSuccess <= recoverLimit)))
 	}
@@ -374,4 +384,12 @@ func linkScenarios() []Scenario {
 			Scenario{Name: link + "-slow", Timed: true, Fault: slow(link)})
 	}
 	return out
+}
+
+// of names the slowest answer in a line, if known.
+func of(what string) string {
+	if what == "" {
+		return ""
+	}
+	return " (" + what + ")"
 }
