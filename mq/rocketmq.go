@@ -40,7 +40,7 @@ type RocketMQConfig struct {
 	// must let its lock expire.
 	HandoverWait time.Duration
 	// BrokerCheck is how often a consumer asks the brokers whether they still
-	// know it, to resume at once after a broker restart (default 1s).
+	// know it, to resume at once after a broker restart (default 500ms).
 	BrokerCheck time.Duration
 }
 
@@ -175,7 +175,7 @@ func NewRocketConsumer(cfg RocketMQConfig, h Handler) (*RocketConsumer, error) {
 		cfg.HandoverWait = 10 * time.Second
 	}
 	if cfg.BrokerCheck <= 0 {
-		cfg.BrokerCheck = time.Second
+		cfg.BrokerCheck = 500 * time.Millisecond
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &RocketConsumer{cfg: cfg, h: h, guard: newQueueGuard(cfg.NameServers, cfg.HandoverWait),
@@ -337,9 +337,9 @@ func (r *RocketConsumer) Close() error {
 	var err error
 	r.stop.Do(func() {
 		close(r.done)
-		r.watched.Wait()
 		r.guard.close()
 		r.cancel()
+		r.watched.Wait()
 		r.guard.waitIdle()
 		r.mu.Lock()
 		defer r.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -54,6 +55,7 @@ type queueGuard struct {
 	cid    string            // the client's id, as the broker knows it
 	group  string            // the consumer group, as the broker knows it
 	addrs  map[string]string // broker name -> master address
+	routed time.Time         // when brokers last read the route
 }
 
 func newQueueGuard(nameServers []string, wait time.Duration) *queueGuard {
@@ -341,6 +343,10 @@ func (g *queueGuard) forgetBroker(name string) {
 	g.mu.Unlock()
 }
 
+// routeRefresh is how often brokers reads the topic's route from the name
+// servers again (between, it asks the brokers it knows).
+const routeRefresh = 10 * time.Second
+
 // brokers asks each master broker of topic whether it counts this client
 // among the group's consumers. forgotten: one answers but does not, because
 // it restarted (or dropped the client's connection) and has not had the
@@ -348,13 +354,24 @@ func (g *queueGuard) forgetBroker(name string) {
 // the broker refuses its pulls. unreachable: one did not answer (down, or
 // cut off).
 func (g *queueGuard) brokers(ctx context.Context, topic string) (forgotten, unreachable bool) {
-	group, cid := g.identity()
+	g.mu.Lock()
+	group, cid := g.group, g.cid
+	masters := maps.Clone(g.addrs)
+	stale := time.Since(g.routed) > routeRefresh
+	g.mu.Unlock()
 	if cid == "" {
 		return false, false // no rebalance yet: the client has not registered either
 	}
-	masters, err := topicMasters(ctx, g.nameServers, topic)
-	if err != nil {
-		return false, false
+	if stale || len(masters) == 0 {
+		// A broker that is down has left the name servers' routes: until it
+		// is back, the brokers this consumer last knew are asked.
+		if m, err := topicMasters(ctx, g.nameServers, topic); err == nil {
+			masters = m
+			g.mu.Lock()
+			maps.Copy(g.addrs, m)
+			g.routed = time.Now()
+			g.mu.Unlock()
+		}
 	}
 	for _, addr := range masters {
 		rc, _, body, err := call(ctx, addr, reqGetConsumerListByGroup, map[string]string{"consumerGroup": group}, nil)
