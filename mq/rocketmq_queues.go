@@ -172,8 +172,8 @@ func (g *queueGuard) allocate(gen int) consumer.AllocateStrategy {
 		g.mu.Unlock()
 		g.relMu.Unlock()
 
-		if len(lost) > 0 {
-			go g.release(lost)
+		for _, q := range lost {
+			go g.release(q) // each on its own: one long batch holds back only its queue
 		}
 		if len(wanted) > 0 {
 			g.acquire(gen, group, cid, wanted)
@@ -189,11 +189,11 @@ func (g *queueGuard) allocate(gen int) consumer.AllocateStrategy {
 // removes a lock only for the client that holds it.
 var releaseRetries = []time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
 
-// release unlocks qs on the broker once no batch of them is in flight, as
-// long as they are still not this node's.
-func (g *queueGuard) release(qs []primitive.MessageQueue) {
+// release unlocks q on the broker once no batch of it is in flight, as long
+// as it is still not this node's.
+func (g *queueGuard) release(q primitive.MessageQueue) {
 	g.mu.Lock()
-	for slices.ContainsFunc(qs, func(q primitive.MessageQueue) bool { return g.busy[q] && !g.owned[q] }) {
+	for g.busy[q] && !g.owned[q] {
 		g.idle.Wait()
 	}
 	g.mu.Unlock()
@@ -201,7 +201,7 @@ func (g *queueGuard) release(qs []primitive.MessageQueue) {
 		if pause > 0 {
 			time.Sleep(pause)
 		}
-		if !g.unlockReleased(qs) {
+		if !g.unlockReleased([]primitive.MessageQueue{q}) {
 			return
 		}
 	}
