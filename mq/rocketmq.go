@@ -269,7 +269,7 @@ func (r *RocketConsumer) watch() {
 	defer r.watched.Done()
 	t := time.NewTicker(r.cfg.BrokerCheck)
 	defer t.Stop()
-	wasDown := false
+	wasDown, due := false, false
 	for {
 		select {
 		case <-r.done:
@@ -278,12 +278,16 @@ func (r *RocketConsumer) watch() {
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, 3*time.Second)
 		forgotten, unreachable := r.guard.brokers(ctx, r.cfg.Topic)
-		cancel()
-		back := wasDown && !unreachable
+		due = due || forgotten || (wasDown && !unreachable) || r.client() == nil
 		wasDown = unreachable
-		if forgotten || back || r.client() == nil {
-			r.replace()
+		// A new client cannot start before the name servers route the topic
+		// again (a restarted broker can be left out of the routes until its
+		// periodic registration, 10 s after its start): until then the old
+		// one is kept, and replaced once they do.
+		if due && !unreachable && r.guard.routed(ctx, r.cfg.Topic) {
+			due = !r.replace()
 		}
+		cancel()
 	}
 }
 
@@ -294,13 +298,13 @@ func (r *RocketConsumer) client() rocketmq.PushConsumer {
 }
 
 // replace stops the client (once its batches in flight ended) and starts a
-// new one; if that fails, watch tries again.
-func (r *RocketConsumer) replace() {
+// new one, and says whether it did; if not, watch tries again.
+func (r *RocketConsumer) replace() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	select {
 	case <-r.done:
-		return
+		return true
 	default:
 	}
 	r.gen = r.guard.retire()
@@ -311,13 +315,14 @@ func (r *RocketConsumer) replace() {
 	}
 	c, err := r.newClient(r.gen)
 	if err != nil {
-		return
+		return false
 	}
 	if err := c.Start(); err != nil {
 		_ = c.Shutdown()
-		return
+		return false
 	}
 	r.c = c
+	return true
 }
 
 // shutdown stores the client's offsets before the client's Shutdown, which

@@ -46,16 +46,16 @@ type queueGuard struct {
 	// given the queue back and locked it again.
 	relMu sync.Mutex
 
-	mu     sync.Mutex
-	idle   *sync.Cond // broadcast when a batch ends or ownership changes
-	gen    int        // the client instance whose batches are accepted
-	owned  map[primitive.MessageQueue]bool
-	busy   map[primitive.MessageQueue]bool
-	closed bool
-	cid    string            // the client's id, as the broker knows it
-	group  string            // the consumer group, as the broker knows it
-	addrs  map[string]string // broker name -> master address
-	routed time.Time         // when brokers last read the route
+	mu       sync.Mutex
+	idle     *sync.Cond // broadcast when a batch ends or ownership changes
+	gen      int        // the client instance whose batches are accepted
+	owned    map[primitive.MessageQueue]bool
+	busy     map[primitive.MessageQueue]bool
+	closed   bool
+	cid      string            // the client's id, as the broker knows it
+	group    string            // the consumer group, as the broker knows it
+	addrs    map[string]string // broker name -> master address
+	routedAt time.Time         // when the route was last read
 }
 
 func newQueueGuard(nameServers []string, wait time.Duration) *queueGuard {
@@ -343,6 +343,20 @@ func (g *queueGuard) forgetBroker(name string) {
 	g.mu.Unlock()
 }
 
+// routed reports whether the name servers route topic now (and refreshes
+// the broker addresses from the route).
+func (g *queueGuard) routed(ctx context.Context, topic string) bool {
+	m, err := topicMasters(ctx, g.nameServers, topic)
+	if err != nil {
+		return false
+	}
+	g.mu.Lock()
+	maps.Copy(g.addrs, m)
+	g.routedAt = time.Now()
+	g.mu.Unlock()
+	return true
+}
+
 // routeRefresh is how often brokers reads the topic's route from the name
 // servers again (between, it asks the brokers it knows).
 const routeRefresh = 10 * time.Second
@@ -357,7 +371,7 @@ func (g *queueGuard) brokers(ctx context.Context, topic string) (forgotten, unre
 	g.mu.Lock()
 	group, cid := g.group, g.cid
 	masters := maps.Clone(g.addrs)
-	stale := time.Since(g.routed) > routeRefresh
+	stale := time.Since(g.routedAt) > routeRefresh
 	g.mu.Unlock()
 	if cid == "" {
 		return false, false // no rebalance yet: the client has not registered either
@@ -369,7 +383,7 @@ func (g *queueGuard) brokers(ctx context.Context, topic string) (forgotten, unre
 			masters = m
 			g.mu.Lock()
 			maps.Copy(g.addrs, m)
-			g.routed = time.Now()
+			g.routedAt = time.Now()
 			g.mu.Unlock()
 		}
 	}
