@@ -178,7 +178,7 @@ func NewRocketConsumer(cfg RocketMQConfig, h Handler) (*RocketConsumer, error) {
 		cfg.BrokerCheck = 500 * time.Millisecond
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &RocketConsumer{cfg: cfg, h: h, guard: newQueueGuard(cfg.NameServers, cfg.HandoverWait),
+	r := &RocketConsumer{cfg: cfg, h: h, guard: newQueueGuard(cfg.NameServers, cfg.HandoverWait, max(leaseTTL, 4*cfg.BrokerCheck)),
 		ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	c, err := r.newClient(0)
 	if err != nil {
@@ -188,6 +188,12 @@ func NewRocketConsumer(cfg RocketMQConfig, h Handler) (*RocketConsumer, error) {
 	r.c = c
 	return r, nil
 }
+
+// leaseTTL is how long a check that found this consumer registered on a
+// broker lets it apply that broker's queues (see queueGuard.begin): several
+// BrokerCheck periods (at least 4), and shorter than a broker's restart plus
+// the 3 s a new client waits before its first pull.
+const leaseTTL = 3 * time.Second
 
 // newClient builds client instance gen: its batches are applied only while
 // gen is the guard's current instance.

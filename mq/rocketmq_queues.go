@@ -52,15 +52,18 @@ type queueGuard struct {
 	owned    map[primitive.MessageQueue]bool
 	busy     map[primitive.MessageQueue]bool
 	closed   bool
-	cid      string            // the client's id, as the broker knows it
-	group    string            // the consumer group, as the broker knows it
-	addrs    map[string]string // broker name -> master address
-	routedAt time.Time         // when the route was last read
+	cid      string               // the client's id, as the broker knows it
+	group    string               // the consumer group, as the broker knows it
+	addrs    map[string]string    // broker name -> master address
+	lease    map[string]time.Time // broker name -> until when batches of its queues are admitted
+	leaseTTL time.Duration
+	routedAt time.Time // when the route was last read
 }
 
-func newQueueGuard(nameServers []string, wait time.Duration) *queueGuard {
-	g := &queueGuard{nameServers: nameServers, wait: wait, stop: make(chan struct{}),
-		owned: map[primitive.MessageQueue]bool{}, busy: map[primitive.MessageQueue]bool{}, addrs: map[string]string{}}
+func newQueueGuard(nameServers []string, wait, leaseTTL time.Duration) *queueGuard {
+	g := &queueGuard{nameServers: nameServers, wait: wait, stop: make(chan struct{}), leaseTTL: leaseTTL,
+		owned: map[primitive.MessageQueue]bool{}, busy: map[primitive.MessageQueue]bool{},
+		addrs: map[string]string{}, lease: map[string]time.Time{}}
 	g.idle = sync.NewCond(&g.mu)
 	return g
 }
@@ -68,10 +71,20 @@ func newQueueGuard(nameServers []string, wait time.Duration) *queueGuard {
 // begin admits a batch of q from client instance gen: only while q is this
 // node's and no other batch of q is in flight (one from an instance being
 // replaced). A batch begin refuses is not applied and comes back later.
+//
+// It also needs a lease on q's broker: the broker listed this client among
+// the group's consumers in a check sent less than leaseTTL ago. After a
+// broker restart the broker has forgotten every lock and every consumer,
+// and another node's new client may be allocated and lock this node's
+// queues before this node noticed; the lease makes this node stop applying
+// them by leaseTTL after the broker went down, before any other node can
+// have started (a broker takes seconds to start, and a new client pulls 3 s
+// after it locked a queue). The same holds when this node is cut off from
+// the broker while the broker lets its locks expire.
 func (g *queueGuard) begin(gen int, q primitive.MessageQueue) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed || gen != g.gen || !g.owned[q] || g.busy[q] {
+	if g.closed || gen != g.gen || !g.owned[q] || g.busy[q] || time.Now().After(g.lease[q.BrokerName]) {
 		return false
 	}
 	g.busy[q] = true
@@ -387,7 +400,8 @@ func (g *queueGuard) brokers(ctx context.Context, topic string) (forgotten, unre
 			g.mu.Unlock()
 		}
 	}
-	for _, addr := range masters {
+	for name, addr := range masters {
+		sent := time.Now()
 		rc, _, body, err := call(ctx, addr, reqGetConsumerListByGroup, map[string]string{"consumerGroup": group}, nil)
 		if err != nil {
 			unreachable = true
@@ -402,7 +416,19 @@ func (g *queueGuard) brokers(ctx context.Context, topic string) (forgotten, unre
 		}
 		if err := decodeBody(body, &list); err != nil || !slices.Contains(list.IDs, cid) {
 			forgotten = true
+			continue
 		}
+		g.renew(name, sent)
 	}
 	return forgotten, unreachable
+}
+
+// renew extends the lease on broker name to leaseTTL after sent, the time
+// the check that found this client registered was sent.
+func (g *queueGuard) renew(name string, sent time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if until := sent.Add(g.leaseTTL); until.After(g.lease[name]) {
+		g.lease[name] = until
+	}
 }

@@ -115,8 +115,9 @@ func (b *lockBroker) holderOf(q primitive.MessageQueue) string {
 func TestGuardHandsQueuesOverAfterTheBatchInFlight(t *testing.T) {
 	broker := newLockBroker(t)
 	guard := func() *queueGuard {
-		g := newQueueGuard(nil, time.Minute)
+		g := newQueueGuard(nil, time.Minute, time.Hour)
 		g.addrs["b"] = broker.ln.Addr().String()
+		g.renew("b", time.Now())
 		t.Cleanup(g.close)
 		return g
 	}
@@ -164,4 +165,27 @@ func TestGuardHandsQueuesOverAfterTheBatchInFlight(t *testing.T) {
 	// A client being replaced (gen 0 retired) has its batches refused.
 	require.Equal(t, 1, b.retire())
 	require.False(t, b.begin(0, q2))
+}
+
+// A batch is admitted only under a lease on its queue's broker: a check
+// that found the client registered there, sent less than the lease's length
+// ago (after a broker restart, the node stops applying before another can
+// have taken its queues).
+func TestGuardAppliesOnlyUnderALease(t *testing.T) {
+	broker := newLockBroker(t)
+	g := newQueueGuard(nil, time.Minute, time.Hour)
+	g.addrs["b"] = broker.ln.Addr().String()
+	t.Cleanup(g.close)
+	q := primitive.MessageQueue{Topic: "t", BrokerName: "b", QueueId: 0}
+	require.Len(t, g.allocate(0)("g", "A", []*primitive.MessageQueue{&q}, []string{"A"}), 1)
+	require.False(t, g.begin(0, q), "no check has found the client registered yet")
+
+	g.renew("b", time.Now())
+	require.True(t, g.begin(0, q))
+	g.end(q)
+
+	g.lease["b"] = time.Now().Add(-time.Millisecond) // the lease ran out: no check succeeded since
+	require.False(t, g.begin(0, q))
+	g.renew("b", time.Now().Add(-2*time.Hour)) // a check older than the lease renews nothing
+	require.False(t, g.begin(0, q))
 }
