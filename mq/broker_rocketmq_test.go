@@ -98,17 +98,12 @@ func (q *privateRocketMQ) StopBroker() {
 	}
 }
 
-// brokerJVMOptions are JVM flags the broker needs beyond scripts/up.sh's
-// java_opts: none today (the test runs the broker exactly as shipped).
-var brokerJVMOptions []string
-
 func (q *privateRocketMQ) start(logName, logback, class, conf string) *javaProc {
 	q.t.Helper()
 	args := []string{"-Xms128m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m",
 		"--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
 		"--add-opens", "java.base/java.util=ALL-UNNAMED", "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED",
 		"-Drocketmq.home.dir=" + filepath.Join(q.dir, "home"), "-Duser.home=" + filepath.Join(q.dir, "home")}
-	args = append(args, brokerJVMOptions...)
 	args = append(args, "-Drmq.logback.configurationFile="+logback, "-cp", q.classpath, class, "-c", conf)
 	logPath := filepath.Join(q.dir, logName)
 	f, err := os.Create(logPath)
