@@ -33,6 +33,15 @@ type RocketMQConfig struct {
 	BatchSize int
 	// Retry is how long a queue pauses after its handler failed (default 1s).
 	Retry time.Duration
+	// HandoverWait bounds how long a consumer given a queue in a rebalance
+	// retries its lock while the previous owner finishes its batch and
+	// releases it (default 10s); after that the client retries at its next
+	// rebalance (every 20 s), as it does when the owner died and the broker
+	// must let its lock expire.
+	HandoverWait time.Duration
+	// BrokerCheck is how often a consumer asks the brokers whether they still
+	// know it, to resume at once after a broker restart (default 500ms).
+	BrokerCheck time.Duration
 }
 
 func (c RocketMQConfig) validate() error {
@@ -130,12 +139,26 @@ func (r *RocketProducer) Close() error {
 }
 
 // RocketConsumer is an orderly push consumer (clustering mode): each queue is
-// locked to one consumer of the group and delivered in order.
+// locked to one consumer of the group and delivered in order. Around the
+// client it hands queues over promptly when nodes join or leave (see
+// queueGuard), and it replaces its client when a broker restarted and no
+// longer knows it (see watch).
 type RocketConsumer struct {
+	cfg   RocketMQConfig
+	h     Handler
+	guard *queueGuard
+	// ctx is the handlers' context, cancelled by Close.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex // guards c and gen
 	c       rocketmq.PushConsumer
+	gen     int
 	start   sync.Once
 	stop    sync.Once
 	started bool
+	done    chan struct{} // closed by Close: stops watch
+	watched sync.WaitGroup
 }
 
 func NewRocketConsumer(cfg RocketMQConfig, h Handler) (*RocketConsumer, error) {
@@ -148,6 +171,34 @@ func NewRocketConsumer(cfg RocketMQConfig, h Handler) (*RocketConsumer, error) {
 	if cfg.Retry <= 0 {
 		cfg.Retry = time.Second
 	}
+	if cfg.HandoverWait <= 0 {
+		cfg.HandoverWait = 10 * time.Second
+	}
+	if cfg.BrokerCheck <= 0 {
+		cfg.BrokerCheck = 500 * time.Millisecond
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &RocketConsumer{cfg: cfg, h: h, guard: newQueueGuard(cfg.NameServers, cfg.HandoverWait, max(leaseTTL, 4*cfg.BrokerCheck)),
+		ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	c, err := r.newClient(0)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	r.c = c
+	return r, nil
+}
+
+// leaseTTL is how long a check that found this consumer registered on a
+// broker lets it apply that broker's queues (see queueGuard.begin): several
+// BrokerCheck periods (at least 4), and shorter than a broker's restart plus
+// the 3 s a new client waits before its first pull.
+const leaseTTL = 3 * time.Second
+
+// newClient builds client instance gen: its batches are applied only while
+// gen is the guard's current instance.
+func (r *RocketConsumer) newClient(gen int) (rocketmq.PushConsumer, error) {
+	cfg := r.cfg
 	c, err := rocketmq.NewPushConsumer(
 		consumer.WithNsResolver(primitive.NewPassthroughResolver(cfg.NameServers)),
 		consumer.WithGroupName(cfg.Group),
@@ -160,42 +211,153 @@ func NewRocketConsumer(cfg RocketMQConfig, h Handler) (*RocketConsumer, error) {
 		// Orderly mode: a failed batch must pause its queue and come back, not
 		// go to a retry topic out of order (ConsumeRetryLater blocks the queue).
 		consumer.WithSuspendCurrentQueueTimeMillis(cfg.Retry),
+		consumer.WithStrategy(r.guard.allocate(gen)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("mq: consumer: %w", err)
 	}
 	err = c.Subscribe(cfg.Topic, consumer.MessageSelector{}, func(ctx context.Context, ext ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+		oc, ok := primitive.GetOrderlyCtx(ctx)
+		if !ok {
+			return consumer.SuspendCurrentQueueAMoment, errors.New("mq: delivery without its queue")
+		}
+		if !r.guard.begin(gen, oc.MQ) {
+			// The queue is no longer this node's (or the batch before it, of
+			// the client this one replaced, is still being applied).
+			return consumer.SuspendCurrentQueueAMoment, nil
+		}
+		defer r.guard.end(oc.MQ)
 		msgs := make([]Message, len(ext))
 		for i, m := range ext {
 			msgs[i] = Message{Key: m.GetShardingKey(), Body: m.Body, ID: m.MsgId}
 		}
-		if err := h(ctx, msgs); err != nil {
+		if err := r.h(r.ctx, msgs); err != nil {
 			return consumer.SuspendCurrentQueueAMoment, err
 		}
 		return consumer.ConsumeSuccess, nil
 	})
 	if err != nil {
+		_ = c.Shutdown()
 		return nil, fmt.Errorf("mq: subscribe %s: %w", cfg.Topic, err)
 	}
-	return &RocketConsumer{c: c}, nil
+	return c, nil
 }
 
 func (r *RocketConsumer) Start() error {
 	var err error
 	r.start.Do(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		select {
+		case <-r.done:
+			return // a Start after Close does nothing
+		default:
+		}
 		err = r.c.Start()
 		r.started = err == nil
+		if r.started {
+			r.watched.Add(1)
+			go r.watch()
+		}
 	})
 	return err
 }
 
-// Close stops delivery; safe before Start and more than once.
+// watch asks the brokers every BrokerCheck whether they still count this
+// consumer in its group, and replaces the client when one is back after it
+// could not be reached, or answers without knowing this consumer. A broker
+// that restarted has forgotten every consumer and refuses their pulls until
+// their next heartbeat (the client sends one every 30 s), and each pull the
+// client had in flight when the connection broke waits out its 30 s timeout
+// (the client fails no request when its connection closes). A new client
+// registers, rebalances and pulls at once.
+func (r *RocketConsumer) watch() {
+	defer r.watched.Done()
+	t := time.NewTicker(r.cfg.BrokerCheck)
+	defer t.Stop()
+	wasDown, due := false, false
+	for {
+		select {
+		case <-r.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, 3*time.Second)
+		forgotten, unreachable := r.guard.brokers(ctx, r.cfg.Topic)
+		due = due || forgotten || (wasDown && !unreachable) || r.client() == nil
+		wasDown = unreachable
+		// A new client cannot start before the name servers route the topic
+		// again (a restarted broker can be left out of the routes until its
+		// periodic registration, 10 s after its start): until then the old
+		// one is kept, and replaced once they do.
+		if due && !unreachable && r.guard.routed(ctx, r.cfg.Topic) {
+			due = !r.replace()
+		}
+		cancel()
+	}
+}
+
+func (r *RocketConsumer) client() rocketmq.PushConsumer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.c
+}
+
+// replace stops the client (once its batches in flight ended) and starts a
+// new one, and says whether it did; if not, watch tries again.
+func (r *RocketConsumer) replace() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.done:
+		return true
+	default:
+	}
+	r.gen = r.guard.retire()
+	if r.c != nil {
+		r.guard.waitIdle()
+		shutdown(r.c)
+		r.c = nil
+	}
+	c, err := r.newClient(r.gen)
+	if err != nil {
+		return false
+	}
+	if err := c.Start(); err != nil {
+		_ = c.Shutdown()
+		return false
+	}
+	r.c = c
+	return true
+}
+
+// shutdown stores the client's offsets before the client's Shutdown, which
+// unlocks its queues first and stores them after: the next owner then starts
+// where this one stopped rather than a few seconds back.
+func shutdown(c rocketmq.PushConsumer) error {
+	if p, ok := c.(interface{ PersistConsumerOffset() error }); ok {
+		_ = p.PersistConsumerOffset()
+	}
+	return c.Shutdown()
+}
+
+// Close stops delivery, cancels the handlers' context and waits for the
+// batches in flight, then stops the client (which unlocks its queues for
+// the next owner); safe before Start and more than once.
 func (r *RocketConsumer) Close() error {
 	var err error
 	r.stop.Do(func() {
-		if r.started {
-			err = r.c.Shutdown()
+		close(r.done)
+		r.guard.close()
+		r.cancel()
+		r.watched.Wait()
+		r.guard.waitIdle()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.started && r.c != nil {
+			err = shutdown(r.c)
 		}
+		r.c = nil
 	})
 	return err
 }

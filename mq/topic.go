@@ -174,6 +174,42 @@ func routes(ctx context.Context, nameServers []string, topic string) ([]map[stri
 	return views, nil
 }
 
+// topicMasters returns the address of each master broker that holds queues
+// of topic, by broker name, from the route of the first name server that
+// has one.
+func topicMasters(ctx context.Context, nameServers []string, topic string) (map[string]string, error) {
+	lastErr := fmt.Errorf("no name server routes topic %s", topic)
+	for _, ns := range nameServers {
+		code, remark, body, err := invoke(ctx, ns, reqGetRouteInfoByTopic, map[string]string{"topic": topic})
+		if err == nil && code != resSuccess {
+			err = fmt.Errorf("name server %s: route query: code %d: %s", ns, code, remark)
+		}
+		var route struct {
+			BrokerDatas []struct {
+				BrokerName  string            `json:"brokerName"`
+				BrokerAddrs map[string]string `json:"brokerAddrs"`
+			} `json:"brokerDatas"`
+		}
+		if err == nil {
+			err = decodeBody(body, &route)
+		}
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		masters := map[string]string{}
+		for _, b := range route.BrokerDatas {
+			if addr := b.BrokerAddrs[masterID]; addr != "" {
+				masters[b.BrokerName] = addr
+			}
+		}
+		if len(masters) > 0 {
+			return masters, nil
+		}
+	}
+	return nil, lastErr
+}
+
 // masterBrokers returns the address of each master broker, by broker name,
 // from the cluster info of the first name server that answers.
 func masterBrokers(ctx context.Context, nameServers []string) (map[string]string, error) {
@@ -218,17 +254,24 @@ func decodeBody(body []byte, v any) error {
 	return json.Unmarshal(intKey.ReplaceAll(body, []byte(`$1"$2":`)), v)
 }
 
-// invoke sends one request to addr and reads its response on a connection of
-// its own.
+// invoke sends one request to the name server at addr and reads its
+// response on a connection of its own.
 func invoke(ctx context.Context, addr string, code int, ext map[string]string) (int, string, []byte, error) {
-	fail := func(err error) (int, string, []byte, error) {
+	c, remark, body, err := call(ctx, addr, code, ext, nil)
+	if err != nil {
 		return 0, "", nil, fmt.Errorf("name server %s: %w", addr, err)
 	}
+	return c, remark, body, nil
+}
+
+// call sends one remoting request (code, extension fields, body) to addr and
+// reads its response on a connection of its own.
+func call(ctx context.Context, addr string, code int, ext map[string]string, body []byte) (int, string, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return fail(err)
+		return 0, "", nil, err
 	}
 	defer conn.Close()
 	deadline, _ := ctx.Deadline()
@@ -238,36 +281,37 @@ func invoke(ctx context.Context, addr string, code int, ext map[string]string) (
 		"code": code, "language": "GO", "version": 317, "opaque": 1, "flag": 0, "extFields": ext,
 	})
 	if err != nil {
-		return fail(err)
+		return 0, "", nil, err
 	}
-	frame := binary.BigEndian.AppendUint32(nil, uint32(4+len(header)))
+	frame := binary.BigEndian.AppendUint32(nil, uint32(4+len(header)+len(body)))
 	frame = binary.BigEndian.AppendUint32(frame, uint32(len(header))) // high byte 0: JSON header
-	if _, err := conn.Write(append(frame, header...)); err != nil {
-		return fail(err)
+	frame = append(append(frame, header...), body...)
+	if _, err := conn.Write(frame); err != nil {
+		return 0, "", nil, err
 	}
 
 	var size [4]byte
 	if _, err := io.ReadFull(conn, size[:]); err != nil {
-		return fail(err)
+		return 0, "", nil, err
 	}
 	n := binary.BigEndian.Uint32(size[:])
 	if n < 4 || n > 16<<20 {
-		return fail(fmt.Errorf("bad frame length %d", n))
+		return 0, "", nil, fmt.Errorf("bad frame length %d", n)
 	}
 	frame = make([]byte, n)
 	if _, err := io.ReadFull(conn, frame); err != nil {
-		return fail(err)
+		return 0, "", nil, err
 	}
 	hlen := binary.BigEndian.Uint32(frame) & 0xFFFFFF
 	if frame[0] != 0 || hlen > n-4 {
-		return fail(errors.New("response is not a JSON-header frame"))
+		return 0, "", nil, errors.New("response is not a JSON-header frame")
 	}
 	var resp struct {
 		Code   int    `json:"code"`
 		Remark string `json:"remark"`
 	}
 	if err := json.Unmarshal(frame[4:4+hlen], &resp); err != nil {
-		return fail(err)
+		return 0, "", nil, err
 	}
 	return resp.Code, resp.Remark, frame[4+hlen:], nil
 }
