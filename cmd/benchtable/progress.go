@@ -162,11 +162,11 @@ func plan(group string) []step {
 	}
 	if group == "" || group == "http" {
 		s = append(s, step{"http setup", 5 * time.Second},
-			step{"bare net/http + EVALSHA #1", d}, step{"seckill, selling", d}, step{"seckill, sold out #1", d})
+			step{"bare net/http + EVALSHA #1", d}, step{"seckill, selling", d}, step{floorPhase, d}, step{"seckill, sold out #1", d})
 		for i := 2; i <= pairRounds; i++ {
 			s = append(s, step{fmt.Sprintf("bare net/http + EVALSHA #%d", i), d}, step{fmt.Sprintf("seckill, sold out #%d", i), d})
 		}
-		s = append(s, step{"seckill, 2000 units", d}, step{"orders, 2-line cart", d}, step{"sync lag", d + time.Second})
+		s = append(s, step{"seckill, 2000 units", d}, step{cartBarePhase, d}, step{"orders, 2-line cart", d}, step{"sync lag", d + time.Second})
 		if *soakFor > 0 {
 			s = append(s, step{"soak", *soakFor})
 		}
