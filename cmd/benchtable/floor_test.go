@@ -41,3 +41,18 @@ func TestMeanBatch(t *testing.T) {
 		}
 	}
 }
+
+// The variants' statements: n rows of k placeholders.
+func TestValuesOf(t *testing.T) {
+	if got := valuesOf(2, 3); got != "(?, ?, ?), (?, ?, ?)" {
+		t.Fatalf("valuesOf(2, 3) = %q", got)
+	}
+	if got := valuesOf(1, 1); got != "(?)" {
+		t.Fatalf("valuesOf(1, 1) = %q", got)
+	}
+	for _, v := range costVariants() {
+		if v.rows < 0 || v.entries < v.rows || v.trips < 3 || len(v.steps) == 0 {
+			t.Errorf("%s: %+v", v.name, v)
+		}
+	}
+}

@@ -156,6 +156,13 @@ func plan(group string) []step {
 			// redis-benchmark sends 400k EVALSHA per second of -duration at ~180k/s.
 			step{"redis-benchmark", time.Duration(float64(d) * 2.2)})
 	}
+	if group == "dbcost" {
+		for round := range *costRounds {
+			for _, v := range costVariants() {
+				s = append(s, step{fmt.Sprintf("dbcost %s #%d", v.name, round+1), max(d*3/5, time.Second)})
+			}
+		}
+	}
 	if group == "" || group == "sync" {
 		// Each writes the reservations it may apply, then pauses 3 s.
 		s = append(s, step{"sync-merged-32", d + 8*time.Second}, step{"sync-per-message", d + 4*time.Second})
