@@ -257,22 +257,42 @@ func writeTx(tx *gorm.DB, batch []*writeReq) (map[string]arbiter.Mark, error) {
 		buyer := ""
 		if r.order != nil {
 			buyer = r.order.UserID
-			o := *r.order
-			items = append(items, o.Items...)
-			o.Items = nil
-			orders = append(orders, &o)
+			items = append(items, r.order.Items...)
+			orders = append(orders, r.order)
 		}
 		for _, row := range r.rows {
 			holds = append(holds, arbiter.Hold{Row: row, Buyer: buyer})
 		}
 	}
 	if len(orders) > 0 {
-		if err := tx.Omit("Items").Create(orders).Error; err != nil {
-			return nil, err
-		}
-		if err := tx.Create(items).Error; err != nil {
+		if err := insertOrders(tx, orders, items); err != nil {
 			return nil, err
 		}
 	}
 	return arbiter.In(tx).Reserve(holds)
+}
+
+var (
+	orderColumns = []string{"id", "user_id", "idempotency_key", "status", "reservation_token", "payment_id",
+		"expires_at", "paid_at", "created_at", "updated_at"}
+	itemColumns = []string{"order_id", "sku", "qty"}
+)
+
+// insertOrders writes orders and their items, one multi-row INSERT each,
+// their SQL written by arbiter.InsertRows rather than reflected by GORM.
+func insertOrders(tx *gorm.DB, orders []*Order, items []Item) error {
+	now := time.Now()
+	args := make([]any, 0, len(orders)*len(orderColumns))
+	for _, o := range orders {
+		args = append(args, o.ID, o.UserID, o.IdempotencyKey, o.Status, o.ReservationToken, o.PaymentID,
+			o.ExpiresAt, o.PaidAt, arbiter.Stamp(o.CreatedAt, now), arbiter.Stamp(o.UpdatedAt, now))
+	}
+	if err := arbiter.InsertRows(tx, "orders", orderColumns, args); err != nil {
+		return err
+	}
+	args = make([]any, 0, len(items)*len(itemColumns))
+	for _, it := range items {
+		args = append(args, it.OrderID, it.SKU, it.Qty)
+	}
+	return arbiter.InsertRows(tx, "order_items", itemColumns, args)
 }

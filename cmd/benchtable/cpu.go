@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // What used the machine's CPU during a phase, from /proc: the servers this
@@ -84,6 +87,7 @@ func sampleCPU() (cpuSample, bool) {
 	s.steal = n(8)
 	self := os.Getpid()
 	redisPort := ":" + strings.Split(*redisAddr, ":")[1]
+	mysqlPort := dsnPort(*mysqlDSN)
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, dir := range dirs {
 		pid, _ := strconv.Atoi(filepath.Base(dir))
@@ -102,7 +106,11 @@ func sampleCPU() (cpuSample, bool) {
 				g = "redis-server"
 			}
 		case comm == "mariadbd" || comm == "mysqld":
-			g = "mariadbd"
+			// Only the server the benchmark uses, as for Redis: another
+			// MariaDB on the machine (a test's, a private one) is the rest.
+			if cmd, _ := os.ReadFile(dir + "/cmdline"); servesPort(cmd, mysqlPort) {
+				g = "mariadbd"
+			}
 		case comm == "java":
 			if cmd, _ := os.ReadFile(dir + "/cmdline"); bytes.Contains(bytes.ToLower(cmd), []byte("rocketmq")) {
 				g = "RocketMQ (java)"
@@ -113,6 +121,30 @@ func sampleCPU() (cpuSample, bool) {
 		}
 	}
 	return s, true
+}
+
+// dsnPort is the TCP port a MySQL DSN names (3306 when it names none).
+func dsnPort(dsn string) string {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "3306"
+	}
+	if _, port, err := net.SplitHostPort(cfg.Addr); err == nil && port != "" {
+		return port
+	}
+	return "3306"
+}
+
+// servesPort reports whether a mariadbd's command line (NUL-separated
+// arguments) says it listens on port: its --port=N, or no --port at all
+// for the default 3306.
+func servesPort(cmdline []byte, port string) bool {
+	for _, arg := range bytes.Split(cmdline, []byte{0}) {
+		if v, ok := bytes.CutPrefix(arg, []byte("--port=")); ok {
+			return string(v) == port
+		}
+	}
+	return port == "3306"
 }
 
 // procTicks is a process's utime+stime (with children's, for this process:
@@ -178,12 +210,7 @@ func costPerAnswer(web webRun) string {
 	b.WriteString(strings.Repeat("---:|", len(cpuGroups)+4) + "\n")
 	for _, r := range web.phases {
 		ph, ok := byName[r.name]
-		var answers int64
-		for code, n := range r.codes {
-			if code > 0 {
-				answers += n
-			}
-		}
+		answers := r.answers()
 		if !ok || answers == 0 || ph.busy <= 0 {
 			continue
 		}

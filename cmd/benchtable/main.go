@@ -67,7 +67,7 @@ var (
 	out       = flag.String("out", "bench-results/results.md", "where to write the table too (its chart goes beside it, as .png)")
 	soakFor   = flag.Duration("soak", 2*time.Minute, "how long the memory soak keeps the seckill load on (0: skip)")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the HTTP phases (service and load in this process) to this file")
-	only      = flag.String("only", "", `run one group only: "http" (the HTTP phases), "sync" (the ordered database sync) or "history" (the soak of -orders orders through one SKU)`)
+	only      = flag.String("only", "", `run one group only: "http" (the HTTP phases), "sync" (the ordered database sync), "dbcost" (the database's cost of a sale, statement by statement) or "history" (the soak of -orders orders through one SKU)`)
 	orders    = flag.Int("orders", 1_000_000, "with -only history: how many orders the soak drives through one SKU")
 )
 
@@ -142,6 +142,12 @@ func main() {
 	switch *only {
 	case "http":
 		report(nil, nil, profiled(func() webRun { return seckillBench(ctx, rdb, *mysqlDSN) }))
+		return
+	case "dbcost":
+		table := dbCost(ctx, *mysqlDSN)
+		prog.finish()
+		fmt.Print(table)
+		must(os.WriteFile(strings.TrimSuffix(*out, ".md")+"-dbcost.md", []byte(table), 0o644))
 		return
 	case "sync":
 		report(nil, []result{applyRun(ctx, db, 32), applyRun(ctx, db, 1)}, webRun{})

@@ -156,17 +156,24 @@ func plan(group string) []step {
 			// redis-benchmark sends 400k EVALSHA per second of -duration at ~180k/s.
 			step{"redis-benchmark", time.Duration(float64(d) * 2.2)})
 	}
+	if group == "dbcost" {
+		for round := range *costRounds {
+			for _, v := range costVariants() {
+				s = append(s, step{fmt.Sprintf("dbcost %s #%d", v.name, round+1), max(d*3/5, time.Second)})
+			}
+		}
+	}
 	if group == "" || group == "sync" {
 		// Each writes the reservations it may apply, then pauses 3 s.
 		s = append(s, step{"sync-merged-32", d + 8*time.Second}, step{"sync-per-message", d + 4*time.Second})
 	}
 	if group == "" || group == "http" {
 		s = append(s, step{"http setup", 5 * time.Second},
-			step{"bare net/http + EVALSHA #1", d}, step{"seckill, selling", d}, step{"seckill, sold out #1", d})
+			step{"bare net/http + EVALSHA #1", d}, step{"seckill, selling", d}, step{floorPhase, d}, step{"seckill, sold out #1", d})
 		for i := 2; i <= pairRounds; i++ {
 			s = append(s, step{fmt.Sprintf("bare net/http + EVALSHA #%d", i), d}, step{fmt.Sprintf("seckill, sold out #%d", i), d})
 		}
-		s = append(s, step{"seckill, 2000 units", d}, step{"orders, 2-line cart", d}, step{"sync lag", d + time.Second})
+		s = append(s, step{"seckill, 2000 units", d}, step{cartBarePhase, d}, step{"orders, 2-line cart", d}, step{"sync lag", d + time.Second})
 		if *soakFor > 0 {
 			s = append(s, step{"soak", *soakFor})
 		}

@@ -29,11 +29,39 @@ type httpResult struct {
 	rate     float64
 	p50, p99 time.Duration
 	codes    map[int]int64
+	rows     int64 // the floor's committed rows (it answers no HTTP)
 	note     string
+}
+
+// answers is how many requests the phase answered (any status), or the
+// floor's committed rows.
+func (r httpResult) answers() int64 {
+	n := r.rows
+	for code, k := range r.codes {
+		if code > 0 {
+			n += k
+		}
+	}
+	return n
+}
+
+// answersCell is the phase's answers for the table: by status, or rows.
+func (r httpResult) answersCell() string {
+	if r.codes == nil {
+		return fmt.Sprintf("%d rows committed", r.rows)
+	}
+	return fmt.Sprint(r.codes)
 }
 
 // pairRounds is how many bare/sold-out pairs the HTTP group measures.
 const pairRounds = 3
+
+// cartBarePhase is the bare handler's phase paired with the cart's.
+const cartBarePhase = "bare net/http + EVALSHA, before the cart"
+
+// floorWriters is how many of the floor's commits may be in flight at
+// once: as many as the service's group commit (order/batch.go, writers).
+const floorWriters = 2
 
 // webRun is what the HTTP group measured.
 type webRun struct {
@@ -41,6 +69,8 @@ type webRun struct {
 	bare     []float64 // the bare handler's rate in each pair, in order
 	soldOut  []float64 // the sold-out phase's rate in each pair
 	selling  float64   // the selling phase's rate (paired with bare[0])
+	cartBare float64   // the bare handler's rate just before the cart phase
+	cart     float64   // the 2-line cart phase's rate (paired with cartBare)
 	oversell int64     // orders of the 2000-unit SKU beyond its stock
 	lag      lagStats
 	soak     soakStats
@@ -215,11 +245,13 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 	barePhase(0)
 	// The group commits behind a phase's 201s: how many orders each carried
 	// and how long each took (two may be in flight at once).
+	var batch int // the selling phase's mean batch, which the floor writes alike
 	withCommits := func(phase func() httpResult) httpResult {
 		cs := a.Orders.CommitStats()
 		n0, reqs0, ns0 := cs.Commits.Load(), cs.Requests.Load(), cs.Nanos.Load()
 		r := phase()
 		n, reqs, ns := cs.Commits.Load()-n0, cs.Requests.Load()-reqs0, cs.Nanos.Load()-ns0
+		batch = meanBatch(reqs, n)
 		if n > 0 {
 			r.note = fmt.Sprintf("%d group commits: %.1f requests and %s each", n, float64(reqs)/float64(n), dur(time.Duration(ns/n)))
 		}
@@ -229,6 +261,9 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 		return load("seckill, selling", base+"/v1/seckill/FLASH/buy", *workers, *duration, buyer("s"), empty)
 	}))
 	web.selling = rs[len(rs)-1].rate
+	// The floor, right after the sale it is the floor of: the same clients,
+	// the same group commits in flight, the same batch.
+	rs = append(rs, floorRun(ctx, dsnBase, *workers, floorWriters, batch, *duration))
 	soldOutPhase(0)
 	for i := 1; i < pairRounds; i++ {
 		barePhase(i)
@@ -244,11 +279,15 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 	oversell := max(sold-2000, 0)
 	sale.note = fmt.Sprintf("sold %d of 2000 (201s: %d), oversell %d", sold, sale.codes[201], oversell)
 	rs = append(rs, sale)
+	// The cart's ratio is judged on a pair of its own, as the selling one.
+	rs = append(rs, load(cartBarePhase, bareURL, *workers, *duration, buyer("b"), empty))
+	web.cartBare = rs[len(rs)-1].rate
 	rs = append(rs, withCommits(func() httpResult {
 		return load("orders, 2-line cart", base+"/v1/orders", *workers, *duration, buyer("c"), func(int, int64) string {
 			return `{"items":[{"sku":"CART-A","qty":1},{"sku":"CART-B","qty":2}]}`
 		})
 	}))
+	web.cart = rs[len(rs)-1].rate
 
 	web.phases, web.oversell = rs, oversell
 	var lag string

@@ -60,7 +60,7 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Mark, error) {
 		}
 		want[h.Row.SKU] += h.Row.Qty
 	}
-	if err := a.tx.Create(rows).Error; err != nil {
+	if err := insertReservations(a.tx, rows); err != nil {
 		return nil, err
 	}
 	if err := a.moved(reservationMovements(rows, MoveReserve, 1)); err != nil {

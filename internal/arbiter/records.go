@@ -323,16 +323,20 @@ type Movement struct {
 
 func (Movement) TableName() string { return "stock_movements" }
 
-// insertMovements writes ms in tx, in one multi-row INSERT.
+// insertMovements writes ms in tx, in one multi-row INSERT (their ids are
+// the database's; nothing reads them back).
 func insertMovements(tx *gorm.DB, ms []Movement) error {
 	if len(ms) == 0 {
 		return nil
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
+	args := make([]any, 0, len(ms)*len(movementColumns))
 	for i := range ms {
 		ms[i].CreatedAt = now
+		m := ms[i]
+		args = append(args, m.SKU, m.Kind, m.OnHandDelta, m.ReservedDelta, m.Reason, m.Reference, m.CreatedAt)
 	}
-	return tx.Create(&ms).Error
+	return InsertRows(tx, "stock_movements", movementColumns, args)
 }
 
 // reservationMovements is one movement of kind per reservation row, moving

@@ -9,6 +9,8 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,4 +164,87 @@ func TestAudienceIssuerAndLifetime(t *testing.T) {
 
 	_, err = NewVerifier(key, Options{MaxTTL: time.Second})
 	require.EqualError(t, err, "the buyer token maximum lifetime must be at least 1m, got 1s")
+}
+
+// A verified token is remembered by its whole string until its exp: the
+// same token again is answered from memory, a token that differs in one byte
+// (of its claims or of its signature) is verified in full and refused, a
+// remembered token past its exp is refused and forgotten, and the memory is
+// bounded.
+func TestVerifiedTokensAreRememberedUntilTheirExp(t *testing.T) {
+	const key = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+	now := time.Now()
+	v, err := NewVerifier(key, Options{Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	tok, err := Issue(key, "alice", time.Minute)
+	require.NoError(t, err)
+	user, err := v.Buyer(tok)
+	require.NoError(t, err)
+	require.Equal(t, "alice", user)
+	require.Len(t, v.verified, 1)
+	user, err = v.Buyer(tok)
+	require.NoError(t, err)
+	require.Equal(t, "alice", user)
+
+	// One byte changed: in the claims (bob for alice would need the key),
+	// and in the middle of the signature.
+	claimsAt := strings.IndexByte(tok, '.') + 5
+	sigAt := strings.LastIndexByte(tok, '.') + 10
+	for _, at := range []int{claimsAt, sigAt} {
+		forged := []byte(tok)
+		if forged[at] == 'A' {
+			forged[at] = 'B'
+		} else {
+			forged[at] = 'A'
+		}
+		_, err = v.Buyer(string(forged))
+		require.ErrorIs(t, err, ErrInvalid, "byte %d", at)
+		require.NotContains(t, v.verified, string(forged))
+	}
+	_, err = v.Buyer(tok[:sigAt] + tok[sigAt+1:])
+	require.ErrorIs(t, err, ErrInvalid, "a byte removed")
+	require.Len(t, v.verified, 1, "only the token that verified is remembered")
+
+	// Past its exp (and the leeway), the remembered token is refused.
+	now = now.Add(time.Minute + 31*time.Second)
+	_, err = v.Buyer(tok)
+	require.EqualError(t, err, "invalid buyer token: it has expired")
+	require.Empty(t, v.verified)
+
+	// Bounded: past cacheSize tokens, older ones are forgotten.
+	now = time.Now()
+	for i := range cacheSize + 10 {
+		tok, err := Issue(key, fmt.Sprintf("buyer%d", i), time.Hour)
+		require.NoError(t, err)
+		user, err := v.Buyer(tok)
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("buyer%d", i), user)
+	}
+	require.Len(t, v.verified, cacheSize)
+}
+
+// What a buyer's request spends on its token: verified in full (the first
+// request, or a token not seen before) and remembered (the next ones).
+func BenchmarkBuyer(b *testing.B) {
+	const key = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+	tok, err := Issue(key, "alice", time.Hour)
+	require.NoError(b, err)
+	b.Run("full", func(b *testing.B) {
+		v, err := NewVerifier(key, Options{})
+		require.NoError(b, err)
+		for b.Loop() {
+			if _, _, err := v.verify(tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("remembered", func(b *testing.B) {
+		v, err := NewVerifier(key, Options{})
+		require.NoError(b, err)
+		for b.Loop() {
+			if _, err := v.Buyer(tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

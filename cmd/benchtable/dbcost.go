@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// The database's cost of a durable sale, statement by statement (-only
+// dbcost): the rows a seckill sale's group commit writes (order/batch.go's
+// writeTx and the arbiter's Reserve, with their columns), each alone and
+// together, beside the floor (one row, its primary key only), and the
+// levers weighed against them. Each variant group-commits batches of
+// -dbcost-batch sales from floorWriters writers, with no HTTP and no Go
+// service around it, so MariaDB's CPU per sale is the database's alone.
+// The variants run in rounds, one after another in each round, so a
+// stretch of a noisy machine lands on all of them; the table shows each
+// one's median over the rounds and its spread.
+
+var (
+	costBatch  = flag.Int("dbcost-batch", 15, "with -only dbcost: sales per group commit (the seckill phase's mean batch)")
+	costRounds = flag.Int("dbcost-rounds", 3, "with -only dbcost: rounds of every variant")
+)
+
+// costStep writes one statement's rows for a batch of sales in tx.
+type costStep func(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, now time.Time) error
+
+type costVariant struct {
+	name          string
+	rows, entries int // rows and index entries per sale
+	trips         int // round trips per group commit, BEGIN and COMMIT included
+	steps         []costStep
+	prepared      bool // its statements prepared once, executed by the binary protocol
+}
+
+// costRig is the database the variants write, and the statements some of
+// them prepare once.
+type costRig struct {
+	db       *sql.DB
+	mu       sync.Mutex
+	prepared map[string]*sql.Stmt
+	prepare  bool
+}
+
+func (c *costRig) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
+	if !c.prepare {
+		_, err := tx.ExecContext(ctx, q, args...)
+		return err
+	}
+	c.mu.Lock()
+	st, ok := c.prepared[q]
+	if !ok {
+		var err error
+		if st, err = c.db.PrepareContext(ctx, q); err != nil {
+			c.mu.Unlock()
+			return err
+		}
+		c.prepared[q] = st
+	}
+	c.mu.Unlock()
+	_, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	return err
+}
+
+// valuesOf is "(?, ?), (?, ?)" for n rows of k columns.
+func valuesOf(n, k int) string {
+	one := "(" + strings.TrimSuffix(strings.Repeat("?, ", k), ", ") + ")"
+	return strings.TrimSuffix(strings.Repeat(one+", ", n), ", ")
+}
+
+func insertFloor(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, _ time.Time) error {
+	args := make([]any, 0, 2*len(ids))
+	for _, id := range ids {
+		args = append(args, id, 1)
+	}
+	return c.exec(ctx, tx, "INSERT INTO floor_sales (id, qty) VALUES "+valuesOf(len(ids), 2), args...)
+}
+
+func insertOrders(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, now time.Time) error {
+	args := make([]any, 0, 10*len(ids))
+	for i, id := range ids {
+		args = append(args, id, fmt.Sprintf("buyer%d", i), nil, "PENDING", id, nil, now.Add(15*time.Minute), nil, now, now)
+	}
+	return c.exec(ctx, tx, `INSERT INTO orders (id, user_id, idempotency_key, status, reservation_token, payment_id,
+		expires_at, paid_at, created_at, updated_at) VALUES `+valuesOf(len(ids), 10), args...)
+}
+
+func insertItems(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, _ time.Time) error {
+	args := make([]any, 0, 3*len(ids))
+	for _, id := range ids {
+		args = append(args, id, "FLASH", 1)
+	}
+	return c.exec(ctx, tx, "INSERT INTO order_items (order_id, sku, qty) VALUES "+valuesOf(len(ids), 3), args...)
+}
+
+func insertReservations(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, now time.Time) error {
+	args := make([]any, 0, 10*len(ids))
+	for _, id := range ids {
+		args = append(args, id, "FLASH", id, nil, 1, "HELD", 1000, now.Add(15*time.Minute), now, now)
+	}
+	return c.exec(ctx, tx, `INSERT INTO stock_reservations (token, sku, order_id, buyer, qty, state, result,
+		expires_at, created_at, updated_at) VALUES `+valuesOf(len(ids), 10), args...)
+}
+
+func insertMovements(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, now time.Time) error {
+	args := make([]any, 0, 7*len(ids))
+	for _, id := range ids {
+		args = append(args, "FLASH", "RESERVE", 0, 1, "", id, now)
+	}
+	return c.exec(ctx, tx, `INSERT INTO stock_movements (sku, kind, on_hand_delta, reserved_delta, reason,
+		reference, created_at) VALUES `+valuesOf(len(ids), 7), args...)
+}
+
+// arbitrate is what Reserve runs per batch besides its rows: the limits read,
+// the conditional increment of the hot row, the marks read.
+func arbitrate(ctx context.Context, _ *costRig, tx *sql.Tx, ids []string, _ time.Time) error {
+	rows, err := tx.QueryContext(ctx, `SELECT sku, per_user_limit FROM skus WHERE sku IN ('FLASH') AND per_user_limit > 0`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE skus SET reserved = reserved + ?, seq = seq + 1
+		WHERE sku = 'FLASH' AND (on_hand = -1 OR on_hand - reserved >= ?)`, len(ids), len(ids))
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("the hot row refused %d", len(ids))
+	}
+	var sku string
+	var seq, epoch int64
+	return tx.QueryRowContext(ctx, `SELECT sku, seq, redis_epoch FROM skus WHERE sku IN ('FLASH')`).Scan(&sku, &seq, &epoch)
+}
+
+// costVariants: each row's index entries are its primary key and the
+// secondary indexes of its table (orders 7, order_items 1, reservations 3,
+// movements 2); round trips count BEGIN and COMMIT.
+func costVariants() []costVariant {
+	sale := []costStep{insertOrders, insertItems, insertReservations, insertMovements, arbitrate}
+	return []costVariant{
+		{name: "floor: one row, its primary key only", rows: 1, entries: 1, trips: 3, steps: []costStep{insertFloor}},
+		{name: "orders row alone", rows: 1, entries: 7, trips: 3, steps: []costStep{insertOrders}},
+		{name: "order_items row alone", rows: 1, entries: 1, trips: 3, steps: []costStep{insertItems}},
+		{name: "stock_reservations row alone", rows: 1, entries: 3, trips: 3, steps: []costStep{insertReservations}},
+		{name: "stock_movements row alone", rows: 1, entries: 2, trips: 3, steps: []costStep{insertMovements}},
+		{name: "the hot row alone (limits read, UPDATE, marks read)", rows: 0, entries: 0, trips: 5, steps: []costStep{arbitrate}},
+		{name: "a seckill sale today (writeTx)", rows: 4, entries: 13, trips: 9, steps: sale},
+		{name: "the sale, its INSERTs prepared once", rows: 4, entries: 13, trips: 9, steps: sale, prepared: true},
+		{name: "the sale without its order_items row", rows: 3, entries: 12, trips: 8,
+			steps: []costStep{insertOrders, insertReservations, insertMovements, arbitrate}},
+		{name: "the sale without its RESERVE movement row", rows: 3, entries: 11, trips: 8,
+			steps: []costStep{insertOrders, insertItems, insertReservations, arbitrate}},
+		{name: "the sale without both", rows: 2, entries: 10, trips: 7,
+			steps: []costStep{insertOrders, insertReservations, arbitrate}},
+	}
+}
+
+// dbCost runs every variant -dbcost-rounds times and returns the table.
+func dbCost(ctx context.Context, dsnBase string) string {
+	db := openDatabase(ctx, dsnBase, "inv_bench_cost")
+	defer db.Close()
+	resetSchema(ctx, db)
+	must(exec1(db, `CREATE TABLE floor_sales (id VARCHAR(40) NOT NULL PRIMARY KEY, qty INT NOT NULL)
+		ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`))
+	must(exec1(db, `INSERT INTO skus (sku, on_hand, reserved) VALUES ('FLASH', ?, 0)`, hotStock))
+	vs := costVariants()
+	perSale := make([][]float64, len(vs))
+	rates := make([][]float64, len(vs))
+	d := max(*duration*3/5, time.Second)
+	for round := range *costRounds {
+		for i, v := range vs {
+			name := fmt.Sprintf("dbcost %s #%d", v.name, round+1)
+			prog.phase(name)
+			rig := &costRig{db: db, prepared: map[string]*sql.Stmt{}, prepare: v.prepared}
+			before, ok := sampleCPU()
+			sales, elapsed := costRun(ctx, rig, v, d)
+			after, ok2 := sampleCPU()
+			for _, st := range rig.prepared {
+				_ = st.Close()
+			}
+			if !ok || !ok2 || sales == 0 {
+				continue
+			}
+			cpu := float64(after.group["mariadbd"]-before.group["mariadbd"]) / userHZ
+			perSale[i] = append(perSale[i], cpu*1e6/float64(sales))
+			rates[i] = append(rates[i], float64(sales)/elapsed.Seconds())
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| the database's cost of a sale, %d sales per group commit, %d writers, no HTTP | rows per sale | index entries per sale | round trips per commit | sales/s | MariaDB CPU µs per sale, median of %d rounds (min–max) |\n|---|---:|---:|---:|---:|---:|\n",
+		*costBatch, floorWriters, *costRounds)
+	for i, v := range vs {
+		if len(perSale[i]) == 0 {
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | – | – |\n", v.name, v.rows, v.entries, v.trips)
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.0f | %.1f (%.1f–%.1f) |\n", v.name, v.rows, v.entries, v.trips,
+			median(rates[i]), median(perSale[i]), slices.Min(perSale[i]), slices.Max(perSale[i]))
+	}
+	b.WriteString("\nEach variant writes the statements named with the columns the service's group commit writes; " +
+		"\"alone\" rows include their commit (BEGIN, the INSERT, COMMIT), so the parts do not add up to the sale.\n")
+	return b.String()
+}
+
+// costRun group-commits batches of v's rows from floorWriters writers for d
+// and returns how many sales they committed.
+func costRun(ctx context.Context, rig *costRig, v costVariant, d time.Duration) (int64, time.Duration) {
+	var sales atomic.Int64
+	stop := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range floorWriters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids := make([]string, *costBatch)
+			for time.Now().Before(stop) {
+				for i := range ids {
+					ids[i] = uuid.Must(uuid.NewV7()).String()
+				}
+				now := time.Now().UTC().Truncate(time.Microsecond)
+				tx, err := rig.db.BeginTx(ctx, nil)
+				must(err)
+				for _, step := range v.steps {
+					if err := step(ctx, rig, tx, ids, now); err != nil {
+						_ = tx.Rollback()
+						must(fmt.Errorf("%s: %w", v.name, err))
+					}
+				}
+				must(tx.Commit())
+				sales.Add(int64(len(ids)))
+			}
+		}()
+	}
+	wg.Wait()
+	return sales.Load(), time.Since(start)
+}

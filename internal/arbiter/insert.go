@@ -1,0 +1,61 @@
+package arbiter
+
+import (
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// InsertRows writes rows of table in one multi-row INSERT whose SQL is
+// written here, not reflected by GORM field by field: GORM's Create of a
+// group commit's 15 orders spent ~140 µs building the statement, this ~40
+// (the sale's path writes four such INSERTs per commit). cols names the
+// columns; args holds len(cols) values per row, in that order. It goes
+// through tx.Exec, so GORM's callbacks, logging and error translation see it
+// as any statement.
+func InsertRows(tx *gorm.DB, table string, cols []string, args []any) error {
+	if len(args) == 0 {
+		return nil
+	}
+	one := "(" + strings.Repeat("?, ", len(cols)-1) + "?)"
+	n := len(args) / len(cols)
+	var b strings.Builder
+	b.Grow(len(table) + 32 + 12*len(cols) + n*(len(one)+2))
+	b.WriteString("INSERT INTO ")
+	b.WriteString(table)
+	b.WriteString(" (")
+	b.WriteString(strings.Join(cols, ", "))
+	b.WriteString(") VALUES ")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(one)
+	}
+	return tx.Exec(b.String(), args...).Error
+}
+
+// Stamp is t, or now when t is zero: what GORM's Create put in a
+// created_at or updated_at left unset.
+func Stamp(t, now time.Time) time.Time {
+	if t.IsZero() {
+		return now
+	}
+	return t
+}
+
+var reservationColumns = []string{"token", "sku", "order_id", "buyer", "qty", "state", "result", "expires_at", "created_at", "updated_at"}
+
+// insertReservations writes rows in one multi-row INSERT.
+func insertReservations(tx *gorm.DB, rows []Reservation) error {
+	now := time.Now()
+	args := make([]any, 0, len(rows)*len(reservationColumns))
+	for _, r := range rows {
+		args = append(args, r.Token, r.SKU, r.OrderID, r.Buyer, r.Qty, r.State, r.Result, r.ExpiresAt,
+			Stamp(r.CreatedAt, now), Stamp(r.UpdatedAt, now))
+	}
+	return InsertRows(tx, "stock_reservations", reservationColumns, args)
+}
+
+var movementColumns = []string{"sku", "kind", "on_hand_delta", "reserved_delta", "reason", "reference", "created_at"}
