@@ -55,7 +55,6 @@ type batcher struct {
 	db *gorm.DB
 
 	mu      sync.Mutex
-	cond    *sync.Cond
 	queue   []*writeReq
 	writing int // batches in flight
 
@@ -78,6 +77,7 @@ type writeReq struct {
 	rows     []arbiter.Reservation
 	deadline time.Time // zero: none
 
+	wake    chan struct{} // buffered: the caller has something to do (see write)
 	done    bool
 	marks   map[string]arbiter.Mark
 	err     error
@@ -95,64 +95,95 @@ var (
 )
 
 func newBatcher(db *gorm.DB) *batcher {
-	b := &batcher{db: db}
-	b.cond = sync.NewCond(&b.mu)
-	return b
+	return &batcher{db: db}
 }
 
 // write records req and returns when that is committed, refused, or can no
 // longer be written before ctx's deadline (see batcher). Errors wrapping
 // stock.ErrUnavailable mean nothing was written, except ErrUnknownOutcome.
+//
+// A waiting caller is woken only when it has something to do: its request
+// is done, or it is the oldest queued and a writer is free (a writer that
+// finishes wakes its batch's callers and the queue's head, not every caller).
 func (b *batcher) write(ctx context.Context, req *writeReq) (map[string]arbiter.Mark, error) {
 	req.deadline, _ = ctx.Deadline()
+	req.wake = make(chan struct{}, 1)
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if len(b.queue) >= maxQueued {
+		b.mu.Unlock()
 		return nil, errQueueFull
 	}
 	b.queue = append(b.queue, req)
-	stop := context.AfterFunc(ctx, func() { // wake the caller to leave the queue
-		b.mu.Lock()
-		b.cond.Broadcast()
-		b.mu.Unlock()
-	})
-	defer stop()
+	ended := ctx.Done() // nil once seen: a caller whose batch is in flight waits for it
 	for !req.done {
-		if ctx.Err() != nil && b.dequeue(req) {
+		// Nothing queued means req is in a batch another caller is writing.
+		if b.writing < writers && len(b.queue) > 0 {
+			b.writeBatch()
+			continue
+		}
+		b.mu.Unlock()
+		select {
+		case <-req.wake:
+		case <-ended:
+			ended = nil
+		}
+		b.mu.Lock()
+		if !req.done && ctx.Err() != nil && b.dequeue(req) {
+			b.wakeHead()
+			b.mu.Unlock()
 			return nil, errTooLate
 		}
-		// Nothing queued means req is in a batch another caller is writing.
-		if b.writing == writers || len(b.queue) == 0 {
-			b.cond.Wait()
-			continue
-		}
-		batch := b.take()
-		if len(batch) == 0 {
-			continue
-		}
-		b.writing++
-		b.mu.Unlock()
-		start := time.Now()
-		ok := b.flush(batch)
-		took := time.Since(start)
-		b.stats.Commits.Add(1)
-		b.stats.Requests.Add(int64(len(batch)))
-		b.stats.Nanos.Add(int64(took))
-		if ok { // a commit that failed (a partition, a deadline) says nothing of how long one takes
-			avg := b.commitNanos.Load()
-			b.commitNanos.Store(avg + (int64(took)-avg)/8)
-		}
-		b.mu.Lock()
-		for _, r := range batch {
-			r.done = true
-		}
-		b.writing--
-		b.cond.Broadcast()
 	}
+	b.mu.Unlock()
 	if req.unknown {
 		return nil, fmt.Errorf("%w (%v)", ErrUnknownOutcome, req.err)
 	}
 	return req.marks, req.err
+}
+
+// writeBatch takes a batch off the queue and writes it, b.mu released
+// meanwhile; then it wakes the batch's callers and, a writer being free
+// again, the queue's head. Called with b.mu held.
+func (b *batcher) writeBatch() {
+	batch := b.take()
+	if len(batch) == 0 {
+		return
+	}
+	b.writing++
+	b.mu.Unlock()
+	start := time.Now()
+	ok := b.flush(batch)
+	took := time.Since(start)
+	b.stats.Commits.Add(1)
+	b.stats.Requests.Add(int64(len(batch)))
+	b.stats.Nanos.Add(int64(took))
+	if ok { // a commit that failed (a partition, a deadline) says nothing of how long one takes
+		avg := b.commitNanos.Load()
+		b.commitNanos.Store(avg + (int64(took)-avg)/8)
+	}
+	b.mu.Lock()
+	for _, r := range batch {
+		r.done = true
+		r.signal()
+	}
+	b.writing--
+	b.wakeHead()
+}
+
+// wakeHead wakes the oldest queued caller if a writer is free, so it writes
+// the next batch. Called with b.mu held.
+func (b *batcher) wakeHead() {
+	if b.writing < writers && len(b.queue) > 0 {
+		b.queue[0].signal()
+	}
+}
+
+// signal wakes r's caller (at most one wake-up is pending).
+func (r *writeReq) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
 }
 
 // dequeue takes req out of the queue if it is still there (not yet in a
@@ -189,7 +220,7 @@ func (b *batcher) take() []*writeReq {
 		n++
 		if !r.deadline.IsZero() && r.deadline.Sub(now) < minLeft {
 			r.done, r.err = true, errTooLate
-			b.cond.Broadcast()
+			r.signal()
 			continue
 		}
 		batch = append(batch, r)
