@@ -23,6 +23,15 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
+// oneUnitOrder is a write of order id (user u) holding one unit of sku.
+func oneUnitOrder(id, sku string) *writeReq {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	o := &Order{ID: id, UserID: "u", Status: Pending, ReservationToken: id, ExpiresAt: now, CreatedAt: now, UpdatedAt: now,
+		Items: []Item{{OrderID: id, SKU: sku, Qty: 1}}}
+	return &writeReq{order: o, rows: []arbiter.Reservation{{Token: id, SKU: sku, OrderID: &o.ID, Qty: 1, State: arbiter.Held,
+		ExpiresAt: now, CreatedAt: now, UpdatedAt: now}}}
+}
+
 // Concurrent writes share transactions, and a duplicate in a batch fails
 // alone: every other order of that batch is written, with its reservation.
 func TestBatcherGroupCommit(t *testing.T) {
@@ -30,13 +39,7 @@ func TestBatcherGroupCommit(t *testing.T) {
 	ctx := context.Background()
 	r.addSKU("A", 1000)
 	b := newBatcher(r.db)
-	mk := func(id string) *writeReq {
-		now := time.Now().UTC().Truncate(time.Microsecond)
-		o := &Order{ID: id, UserID: "u", Status: Pending, ReservationToken: id, ExpiresAt: now, CreatedAt: now, UpdatedAt: now,
-			Items: []Item{{OrderID: id, SKU: "A", Qty: 1}}}
-		return &writeReq{order: o, rows: []arbiter.Reservation{{Token: id, SKU: "A", OrderID: &o.ID, Qty: 1, State: arbiter.Held,
-			ExpiresAt: now, CreatedAt: now, UpdatedAt: now}}}
-	}
+	mk := func(id string) *writeReq { return oneUnitOrder(id, "A") }
 	_, err := b.write(ctx, mk("dup"))
 	require.NoError(t, err)
 
@@ -248,62 +251,74 @@ func concurrentCommits(t *testing.T, r *rig, db *gorm.DB) {
 }
 
 // Deadlines in the group commit: while the hot SKU's row is locked (a
-// database that does not answer), the two writers' batches wait on it and
-// the callers queued behind them leave the queue when their deadline comes,
-// nothing written; the batches in flight end at their earliest caller's
-// deadline (errors the HTTP layer answers 503), and once the row is free
-// again the next write goes through. Nothing of the failed writes exists.
+// database that does not answer), two writers' batches wait on it: one
+// whose caller has a deadline ends at that deadline (an error the HTTP layer
+// answers 503, nothing written), one whose caller has none waits. The callers
+// queued behind them leave the queue at their deadline, nothing written.
+// Once the row is free the waiting batch commits, and so does the next write.
 func TestBatcherDeadlines(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	r.addSKU("A", 1000)
 	b := newBatcher(r.db)
-	mk := func(id string) *writeReq {
-		now := time.Now().UTC().Truncate(time.Microsecond)
-		o := &Order{ID: id, UserID: "u", Status: Pending, ReservationToken: id, ExpiresAt: now, CreatedAt: now, UpdatedAt: now,
-			Items: []Item{{OrderID: id, SKU: "A", Qty: 1}}}
-		return &writeReq{order: o, rows: []arbiter.Reservation{{Token: id, SKU: "A", OrderID: &o.ID, Qty: 1, State: arbiter.Held,
-			ExpiresAt: now, CreatedAt: now, UpdatedAt: now}}}
-	}
 	lock := r.db.Begin()
 	unlock := sync.OnceFunc(func() { require.NoError(t, lock.Rollback().Error) })
 	defer unlock()
 	require.NoError(t, lock.Exec(`SELECT on_hand FROM skus WHERE sku = 'A' FOR UPDATE`).Error)
 
-	const n = 20
+	writing := func(n int) func() bool {
+		return func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.writing == n && len(b.queue) == 0 }
+	}
+	var inFlight sync.WaitGroup
+	var timedErr, patientErr error
+	inFlight.Add(2)
+	go func() {
+		defer inFlight.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, timedErr = b.write(ctx, oneUnitOrder("timed", "A"))
+	}()
+	require.Eventually(t, writing(1), 10*time.Second, time.Millisecond)
+	go func() {
+		defer inFlight.Done()
+		_, patientErr = b.write(context.Background(), oneUnitOrder("patient", "A"))
+	}()
+	require.Eventually(t, writing(2), 10*time.Second, time.Millisecond)
+
+	const n = 10 // both writers busy: these queue
 	errs := make([]error, n)
-	var wg sync.WaitGroup
+	var queued sync.WaitGroup
 	for i := range n {
-		wg.Add(1)
+		queued.Add(1)
 		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer queued.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			defer cancel()
-			_, errs[i] = b.write(ctx, mk(fmt.Sprintf("late-%02d", i)))
+			_, errs[i] = b.write(ctx, oneUnitOrder(fmt.Sprintf("queued-%02d", i), "A"))
 		}()
 	}
-	wg.Wait() // every caller answered, though the row is still locked
-	queued := 0
+	queued.Wait() // every queued caller answered, though the row is still locked
 	for i, err := range errs {
-		// Answered 503: the queued left it (errTooLate), the batches in
-		// flight ended at their deadline.
-		require.True(t, breaker.Unreachable(err) || errors.Is(err, stock.ErrUnavailable), "caller %d: %v", i, err)
-		if errors.Is(err, errTooLate) {
-			queued++
-		}
+		require.ErrorIs(t, err, errTooLate, "queued caller %d", i)
 	}
-	require.Positive(t, queued, "callers queued behind the batches in flight")
 	b.mu.Lock()
 	require.Empty(t, b.queue, "callers that gave up left the queue")
 	b.mu.Unlock()
-	unlock()
 
-	_, err := b.write(context.Background(), mk("after"))
+	require.Eventually(t, writing(1), 10*time.Second, time.Millisecond, "the timed batch ended at its deadline")
+	unlock()
+	inFlight.Wait()
+	require.True(t, breaker.Unreachable(timedErr), "%v", timedErr)
+	require.NoError(t, patientErr)
+
+	_, err := b.write(context.Background(), oneUnitOrder("after", "A"))
 	require.NoError(t, err)
-	var orders, reservations, reserved int64
-	require.NoError(t, r.db.Raw(`SELECT COUNT(*) FROM orders`).Scan(&orders).Error)
+	var ids []string
+	require.NoError(t, r.db.Raw(`SELECT id FROM orders ORDER BY id`).Scan(&ids).Error)
+	var reservations, reserved int64
 	require.NoError(t, r.db.Raw(`SELECT COUNT(*) FROM stock_reservations`).Scan(&reservations).Error)
 	require.NoError(t, r.db.Raw(`SELECT reserved FROM skus WHERE sku = 'A'`).Scan(&reserved).Error)
-	require.Equal(t, []int64{1, 1, 1}, []int64{orders, reservations, reserved}, "only the write after the lock exists")
+	require.Equal(t, []string{"after", "patient"}, ids, "only the writes that were not given up exist")
+	require.Equal(t, []int64{2, 2}, []int64{reservations, reserved})
 }
 
 // A full queue sheds load at once instead of piling up.
@@ -327,13 +342,9 @@ func TestBatcherSlowHistoryShedsNotEverything(t *testing.T) {
 	r.addSKU("A", 10)
 	b := newBatcher(r.db)
 	b.commitNanos.Store(int64(10 * time.Second))
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	o := &Order{ID: "slow", UserID: "u", Status: Pending, ReservationToken: "slow", ExpiresAt: now, CreatedAt: now, UpdatedAt: now,
-		Items: []Item{{OrderID: "slow", SKU: "A", Qty: 1}}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := b.write(ctx, &writeReq{order: o, rows: []arbiter.Reservation{{Token: "slow", SKU: "A", OrderID: &o.ID, Qty: 1,
-		State: arbiter.Held, ExpiresAt: now, CreatedAt: now, UpdatedAt: now}}})
+	_, err := b.write(ctx, oneUnitOrder("slow", "A"))
 	require.NoError(t, err)
 	require.Less(t, b.commitNanos.Load(), int64(10*time.Second), "the successful commit moved the average")
 }
