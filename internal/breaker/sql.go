@@ -11,6 +11,14 @@ import (
 // COMMIT under b (gorm's mysql dialector takes it as Config.Conn). A
 // transaction begun before the breaker opened still commits or rolls back:
 // only new statements are refused.
+//
+// A transaction commits under the context it began with: database/sql sends
+// COMMIT without watching any context (the MySQL driver watches a context
+// only around statements), so a COMMIT sent into a partition would wait for
+// the driver's read timeout, far past the request's deadline. The pool sends
+// COMMIT as a statement under that context instead, then ends the
+// database/sql transaction (an empty COMMIT: one more round trip per
+// transaction, the price of the bound).
 func (b *Breaker) ConnPool(db *sql.DB) gorm.ConnPool { return &pool{db: db, b: b} }
 
 type pool struct {
@@ -48,12 +56,13 @@ func (p *pool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool,
 	if err != nil {
 		return nil, err
 	}
-	return &tx{tx: t, b: p.b}, nil
+	return &tx{tx: t, b: p.b, ctx: ctx}, nil
 }
 
 type tx struct {
-	tx *sql.Tx
-	b  *Breaker
+	tx  *sql.Tx
+	b   *Breaker
+	ctx context.Context // the transaction's, from BeginTx
 }
 
 func (t *tx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
@@ -75,11 +84,19 @@ func (t *tx) QueryRowContext(ctx context.Context, query string, args ...any) *sq
 }
 
 // Commit is never refused: a transaction that got this far finishes (its
-// outcome still counts).
+// outcome still counts). It ends with the transaction's context (see
+// ConnPool).
 func (t *tx) Commit() error {
-	err := t.tx.Commit()
+	_, err := t.tx.ExecContext(t.ctx, "COMMIT")
 	record(t.b, err)
-	return err
+	if err != nil {
+		_ = t.tx.Rollback()
+		return err
+	}
+	// Committed. Ending database/sql's transaction can still fail (the
+	// context ended just now); that changes nothing on the server.
+	_ = t.tx.Commit()
+	return nil
 }
 
 func (t *tx) Rollback() error { return t.tx.Rollback() }
