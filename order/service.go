@@ -154,7 +154,9 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []st
 	}
 	o, err := s.record(ctx, userID, idemKey, lines, adm)
 	if err != nil {
-		s.stock.UndoCart(context.WithoutCancel(ctx), lines, adm)
+		fctx, cancel := stock.FollowUp(ctx)
+		defer cancel()
+		s.stock.UndoCart(fctx, lines, adm)
 		if arbiter.IsDuplicate(err) && idemKey != "" { // a concurrent retry wrote it first
 			winner, gerr := s.byIdempotencyKey(ctx, userID, idemKey)
 			if gerr != nil {
@@ -191,9 +193,10 @@ func (s *Service) Seckill(ctx context.Context, userID, sku string, limit int64) 
 	}
 	o, err := s.record(ctx, userID, "", lines, []stock.Admission{adm})
 	if err != nil {
-		bg := context.WithoutCancel(ctx)
-		s.stock.UndoCart(bg, lines, []stock.Admission{adm})
-		s.returnQuotas(bg, []arbiter.BuyerUnits{{SKU: sku, User: userID, Qty: 1}})
+		fctx, cancel := stock.FollowUp(ctx)
+		defer cancel()
+		s.stock.UndoCart(fctx, lines, []stock.Admission{adm})
+		s.returnQuotas(fctx, []arbiter.BuyerUnits{{SKU: sku, User: userID, Qty: 1}})
 		return nil, s.refused(ctx, err)
 	}
 	return o, nil
@@ -242,7 +245,9 @@ func (s *Service) refused(ctx context.Context, err error) error {
 		return fmt.Errorf("order: write: %w", err)
 	}
 	s.cfg.Logger.Warn("order: the database refused what Redis admitted; realigning", "sku", r.SKU)
-	if rerr := s.stock.Realign(context.WithoutCancel(ctx), r.SKU); rerr != nil {
+	fctx, cancel := stock.FollowUp(ctx)
+	defer cancel()
+	if rerr := s.stock.Realign(fctx, r.SKU); rerr != nil {
 		s.cfg.Logger.Warn("order: realign failed; the periodic realign retries", "sku", r.SKU, "err", rerr)
 	}
 	return fmt.Errorf("%w: %s", stock.ErrInsufficientStock, r.SKU)
@@ -358,8 +363,10 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 // to buyers (the database already has). A failure leaves Redis counting
 // more than the buyer holds, which the database corrects: logged only.
 func (s *Service) returnQuotas(ctx context.Context, quotas []arbiter.BuyerUnits) {
+	ctx, cancel := stock.FollowUp(ctx)
+	defer cancel()
 	for _, q := range quotas {
-		if err := s.stock.ReturnQuota(context.WithoutCancel(ctx), q.SKU, q.User, q.Qty); err != nil {
+		if err := s.stock.ReturnQuota(ctx, q.SKU, q.User, q.Qty); err != nil {
 			s.cfg.Logger.Warn("order: giving a buyer's quota back in Redis failed", "sku", q.SKU, "err", err)
 		}
 	}
@@ -597,8 +604,10 @@ func (s *Service) ExpiredIDs(ctx context.Context, limit int) ([]string, error) {
 // Applier's OnApplied for restores). A failure leaves Redis wrong in the safe
 // direction or for the realign to fix, so it is logged, not returned.
 func (s *Service) ApplyChanges(ctx context.Context, chs []stock.Change) {
+	ctx, cancel := stock.FollowUp(ctx)
+	defer cancel()
 	for _, c := range chs {
-		if err := s.stock.Apply(context.WithoutCancel(ctx), c); err != nil {
+		if err := s.stock.Apply(ctx, c); err != nil {
 			s.cfg.Logger.Warn("order: bringing a committed change into Redis failed; the realign repairs it",
 				"sku", c.SKU, "delta", c.Delta, "err", err)
 		}

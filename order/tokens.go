@@ -54,7 +54,9 @@ func (s *Service) Reserve(ctx context.Context, sku string, qty int64, token stri
 		ExpiresAt: now.Add(s.cfg.TTL), CreatedAt: now, UpdatedAt: now}
 	marks, err := s.orders.write(ctx, &writeReq{rows: []arbiter.Reservation{row}})
 	if err != nil {
-		if uerr := s.stock.Undo(context.WithoutCancel(ctx), sku, qty, adm, key); uerr != nil {
+		fctx, cancel := stock.FollowUp(ctx)
+		defer cancel()
+		if uerr := s.stock.Undo(fctx, sku, qty, adm, key); uerr != nil {
 			s.cfg.Logger.Warn("order: undoing an admission failed; the realign repairs it", "sku", sku, "err", uerr)
 		}
 		if arbiter.IsDuplicate(err) { // Redis forgot the token (a key loss): the database remembers

@@ -178,6 +178,28 @@ func (s *Store) admit(ctx context.Context, sku string, keys []string, args []any
 	return Admission{}, fmt.Errorf("%w: %s keeps losing its key", ErrUnavailable, sku)
 }
 
+// FollowUpGrace is how long a write's follow-ups in Redis (undoing an
+// admission, giving a quota back, bringing a committed change in, realigning
+// a SKU the database refused) may run past the request's deadline.
+const FollowUpGrace = 500 * time.Millisecond
+
+// FollowUp is the context of a write's follow-ups in Redis: they must not
+// stop because the caller went away (an undo left undone hides units until
+// the next realign), and must not keep the request much past its deadline,
+// so it ends at that deadline, or FollowUpGrace from now if that is later.
+// A context without a deadline (background work) gives one without either.
+func FollowUp(ctx context.Context) (context.Context, context.CancelFunc) {
+	bg := context.WithoutCancel(ctx)
+	d, ok := ctx.Deadline()
+	if !ok {
+		return bg, func() {}
+	}
+	if grace := time.Now().Add(FollowUpGrace); grace.After(d) {
+		d = grace
+	}
+	return context.WithDeadline(bg, d)
+}
+
 // Request is one admission of a batch.
 type Request struct {
 	SKU string
@@ -253,7 +275,9 @@ func (s *Store) AdmitCart(ctx context.Context, lines []Line) ([]Admission, error
 	for i, l := range lines {
 		a, err := s.Admit(ctx, l.SKU, l.Qty, "")
 		if err != nil {
-			s.UndoCart(context.WithoutCancel(ctx), lines[:i], out[:i])
+			fctx, cancel := FollowUp(ctx)
+			s.UndoCart(fctx, lines[:i], out[:i])
+			cancel()
 			return nil, err // it names the SKU
 		}
 		out[i] = a
