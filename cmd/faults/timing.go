@@ -10,7 +10,7 @@ import (
 // The thresholds of docs/SPEC.md section 7 (Partitions).
 const (
 	answerLimit  = 2 * time.Second        // every answer (p100)
-	openLimit    = 50 * time.Millisecond  // every answer once the dependency is known down
+	openLimit    = 50 * time.Millisecond  // every refusal (503) once the dependency is known down
 	openAfter    = 3 * time.Second        // "known down": this long into the dark
 	recoverLimit = 5 * time.Second        // the first success after the heal
 	syncLimit    = 5 * time.Second        // the sync resuming after the broker's link heals
@@ -66,12 +66,20 @@ type PhaseTiming struct {
 // DarkTiming is measured around a blackhole.
 type DarkTiming struct {
 	Dark
-	Open            int64         // answers to requests sent from openAfter into the dark until the heal
+	// Open counts the 503 answers to requests sent from openAfter into the
+	// dark until the heal: the requests that needed the dark dependency,
+	// which must be refused fast once it is known down.
+	Open            int64
 	OpenSlowest     time.Duration // the slowest of them
 	OpenSlowestWhat string
-	OpenOver        int64         // how many were slower than openLimit
-	OpenUnanswered  int64         // requests sent then that got no answer
-	FirstSuccess    time.Duration // from the heal to the first answered success; -1: none
+	OpenOver        int64 // how many were slower than openLimit
+	OpenUnanswered  int64 // requests sent then that got no answer
+	// Served counts the other answers to requests sent then (they did not
+	// need the dark dependency, or got past it): their time is the service's
+	// ordinary latency, reported, not judged.
+	Served        int64
+	ServedSlowest time.Duration
+	FirstSuccess  time.Duration // from the heal to the first answered success; -1: none
 }
 
 // success: an answer that took stock through Redis and the database both
@@ -127,9 +135,13 @@ func measure(samples []sample, dark *Dark, phases []Phase) Timing {
 	var first time.Time
 	for _, s := range samples {
 		if !s.start.Before(open) && s.start.Before(dark.Heal) {
-			if s.status == 0 {
+			switch s.status {
+			case 0:
 				d.OpenUnanswered++
-			} else {
+			default:
+				d.Served++
+				d.ServedSlowest = max(d.ServedSlowest, s.latency())
+			case http.StatusServiceUnavailable:
 				d.Open++
 				if s.latency() > d.OpenSlowest {
 					d.OpenSlowest, d.OpenSlowestWhat = s.latency(), s.what()
@@ -230,9 +242,10 @@ func (v *Verdict) timingLines() []string {
 			first = round(d.FirstSuccess).String()
 		}
 		lines = append(lines,
-			fmt.Sprintf("%s dark %s: answers from %s into the dark to the heal: %d, slowest %s%s (≤ %s: %s), %d slower, %d without an answer",
+			fmt.Sprintf("%s dark %s: 503s to requests sent from %s into the dark to the heal: %d, slowest %s%s (≤ %s: %s), %d slower, %d without an answer; answered otherwise (not needing %s): %d, slowest %s (info)",
 				d.Link, round(d.Heal.Sub(d.From)), openAfter, d.Open, round(d.OpenSlowest), of(d.OpenSlowestWhat), openLimit,
-				mark(d.Open+d.OpenUnanswered > 0 && d.OpenSlowest <= openLimit && d.OpenUnanswered == 0), d.OpenOver, d.OpenUnanswered),
+				mark(d.Open+d.OpenUnanswered > 0 && d.OpenSlowest <= openLimit && d.OpenUnanswered == 0), d.OpenOver, d.OpenUnanswered,
+				d.Link, d.Served, round(d.ServedSlowest)),
 			fmt.Sprintf("%s healed: first success after %s (≤ %s: %s)", d.Link, first, recoverLimit, mark(d.FirstSuccess >= 0 && d.FirstSuccess <= recoverLimit)))
 	}
 	if d.Sync {

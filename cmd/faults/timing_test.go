@@ -29,18 +29,21 @@ func TestMeasure(t *testing.T) {
 		req(20.5, 20.6, http.StatusOK, http.MethodPost, "/v1/stock/deduct"),
 		req(20.1, 20.3, http.StatusOK, http.MethodGet, "/v1/skus"),                     // not a success: needs no Redis
 		req(12.9, 13.5, http.StatusServiceUnavailable, http.MethodPost, "/v1/seckill"), // before "known down"
+		req(14.5, 14.58, http.StatusOK, http.MethodPost, "/v1/skus"),                   // served without the dark dependency: not judged
 	}
 	tm := measure(samples, dark, []Phase{{What: "slow", From: at(14), To: at(16)}})
-	assert.EqualValues(t, 7, tm.Answers)
+	assert.EqualValues(t, 8, tm.Answers)
 	assert.Equal(t, 10*time.Second, tm.Slowest)
 	assert.EqualValues(t, 1, tm.Over)
 	assert.EqualValues(t, 1, tm.GaveUp, "the give-up after 30 s; the cut request waited 2 s, not more")
 	require.Len(t, tm.Phases, 1)
-	assert.EqualValues(t, 2, tm.Phases[0].Answers, "answers to requests sent in the phase")
+	assert.EqualValues(t, 3, tm.Phases[0].Answers, "answers to requests sent in the phase")
 	assert.Equal(t, 200*time.Millisecond, tm.Phases[0].Slowest)
 	require.NotNil(t, tm.Dark)
-	assert.EqualValues(t, 2, tm.Dark.Open)
+	assert.EqualValues(t, 2, tm.Dark.Open, "the 503s")
 	assert.Equal(t, 200*time.Millisecond, tm.Dark.OpenSlowest)
+	assert.EqualValues(t, 1, tm.Dark.Served)
+	assert.Equal(t, 80*time.Millisecond, tm.Dark.ServedSlowest.Round(time.Millisecond))
 	assert.EqualValues(t, 1, tm.Dark.OpenOver)
 	assert.EqualValues(t, 2, tm.Dark.OpenUnanswered)
 	assert.Equal(t, 600*time.Millisecond, tm.Dark.FirstSuccess.Round(time.Millisecond))
