@@ -52,17 +52,14 @@ type App struct {
 	Cfg Config
 	log *slog.Logger
 
-	rdb   redis.UniversalClient
-	db    *gorm.DB
-	sqlDB *sql.DB
-	// breakers guard Redis and the database (in real mode: the embedded
-	// stand-ins live in the process and are never cut off).
-	redisBreaker, dbBreaker *breaker.Breaker
-	mini                    *miniredis.Miniredis
-	memq                    *mq.Memory
-	Stock                   *stock.Store
-	Orders                  *order.Service
-	Catalog                 *order.Catalog
+	rdb     redis.UniversalClient
+	db      *gorm.DB
+	sqlDB   *sql.DB
+	mini    *miniredis.Miniredis
+	memq    *mq.Memory
+	Stock   *stock.Store
+	Orders  *order.Service
+	Catalog *order.Catalog
 	// Reconciler compares and repairs Redis and the database (reconcile).
 	Reconciler *maintenance.Reconciler
 	relay      *stocksync.Relay
@@ -74,6 +71,10 @@ type App struct {
 	consumer   mq.Consumer
 	soldOut    *httpapi.SoldOut
 	server     *httpapi.Server
+
+	// The breakers guard Redis and the database (in real mode: the
+	// embedded stand-ins live in the process and are never cut off).
+	redisBreaker, dbBreaker *breaker.Breaker
 
 	httpSrv *http.Server
 	ln      net.Listener
