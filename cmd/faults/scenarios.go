@@ -164,12 +164,28 @@ var scenarios = append([]Scenario{
 			return err
 		}
 		r.note("broker started again")
-		// Kill a consumer once the backlog of 30 s of payments starts to
-		// drain (or after 90 s: the note says which).
+		// When the relay's sends and the consumers' applying resume (each
+		// read from the database, within 90 s); then kill a consumer while
+		// the backlog of 30 s of payments drains.
 		before, began := r.unapplied(ctx), time.Now()
-		for time.Since(began) < 90*time.Second && r.unapplied(ctx) >= before && ctx.Err() == nil {
+		sent0, applied0, _, err := r.syncCounts(ctx)
+		if err != nil {
+			return err
+		}
+		sends, applying := time.Duration(-1), time.Duration(-1)
+		for time.Since(began) < 90*time.Second && (sends < 0 || applying < 0) && ctx.Err() == nil {
+			if sent, applied, _, err := r.syncCounts(ctx); err == nil {
+				if sends < 0 && sent > sent0 {
+					sends = time.Since(began)
+				}
+				if applying < 0 && applied > applied0 {
+					applying = time.Since(began)
+				}
+			}
 			sleep(ctx, 100*time.Millisecond)
 		}
+		r.note("after the restart: sends resumed %s, applying resumed %s after the broker was back (-1: not within 90 s)",
+			sends.Round(time.Millisecond), applying.Round(time.Millisecond))
 		now := r.unapplied(ctx)
 		in := r.fleet[r.rng.IntN(len(r.fleet))]
 		in.Kill()
