@@ -19,35 +19,52 @@ import (
 // COMMIT as a statement under that context instead, then ends the
 // database/sql transaction (an empty COMMIT: one more round trip per
 // transaction, the price of the bound).
-func (b *Breaker) ConnPool(db *sql.DB) gorm.ConnPool { return &pool{db: db, b: b} }
-
-type pool struct {
-	db *sql.DB
-	b  *Breaker
+func (b *Breaker) ConnPool(db *sql.DB) gorm.ConnPool {
+	return &pool{statements: statements{conn: db, b: b}, db: db}
 }
 
-// GetDBConn is how gorm.DB.DB() finds the *sql.DB beneath.
-func (p *pool) GetDBConn() (*sql.DB, error) { return p.db, nil }
-
-func (p *pool) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	return guard(ctx, p.b, func() (*sql.Stmt, error) { return p.db.PrepareContext(ctx, query) })
+// conn is what *sql.DB and *sql.Tx both run statements with.
+type conn interface {
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-func (p *pool) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return guard(ctx, p.b, func() (sql.Result, error) { return p.db.ExecContext(ctx, query, args...) })
+// statements runs conn's statements under b: the pool's and a
+// transaction's alike.
+type statements struct {
+	conn conn
+	b    *Breaker
 }
 
-func (p *pool) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return guard(ctx, p.b, func() (*sql.Rows, error) { return p.db.QueryContext(ctx, query, args...) })
+func (s statements) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	return guard(ctx, s.b, func() (*sql.Stmt, error) { return s.conn.PrepareContext(ctx, query) })
+}
+
+func (s statements) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return guard(ctx, s.b, func() (sql.Result, error) { return s.conn.ExecContext(ctx, query, args...) })
+}
+
+func (s statements) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return guard(ctx, s.b, func() (*sql.Rows, error) { return s.conn.QueryContext(ctx, query, args...) })
 }
 
 // QueryRowContext cannot be refused (a *sql.Row carries no error of ours);
 // its outcome is counted.
-func (p *pool) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	row := p.db.QueryRowContext(ctx, query, args...)
-	record(p.b, row.Err())
+func (s statements) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	row := s.conn.QueryRowContext(ctx, query, args...)
+	record(s.b, row.Err())
 	return row
 }
+
+type pool struct {
+	statements
+	db *sql.DB
+}
+
+// GetDBConn is how gorm.DB.DB() finds the *sql.DB beneath.
+func (p *pool) GetDBConn() (*sql.DB, error) { return p.db, nil }
 
 // BeginTx satisfies gorm.ConnPoolBeginner, so statements inside a
 // transaction are guarded too.
@@ -56,31 +73,13 @@ func (p *pool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool,
 	if err != nil {
 		return nil, err
 	}
-	return &tx{tx: t, b: p.b, ctx: ctx}, nil
+	return &tx{statements: statements{conn: t, b: p.b}, tx: t, ctx: ctx}, nil
 }
 
 type tx struct {
+	statements
 	tx  *sql.Tx
-	b   *Breaker
 	ctx context.Context // the transaction's, from BeginTx
-}
-
-func (t *tx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	return guard(ctx, t.b, func() (*sql.Stmt, error) { return t.tx.PrepareContext(ctx, query) })
-}
-
-func (t *tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return guard(ctx, t.b, func() (sql.Result, error) { return t.tx.ExecContext(ctx, query, args...) })
-}
-
-func (t *tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return guard(ctx, t.b, func() (*sql.Rows, error) { return t.tx.QueryContext(ctx, query, args...) })
-}
-
-func (t *tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	row := t.tx.QueryRowContext(ctx, query, args...)
-	record(t.b, row.Err())
-	return row
 }
 
 // Commit is never refused: a transaction that got this far finishes (its
