@@ -347,17 +347,7 @@ func (a *App) publishStockBack(sku string) {
 // ready is what the API needs: Redis and the database. A dependency whose
 // breaker is open is reported as such without being asked.
 func (a *App) ready(ctx context.Context) map[string]error {
-	return map[string]error{
-		"redis":    probe(ctx, a.redisBreaker, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }),
-		"database": probe(ctx, a.dbBreaker, a.sqlDB.PingContext),
-	}
-}
-
-func probe(ctx context.Context, b *breaker.Breaker, ping func(context.Context) error) error {
-	if err := b.Err(); err != nil {
-		return err
-	}
-	return ping(ctx)
+	return map[string]error{"redis": a.redisBreaker.Check(ctx), "database": a.dbBreaker.Check(ctx)}
 }
 
 // degraded is what the API can do without: the sync to the broker. Orders

@@ -57,8 +57,8 @@ type Settings struct {
 	// success after a dependency comes back is at most Open + one deadline
 	// away.
 	Open time.Duration
-	// Probe pings the dependency once the pause is over; its context ends
-	// after ProbeTimeout. Calls made with that context pass the breaker.
+	// Probe pings the dependency once the pause is over (and for Check);
+	// the pause's probe has a context that ends after ProbeTimeout. Calls made with that context pass the breaker.
 	// Without one, the first caller after the pause is the probe.
 	Probe func(ctx context.Context) error
 	// ProbeTimeout bounds a probe. Default DefaultOpen.
@@ -121,6 +121,15 @@ func (b *Breaker) Err() error {
 		return nil
 	}
 	return &OpenError{Dependency: b.name}
+}
+
+// Check reports whether the dependency answers (readiness): the OpenError
+// while the breaker is open, else what a ping (Settings.Probe) says now.
+func (b *Breaker) Check(ctx context.Context) error {
+	if err := b.Err(); err != nil || b.probe == nil {
+		return err
+	}
+	return b.probe(ctx)
 }
 
 // Allow asks to make a call: it returns the function to report the call's
