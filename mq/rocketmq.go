@@ -287,9 +287,11 @@ func (r *RocketConsumer) watch() {
 		due = due || forgotten || (wasDown && !unreachable) || r.client() == nil
 		wasDown = unreachable
 		// A new client cannot start before the name servers route the topic
-		// again (a restarted broker can be left out of the routes until its
-		// periodic registration, 10 s after its start): until then the old
-		// one is kept, and replaced once they do.
+		// again (a RocketMQ 5.3.3 broker can lose the race between its first
+		// registration and its connection to the name servers, and is then
+		// routed only by its periodic registration, 10 s after its start:
+		// docs/faults.md): until then the old one is kept, and replaced
+		// once they do.
 		if due && !unreachable && r.guard.routed(ctx, r.cfg.Topic) {
 			due = !r.replace()
 		}

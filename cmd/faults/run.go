@@ -208,6 +208,9 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 	return v, nil
 }
 
+// topic is the run's RocketMQ topic (each scenario has its own).
+func (r *Run) topic() string { return "faults_" + strings.ReplaceAll(r.sc.Name, "-", "_") }
+
 func (r *Run) setup(ctx context.Context) error {
 	name := strings.ReplaceAll(r.sc.Name, "-", "_")
 	var err error
@@ -241,7 +244,7 @@ func (r *Run) setup(ctx context.Context) error {
 	r.env = append(r.env,
 		"INVENTORY_MYSQL_DSN="+r.lab.db.DSNVia(r.links["mariadb"].Addr(), database),
 		"INVENTORY_ROCKETMQ_NAMESRV="+r.lab.mq.NameServer(),
-		"INVENTORY_ROCKETMQ_TOPIC=faults_"+name,
+		"INVENTORY_ROCKETMQ_TOPIC="+r.topic(),
 		"INVENTORY_ORDER_TTL="+orderTTL.String(),
 		"INVENTORY_SWEEP_INTERVAL="+sweepInterval.String(),
 		"INVENTORY_REALIGN_INTERVAL="+realignInterval.String(),
