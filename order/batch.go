@@ -278,17 +278,15 @@ func (b *batcher) commit(ctx context.Context, batch []*writeReq) (marks map[stri
 	return marks, err != nil && wrote, err
 }
 
-// writeTx inserts the batch's orders and items, then has the arbiter
-// record its reservations (each order's counting against its buyer).
+// writeTx inserts the batch's orders, then has the arbiter record their
+// reservations, which are also their lines (each order's counting against its buyer).
 func writeTx(tx *gorm.DB, batch []*writeReq) (map[string]arbiter.Mark, error) {
 	var orders []*Order
-	var items []Item
 	var holds []arbiter.Hold
 	for _, r := range batch {
 		buyer := ""
 		if r.order != nil {
 			buyer = r.order.UserID
-			items = append(items, r.order.Items...)
 			orders = append(orders, r.order)
 		}
 		for _, row := range r.rows {
@@ -296,34 +294,25 @@ func writeTx(tx *gorm.DB, batch []*writeReq) (map[string]arbiter.Mark, error) {
 		}
 	}
 	if len(orders) > 0 {
-		if err := insertOrders(tx, orders, items); err != nil {
+		if err := insertOrders(tx, orders); err != nil {
 			return nil, err
 		}
 	}
 	return arbiter.In(tx).Reserve(holds)
 }
 
-var (
-	orderColumns = []string{"id", "user_id", "idempotency_key", "status", "reservation_token", "payment_id",
-		"expires_at", "paid_at", "created_at", "updated_at"}
-	itemColumns = []string{"order_id", "sku", "qty"}
-)
+var orderColumns = []string{"id", "user_id", "idempotency_key", "status", "reservation_token", "payment_id",
+	"expires_at", "paid_at", "created_at", "updated_at"}
 
-// insertOrders writes orders and their items, one multi-row INSERT each,
-// their SQL written by arbiter.InsertRows rather than reflected by GORM.
-func insertOrders(tx *gorm.DB, orders []*Order, items []Item) error {
+// insertOrders writes orders, one multi-row INSERT, its SQL written by
+// arbiter.InsertRows rather than reflected by GORM. An order's lines are
+// not written apart: they are its reservations (loadItems).
+func insertOrders(tx *gorm.DB, orders []*Order) error {
 	now := time.Now()
 	args := make([]any, 0, len(orders)*len(orderColumns))
 	for _, o := range orders {
 		args = append(args, o.ID, o.UserID, o.IdempotencyKey, o.Status, o.ReservationToken, o.PaymentID,
 			o.ExpiresAt, o.PaidAt, arbiter.Stamp(o.CreatedAt, now), arbiter.Stamp(o.UpdatedAt, now))
 	}
-	if err := arbiter.InsertRows(tx, "orders", orderColumns, args); err != nil {
-		return err
-	}
-	args = make([]any, 0, len(items)*len(itemColumns))
-	for _, it := range items {
-		args = append(args, it.OrderID, it.SKU, it.Qty)
-	}
-	return arbiter.InsertRows(tx, "order_items", itemColumns, args)
+	return arbiter.InsertRows(tx, "orders", orderColumns, args)
 }

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"gorm.io/gorm"
-
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/stock"
 )
@@ -180,7 +178,7 @@ func (s *Service) List(ctx context.Context, q OrderQuery) (*OrderPage, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := s.db.WithContext(ctx).Preload("Items", func(db *gorm.DB) *gorm.DB { return db.Order("sku") })
+	db := s.db.WithContext(ctx)
 	if q.UserID != "" {
 		db = db.Where("user_id = ?", q.UserID)
 	}
@@ -206,6 +204,13 @@ func (s *Service) List(ctx context.Context, q OrderQuery) (*OrderPage, error) {
 	if len(orders) > limit {
 		p.Items = orders[:limit]
 		p.Next = p.Items[limit-1].ID
+	}
+	page := make([]*Order, len(p.Items))
+	for i := range p.Items {
+		page[i] = &p.Items[i]
+	}
+	if err := loadItems(s.db.WithContext(ctx), page...); err != nil {
+		return nil, err
 	}
 	if p.Items == nil {
 		p.Items = []Order{}

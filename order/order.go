@@ -67,10 +67,12 @@ type Order struct {
 	PaidAt           *time.Time `json:"paid_at,omitempty"`
 	CreatedAt        time.Time  `json:"created_at"`
 	UpdatedAt        time.Time  `json:"updated_at"`
-	Items            []Item     `json:"items" gorm:"foreignKey:OrderID"`
+	Items            []Item     `json:"items" gorm:"-"` // see loadItems
 }
 
-// Item is one line of an order.
+// Item is one line of an order. An order's lines are its reservations
+// under its reservation token (loadItems); order_items holds the lines of
+// orders recorded before that, which have none.
 type Item struct {
 	OrderID string `json:"-" gorm:"primaryKey"`
 	SKU     string `json:"sku" gorm:"primaryKey;column:sku"`

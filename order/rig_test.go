@@ -267,6 +267,8 @@ func TestEmbeddedContract(t *testing.T) {
 		{"PayCancelRefund", TestPayCancelRefund},
 		{"CancelPayRaceOneWinner", TestCancelPayRaceOneWinner},
 		{"LatePayment", TestLatePayment},
+		{"ItemsAreTheReservations", TestItemsAreTheReservations},
+		{"ItemsOfOrdersBeforeReservations", TestItemsOfOrdersBeforeReservations},
 		{"EndToEnd", TestEndToEndMemory},
 		{"ApplyExactlyOnce", TestApplyExactlyOnce},
 		{"CrashBetweenCommitAndSend", TestCrashBetweenCommitAndSend},

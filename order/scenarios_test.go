@@ -381,8 +381,8 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 	require.Equal(t, 7, refused)
 	require.EqualValues(t, arbiter.SKU{SKU: "OLD", OnHand: 10, Reserved: 10}, scenQty(s.sku("OLD")))
 	require.EqualValues(t, 10, s.live("OLD"))
-	require.EqualValues(t, 10, s.count(`SELECT COALESCE(SUM(i.qty), 0) FROM order_items i JOIN orders o ON o.id = i.order_id
-		WHERE o.status = 'PENDING' AND i.sku = 'OLD'`))
+	require.EqualValues(t, 10, s.count(`SELECT COALESCE(SUM(r.qty), 0) FROM stock_reservations r JOIN orders o ON o.reservation_token = r.token
+		WHERE o.status = 'PENDING' AND r.sku = 'OLD'`))
 	// The refusal realigned the SKU: a new epoch, the database's value.
 	after := s.levels("OLD")
 	require.Equal(t, stock.Levels{Initialised: true, Available: 0, Epoch: s.sku("OLD").RedisEpoch, Seq: after.Seq}, after)

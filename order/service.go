@@ -111,7 +111,7 @@ func (s *Service) get(tx *gorm.DB, id string, forUpdate bool) (*Order, error) {
 // find reads the order matching where, with its items.
 func (s *Service) find(tx *gorm.DB, forUpdate bool, where string, args ...any) (*Order, error) {
 	var o Order
-	q := tx.Preload("Items", func(db *gorm.DB) *gorm.DB { return db.Order("sku") })
+	q := tx
 	if forUpdate {
 		q = q.Clauses(clause.Locking{Strength: "UPDATE"})
 	}
@@ -119,6 +119,9 @@ func (s *Service) find(tx *gorm.DB, forUpdate bool, where string, args ...any) (
 		if errors.Is(err, gorm.ErrRecordNotFound) {
 			return nil, ErrNotFound
 		}
+		return nil, err
+	}
+	if err := loadItems(tx, &o); err != nil {
 		return nil, err
 	}
 	return &o, nil

@@ -149,7 +149,9 @@ func arbitrate(ctx context.Context, _ *costRig, tx *sql.Tx, ids []string, _ time
 // secondary indexes of its table (orders 7, order_items 1, reservations 3,
 // movements 2); round trips count BEGIN and COMMIT.
 func costVariants() []costVariant {
-	sale := []costStep{insertOrders, insertItems, insertReservations, insertMovements, arbitrate}
+	// A sale writes no order_items row: an order's lines are its
+	// reservations. The sale with one is measured beside it, as it was.
+	sale := []costStep{insertOrders, insertReservations, insertMovements, arbitrate}
 	return []costVariant{
 		{name: "floor: one row, its primary key only", rows: 1, entries: 1, trips: 3, steps: []costStep{insertFloor}},
 		{name: "orders row alone", rows: 1, entries: 7, trips: 3, steps: []costStep{insertOrders}},
@@ -157,13 +159,11 @@ func costVariants() []costVariant {
 		{name: "stock_reservations row alone", rows: 1, entries: 3, trips: 3, steps: []costStep{insertReservations}},
 		{name: "stock_movements row alone", rows: 1, entries: 2, trips: 3, steps: []costStep{insertMovements}},
 		{name: "the hot row alone (limits read, UPDATE, marks read)", rows: 0, entries: 0, trips: 5, steps: []costStep{arbitrate}},
-		{name: "a seckill sale today (writeTx)", rows: 4, entries: 13, trips: 9, steps: sale},
-		{name: "the sale, its INSERTs prepared once", rows: 4, entries: 13, trips: 9, steps: sale, prepared: true},
-		{name: "the sale without its order_items row", rows: 3, entries: 12, trips: 8,
-			steps: []costStep{insertOrders, insertReservations, insertMovements, arbitrate}},
-		{name: "the sale without its RESERVE movement row", rows: 3, entries: 11, trips: 8,
-			steps: []costStep{insertOrders, insertItems, insertReservations, arbitrate}},
-		{name: "the sale without both", rows: 2, entries: 10, trips: 7,
+		{name: "a seckill sale today (writeTx)", rows: 3, entries: 12, trips: 8, steps: sale},
+		{name: "the sale, its INSERTs prepared once", rows: 3, entries: 12, trips: 8, steps: sale, prepared: true},
+		{name: "the sale as before, with an order_items row", rows: 4, entries: 13, trips: 9,
+			steps: []costStep{insertOrders, insertItems, insertReservations, insertMovements, arbitrate}},
+		{name: "the sale without its RESERVE movement row", rows: 2, entries: 10, trips: 7,
 			steps: []costStep{insertOrders, insertReservations, arbitrate}},
 	}
 }

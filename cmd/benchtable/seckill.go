@@ -274,7 +274,7 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 	// Oversell: the orders the database holds for SALE against its stock.
 	var sold int64
 	check := openDatabase(ctx, dsnBase, "inv_bench_http")
-	must(check.QueryRowContext(ctx, `SELECT COALESCE(SUM(qty), 0) FROM order_items WHERE sku = 'SALE'`).Scan(&sold))
+	must(check.QueryRowContext(ctx, `SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = 'SALE' AND order_id IS NOT NULL`).Scan(&sold))
 	_ = check.Close()
 	oversell := max(sold-2000, 0)
 	sale.note = fmt.Sprintf("sold %d of 2000 (201s: %d), oversell %d", sold, sale.codes[201], oversell)

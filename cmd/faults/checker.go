@@ -117,7 +117,7 @@ func check(ctx context.Context, db *sql.DB, redisAvailable func(context.Context,
 	}
 	// Sold: paid orders' lines, and committed token holds (not orders').
 	for _, q := range []string{
-		`SELECT i.sku, COALESCE(SUM(i.qty), 0) FROM orders o JOIN order_items i ON i.order_id = o.id WHERE o.status = 'PAID' GROUP BY i.sku`,
+		`SELECT r.sku, COALESCE(SUM(r.qty), 0) FROM orders o JOIN stock_reservations r ON r.token = o.reservation_token WHERE o.status = 'PAID' GROUP BY r.sku`,
 		`SELECT sku, COALESCE(SUM(qty), 0) FROM stock_reservations WHERE order_id IS NULL AND state IN ('COMMITTED', 'SOLD') GROUP BY sku`,
 	} {
 		if err := scanSKUs(ctx, db, q, func(s *skuState, n int64) { s.sold += n }, skus); err != nil {
@@ -214,7 +214,8 @@ func check(ctx context.Context, db *sql.DB, redisAvailable func(context.Context,
 
 	// Acknowledged orders, payments and commits must be recorded.
 	items := map[string]map[string]int64{}
-	if err := scan(ctx, db, `SELECT order_id, sku, qty FROM order_items`, func(r *sql.Rows) error {
+	// An order's lines are its reservations under its reservation token.
+	if err := scan(ctx, db, `SELECT o.id, r.sku, r.qty FROM orders o JOIN stock_reservations r ON r.token = o.reservation_token`, func(r *sql.Rows) error {
 		var id, sku string
 		var q int64
 		err := r.Scan(&id, &sku, &q)

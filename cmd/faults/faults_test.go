@@ -129,9 +129,9 @@ func checkerCountsEachBrokenPromise(t *testing.T, ctx context.Context, r *Run) {
 			func() { exec(`UPDATE skus SET on_hand = on_hand - 3 WHERE sku = 'CART-1'`) }, Verdict{Oversold: 3}},
 		{"a paid order beyond the stock", func() {
 			exec(`INSERT INTO orders (id, user_id, status, reservation_token, payment_id, expires_at) VALUES ('forged', 'u', 'PAID', 'forged', 'p-forged', NOW())`)
-			exec(`INSERT INTO order_items (order_id, sku, qty) VALUES ('forged', 'CART-2', 5)`)
+			exec(`INSERT INTO stock_reservations (token, sku, order_id, qty, state, expires_at) VALUES ('forged', 'CART-2', 'forged', 5, 'SOLD', NOW())`)
 		}, func() {
-			exec(`DELETE FROM order_items WHERE order_id = 'forged'`)
+			exec(`DELETE FROM stock_reservations WHERE token = 'forged'`)
 			exec(`DELETE FROM orders WHERE id = 'forged'`)
 		}, Verdict{Oversold: 5}},
 		{"a sale vanishes", func() { exec(`UPDATE orders SET status = 'REFUNDED' WHERE id = ?`, paid.ID) }, // refunded without its restore
