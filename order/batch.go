@@ -133,10 +133,10 @@ func newBatcher(db *gorm.DB) *batcher {
 // transactions send the sale's statements as server-side prepared
 // statements, each prepared once on it and reused by later batches, so the
 // server does not parse the same multi-row INSERTs again for every commit
-// (internal/prepconn: at most 256 statements and 16384 placeholders each,
-// least recently used first out). Only the writers hold them, so the
-// server holds at most 2 × 256 of the sale's statements, not a copy on
-// every connection of the pool. Through the breaker's pool (db's, when it
+// (internal/prepconn: at most 320 statements and 65,536 placeholders each,
+// ~37 MB of the server's memory, least recently used first out). Only the
+// writers hold them, so the server holds at most 2 × 320 statements, not a
+// copy of each on every connection of the pool. Through the breaker's pool (db's, when it
 // is one) its BEGIN, statements and COMMIT are guarded and counted as any.
 type writerDB struct {
 	conn *prepconn.Conn
