@@ -57,7 +57,8 @@ type costVariant struct {
 	rows, entries int // rows and index entries per sale
 	trips         int // round trips per group commit, BEGIN and COMMIT included
 	steps         []costStep
-	mode          int // plainTx, twoStepTx or ownConn
+	mode          int  // plainTx, twoStepTx or ownConn
+	varied        bool // batches of 1 to 2×-dbcost-batch−1 sales in turn (the same mean), as the service's vary, not all of -dbcost-batch
 }
 
 // costRig is the database the variants write, and what the ownConn
@@ -171,6 +172,8 @@ func costVariants() []costVariant {
 		{name: "the hot row alone (limits read, UPDATE, marks read)", rows: 0, entries: 0, trips: 5, steps: []costStep{arbitrate}},
 		{name: "a seckill sale as main sent it (text; COMMIT, then the empty COMMIT)", rows: 4, entries: 13, trips: 10, steps: sale, mode: twoStepTx},
 		{name: "the sale as the service sends it now (prepared once on each writer's own connection; one COMMIT)", rows: 4, entries: 13, trips: 9, steps: sale, mode: ownConn},
+		{name: "as main sent it, batches of varied size (same mean)", rows: 4, entries: 13, trips: 10, steps: sale, mode: twoStepTx, varied: true},
+		{name: "as the service sends it now, batches of varied size (same mean)", rows: 4, entries: 13, trips: 9, steps: sale, mode: ownConn, varied: true},
 		{name: "the sale without its order_items row", rows: 3, entries: 12, trips: 8,
 			steps: []costStep{insertOrders, insertReservations, insertMovements, arbitrate}},
 		{name: "the sale without its RESERVE movement row", rows: 3, entries: 11, trips: 8,
@@ -257,8 +260,12 @@ func costRun(ctx context.Context, rig *costRig, v costVariant, d time.Duration) 
 					rig.mu.Unlock()
 				}()
 			}
-			ids := make([]string, *costBatch)
-			for time.Now().Before(stop) {
+			all := make([]string, 2*(*costBatch)-1)
+			for k := 0; time.Now().Before(stop); k++ {
+				ids := all[:*costBatch]
+				if v.varied { // 1, 8, 15, 22, 29, 7, 14, ... for 15: every size once in 29 commits
+					ids = all[:1+(7*k)%len(all)]
+				}
 				for i := range ids {
 					ids[i] = uuid.Must(uuid.NewV7()).String()
 				}
