@@ -107,7 +107,7 @@ func newBatcher(db *gorm.DB) *batcher {
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
-		return b // SQLite (make run): its one connection, as text
+		return b // no *sql.DB beneath: the pool's transactions, as text
 	}
 	for range writers {
 		c := prepconn.New(sqlDB, prepconn.Config{})
@@ -136,8 +136,11 @@ func newBatcher(db *gorm.DB) *batcher {
 // (internal/prepconn: at most 320 statements and 65,536 placeholders each,
 // ~37 MB of the server's memory, least recently used first out). Only the
 // writers hold them, so the server holds at most 2 × 320 statements, not a
-// copy of each on every connection of the pool. Through the breaker's pool (db's, when it
-// is one) its BEGIN, statements and COMMIT are guarded and counted as any.
+// copy of each on every connection of the pool. Through the breaker's pool
+// (db's, when it is one) its BEGIN, statements and COMMIT are guarded and
+// counted as any, and COMMIT goes under the batch's deadline in one round
+// trip. The writers' two connections are the pool's: 62 remain for the
+// rest of the service.
 type writerDB struct {
 	conn *prepconn.Conn
 	db   *gorm.DB
