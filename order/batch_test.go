@@ -2,6 +2,7 @@ package order
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,13 +33,21 @@ func oneUnitOrder(id, sku string) *writeReq {
 		ExpiresAt: now, CreatedAt: now, UpdatedAt: now}}}
 }
 
+// testBatcher is a batcher on db whose writers' connections the test's
+// end gives back.
+func testBatcher(t testing.TB, db *gorm.DB) *batcher {
+	b := newBatcher(db)
+	t.Cleanup(func() { _ = b.close() })
+	return b
+}
+
 // Concurrent writes share transactions, and a duplicate in a batch fails
 // alone: every other order of that batch is written, with its reservation.
 func TestBatcherGroupCommit(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	ctx := context.Background()
 	r.addSKU("A", 1000)
-	b := newBatcher(r.db)
+	b := testBatcher(t, r.db)
 	mk := func(id string) *writeReq { return oneUnitOrder(id, "A") }
 	_, err := b.write(ctx, mk("dup"))
 	require.NoError(t, err)
@@ -100,7 +109,7 @@ func TestBatcherRefusesPerRequest(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	ctx := context.Background()
 	r.addSKU("B", 10)
-	b := newBatcher(r.db)
+	b := testBatcher(t, r.db)
 	raw := func(token, sku string) *writeReq {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		return &writeReq{rows: []arbiter.Reservation{{Token: "t." + token, SKU: sku, Qty: 1, State: arbiter.Held,
@@ -186,7 +195,7 @@ func concurrentCommits(t *testing.T, r *rig, db *gorm.DB) {
 	r.addSKU("C", 60)
 	r.addSKU("D", 1000)
 	require.NoError(t, r.db.Exec(`UPDATE skus SET per_user_limit = 3 WHERE sku = 'C'`).Error)
-	b := newBatcher(db)
+	b := testBatcher(t, db)
 
 	// Each orders INSERT stays in flight a moment, so batches overlap if
 	// the batcher lets them.
@@ -259,7 +268,7 @@ func concurrentCommits(t *testing.T, r *rig, db *gorm.DB) {
 func TestBatcherDeadlines(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	r.addSKU("A", 1000)
-	b := newBatcher(r.db)
+	b := testBatcher(t, r.db)
 	lock := r.db.Begin()
 	unlock := sync.OnceFunc(func() { require.NoError(t, lock.Rollback().Error) })
 	defer unlock()
@@ -340,7 +349,7 @@ func TestBatcherQueueIsBounded(t *testing.T) {
 func TestBatcherSlowHistoryShedsNotEverything(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	r.addSKU("A", 10)
-	b := newBatcher(r.db)
+	b := testBatcher(t, r.db)
 	b.commitNanos.Store(int64(10 * time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -380,4 +389,102 @@ func BenchmarkOrdersInsert(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The group commit's writers send the sale's statements prepared on
+// connections of their own, through the breaker's pool: after a few
+// batches each text is prepared and later batches only execute it; with
+// the database cut off, a writer's BEGIN fails at the caller's deadline and
+// opens the breaker (which then refuses at once), and a COMMIT that goes
+// unanswered is an unknown outcome, as on the pool; once the network heals
+// the writers write again on fresh connections, their statements prepared
+// again.
+func TestBatcherWritersPrepareOnceUnderTheBreaker(t *testing.T) {
+	r := newRig(t, memoryTransport(t))
+	r.addSKU("P", 1_000_000)
+	ctx := context.Background()
+	var name string
+	require.NoError(t, r.db.Raw(`SELECT DATABASE()`).Scan(&name).Error)
+	cfg, err := mysql.ParseDSN(testenv.MySQLDSN())
+	require.NoError(t, err)
+	cfg.DBName = name
+	require.NoError(t, mysqlconn.Prepare(ctx, cfg))
+	link := testenv.NewLink(t, cfg.Addr)
+	cfg.Addr = link.Addr()
+	connector, err := mysql.NewConnector(cfg)
+	require.NoError(t, err)
+	sqlDB := sql.OpenDB(connector)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	br := breaker.New("database", breaker.Settings{Trip: 1, Open: 20 * time.Millisecond,
+		Probe: func(ctx context.Context) error { return sqlDB.PingContext(ctx) }})
+	db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: br.ConnPool(sqlDB)}),
+		&gorm.Config{Logger: logger.Discard, TranslateError: true})
+	require.NoError(t, err)
+	svc := NewService(db, r.st, Config{})
+	t.Cleanup(func() { _ = svc.Close() })
+	b := svc.orders
+	require.Len(t, b.own, writers)
+
+	n := 0
+	write := func(ctx context.Context) error {
+		n++
+		_, err := b.write(ctx, oneUnitOrder(fmt.Sprintf("o%03d", n), "P"))
+		return err
+	}
+	for range 10 {
+		require.NoError(t, write(ctx))
+	}
+	warm := svc.PreparedStats()
+	require.Positive(t, warm.Prepares)
+	for range 40 {
+		require.NoError(t, write(ctx))
+	}
+	st := svc.PreparedStats()
+	require.Equal(t, warm.Prepares, st.Prepares, "later batches prepare nothing")
+	require.Equal(t, 5*warm.Executions, st.Executions, "each batch executes as many prepared statements")
+	require.Equal(t, warm.Statements, st.Statements)
+	require.Zero(t, st.Texts)
+	require.EqualValues(t, 50, r.sku("P").Reserved)
+
+	// Cut off before a batch: its BEGIN waits for the deadline, and the
+	// breaker opens.
+	require.NoError(t, link.Blackhole())
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err = write(short)
+	cancel()
+	require.True(t, breaker.Unreachable(err), "%v", err)
+	require.Equal(t, "open", br.State())
+	require.ErrorIs(t, write(ctx), breaker.ErrOpen)
+	require.NoError(t, link.Heal())
+	healed := func() {
+		for i := 0; ; i++ {
+			require.Less(t, i, 1000, "no write succeeded after the network healed")
+			if err := write(ctx); err == nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	healed()
+
+	// Cut off after the batch's last statement: its COMMIT goes unanswered.
+	var cut atomic.Bool
+	require.NoError(t, db.Callback().Row().After("gorm:row").Register("cut-before-commit", func(tx *gorm.DB) {
+		if strings.HasPrefix(tx.Statement.SQL.String(), "SELECT sku, seq, redis_epoch") && cut.CompareAndSwap(true, false) {
+			require.NoError(t, link.Blackhole())
+		}
+	}))
+	cut.Store(true)
+	short, cancel = context.WithTimeout(ctx, 2*time.Second)
+	err = write(short)
+	cancel()
+	require.ErrorIs(t, err, ErrUnknownOutcome)
+	require.False(t, cut.Load(), "the cut came after the statements")
+	require.NoError(t, link.Heal())
+	healed()
+
+	after := svc.PreparedStats()
+	require.Greater(t, after.Connections, st.Connections, "the failed connections were replaced")
+	require.Greater(t, after.Prepares, st.Prepares, "and their statements prepared again")
+	require.LessOrEqual(t, after.Statements, 2*warm.Statements)
 }

@@ -281,7 +281,7 @@ func TestMovementsRolledBackReservation(t *testing.T) {
 	}, history(t, cat, "R"))
 
 	// A batch that does not fit: 12 requests for the 2 units left.
-	b := newBatcher(r.db)
+	b := testBatcher(t, r.db)
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	var wg sync.WaitGroup
 	var ok atomic.Int64

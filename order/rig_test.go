@@ -103,6 +103,7 @@ func assemble(t testing.TB, tr transport, db *gorm.DB, rdb *redis.Client, opts r
 	}
 	r.relay = stocksync.NewRelay(db, tr.producer, st.Locker(), stocksync.RelayConfig{Interval: 20 * time.Millisecond})
 	r.svc = NewService(db, st, Config{TTL: 15 * time.Minute, Now: r.clock.Now, OnOutbox: r.relay.Wake})
+	t.Cleanup(func() { _ = r.svc.Close() })
 	return r
 }
 

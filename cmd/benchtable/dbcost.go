@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/acme/inventory/internal/prepconn"
 )
 
 // The database's cost of a durable sale, statement by statement (-only
@@ -31,43 +33,44 @@ var (
 	costRounds = flag.Int("dbcost-rounds", 3, "with -only dbcost: rounds of every variant")
 )
 
+// costTx is a variant's transaction: database/sql's (statements as text,
+// the parameters interpolated by the client, as the service's pool sends
+// them) or a writer's own connection's (internal/prepconn, as the group
+// commit sends them now).
+type costTx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
 // costStep writes one statement's rows for a batch of sales in tx.
-type costStep func(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, now time.Time) error
+type costStep func(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error
+
+// How a variant's transactions are sent.
+const (
+	plainTx   = iota // database/sql's Tx on the pool: BEGIN, text, COMMIT
+	twoStepTx        // the same, committed as the breaker's pool did on main: COMMIT, then database/sql's empty COMMIT
+	ownConn          // each writer's own prepconn.Conn: statements prepared once, one COMMIT under the context
+)
 
 type costVariant struct {
 	name          string
 	rows, entries int // rows and index entries per sale
 	trips         int // round trips per group commit, BEGIN and COMMIT included
 	steps         []costStep
-	prepared      bool // its statements prepared once, executed by the binary protocol
+	mode          int  // plainTx, twoStepTx or ownConn
+	varied        bool // batches of 1 to 2×-dbcost-batch−1 sales in turn (the same mean), as the service's vary, not all of -dbcost-batch
 }
 
-// costRig is the database the variants write, and the statements some of
-// them prepare once.
+// costRig is the database the variants write, and what the ownConn
+// variants' connections prepared and executed.
 type costRig struct {
-	db       *sql.DB
-	mu       sync.Mutex
-	prepared map[string]*sql.Stmt
-	prepare  bool
+	db                      *sql.DB
+	mu                      sync.Mutex
+	prepares, execs, evicts int64
 }
 
-func (c *costRig) exec(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
-	if !c.prepare {
-		_, err := tx.ExecContext(ctx, q, args...)
-		return err
-	}
-	c.mu.Lock()
-	st, ok := c.prepared[q]
-	if !ok {
-		var err error
-		if st, err = c.db.PrepareContext(ctx, q); err != nil {
-			c.mu.Unlock()
-			return err
-		}
-		c.prepared[q] = st
-	}
-	c.mu.Unlock()
-	_, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+func (c *costRig) exec(ctx context.Context, tx costTx, q string, args ...any) error {
+	_, err := tx.ExecContext(ctx, q, args...)
 	return err
 }
 
@@ -77,7 +80,7 @@ func valuesOf(n, k int) string {
 	return strings.TrimSuffix(strings.Repeat(one+", ", n), ", ")
 }
 
-func insertFloor(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, _ time.Time) error {
+func insertFloor(ctx context.Context, c *costRig, tx costTx, ids []string, _ time.Time) error {
 	args := make([]any, 0, 2*len(ids))
 	for _, id := range ids {
 		args = append(args, id, 1)
@@ -85,7 +88,7 @@ func insertFloor(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, _ ti
 	return c.exec(ctx, tx, "INSERT INTO floor_sales (id, qty) VALUES "+valuesOf(len(ids), 2), args...)
 }
 
-func insertOrders(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, now time.Time) error {
+func insertOrders(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
 	args := make([]any, 0, 10*len(ids))
 	for i, id := range ids {
 		args = append(args, id, fmt.Sprintf("buyer%d", i), nil, "PENDING", id, nil, now.Add(15*time.Minute), nil, now, now)
@@ -94,7 +97,7 @@ func insertOrders(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, now
 		expires_at, paid_at, created_at, updated_at) VALUES `+valuesOf(len(ids), 10), args...)
 }
 
-func insertItems(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, _ time.Time) error {
+func insertItems(ctx context.Context, c *costRig, tx costTx, ids []string, _ time.Time) error {
 	args := make([]any, 0, 3*len(ids))
 	for _, id := range ids {
 		args = append(args, id, "FLASH", 1)
@@ -102,7 +105,7 @@ func insertItems(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, _ ti
 	return c.exec(ctx, tx, "INSERT INTO order_items (order_id, sku, qty) VALUES "+valuesOf(len(ids), 3), args...)
 }
 
-func insertReservations(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, now time.Time) error {
+func insertReservations(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
 	args := make([]any, 0, 10*len(ids))
 	for _, id := range ids {
 		args = append(args, id, "FLASH", id, nil, 1, "HELD", 1000, now.Add(15*time.Minute), now, now)
@@ -111,7 +114,7 @@ func insertReservations(ctx context.Context, c *costRig, tx *sql.Tx, ids []strin
 		expires_at, created_at, updated_at) VALUES `+valuesOf(len(ids), 10), args...)
 }
 
-func insertMovements(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, now time.Time) error {
+func insertMovements(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
 	args := make([]any, 0, 7*len(ids))
 	for _, id := range ids {
 		args = append(args, "FLASH", "RESERVE", 0, 1, "", id, now)
@@ -120,10 +123,11 @@ func insertMovements(ctx context.Context, c *costRig, tx *sql.Tx, ids []string, 
 		reference, created_at) VALUES `+valuesOf(len(ids), 7), args...)
 }
 
-// arbitrate is what Reserve runs per batch besides its rows: the limits read,
-// the conditional increment of the hot row, the marks read.
-func arbitrate(ctx context.Context, _ *costRig, tx *sql.Tx, ids []string, _ time.Time) error {
-	rows, err := tx.QueryContext(ctx, `SELECT sku, per_user_limit FROM skus WHERE sku IN ('FLASH') AND per_user_limit > 0`)
+// arbitrate is what Reserve runs per batch besides its rows, with its
+// arguments: the limits read, the conditional increment of the hot row, the
+// marks read.
+func arbitrate(ctx context.Context, _ *costRig, tx costTx, ids []string, _ time.Time) error {
+	rows, err := tx.QueryContext(ctx, `SELECT sku, per_user_limit FROM skus WHERE sku IN (?) AND per_user_limit > 0`, "FLASH")
 	if err != nil {
 		return err
 	}
@@ -133,16 +137,25 @@ func arbitrate(ctx context.Context, _ *costRig, tx *sql.Tx, ids []string, _ time
 		return err
 	}
 	res, err := tx.ExecContext(ctx, `UPDATE skus SET reserved = reserved + ?, seq = seq + 1
-		WHERE sku = 'FLASH' AND (on_hand = -1 OR on_hand - reserved >= ?)`, len(ids), len(ids))
+		WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?)`, len(ids), "FLASH", len(ids))
 	if err != nil {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return fmt.Errorf("the hot row refused %d", len(ids))
 	}
-	var sku string
-	var seq, epoch int64
-	return tx.QueryRowContext(ctx, `SELECT sku, seq, redis_epoch FROM skus WHERE sku IN ('FLASH')`).Scan(&sku, &seq, &epoch)
+	if rows, err = tx.QueryContext(ctx, `SELECT sku, seq, redis_epoch FROM skus WHERE sku IN (?)`, "FLASH"); err != nil {
+		return err
+	}
+	for rows.Next() {
+		var sku string
+		var seq, epoch int64
+		if err := rows.Scan(&sku, &seq, &epoch); err != nil {
+			_ = rows.Close()
+			return err
+		}
+	}
+	return errors.Join(rows.Err(), rows.Close())
 }
 
 // costVariants: each row's index entries are its primary key and the
@@ -152,6 +165,7 @@ func costVariants() []costVariant {
 	// A sale writes no order_items row: an order's lines are its
 	// reservations. The sale with one is measured beside it, as it was.
 	sale := []costStep{insertOrders, insertReservations, insertMovements, arbitrate}
+	before := []costStep{insertOrders, insertItems, insertReservations, insertMovements, arbitrate}
 	return []costVariant{
 		{name: "floor: one row, its primary key only", rows: 1, entries: 1, trips: 3, steps: []costStep{insertFloor}},
 		{name: "orders row alone", rows: 1, entries: 7, trips: 3, steps: []costStep{insertOrders}},
@@ -159,12 +173,13 @@ func costVariants() []costVariant {
 		{name: "stock_reservations row alone", rows: 1, entries: 3, trips: 3, steps: []costStep{insertReservations}},
 		{name: "stock_movements row alone", rows: 1, entries: 2, trips: 3, steps: []costStep{insertMovements}},
 		{name: "the hot row alone (limits read, UPDATE, marks read)", rows: 0, entries: 0, trips: 5, steps: []costStep{arbitrate}},
-		{name: "a seckill sale today (writeTx)", rows: 3, entries: 12, trips: 8, steps: sale},
-		{name: "the sale, its INSERTs prepared once", rows: 3, entries: 12, trips: 8, steps: sale, prepared: true},
-		{name: "the sale as before, with an order_items row", rows: 4, entries: 13, trips: 9,
-			steps: []costStep{insertOrders, insertItems, insertReservations, insertMovements, arbitrate}},
-		{name: "the sale without its RESERVE movement row", rows: 2, entries: 10, trips: 7,
-			steps: []costStep{insertOrders, insertReservations, arbitrate}},
+		{name: "the sale as main sent it at 137ab04 (with its order_items row; text; COMMIT, then the empty COMMIT)", rows: 4, entries: 13, trips: 10, steps: before, mode: twoStepTx},
+		{name: "the sale without its order_items row, as text (COMMIT, then the empty COMMIT)", rows: 3, entries: 12, trips: 9, steps: sale, mode: twoStepTx},
+		{name: "a seckill sale as the service sends it now (no order_items row; prepared once on each writer's own connection; one COMMIT)", rows: 3, entries: 12, trips: 8, steps: sale, mode: ownConn},
+		{name: "as main sent it at 137ab04, batches of varied size (same mean)", rows: 4, entries: 13, trips: 10, steps: before, mode: twoStepTx, varied: true},
+		{name: "as the service sends it now, batches of varied size (same mean)", rows: 3, entries: 12, trips: 8, steps: sale, mode: ownConn, varied: true},
+		{name: "the sale now without its RESERVE movement row too", rows: 2, entries: 10, trips: 7,
+			steps: []costStep{insertOrders, insertReservations, arbitrate}, mode: ownConn},
 	}
 }
 
@@ -177,6 +192,7 @@ func dbCost(ctx context.Context, dsnBase string) string {
 		ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`))
 	must(exec1(db, `INSERT INTO skus (sku, on_hand, reserved) VALUES ('FLASH', ?, 0)`, hotStock))
 	vs := costVariants()
+	var notes []string
 	perSale := make([][]float64, len(vs))
 	rates := make([][]float64, len(vs))
 	d := max(*duration*3/5, time.Second)
@@ -184,12 +200,13 @@ func dbCost(ctx context.Context, dsnBase string) string {
 		for i, v := range vs {
 			name := fmt.Sprintf("dbcost %s #%d", v.name, round+1)
 			prog.phase(name)
-			rig := &costRig{db: db, prepared: map[string]*sql.Stmt{}, prepare: v.prepared}
+			rig := &costRig{db: db}
 			before, ok := sampleCPU()
 			sales, elapsed := costRun(ctx, rig, v, d)
 			after, ok2 := sampleCPU()
-			for _, st := range rig.prepared {
-				_ = st.Close()
+			if v.mode == ownConn {
+				notes = append(notes, fmt.Sprintf("round %d, %s: %d statements prepared, %d executed prepared, %d evicted",
+					round+1, v.name, rig.prepares, rig.execs, rig.evicts))
 			}
 			if !ok || !ok2 || sales == 0 {
 				continue
@@ -212,6 +229,10 @@ func dbCost(ctx context.Context, dsnBase string) string {
 	}
 	b.WriteString("\nEach variant writes the statements named with the columns the service's group commit writes; " +
 		"\"alone\" rows include their commit (BEGIN, the INSERT, COMMIT), so the parts do not add up to the sale.\n")
+	for _, n := range notes {
+		b.WriteString("\n- " + n)
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 
@@ -226,21 +247,58 @@ func costRun(ctx context.Context, rig *costRig, v costVariant, d time.Duration) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ids := make([]string, *costBatch)
-			for time.Now().Before(stop) {
+			var own *prepconn.Conn
+			if v.mode == ownConn {
+				own = prepconn.New(rig.db, prepconn.Config{})
+				defer func() {
+					st := own.Stats()
+					must(own.Close())
+					rig.mu.Lock()
+					rig.prepares += st.Prepares
+					rig.execs += st.Executions
+					rig.evicts += st.Evictions
+					rig.mu.Unlock()
+				}()
+			}
+			all := make([]string, 2*(*costBatch)-1)
+			for k := 0; time.Now().Before(stop); k++ {
+				ids := all[:*costBatch]
+				if v.varied { // 1, 8, 15, 22, 29, 7, 14, ... for 15: every size once in 29 commits
+					ids = all[:1+(7*k)%len(all)]
+				}
 				for i := range ids {
 					ids[i] = uuid.Must(uuid.NewV7()).String()
 				}
 				now := time.Now().UTC().Truncate(time.Microsecond)
-				tx, err := rig.db.BeginTx(ctx, nil)
-				must(err)
+				var tx interface {
+					costTx
+					Rollback() error
+				}
+				var commit func() error
+				if own != nil {
+					t, err := own.BeginTx(ctx, nil)
+					must(err)
+					tx, commit = t, func() error { return t.CommitContext(ctx) }
+				} else {
+					t, err := rig.db.BeginTx(ctx, nil)
+					must(err)
+					tx, commit = t, t.Commit
+					if v.mode == twoStepTx {
+						commit = func() error {
+							if _, err := t.ExecContext(ctx, "COMMIT"); err != nil {
+								return err
+							}
+							return t.Commit()
+						}
+					}
+				}
 				for _, step := range v.steps {
 					if err := step(ctx, rig, tx, ids, now); err != nil {
 						_ = tx.Rollback()
 						must(fmt.Errorf("%s: %w", v.name, err))
 					}
 				}
-				must(tx.Commit())
+				must(commit())
 				sales.Add(int64(len(ids)))
 			}
 		}()

@@ -249,11 +249,15 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 	withCommits := func(phase func() httpResult) httpResult {
 		cs := a.Orders.CommitStats()
 		n0, reqs0, ns0 := cs.Commits.Load(), cs.Requests.Load(), cs.Nanos.Load()
+		ps0 := a.Orders.PreparedStats()
 		r := phase()
 		n, reqs, ns := cs.Commits.Load()-n0, cs.Requests.Load()-reqs0, cs.Nanos.Load()-ns0
+		ps := a.Orders.PreparedStats()
 		batch = meanBatch(reqs, n)
 		if n > 0 {
-			r.note = fmt.Sprintf("%d group commits: %.1f requests and %s each", n, float64(reqs)/float64(n), dur(time.Duration(ns/n)))
+			r.note = fmt.Sprintf("%d group commits: %.1f requests and %s each; the writers' statements: %d prepared, %d executed prepared, %d as text, %d evicted, %d held",
+				n, float64(reqs)/float64(n), dur(time.Duration(ns/n)), ps.Prepares-ps0.Prepares, ps.Executions-ps0.Executions,
+				ps.Texts-ps0.Texts, ps.Evictions-ps0.Evictions, ps.Statements)
 		}
 		return r
 	}

@@ -468,6 +468,9 @@ func (a *App) closeClients() {
 	if a.rdb != nil {
 		_ = a.rdb.Close()
 	}
+	if a.Orders != nil {
+		_ = a.Orders.Close() // the group commit's own connections, back to the pool
+	}
 	if a.sqlDB != nil {
 		_ = a.sqlDB.Close()
 	}

@@ -23,6 +23,39 @@ func (b *Breaker) ConnPool(db *sql.DB) gorm.ConnPool {
 	return &pool{statements: statements{conn: db, b: b}, db: db}
 }
 
+// Tx is a transaction the breaker guards besides *sql.Tx: one that a
+// Beginner begins on a connection of its own (internal/prepconn). If it
+// has CommitContext(ctx) error, that sends COMMIT under the context (one
+// round trip), instead of a COMMIT statement and an empty Commit.
+type Tx interface {
+	conn
+	Commit() error
+	Rollback() error
+}
+
+// Beginner begins the transactions of a ConnPool returned by On.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (Tx, error)
+}
+
+// BeginFunc is a function as a Beginner.
+type BeginFunc func(ctx context.Context, opts *sql.TxOptions) (Tx, error)
+
+func (f BeginFunc) BeginTx(ctx context.Context, opts *sql.TxOptions) (Tx, error) { return f(ctx, opts) }
+
+// Guarded is a ConnPool of a breaker's (ConnPool's).
+type Guarded interface {
+	gorm.ConnPool
+	// On returns a ConnPool under the same breaker whose transactions
+	// begin with begin instead of on the pool: BEGIN, every statement
+	// and COMMIT still guarded and counted.
+	On(begin Beginner) gorm.ConnPool
+}
+
+func (p *pool) On(begin Beginner) gorm.ConnPool {
+	return &pool{statements: p.statements, db: p.db, begin: begin}
+}
+
 // conn is what *sql.DB and *sql.Tx both run statements with.
 type conn interface {
 	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
@@ -60,7 +93,8 @@ func (s statements) QueryRowContext(ctx context.Context, query string, args ...a
 
 type pool struct {
 	statements
-	db *sql.DB
+	db    *sql.DB
+	begin Beginner // nil: transactions begin on db
 }
 
 // GetDBConn is how gorm.DB.DB() finds the *sql.DB beneath.
@@ -69,7 +103,12 @@ func (p *pool) GetDBConn() (*sql.DB, error) { return p.db, nil }
 // BeginTx satisfies gorm.ConnPoolBeginner, so statements inside a
 // transaction are guarded too.
 func (p *pool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool, error) {
-	t, err := guard(ctx, p.b, func() (*sql.Tx, error) { return p.db.BeginTx(ctx, opts) })
+	t, err := guard(ctx, p.b, func() (Tx, error) {
+		if p.begin != nil {
+			return p.begin.BeginTx(ctx, opts)
+		}
+		return p.db.BeginTx(ctx, opts)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -78,14 +117,24 @@ func (p *pool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool,
 
 type tx struct {
 	statements
-	tx  *sql.Tx
+	tx  Tx
 	ctx context.Context // the transaction's, from BeginTx
+}
+
+// contextCommitter is a Tx that sends COMMIT under a context itself.
+type contextCommitter interface {
+	CommitContext(ctx context.Context) error
 }
 
 // Commit is never refused: a transaction that got this far finishes (its
 // outcome still counts). It ends with the transaction's context (see
 // ConnPool).
 func (t *tx) Commit() error {
+	if c, ok := t.tx.(contextCommitter); ok {
+		err := c.CommitContext(t.ctx)
+		record(t.b, err)
+		return err
+	}
 	_, err := t.tx.ExecContext(t.ctx, "COMMIT")
 	record(t.b, err)
 	if err != nil {

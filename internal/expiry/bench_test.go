@@ -30,6 +30,7 @@ func benchTimeoutRelease(b *testing.B) {
 	var err error
 	n.svc = order.NewService(r.db, r.st, order.Config{TTL: 2 * time.Second,
 		OnCreated: func(ctx context.Context, o *order.Order) { n.tm.Schedule(ctx, o.ID, o.ExpiresAt) }})
+	b.Cleanup(func() { _ = n.svc.Close() })
 	n.tm, err = NewTimeouts(n.svc, r.rdb, TimeoutConfig{Locker: r.st.Locker()})
 	require.NoError(b, err)
 	n.tm.Start(ctx)

@@ -42,6 +42,7 @@ func newRig(t testing.TB) *rig {
 	require.NoError(t, err)
 	r.st = st
 	r.svc = order.NewService(r.db, st, order.Config{Now: r.clock.Now})
+	t.Cleanup(func() { _ = r.svc.Close() })
 	return r
 }
 

@@ -36,6 +36,7 @@ func (r *rig) node(cfg TimeoutConfig) *node {
 	n.svc = order.NewService(r.db, st, order.Config{TTL: 15 * time.Minute, Now: r.clock.Now,
 		OnCreated:  func(ctx context.Context, o *order.Order) { n.tm.Schedule(ctx, o.ID, o.ExpiresAt) },
 		OnFinished: func(ctx context.Context, o *order.Order) { n.tm.Unschedule(ctx, o.ID) }})
+	r.t.Cleanup(func() { _ = n.svc.Close() })
 	cfg.Now, cfg.Locker = r.clock.Now, st.Locker()
 	n.tm, err = NewTimeouts(n.svc, r.rdb, cfg)
 	require.NoError(r.t, err)
@@ -472,6 +473,7 @@ func TestTimeoutLegacyQueueIsDrained(t *testing.T) {
 		OnCreated: func(ctx context.Context, o *order.Order) {
 			require.NoError(t, r.rdb.ZAdd(ctx, stock.LegacyTimeoutDueKey, dueAt(o.ID, o.ExpiresAt)).Err())
 		}})
+	t.Cleanup(func() { _ = older.Close() })
 	ids := r.createOrders(older, 30, "A")
 	dead := ids[0] // claimed by an older poller that died; its lease ends at the deadline
 	score, err := r.rdb.ZScore(ctx, stock.LegacyTimeoutDueKey, dead).Result()
@@ -563,6 +565,7 @@ func TestTimeoutShardsOnCluster(t *testing.T) {
 		n := &node{st: st}
 		n.svc = order.NewService(r.db, st, order.Config{TTL: 15 * time.Minute, Now: r.clock.Now,
 			OnCreated: func(ctx context.Context, o *order.Order) { n.tm.Schedule(ctx, o.ID, o.ExpiresAt) }})
+		t.Cleanup(func() { _ = n.svc.Close() })
 		n.tm, err = NewTimeouts(n.svc, rc, cfg)
 		require.NoError(t, err)
 		t.Cleanup(n.tm.Stop)
@@ -678,6 +681,7 @@ func TestTimeoutScheduleWakesOnlyForAnEarlierDeadline(t *testing.T) {
 
 	sooner := order.NewService(r.db, r.st, order.Config{TTL: time.Minute, Now: r.clock.Now,
 		OnCreated: func(ctx context.Context, o *order.Order) { n.tm.Schedule(ctx, o.ID, o.ExpiresAt) }})
+	t.Cleanup(func() { _ = sooner.Close() })
 	o, err := sooner.Create(ctx, "u1", "", line("A", 1))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return n.tm.sleepUntil.Load() == int64(dueAt(o.ID, o.ExpiresAt).Score) },
