@@ -166,14 +166,7 @@ func (b *batcher) close() error {
 func (s *Service) PreparedStats() prepconn.Stats {
 	var sum prepconn.Stats
 	for _, w := range s.orders.own {
-		st := w.conn.Stats()
-		sum.Statements += st.Statements
-		sum.Placeholders += st.Placeholders
-		sum.Prepares += st.Prepares
-		sum.Executions += st.Executions
-		sum.Texts += st.Texts
-		sum.Evictions += st.Evictions
-		sum.Connections += st.Connections
+		sum = sum.Add(w.conn.Stats())
 	}
 	return sum
 }

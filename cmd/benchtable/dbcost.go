@@ -64,9 +64,9 @@ type costVariant struct {
 // costRig is the database the variants write, and what the ownConn
 // variants' connections prepared and executed.
 type costRig struct {
-	db                      *sql.DB
-	mu                      sync.Mutex
-	prepares, execs, evicts int64
+	db       *sql.DB
+	mu       sync.Mutex
+	prepared prepconn.Stats // summed over the ownConn variants' connections
 }
 
 func (c *costRig) exec(ctx context.Context, tx costTx, q string, args ...any) error {
@@ -206,7 +206,7 @@ func dbCost(ctx context.Context, dsnBase string) string {
 			after, ok2 := sampleCPU()
 			if v.mode == ownConn {
 				notes = append(notes, fmt.Sprintf("round %d, %s: %d statements prepared, %d executed prepared, %d evicted",
-					round+1, v.name, rig.prepares, rig.execs, rig.evicts))
+					round+1, v.name, rig.prepared.Prepares, rig.prepared.Executions, rig.prepared.Evictions))
 			}
 			if !ok || !ok2 || sales == 0 {
 				continue
@@ -254,9 +254,7 @@ func costRun(ctx context.Context, rig *costRig, v costVariant, d time.Duration) 
 					st := own.Stats()
 					must(own.Close())
 					rig.mu.Lock()
-					rig.prepares += st.Prepares
-					rig.execs += st.Executions
-					rig.evicts += st.Evictions
+					rig.prepared = rig.prepared.Add(st)
 					rig.mu.Unlock()
 				}()
 			}

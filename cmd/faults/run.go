@@ -208,11 +208,11 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 	return v, nil
 }
 
-// topic is the run's RocketMQ topic (each scenario has its own).
-func (r *Run) topic() string { return "faults_" + strings.ReplaceAll(r.sc.Name, "-", "_") }
+// resourceName names the run's database and its RocketMQ topic: each
+// scenario has its own.
+func (r *Run) resourceName() string { return "faults_" + strings.ReplaceAll(r.sc.Name, "-", "_") }
 
 func (r *Run) setup(ctx context.Context) error {
-	name := strings.ReplaceAll(r.sc.Name, "-", "_")
 	var err error
 	if r.sc.Cluster {
 		ports := [3]int{freePort(10000), freePort(10000), freePort(10000)}
@@ -229,7 +229,7 @@ func (r *Run) setup(ctx context.Context) error {
 		}
 		r.env = append(r.env, "INVENTORY_REDIS_URL=redis://"+r.links["redis"].Addr()+"/0")
 	}
-	database := "faults_" + name
+	database := r.resourceName()
 	if err := r.lab.db.CreateDatabase(ctx, database); err != nil {
 		return err
 	}
@@ -244,7 +244,7 @@ func (r *Run) setup(ctx context.Context) error {
 	r.env = append(r.env,
 		"INVENTORY_MYSQL_DSN="+r.lab.db.DSNVia(r.links["mariadb"].Addr(), database),
 		"INVENTORY_ROCKETMQ_NAMESRV="+r.lab.mq.NameServer(),
-		"INVENTORY_ROCKETMQ_TOPIC="+r.topic(),
+		"INVENTORY_ROCKETMQ_TOPIC="+r.resourceName(),
 		"INVENTORY_ORDER_TTL="+orderTTL.String(),
 		"INVENTORY_SWEEP_INTERVAL="+sweepInterval.String(),
 		"INVENTORY_REALIGN_INTERVAL="+realignInterval.String(),

@@ -182,7 +182,7 @@ var scenarios = append([]Scenario{
 		routed, sends, applying := time.Duration(-1), time.Duration(-1), time.Duration(-1)
 		for time.Since(began) < 90*time.Second && (routed < 0 || sends < 0 || applying < 0) && ctx.Err() == nil {
 			if routed < 0 {
-				if ok, _ := mq.TopicExists(ctx, []string{r.lab.mq.NameServer()}, r.topic()); ok {
+				if ok, _ := mq.TopicExists(ctx, []string{r.lab.mq.NameServer()}, r.resourceName()); ok {
 					routed = time.Since(began)
 				}
 			}

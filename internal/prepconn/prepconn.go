@@ -76,6 +76,18 @@ type Stats struct {
 	Prepares, Executions, Texts, Evictions, Connections int64
 }
 
+// Add is s and o summed, field by field (what several Conns did).
+func (s Stats) Add(o Stats) Stats {
+	s.Statements += o.Statements
+	s.Placeholders += o.Placeholders
+	s.Prepares += o.Prepares
+	s.Executions += o.Executions
+	s.Texts += o.Texts
+	s.Evictions += o.Evictions
+	s.Connections += o.Connections
+	return s
+}
+
 // ErrClosed is a transaction begun on a closed Conn.
 var ErrClosed = errors.New("prepconn: connection closed")
 
