@@ -42,6 +42,8 @@ var (
 	// ErrUnavailable: the SKU could not be initialised in time (lock holder
 	// slow or gone, database down). Safe to retry.
 	ErrUnavailable = errors.New("stock: temporarily unavailable")
+
+	errScriptAnswer = errors.New("stock: the deduction script answered other than two integers")
 )
 
 // Level is what one initialisation writes: the database's available units

@@ -40,6 +40,10 @@ type Config struct {
 	// OnStockBack is told when units of a SKU may have come back (a release,
 	// a positive adjustment, a realign), so sold-out flags on every node can clear.
 	OnStockBack func(sku string)
+	// OneCallPerAdmission sends each admission in a round trip of its own
+	// instead of pipelining concurrent ones together (coalesce.go): what the
+	// benchmarks' "one call per request" variants measure.
+	OneCallPerAdmission bool
 }
 
 func (c *Config) setDefaults() error {
@@ -82,6 +86,7 @@ type Store struct {
 	locker *Locker
 	inits  singleflight.Group
 	stats  Stats
+	admits *coalescer // nil: one round trip per admission
 }
 
 // Stats counts what a Store did, for metrics.
@@ -93,6 +98,9 @@ type Stats struct {
 	InitWaits    atomic.Int64 // times this process waited for another's cold init
 	Realigns     atomic.Int64 // forced re-initialisations (Redis was found wrong)
 	Released     atomic.Int64 // units given back
+	// Pipelines counts the pipelines admissions were sent in, Pipelined the
+	// admissions they carried (Pipelined/Pipelines is the mean pipeline).
+	Pipelines, Pipelined atomic.Int64
 }
 
 // Stats returns the Store's counters.
@@ -102,7 +110,11 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Store{rdb: rdb, cfg: cfg, locker: NewLocker(rdb)}, nil
+	s := &Store{rdb: rdb, cfg: cfg, locker: NewLocker(rdb)}
+	if !cfg.OneCallPerAdmission {
+		s.admits = &coalescer{rdb: rdb, stats: &s.stats}
+	}
+	return s, nil
 }
 
 // Admission is what Redis said when it admitted a reservation.
@@ -163,7 +175,7 @@ func (s *Store) admit(ctx context.Context, sku string, keys []string, args []any
 	// A key can be lost again right after it was initialised (FLUSHALL in a
 	// loop); three rounds bound the work.
 	for round := 0; round < 3; round++ {
-		res, err := deductScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+		res, err := s.deduct(ctx, keys, args)
 		if err != nil {
 			return Admission{}, fmt.Errorf("stock: deduct %s: %w", sku, err)
 		}
@@ -176,6 +188,15 @@ func (s *Store) admit(ctx context.Context, sku string, keys []string, args []any
 		return s.admission(sku, res[0], res[1])
 	}
 	return Admission{}, fmt.Errorf("%w: %s keeps losing its key", ErrUnavailable, sku)
+}
+
+// deduct runs the deduction script once: in a pipeline with other callers'
+// admissions, or alone.
+func (s *Store) deduct(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	if s.admits != nil {
+		return s.admits.run(ctx, keys, args)
+	}
+	return scriptAnswer(deductScript.Run(ctx, s.rdb, keys, args...))
 }
 
 // FollowUpGrace is how long a write's follow-ups in Redis (undoing an

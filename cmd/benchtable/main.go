@@ -32,10 +32,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
-	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,6 +64,7 @@ var (
 	out       = flag.String("out", "bench-results/results.md", "where to write the table too (its chart goes beside it, as .png)")
 	soakFor   = flag.Duration("soak", 2*time.Minute, "how long the memory soak keeps the seckill load on (0: skip)")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the HTTP phases (service and load in this process) to this file")
+	profPhase = flag.String("cpuprofile-phases", "", "with -cpuprofile: profile only the HTTP phases whose name this regular expression matches (e.g. 'selling|soak'); empty: all of them")
 	only      = flag.String("only", "", `run one group only: "http" (the HTTP phases), "sync" (the ordered database sync), "dbcost" (the database's cost of a sale, statement by statement) or "history" (the soak of -orders orders through one SKU)`)
 	orders    = flag.Int("orders", 1_000_000, "with -only history: how many orders the soak drives through one SKU")
 )
@@ -195,7 +193,7 @@ func main() {
 
 	// This project's Lua deduction, on a SKU that has sold a million units,
 	// with the server's own time per call measured over each window.
-	st, err := stock.NewStore(rdb, stock.Config{Init: fixedLevel})
+	st, err := stock.NewStore(rdb, stock.Config{Init: fixedLevel, OneCallPerAdmission: true})
 	must(err)
 	const batch = 64
 	pipeWorkers := max(*workers/8, 2)
@@ -228,30 +226,6 @@ func main() {
 	results = append(results, redisBenchmark(ctx, rdb))
 	sync := []result{applyRun(ctx, db, 32), applyRun(ctx, db, 1)}
 	report(results, sync, profiled(func() webRun { return seckillBench(ctx, rdb, *mysqlDSN) }))
-}
-
-// profiled runs fn under the CPU profiler when -cpuprofile is set.
-func profiled(fn func() webRun) webRun {
-	if *cpuProf == "" {
-		return fn()
-	}
-	must(os.MkdirAll(filepath.Dir(*cpuProf), 0o755))
-	f, err := os.Create(*cpuProf)
-	must(err)
-	defer f.Close()
-	must(pprof.StartCPUProfile(f))
-	defer pprof.StopCPUProfile()
-	// And the mutex profile beside it: where the HTTP phases wait on locks
-	// (the group commit's queue, the connection pools).
-	runtime.SetMutexProfileFraction(5)
-	defer func() {
-		mf, err := os.Create(strings.TrimSuffix(*cpuProf, ".cpu.pprof") + ".mutex.pprof")
-		must(err)
-		defer mf.Close()
-		must(pprof.Lookup("mutex").WriteTo(mf, 0))
-		runtime.SetMutexProfileFraction(0)
-	}()
-	return fn()
 }
 
 // openDatabase creates (if needed) and opens database name on the server.

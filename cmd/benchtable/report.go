@@ -267,7 +267,11 @@ func httpOnly(phases []httpResult) []httpResult {
 // time and by time including callees.
 func profileTop(path string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nA target was missed: the CPU profile of the HTTP phases (service and load generator, this process) is %s.\n", path)
+	phases := "the HTTP phases"
+	if *profPhase != "" {
+		phases = fmt.Sprintf("the HTTP phases matching %q", *profPhase)
+	}
+	fmt.Fprintf(&b, "\nA target was missed: the CPU profile of %s (service and load generator, this process) is %s.\n", phases, path)
 	for _, args := range [][]string{{"-top"}, {"-top", "-cum"}} {
 		cmd := exec.Command("go", append(append([]string{"tool", "pprof"}, args...), "-nodecount=25", path)...)
 		outb, err := cmd.Output()

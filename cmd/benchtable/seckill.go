@@ -101,6 +101,7 @@ func load(name, url string, n int, d time.Duration, header func(w int) http.Head
 	keep := len(record) == 0 || record[0]
 	prog.phase(name)
 	defer measureCPU(name)()
+	defer profilePhase(name)()
 	var mu sync.Mutex
 	codes := map[int]int64{}
 	lat := make([][]time.Duration, n)
@@ -201,7 +202,7 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 	base := "http://" + a.Addr()
 
 	// The bare handler: one EVALSHA of the same script per request, through go-redis.
-	bare, err := stock.NewStore(rdb, stock.Config{Init: fixedLevel})
+	bare, err := stock.NewStore(rdb, stock.Config{Init: fixedLevel, OneCallPerAdmission: true})
 	must(err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(err)
@@ -250,7 +251,10 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 		cs := a.Orders.CommitStats()
 		n0, reqs0, ns0 := cs.Commits.Load(), cs.Requests.Load(), cs.Nanos.Load()
 		ps0 := a.Orders.PreparedStats()
+		st := a.Stock.Stats()
+		pipes0, piped0 := st.Pipelines.Load(), st.Pipelined.Load()
 		r := phase()
+		pipes, piped := st.Pipelines.Load()-pipes0, st.Pipelined.Load()-piped0
 		n, reqs, ns := cs.Commits.Load()-n0, cs.Requests.Load()-reqs0, cs.Nanos.Load()-ns0
 		ps := a.Orders.PreparedStats()
 		batch = meanBatch(reqs, n)
@@ -258,6 +262,9 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 			r.note = fmt.Sprintf("%d group commits: %.1f requests and %s each; the writers' statements: %d prepared, %d executed prepared, %d as text, %d evicted, %d held",
 				n, float64(reqs)/float64(n), dur(time.Duration(ns/n)), ps.Prepares-ps0.Prepares, ps.Executions-ps0.Executions,
 				ps.Texts-ps0.Texts, ps.Evictions-ps0.Evictions, ps.Statements)
+		}
+		if pipes > 0 {
+			r.note += fmt.Sprintf("; admissions: %d pipelines of %.1f", pipes, float64(piped)/float64(pipes))
 		}
 		return r
 	}
