@@ -247,36 +247,77 @@ type scenDeductFault struct {
 }
 
 func (h *scenDeductFault) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *scenDeductFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+
+// decide says what becomes of cmd: it fails before it reaches Redis (fail),
+// or after it ran (after), or neither.
+func (h *scenDeductFault) decide(cmd redis.Cmder) (fail, after bool) {
+	sha, keys, _, ok := scenScriptCall(cmd)
+	if !ok || sha != stock.DeductScriptSHA() || len(keys) == 0 || keys[0] != h.key {
+		return false, false
+	}
+	n := h.calls.Add(1)
+	if left := h.failNext.Load(); left > 0 && h.failNext.CompareAndSwap(left, left-1) {
+		fail = true
+	}
+	if every := h.failEvery.Load(); every > 0 && n%every == 0 {
+		fail = true
+	}
+	if fail {
+		return true, false
+	}
+	left := h.failAfterNext.Load()
+	return false, left > 0 && h.failAfterNext.CompareAndSwap(left, left-1)
 }
+
 func (h *scenDeductFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		sha, keys, _, ok := scenScriptCall(cmd)
-		if ok && sha == stock.DeductScriptSHA() && len(keys) > 0 && keys[0] == h.key {
-			n := h.calls.Add(1)
-			fail := false
-			if left := h.failNext.Load(); left > 0 && h.failNext.CompareAndSwap(left, left-1) {
-				fail = true
-			}
-			if every := h.failEvery.Load(); every > 0 && n%every == 0 {
-				fail = true
-			}
+		fail, after := h.decide(cmd)
+		if fail {
+			h.failed.Add(1)
+			cmd.SetErr(errScenInjected)
+			return errScenInjected
+		}
+		if err := next(ctx, cmd); err != nil || !after {
+			return err
+		}
+		h.failed.Add(1)
+		cmd.SetErr(errScenInjected)
+		return errScenInjected
+	}
+}
+
+// ProcessPipelineHook does the same to each admission of a pipeline (the
+// store sends concurrent admissions together): a failing one is not sent,
+// the others are.
+func (h *scenDeductFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var send, lost []redis.Cmder
+		for _, cmd := range cmds {
+			fail, after := h.decide(cmd)
 			if fail {
 				h.failed.Add(1)
 				cmd.SetErr(errScenInjected)
-				return errScenInjected
+				continue
 			}
-			if left := h.failAfterNext.Load(); left > 0 && h.failAfterNext.CompareAndSwap(left, left-1) {
-				if err := next(ctx, cmd); err != nil {
-					return err
-				}
-				h.failed.Add(1)
-				cmd.SetErr(errScenInjected)
-				return errScenInjected
+			send = append(send, cmd)
+			if after {
+				lost = append(lost, cmd)
 			}
 		}
-		return next(ctx, cmd)
+		var err error
+		if len(send) > 0 {
+			err = next(ctx, send)
+		}
+		for _, cmd := range lost {
+			if cmd.Err() == nil {
+				h.failed.Add(1)
+				cmd.SetErr(errScenInjected)
+			}
+		}
+		if err == nil && (len(send) < len(cmds) || len(lost) > 0) {
+			err = errScenInjected
+		}
+		return err
 	}
 }
 
@@ -294,17 +335,32 @@ func newScenAdmitPause(sku string) *scenAdmitPause {
 }
 
 func (h *scenAdmitPause) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *scenAdmitPause) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+
+// ran holds cmd if it is the awaited admission and it ran.
+func (h *scenAdmitPause) ran(cmd redis.Cmder) {
+	sha, keys, _, ok := scenScriptCall(cmd)
+	if ok && cmd.Err() == nil && sha == stock.DeductScriptSHA() && len(keys) > 0 && keys[0] == h.key &&
+		h.armed.CompareAndSwap(true, false) {
+		close(h.reached)
+		<-h.release
+	}
 }
+
+func (h *scenAdmitPause) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.ran(cmd)
+		}
+		return err
+	}
+}
+
 func (h *scenAdmitPause) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		sha, keys, _, ok := scenScriptCall(cmd)
-		if ok && err == nil && sha == stock.DeductScriptSHA() && len(keys) > 0 && keys[0] == h.key &&
-			h.armed.CompareAndSwap(true, false) {
-			close(h.reached)
-			<-h.release
+		if err == nil {
+			h.ran(cmd)
 		}
 		return err
 	}

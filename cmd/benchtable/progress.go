@@ -156,13 +156,6 @@ func plan(group string) []step {
 			// redis-benchmark sends 400k EVALSHA per second of -duration at ~180k/s.
 			step{"redis-benchmark", time.Duration(float64(d) * 2.2)})
 	}
-	if group == "dbcost" {
-		for round := range *costRounds {
-			for _, v := range costVariants() {
-				s = append(s, step{fmt.Sprintf("dbcost %s #%d", v.name, round+1), max(d*3/5, time.Second)})
-			}
-		}
-	}
 	if group == "" || group == "sync" {
 		// Each writes the reservations it may apply, then pauses 3 s.
 		s = append(s, step{"sync-merged-32", d + 8*time.Second}, step{"sync-per-message", d + 4*time.Second})
@@ -176,6 +169,13 @@ func plan(group string) []step {
 		s = append(s, step{"seckill, 2000 units", d}, step{cartBarePhase, d}, step{"orders, 2-line cart", d}, step{"sync lag", d + time.Second})
 		if *soakFor > 0 {
 			s = append(s, step{"soak", *soakFor})
+		}
+	}
+	if group == "dbcost" || group == "" {
+		for round := range *costRounds {
+			for _, v := range costVariants() {
+				s = append(s, step{fmt.Sprintf("dbcost %s #%d", v.name, round+1), max(d*3/5, time.Second)})
+			}
 		}
 	}
 	return append(s, step{"report", 3 * time.Second})

@@ -240,6 +240,10 @@ func report(rs, sync []result, web webRun) {
 	if anyMissed && *cpuProf != "" && len(web.phases) > 0 {
 		b.WriteString(profileTop(*cpuProf))
 	}
+	if web.dbcost != "" {
+		b.WriteString("\nWhat MariaDB's CPU per sale is made of: the sale's statements group-committed alone, each table's rows alone, and together, beside the floor (no HTTP, no service; `-only dbcost` runs this part alone).\n")
+		b.WriteString(web.dbcost)
+	}
 	prog.finish()
 	fmt.Print(b.String())
 	if *out != "" {

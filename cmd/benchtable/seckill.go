@@ -75,6 +75,7 @@ type webRun struct {
 	lag      lagStats
 	soak     soakStats
 	extra    string // the lag and soak tables
+	dbcost   string // the database's cost of a sale, statement by statement (the full run)
 }
 
 // lagStats is the sync lag through RocketMQ (applied 0: nothing applied).
