@@ -207,18 +207,19 @@ const FollowUpGrace = 500 * time.Millisecond
 // FollowUp is the context of a write's follow-ups in Redis: they must not
 // stop because the caller went away (an undo left undone hides units until
 // the next realign), and must not keep the request much past its deadline,
-// so it ends at that deadline, or FollowUpGrace from now if that is later.
-// A context without a deadline (background work) gives one without either.
+// so it ends FollowUpGrace after that deadline, however late and however
+// many follow-ups in turn ask for it (an undo, then a quota given back,
+// then a realign: each had FollowUpGrace from its own start once, and
+// together kept a refused seckill under a slow Redis answering 2 s after
+// its 1 s deadline). A context without a deadline (background work) gives
+// one without either.
 func FollowUp(ctx context.Context) (context.Context, context.CancelFunc) {
 	bg := context.WithoutCancel(ctx)
 	d, ok := ctx.Deadline()
 	if !ok {
 		return bg, func() {}
 	}
-	if grace := time.Now().Add(FollowUpGrace); grace.After(d) {
-		d = grace
-	}
-	return context.WithDeadline(bg, d)
+	return context.WithDeadline(bg, d.Add(FollowUpGrace))
 }
 
 // Request is one admission of a batch.

@@ -488,3 +488,24 @@ func TestAdmitBuyer(t *testing.T) {
 		require.Equal(t, []string{"A"}, back, "a reset may bring stock back")
 	})
 }
+
+// A write's follow-ups end FollowUpGrace after the request's deadline,
+// whenever they start: follow-ups run one after another (an undo, a quota
+// given back, a realign) must not each get FollowUpGrace of their own.
+func TestFollowUpsEndAtTheDeadlinesGrace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	d, _ := ctx.Deadline()
+	for _, at := range []time.Duration{0, 50 * time.Millisecond, 400 * time.Millisecond} {
+		time.Sleep(time.Until(d.Add(at - 20*time.Millisecond)))
+		fctx, fcancel := FollowUp(ctx)
+		got, ok := fctx.Deadline()
+		fcancel()
+		require.True(t, ok)
+		require.Equal(t, d.Add(FollowUpGrace), got, "a follow-up starting %s after the request", at)
+	}
+	bg, bcancel := FollowUp(context.Background())
+	defer bcancel()
+	_, ok := bg.Deadline()
+	require.False(t, ok, "background work has no deadline to inherit")
+}
