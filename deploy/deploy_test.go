@@ -431,6 +431,11 @@ func scrapeEmbedded(t *testing.T) exports {
 	text := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := text.TextToMetricFamilies(strings.NewReader(body))
 	require.NoError(t, err)
+	// The two admissions went to Redis one after another: two pipelines of one.
+	for _, name := range []string{"inventory_stock_admission_pipelines_total", "inventory_stock_admissions_pipelined_total"} {
+		require.Contains(t, families, name)
+		require.EqualValues(t, 2, families[name].GetMetric()[0].GetCounter().GetValue(), name)
+	}
 	ex := exports{}
 	add := func(name string, labels map[string]bool, extra ...string) {
 		if ex[name] == nil {

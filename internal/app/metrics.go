@@ -43,6 +43,8 @@ func registerDomainMetrics(reg prometheus.Registerer, a *App) {
 		counter("inventory_stock_init_waits_total", "Times this node waited for another's cold init.", st.InitWaits.Load),
 		counter("inventory_stock_released_units_total", "Units given back in Redis (cancel, timeout, refund, release, undo).", st.Released.Load),
 		counter("inventory_stock_realigns_total", "SKUs this node realigned from the database (Redis was found wrong).", st.Realigns.Load),
+		counter("inventory_stock_admission_pipelines_total", "Pipelines this node sent admissions to Redis in.", st.Pipelines.Load),
+		counter("inventory_stock_admissions_pipelined_total", "Admissions those pipelines carried (each its own script call).", st.Pipelined.Load),
 		counter("inventory_mq_sent_total", "Stock messages the relay published.", a.relay.Sent.Load),
 		counter("inventory_mq_applied_total", "Stock operations applied to the database.", a.applier.Applied.Load),
 		counter("inventory_mq_duplicates_total", "Stock operations delivered again and ignored.", a.applier.Duplicate.Load),
