@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/batchq"
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/prepconn"
 	"github.com/acme/inventory/stock"
@@ -45,7 +46,8 @@ const maxQueued = 16 * maxBatch
 // durable and arbitrated; under load one commit serves many. When a batch
 // does not fit (a SKU cannot cover the total, a duplicate), each request is
 // written alone so each caller gets its own answer. Up to writers batches
-// are written at once. No goroutine runs between calls.
+// are written at once. No goroutine runs between calls: the callers take
+// turns through internal/batchq's queue.
 //
 // Deadlines: a caller whose context ends while its request is still queued
 // leaves the queue (nothing was written); a batch is written under the
@@ -56,16 +58,14 @@ const maxQueued = 16 * maxBatch
 // exist.
 type batcher struct {
 	db *gorm.DB
+	q  *batchq.Queue[*writeReq]
 
-	mu      sync.Mutex
-	queue   []*writeReq
-	writing int         // batches in flight
-	idle    []*writerDB // the writers' own connections not in use (see writerDB)
-	own     []*writerDB // all of them
-	closed  bool
+	mu     sync.Mutex
+	idle   []*writerDB // the writers' own connections not in use (see writerDB)
+	own    []*writerDB // all of them
+	closed bool
 
-	commitNanos atomic.Int64 // a moving average of a successful commit's duration
-	stats       CommitStats
+	stats CommitStats
 }
 
 // CommitStats counts the group commits of reservations: transactions,
@@ -77,14 +77,11 @@ type CommitStats struct {
 }
 
 // writeReq is one reservation to record: rows (and the order they belong
-// to, if any).
+// to, if any), and once written the database's answer.
 type writeReq struct {
-	order    *Order
-	rows     []arbiter.Reservation
-	deadline time.Time // zero: none
+	order *Order
+	rows  []arbiter.Reservation
 
-	wake    chan struct{} // buffered: the caller has something to do (see write)
-	done    bool
 	marks   map[string]arbiter.Mark
 	err     error
 	unknown bool // the commit was sent and not answered: the rows may exist
@@ -100,8 +97,16 @@ var (
 	errTooLate   = fmt.Errorf("%w: the database did not take the reservation before the deadline; retry later", stock.ErrUnavailable)
 )
 
+// queueConfig is the group commit's queue (internal/batchq): up to writers
+// batches of up to maxBatch requests in flight, at most maxQueued waiting.
+func queueConfig() batchq.Config {
+	return batchq.Config{Flights: writers, MaxBatch: maxBatch, MaxQueued: maxQueued, MaxMinLeft: maxMinLeft,
+		Full: errQueueFull, Late: errTooLate}
+}
+
 func newBatcher(db *gorm.DB) *batcher {
 	b := &batcher{db: db}
+	b.q = batchq.New(queueConfig(), b.writeBatch)
 	if db == nil || db.Dialector == nil || db.Dialector.Name() != "mysql" {
 		return b // SQLite (make run): its one connection, as text
 	}
@@ -179,112 +184,41 @@ func (s *Service) Close() error { return s.orders.close() }
 // write records req and returns when that is committed, refused, or can no
 // longer be written before ctx's deadline (see batcher). Errors wrapping
 // stock.ErrUnavailable mean nothing was written, except ErrUnknownOutcome.
-//
-// A waiting caller is woken only when it has something to do: its request
-// is done, or it is the oldest queued and a writer is free (a writer that
-// finishes wakes its batch's callers and the queue's head, not every caller).
 func (b *batcher) write(ctx context.Context, req *writeReq) (map[string]arbiter.Mark, error) {
-	req.deadline, _ = ctx.Deadline()
-	req.wake = make(chan struct{}, 1)
-	b.mu.Lock()
-	if len(b.queue) >= maxQueued {
-		b.mu.Unlock()
-		return nil, errQueueFull
+	if err := b.q.Do(ctx, req); err != nil {
+		return nil, err
 	}
-	b.queue = append(b.queue, req)
-	ended := ctx.Done() // nil once seen: a caller whose batch is in flight waits for it
-	for !req.done {
-		// Nothing queued means req is in a batch another caller is writing.
-		if b.writing < writers && len(b.queue) > 0 {
-			b.writeBatch()
-			continue
-		}
-		b.mu.Unlock()
-		select {
-		case <-req.wake:
-		case <-ended:
-			ended = nil
-		}
-		b.mu.Lock()
-		if !req.done && ctx.Err() != nil && b.dequeue(req) {
-			b.wakeHead()
-			b.mu.Unlock()
-			return nil, errTooLate
-		}
-	}
-	b.mu.Unlock()
 	if req.unknown {
 		return nil, fmt.Errorf("%w (%v)", ErrUnknownOutcome, req.err)
 	}
 	return req.marks, req.err
 }
 
-// writeBatch takes a batch off the queue and writes it, b.mu released
-// meanwhile; then it wakes the batch's callers and, a writer being free
-// again, the queue's head. Called with b.mu held.
-func (b *batcher) writeBatch() {
-	batch := b.take()
-	if len(batch) == 0 {
-		return
-	}
-	b.writing++
+// writeBatch writes a batch the queue took, under its earliest deadline, on
+// a writer's own connection if one is free (nil: the pool's), and reports
+// whether its transaction committed.
+func (b *batcher) writeBatch(deadline time.Time, batch []*writeReq) bool {
+	b.mu.Lock()
 	var w *writerDB
 	if n := len(b.idle); n > 0 {
 		w, b.idle = b.idle[n-1], b.idle[:n-1]
 	}
 	b.mu.Unlock()
 	start := time.Now()
-	ok := b.flush(w, batch)
-	took := time.Since(start)
+	ok := b.flush(w, deadline, batch)
 	b.stats.Commits.Add(1)
 	b.stats.Requests.Add(int64(len(batch)))
-	b.stats.Nanos.Add(int64(took))
-	if ok { // a commit that failed (a partition, a deadline) says nothing of how long one takes
-		avg := b.commitNanos.Load()
-		b.commitNanos.Store(avg + (int64(took)-avg)/8)
-	}
-	b.mu.Lock()
+	b.stats.Nanos.Add(int64(time.Since(start)))
 	if w != nil {
+		b.mu.Lock()
 		if b.closed {
 			_ = w.conn.Close()
 		} else {
 			b.idle = append(b.idle, w)
 		}
+		b.mu.Unlock()
 	}
-	for _, r := range batch {
-		r.done = true
-		r.signal()
-	}
-	b.writing--
-	b.wakeHead()
-}
-
-// wakeHead wakes the oldest queued caller if a writer is free, so it writes
-// the next batch. Called with b.mu held.
-func (b *batcher) wakeHead() {
-	if b.writing < writers && len(b.queue) > 0 {
-		b.queue[0].signal()
-	}
-}
-
-// signal wakes r's caller (at most one wake-up is pending).
-func (r *writeReq) signal() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// dequeue takes req out of the queue if it is still there (not yet in a
-// batch). Called with b.mu held.
-func (b *batcher) dequeue(req *writeReq) bool {
-	for i, r := range b.queue {
-		if r == req {
-			b.queue = slices.Delete(b.queue, i, i+1)
-			return true
-		}
-	}
-	return false
+	return ok
 }
 
 // maxMinLeft caps the time left a request needs to be taken into a batch,
@@ -293,45 +227,14 @@ func (b *batcher) dequeue(req *writeReq) bool {
 // time never turns into shedding everything.
 const maxMinLeft = 100 * time.Millisecond
 
-// take takes the next batch off the queue: up to maxBatch requests, oldest
-// first, leaving out (and answering errTooLate) those whose deadline is
-// nearer than a recent successful commit took (at most maxMinLeft): they
-// would make the batch fail at their deadline. Called with b.mu held.
-func (b *batcher) take() []*writeReq {
-	now := time.Now()
-	minLeft := min(time.Duration(b.commitNanos.Load()), maxMinLeft)
-	batch := make([]*writeReq, 0, min(len(b.queue), maxBatch))
-	n := 0
-	for _, r := range b.queue {
-		if len(batch) == maxBatch {
-			break
-		}
-		n++
-		if !r.deadline.IsZero() && r.deadline.Sub(now) < minLeft {
-			r.done, r.err = true, errTooLate
-			r.signal()
-			continue
-		}
-		batch = append(batch, r)
-	}
-	b.queue = b.queue[n:]
-	return batch
-}
-
-// flush writes batch in one transaction, under the earliest deadline of its
-// callers, on w's connection (nil: the pool's); if the database refused it,
-// each request alone. It reports whether the batch's transaction committed.
-func (b *batcher) flush(w *writerDB, batch []*writeReq) bool {
+// flush writes batch in one transaction, under deadline (zero: none), on
+// w's connection (nil: the pool's); if the database refused it, each
+// request alone. It reports whether the batch's transaction committed.
+func (b *batcher) flush(w *writerDB, deadline time.Time, batch []*writeReq) bool {
 	ctx := context.Background()
-	var earliest time.Time
-	for _, r := range batch {
-		if !r.deadline.IsZero() && (earliest.IsZero() || r.deadline.Before(earliest)) {
-			earliest = r.deadline
-		}
-	}
-	if !earliest.IsZero() {
+	if !deadline.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, earliest)
+		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
 	marks, unknown, err := b.commit(ctx, w, batch)

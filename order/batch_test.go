@@ -18,6 +18,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/batchq"
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/internal/testenv"
@@ -275,7 +276,7 @@ func TestBatcherDeadlines(t *testing.T) {
 	require.NoError(t, lock.Exec(`SELECT on_hand FROM skus WHERE sku = 'A' FOR UPDATE`).Error)
 
 	writing := func(n int) func() bool {
-		return func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.writing == n && len(b.queue) == 0 }
+		return func() bool { flying, queued := b.q.Load(); return flying == n && queued == 0 }
 	}
 	var inFlight sync.WaitGroup
 	var timedErr, patientErr error
@@ -309,9 +310,8 @@ func TestBatcherDeadlines(t *testing.T) {
 	for i, err := range errs {
 		require.ErrorIs(t, err, errTooLate, "queued caller %d", i)
 	}
-	b.mu.Lock()
-	require.Empty(t, b.queue, "callers that gave up left the queue")
-	b.mu.Unlock()
+	_, left := b.q.Load()
+	require.Zero(t, left, "callers that gave up left the queue")
 
 	require.Eventually(t, writing(1), 10*time.Second, time.Millisecond, "the timed batch ended at its deadline")
 	unlock()
@@ -333,14 +333,25 @@ func TestBatcherDeadlines(t *testing.T) {
 // A full queue sheds load at once instead of piling up.
 func TestBatcherQueueIsBounded(t *testing.T) {
 	b := newBatcher(nil)
-	b.writing = writers // both writers busy: nothing is taken off the queue
-	for range maxQueued {
-		b.queue = append(b.queue, &writeReq{})
+	release := make(chan struct{})
+	b.q = batchq.New(queueConfig(), func(time.Time, []*writeReq) bool { <-release; return true })
+	var wg sync.WaitGroup
+	for range writers + maxQueued { // both writers busy, then a full queue
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = b.write(context.Background(), &writeReq{})
+		}()
 	}
+	require.Eventually(t, func() bool { flying, queued := b.q.Load(); return flying == writers && queued == maxQueued },
+		10*time.Second, time.Millisecond)
 	_, err := b.write(context.Background(), &writeReq{})
 	require.ErrorIs(t, err, errQueueFull)
 	require.ErrorIs(t, err, stock.ErrUnavailable)
-	require.Len(t, b.queue, maxQueued)
+	_, queued := b.q.Load()
+	require.Equal(t, maxQueued, queued)
+	close(release)
+	wg.Wait()
 }
 
 // However slow the commits before it were (a partition, an overload), a
@@ -350,12 +361,12 @@ func TestBatcherSlowHistoryShedsNotEverything(t *testing.T) {
 	r := newRig(t, memoryTransport(t))
 	r.addSKU("A", 10)
 	b := testBatcher(t, r.db)
-	b.commitNanos.Store(int64(10 * time.Second))
+	b.q.SetAverage(10 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := b.write(ctx, oneUnitOrder("slow", "A"))
 	require.NoError(t, err)
-	require.Less(t, b.commitNanos.Load(), int64(10*time.Second), "the successful commit moved the average")
+	require.Less(t, b.q.Average(), 10*time.Second, "the successful commit moved the average")
 }
 
 // What building a group commit's orders INSERT costs the service (15

@@ -2,12 +2,11 @@ package stock
 
 import (
 	"context"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/acme/inventory/internal/batchq"
 )
 
 // The admissions of concurrent requests are sent to Redis together: each
@@ -18,44 +17,43 @@ import (
 // seckill burst that is most of what an admission costs both processes
 // (a loopback write and read per call, on both sides).
 //
-// No timer, no goroutine: as the group commit of reservations
-// (order/batch.go), a caller that finds fewer than maxFlights pipelines in
-// flight sends what is queued (its own admission and those that queued
-// meanwhile, up to maxPipelined) and answers every caller in it; the others
-// wait. Alone, a caller sends at once: a pipeline of one, no wait.
+// The callers take turns through internal/batchq's queue, as the group
+// commit of reservations does (order/batch.go): a caller that finds fewer
+// than maxFlights pipelines in flight sends what is queued (its own
+// admission and those that queued meanwhile, up to maxPipelined) and
+// answers every caller in it; the others wait. Alone, a caller sends at
+// once: a pipeline of one, no wait. No timer, no goroutine.
 //
 // Deadlines: a caller whose context ends while it is still queued leaves
 // (nothing was sent, nothing taken); a pipeline is sent under the earliest
 // deadline of its callers, and an admission with less time left than a
-// pipeline recently took is not put into one (it could only make the
-// others fail with it), but answered context.DeadlineExceeded unsent.
+// pipeline recently took (at most maxMinLeft) is not put into one (it
+// could only make the others fail with it), but answered
+// context.DeadlineExceeded unsent.
 const (
 	maxFlights   = 2   // pipelines in flight at once
 	maxPipelined = 128 // admissions per pipeline
 	maxMinLeft   = 20 * time.Millisecond
 )
 
-// coalescer queues admissions and sends them in pipelines (see above).
+// coalescer sends admissions in pipelines (see above).
 type coalescer struct {
-	rdb redis.UniversalClient
+	rdb   redis.UniversalClient
+	q     *batchq.Queue[*admitCall]
+	stats *Stats
+}
 
-	mu     sync.Mutex
-	queue  []*admitCall
-	flying int
-
-	avgNanos atomic.Int64 // a moving average of a pipeline's round trip
-	stats    *Stats
+func newCoalescer(rdb redis.UniversalClient, stats *Stats) *coalescer {
+	c := &coalescer{rdb: rdb, stats: stats}
+	c.q = batchq.New(batchq.Config{Flights: maxFlights, MaxBatch: maxPipelined, MaxMinLeft: maxMinLeft}, c.pipeline)
+	return c
 }
 
 // admitCall is one deduction script call: its keys and arguments, and once
-// done the script's answer or the error.
+// sent the script's answer or the error.
 type admitCall struct {
-	keys     []string
-	args     []any
-	deadline time.Time // zero: none
-
-	wake chan struct{} // buffered: the caller has something to do
-	done bool
+	keys []string
+	args []any
 	res  []int64
 	err  error
 }
@@ -63,99 +61,24 @@ type admitCall struct {
 // run runs the deduction script for keys and args, in a pipeline with the
 // admissions of other callers (see coalescer), and returns its answer.
 func (c *coalescer) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
-	call := &admitCall{keys: keys, args: args, wake: make(chan struct{}, 1)}
-	call.deadline, _ = ctx.Deadline()
-	c.mu.Lock()
-	c.queue = append(c.queue, call)
-	ended := ctx.Done() // nil once seen: a caller whose pipeline is in flight waits for it
-	for !call.done {
-		if c.flying < maxFlights && len(c.queue) > 0 {
-			c.send()
-			continue
-		}
-		c.mu.Unlock()
-		select {
-		case <-call.wake:
-		case <-ended:
-			ended = nil
-		}
-		c.mu.Lock()
-		if !call.done && ctx.Err() != nil && c.dequeue(call) {
-			c.wakeHead()
-			c.mu.Unlock()
-			return nil, ctx.Err()
-		}
+	call := &admitCall{keys: keys, args: args}
+	if err := c.q.Do(ctx, call); err != nil {
+		return nil, err
 	}
-	c.mu.Unlock()
 	return call.res, call.err
 }
 
-// send takes the queue's oldest admissions (up to maxPipelined) and sends
-// them in one pipeline, c.mu released meanwhile; then it answers them and,
-// a flight being free again, wakes the queue's head. Called with c.mu held.
-func (c *coalescer) send() {
-	batch := c.take()
-	if len(batch) == 0 {
-		return
-	}
-	c.flying++
-	c.mu.Unlock()
-	start := time.Now()
-	ok := c.pipeline(batch)
-	if ok {
-		avg := c.avgNanos.Load()
-		c.avgNanos.Store(avg + (int64(time.Since(start))-avg)/8)
-	}
-	c.stats.Pipelines.Add(1)
-	c.stats.Pipelined.Add(int64(len(batch)))
-	c.mu.Lock()
-	for _, call := range batch {
-		call.done = true
-		call.signal()
-	}
-	c.flying--
-	c.wakeHead()
-}
-
-// take takes the next pipeline's admissions off the queue, oldest first,
-// answering unsent those whose deadline is nearer than a pipeline recently
-// took (at most maxMinLeft). Called with c.mu held.
-func (c *coalescer) take() []*admitCall {
-	now := time.Now()
-	minLeft := min(time.Duration(c.avgNanos.Load()), maxMinLeft)
-	batch := make([]*admitCall, 0, min(len(c.queue), maxPipelined))
-	n := 0
-	for _, call := range c.queue {
-		if len(batch) == maxPipelined {
-			break
-		}
-		n++
-		if !call.deadline.IsZero() && call.deadline.Sub(now) < minLeft {
-			call.done, call.err = true, context.DeadlineExceeded
-			call.signal()
-			continue
-		}
-		batch = append(batch, call)
-	}
-	c.queue = c.queue[n:]
-	return batch
-}
-
-// pipeline sends batch's script calls in one pipeline, under the earliest
-// of their deadlines, and sets each call's answer. A call Redis answered
+// pipeline sends batch's script calls in one pipeline, under deadline
+// (zero: none), and sets each call's answer. A call Redis answered
 // NOSCRIPT (its script cache was flushed) is sent again alone, which loads
 // the script. It reports whether Redis answered the pipeline.
-func (c *coalescer) pipeline(batch []*admitCall) bool {
+func (c *coalescer) pipeline(deadline time.Time, batch []*admitCall) bool {
+	c.stats.Pipelines.Add(1)
+	c.stats.Pipelined.Add(int64(len(batch)))
 	ctx := context.Background()
-	var earliest time.Time
-	for _, call := range batch {
-		if !call.deadline.IsZero() && (earliest.IsZero() || call.deadline.Before(earliest)) {
-			earliest = call.deadline
-		}
-	}
-	if !earliest.IsZero() {
+	if !deadline.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, earliest)
+		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
 	pipe := c.rdb.Pipeline()
@@ -185,30 +108,4 @@ func scriptAnswer(cmd *redis.Cmd) ([]int64, error) {
 		return nil, errScriptAnswer
 	}
 	return res, nil
-}
-
-// wakeHead wakes the oldest queued caller if a flight is free, so it sends
-// the next pipeline. Called with c.mu held.
-func (c *coalescer) wakeHead() {
-	if c.flying < maxFlights && len(c.queue) > 0 {
-		c.queue[0].signal()
-	}
-}
-
-// signal wakes call's caller (at most one wake-up is pending).
-func (call *admitCall) signal() {
-	select {
-	case call.wake <- struct{}{}:
-	default:
-	}
-}
-
-// dequeue takes call out of the queue if it is still there (not yet sent).
-// Called with c.mu held.
-func (c *coalescer) dequeue(call *admitCall) bool {
-	if i := slices.Index(c.queue, call); i >= 0 {
-		c.queue = slices.Delete(c.queue, i, i+1)
-		return true
-	}
-	return false
 }

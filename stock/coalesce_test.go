@@ -68,25 +68,32 @@ func holdFlights(t *testing.T, g *gate, s *Store, sku string) <-chan Result {
 	return answers
 }
 
+// heldFlights is a fresh Redis with one SKU, HOT, of units, whose every
+// flight holds an admission Redis has not answered (holdFlights).
+func heldFlights(t *testing.T, b backend, rdb redis.UniversalClient, units int64) (*Store, *gate, <-chan Result) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, b.flush(ctx, rdb))
+	s := newStore(t, rdb, newFakeDB(map[string]int64{"HOT": units}))
+	require.NoError(t, s.EnsureInit(ctx, "HOT"))
+	g := newGate(rdb)
+	return s, g, holdFlights(t, g, s, "HOT")
+}
+
 func (g *gate) release() {
 	g.shut.Store(false)
 	close(g.open)
 }
 
 func queued(s *Store) int {
-	s.admits.mu.Lock()
-	defer s.admits.mu.Unlock()
-	return len(s.admits.queue)
+	_, n := s.admits.q.Load()
+	return n
 }
 
 func TestAdmissionsQueuedMeanwhileGoInOnePipeline(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		require.NoError(t, b.flush(ctx, rdb))
-		s := newStore(t, rdb, newFakeDB(map[string]int64{"HOT": 1000}))
-		require.NoError(t, s.EnsureInit(ctx, "HOT"))
-		g := newGate(rdb)
-		flights := holdFlights(t, g, s, "HOT")
+		s, g, flights := heldFlights(t, b, rdb, 1000)
 
 		// With both flights waiting on Redis, 100 more callers queue.
 		const n = 100
@@ -133,11 +140,7 @@ func TestAdmissionsQueuedMeanwhileGoInOnePipeline(t *testing.T) {
 func TestAdmissionLeavesTheQueueAtItsDeadline(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		require.NoError(t, b.flush(ctx, rdb))
-		s := newStore(t, rdb, newFakeDB(map[string]int64{"HOT": 10}))
-		require.NoError(t, s.EnsureInit(ctx, "HOT"))
-		g := newGate(rdb)
-		flights := holdFlights(t, g, s, "HOT")
+		s, g, flights := heldFlights(t, b, rdb, 10)
 
 		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
@@ -152,36 +155,6 @@ func TestAdmissionLeavesTheQueueAtItsDeadline(t *testing.T) {
 		require.EqualValues(t, 10-maxFlights, levels(t, s, "HOT").Available, "the admission that left took nothing")
 		require.EqualValues(t, maxFlights, s.Stats().Pipelined.Load(), "and was never sent")
 	})
-}
-
-func TestPipelineTakesWhatCanStillBeAnswered(t *testing.T) {
-	c := &coalescer{stats: &Stats{}}
-	c.avgNanos.Store(int64(10 * time.Millisecond))
-	now := time.Now()
-	call := func(deadline time.Time) *admitCall {
-		return &admitCall{deadline: deadline, wake: make(chan struct{}, 1)}
-	}
-	none, soon, later := call(time.Time{}), call(now.Add(time.Millisecond)), call(now.Add(time.Hour))
-	c.queue = []*admitCall{none, soon, later}
-	require.Equal(t, []*admitCall{none, later}, c.take())
-	require.True(t, soon.done)
-	require.ErrorIs(t, soon.err, context.DeadlineExceeded, "answered unsent: it could not be answered in time")
-	require.Empty(t, c.queue)
-
-	// However slow recent pipelines were, a caller with more than
-	// maxMinLeft left is taken.
-	c.avgNanos.Store(int64(time.Minute))
-	roomy := call(time.Now().Add(2 * maxMinLeft))
-	c.queue = []*admitCall{roomy}
-	require.Equal(t, []*admitCall{roomy}, c.take())
-
-	// At most maxPipelined at once, oldest first.
-	for range maxPipelined + 2 {
-		c.queue = append(c.queue, call(time.Time{}))
-	}
-	first := c.queue[:maxPipelined]
-	require.Equal(t, first, c.take())
-	require.Len(t, c.queue, 2)
 }
 
 // A Redis that lost its script cache (a restart, SCRIPT FLUSH) answers a

@@ -112,7 +112,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	}
 	s := &Store{rdb: rdb, cfg: cfg, locker: NewLocker(rdb)}
 	if !cfg.OneCallPerAdmission {
-		s.admits = &coalescer{rdb: rdb, stats: &s.stats}
+		s.admits = newCoalescer(rdb, &s.stats)
 	}
 	return s, nil
 }
