@@ -194,10 +194,10 @@ func (b *batcher) write(ctx context.Context, req *writeReq) (map[string]arbiter.
 	return req.marks, req.err
 }
 
-// writeBatch writes a batch the queue took, under its earliest deadline, on
-// a writer's own connection if one is free (nil: the pool's), and reports
-// whether its transaction committed.
-func (b *batcher) writeBatch(deadline time.Time, batch []*writeReq) bool {
+// writeBatch writes a batch the queue took, under ctx (its earliest
+// deadline), on a writer's own connection if one is free (nil: the
+// pool's), and reports whether its transaction committed.
+func (b *batcher) writeBatch(ctx context.Context, batch []*writeReq) bool {
 	b.mu.Lock()
 	var w *writerDB
 	if n := len(b.idle); n > 0 {
@@ -205,7 +205,7 @@ func (b *batcher) writeBatch(deadline time.Time, batch []*writeReq) bool {
 	}
 	b.mu.Unlock()
 	start := time.Now()
-	ok := b.flush(w, deadline, batch)
+	ok := b.flush(ctx, w, batch)
 	b.stats.Commits.Add(1)
 	b.stats.Requests.Add(int64(len(batch)))
 	b.stats.Nanos.Add(int64(time.Since(start)))
@@ -227,16 +227,10 @@ func (b *batcher) writeBatch(deadline time.Time, batch []*writeReq) bool {
 // time never turns into shedding everything.
 const maxMinLeft = 100 * time.Millisecond
 
-// flush writes batch in one transaction, under deadline (zero: none), on
-// w's connection (nil: the pool's); if the database refused it, each
-// request alone. It reports whether the batch's transaction committed.
-func (b *batcher) flush(w *writerDB, deadline time.Time, batch []*writeReq) bool {
-	ctx := context.Background()
-	if !deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
+// flush writes batch in one transaction under ctx, on w's connection (nil:
+// the pool's); if the database refused it, each request alone. It reports
+// whether the batch's transaction committed.
+func (b *batcher) flush(ctx context.Context, w *writerDB, batch []*writeReq) bool {
 	marks, unknown, err := b.commit(ctx, w, batch)
 	// Only an answer of the database (a SKU that cannot cover the batch's
 	// total, a duplicate, a deadlock) is worth a retry request by request;

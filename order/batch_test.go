@@ -334,7 +334,7 @@ func TestBatcherDeadlines(t *testing.T) {
 func TestBatcherQueueIsBounded(t *testing.T) {
 	b := newBatcher(nil)
 	release := make(chan struct{})
-	b.q = batchq.New(queueConfig(), func(time.Time, []*writeReq) bool { <-release; return true })
+	b.q = batchq.New(queueConfig(), func(context.Context, []*writeReq) bool { <-release; return true })
 	var wg sync.WaitGroup
 	for range writers + maxQueued { // both writers busy, then a full queue
 		wg.Add(1)

@@ -68,19 +68,13 @@ func (c *coalescer) run(ctx context.Context, keys []string, args []any) ([]int64
 	return call.res, call.err
 }
 
-// pipeline sends batch's script calls in one pipeline, under deadline
-// (zero: none), and sets each call's answer. A call Redis answered
+// pipeline sends batch's script calls in one pipeline under ctx (its
+// earliest deadline), and sets each call's answer. A call Redis answered
 // NOSCRIPT (its script cache was flushed) is sent again alone, which loads
 // the script. It reports whether Redis answered the pipeline.
-func (c *coalescer) pipeline(deadline time.Time, batch []*admitCall) bool {
+func (c *coalescer) pipeline(ctx context.Context, batch []*admitCall) bool {
 	c.stats.Pipelines.Add(1)
 	c.stats.Pipelined.Add(int64(len(batch)))
-	ctx := context.Background()
-	if !deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
 	pipe := c.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, call := range batch {

@@ -44,8 +44,8 @@ func profiled(fn func() webRun) webRun {
 }
 
 // phaseProfiles holds the CPU profiles of the phases -cpuprofile-phases
-// picked, one per phase (the profiler runs one at a time; phases do not
-// overlap, except the soak's load, whose own phase it is).
+// picked, one per phase (phases run one after another, as the profiler
+// can only run once at a time).
 var phaseProfiles struct {
 	match *regexp.Regexp // nil: no per-phase profiling
 	parts [][]byte

@@ -13,7 +13,7 @@
 // took (at most Config.MaxMinLeft) is not taken into one, where it could
 // only make the others fail with it, and is answered Config.Late unsent. A
 // caller whose batch is in flight waits for it, past its own deadline if
-// need be: Send bounds that with the batch's deadline.
+// need be: Send's context ends at the batch's deadline.
 package batchq
 
 import (
@@ -41,11 +41,13 @@ type Config struct {
 	Full, Late error
 }
 
-// Send sends a batch, under deadline (zero: none), and sets each item's
-// answer in the item; it runs on one caller's goroutine, the queue's lock
-// released, and reports whether the server answered the batch (only those
-// batches move the average a batch takes).
-type Send[T any] func(deadline time.Time, batch []T) bool
+// Send sends a batch under ctx, which ends at the batch's earliest deadline
+// (none if no item has one) and carries no caller's cancellation: a batch
+// in flight is for all its callers. It sets each item's answer in the item;
+// it runs on one caller's goroutine, the queue's lock released, and reports
+// whether the server answered the batch (only those batches move the
+// average a batch takes).
+type Send[T any] func(ctx context.Context, batch []T) bool
 
 // Queue is a queue of items of type T (pointers to the callers' requests,
 // in which Send writes their answers).
@@ -146,8 +148,14 @@ func (q *Queue[T]) flight() {
 		items[i] = w.item
 	}
 	q.mu.Unlock()
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if !deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+	}
 	start := time.Now()
-	if q.send(deadline, items) { // a batch that failed says nothing of how long one takes
+	ok := q.send(ctx, items)
+	cancel()
+	if ok { // a batch that failed says nothing of how long one takes
 		avg := q.avgNanos.Load()
 		q.avgNanos.Store(avg + (int64(time.Since(start))-avg)/8)
 	}

@@ -33,7 +33,7 @@ func newGatedSend() *gatedSend {
 	return &gatedSend{entered: make(chan struct{}, 64), release: make(chan struct{})}
 }
 
-func (g *gatedSend) send(_ time.Time, batch []*item) bool {
+func (g *gatedSend) send(_ context.Context, batch []*item) bool {
 	if g.gated.Load() {
 		g.entered <- struct{}{}
 		<-g.release
@@ -180,7 +180,7 @@ func TestCallerLeavesTheQueueAtItsDeadline(t *testing.T) {
 // than a recent batch took is answered Late unsent; however slow recent
 // batches were, an item with more than MaxMinLeft left is taken.
 func TestDeadlinesOfABatch(t *testing.T) {
-	q := New(config(), func(time.Time, []*item) bool { return true })
+	q := New(config(), func(context.Context, []*item) bool { return true })
 	now := time.Now()
 	w := func(id int, d time.Duration) *waiter[*item] {
 		wt := &waiter[*item]{item: &item{id: id}, wake: make(chan struct{}, 1)}
@@ -212,7 +212,7 @@ func TestDeadlinesOfABatch(t *testing.T) {
 // Only batches the server answered move the average.
 func TestFailedBatchesDoNotMoveTheAverage(t *testing.T) {
 	ok := false
-	q := New(config(), func(time.Time, []*item) bool { time.Sleep(5 * time.Millisecond); return ok })
+	q := New(config(), func(context.Context, []*item) bool { time.Sleep(5 * time.Millisecond); return ok })
 	q.SetAverage(time.Hour)
 	require.NoError(t, q.Do(context.Background(), &item{}))
 	require.Equal(t, time.Hour, q.Average())
@@ -227,7 +227,7 @@ func TestManyCallers(t *testing.T) {
 	var inFlight, most atomic.Int32
 	var mu sync.Mutex
 	seen := map[int]int{}
-	q := New(Config{Flights: 2, MaxBatch: 8, MaxMinLeft: time.Millisecond}, func(_ time.Time, batch []*item) bool {
+	q := New(Config{Flights: 2, MaxBatch: 8, MaxMinLeft: time.Millisecond}, func(_ context.Context, batch []*item) bool {
 		n := inFlight.Add(1)
 		for {
 			m := most.Load()
@@ -272,4 +272,20 @@ func TestManyCallers(t *testing.T) {
 	})
 	require.Equal(t, 1, slices.Max(counts), "each answered exactly once")
 	require.LessOrEqual(t, most.Load(), int32(2))
+}
+
+// Send's context ends at the batch's deadline, and has none when no item
+// has one.
+func TestSendRunsUnderTheBatchsDeadline(t *testing.T) {
+	var got time.Time
+	var has bool
+	q := New(config(), func(ctx context.Context, _ []*item) bool { got, has = ctx.Deadline(); return true })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	want, _ := ctx.Deadline()
+	require.NoError(t, q.Do(ctx, &item{}))
+	require.True(t, has)
+	require.Equal(t, want, got)
+	require.NoError(t, q.Do(context.Background(), &item{}))
+	require.False(t, has)
 }
