@@ -133,6 +133,7 @@ func New(cfg Config, st *stock.Store, orders *order.Service, cat *order.Catalog,
 	e.HTTPErrorHandler = s.errorHandler
 	e.JSONSerializer = jsonSerializer{}
 	e.IPExtractor = ipExtractor(cfg.TrustedProxies)
+	e.Pre(routeOnEscapedPath)
 	e.Use(requestID, middleware.Recover(), cfg.Metrics.observe(func(err error) int { status, _ := s.answer(err); return status }),
 		deadline(cfg.RequestTimeout))
 	e.Use(middleware.BodyLimit(strconv.Itoa(maxBody)))
@@ -226,9 +227,59 @@ func (s *Server) readyz(c echo.Context) error {
 	return c.JSON(status, out)
 }
 
-// pathParam is a path segment as the client meant it: percent-decoded, so
-// DEMO%2DTSHIRT names DEMO-TSHIRT (RFC 3986: the same characters). Echo
-// hands over the segment as sent when the path has escapes.
+// routeOnEscapedPath makes the router match the path as sent, so a path
+// parameter reaches its handler still percent-encoded and is decoded once,
+// by pathParam. Echo matches on URL.RawPath, which Go leaves empty when the
+// path as sent is the default encoding of the decoded one (W%252DX is the
+// default encoding of W%2DX): Echo then matched the decoded path and the
+// handler decoded W%2DX again, into W-X, another SKU. Escapes of unreserved
+// characters (%2D, %41) are decoded here, as RFC 3986 6.2.2.2 normalises
+// them, so /v1/%73kus/... is /v1/skus/...; every other escape stays, so %2F
+// never splits a segment and %25 stays a literal "%".
+func routeOnEscapedPath(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		u := c.Request().URL
+		u.RawPath = decodeUnreserved(u.EscapedPath())
+		return next(c)
+	}
+}
+
+// decodeUnreserved decodes the escapes of unreserved characters (A-Z a-z
+// 0-9 - . _ ~) in the valid escaped path p and upper-cases the others.
+func decodeUnreserved(p string) string {
+	if !strings.Contains(p, "%") {
+		return p
+	}
+	const hexDigits = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(p))
+	for i := 0; i < len(p); i++ {
+		if p[i] != '%' || i+2 >= len(p) {
+			b.WriteByte(p[i])
+			continue
+		}
+		v, err := strconv.ParseUint(p[i+1:i+3], 16, 8)
+		if err != nil { // EscapedPath never gives one; kept as sent
+			b.WriteByte(p[i])
+			continue
+		}
+		switch c := byte(v); {
+		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '.', c == '_', c == '~':
+			b.WriteByte(c)
+		default:
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&0xf])
+		}
+		i += 2
+	}
+	return b.String()
+}
+
+// pathParam is a path segment as the client meant it: its one
+// percent-decoding (routeOnEscapedPath keeps it encoded until here), so
+// DEMO%2DTSHIRT names DEMO-TSHIRT and DEMO%252DTSHIRT names DEMO%2DTSHIRT,
+// which no SKU can be.
 func pathParam(c echo.Context, name string) (string, error) {
 	v, err := url.PathUnescape(c.Param(name))
 	if err != nil {
