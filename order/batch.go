@@ -235,14 +235,14 @@ func (b *batcher) flush(ctx context.Context, w *writerDB, batch []*writeReq) boo
 	// Only an answer of the database (a SKU that cannot cover the batch's
 	// total, a duplicate, a deadlock) is worth a retry request by request;
 	// a database out of reach or out of time would not answer those either.
-	if err == nil || unknown || breaker.Unreachable(err) || len(batch) == 1 && !arbiter.IsDeadlock(err) {
+	if err == nil || unknown || breaker.Unreachable(err) || len(batch) == 1 && !arbiter.Retryable(err) {
 		for _, r := range batch {
 			r.marks, r.err, r.unknown = marks, err, unknown
 		}
 		return err == nil
 	}
 	for _, r := range batch {
-		r.marks, r.err = arbiter.RetryDeadlock(func() (map[string]arbiter.Mark, error) {
+		r.marks, r.err = arbiter.RetryDeadlock(ctx, func() (map[string]arbiter.Mark, error) {
 			marks, unknown, err := b.commit(ctx, w, []*writeReq{r})
 			r.unknown = unknown
 			return marks, err

@@ -54,7 +54,7 @@ func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int6
 	if perUserLimit < 0 || perUserLimit > stock.DefaultMaxQty {
 		return nil, invalid("per_user_limit must be between 0 (none) and %d", stock.DefaultMaxQty)
 	}
-	err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err := arbiter.Transact(ctx, c.db, func(tx *gorm.DB) error {
 		return arbiter.In(tx).Set(sku, onHand, perUserLimit, ifMatch)
 	})
 	if err != nil {
@@ -92,7 +92,7 @@ func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, r
 	}
 	var m map[string]arbiter.Mark
 	replay := false
-	err := c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err := arbiter.Transact(ctx, c.db, func(tx *gorm.DB) error {
 		var err error
 		m, replay, err = arbiter.In(tx).Restock(sku, delta, reason, reference, ifMatch)
 		return err

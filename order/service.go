@@ -569,7 +569,7 @@ func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
 
 // inTx runs fn in a transaction, retrying a few times on deadlock.
 func (s *Service) inTx(ctx context.Context, fn func(tx *gorm.DB) (*Order, error)) (*Order, error) {
-	return arbiter.RetryDeadlock(func() (*Order, error) {
+	return arbiter.RetryDeadlock(ctx, func() (*Order, error) {
 		var out *Order
 		err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			o, err := fn(tx)

@@ -438,6 +438,9 @@ func (a Arbiter) Set(sku string, onHand, perUserLimit int64, ifMatch []string) e
 	set := Movement{SKU: sku, Kind: MoveSet, OnHandDelta: onHand}
 	if len(cur) == 0 {
 		if err := a.tx.Create(&SKU{SKU: sku, OnHand: onHand, PerUserLimit: perUserLimit}).Error; err != nil {
+			if IsDuplicate(err) {
+				return fmt.Errorf("%w: %w", errInsertRaced, err)
+			}
 			return err
 		}
 		return a.moved([]Movement{set})

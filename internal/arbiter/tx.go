@@ -13,29 +13,53 @@ import (
 )
 
 // Under contention InnoDB picks deadlock victims (the applier's reservation
-// UPDATE and a group commit's inserts can wait on each other's gap locks);
-// the victim rolled back entirely, so running it again is safe. Ten attempts
-// with a growing, jittered pause make a caller see one only when the
-// database is stuck, not merely busy.
-func RetryDeadlock[T any](fn func() (T, error)) (T, error) {
+// UPDATE and a group commit's inserts can wait on each other's gap locks;
+// two creates of new SKUs both hold the gap their inserts need); the victim
+// rolled back entirely, so running it again is safe. Ten attempts with a
+// growing, jittered pause make a caller see one only when the database is
+// stuck, not merely busy; the pauses end with ctx (the request's deadline),
+// and the last error is returned then.
+func RetryDeadlock[T any](ctx context.Context, fn func() (T, error)) (T, error) {
 	for attempt := 0; ; attempt++ {
 		v, err := fn()
-		if attempt < 10 && IsDeadlock(err) {
+		if attempt < 10 && Retryable(err) {
 			d := time.Duration(attempt+1) * 5 * time.Millisecond
-			time.Sleep(d/2 + rand.N(d))
-			continue
+			t := time.NewTimer(d/2 + rand.N(d))
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+			}
 		}
 		return v, err
 	}
 }
 
-// IsDeadlock recognises a transaction MySQL chose as a deadlock victim, that
-// waited too long for a lock, or (MariaDB's innodb_snapshot_isolation) that
-// would update a row changed since its snapshot: safe to run again.
-func IsDeadlock(err error) bool {
-	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205 || me.Number == 1020)
+// Transact runs fn in a transaction on db under ctx, again (RetryDeadlock)
+// when the database rolled it back as a deadlock victim.
+func Transact(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) error {
+	_, err := RetryDeadlock(ctx, func() (struct{}, error) {
+		return struct{}{}, db.WithContext(ctx).Transaction(fn)
+	})
+	return err
 }
+
+// Retryable recognises a transaction the database rolled back whole that
+// may succeed when run again: a deadlock victim, one that waited too long
+// for a lock, one that (MariaDB's innodb_snapshot_isolation) would update
+// a row changed since its snapshot, or one that lost a race to insert a
+// row (errInsertRaced: run again, it finds the row).
+func Retryable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205 || me.Number == 1020) ||
+		errors.Is(err, errInsertRaced)
+}
+
+// errInsertRaced is an insert refused because a transaction that read no
+// such row inserted it first (under READ COMMITTED no gap lock keeps it
+// out): the whole transaction is to run again.
+var errInsertRaced = errors.New("arbiter: another transaction inserted the row first")
 
 // IsDuplicate recognises an INSERT refused by a unique key.
 func IsDuplicate(err error) bool {
@@ -51,7 +75,8 @@ func IsDuplicate(err error) bool {
 func InitFunc(db *gorm.DB) stock.InitFunc {
 	return func(ctx context.Context, sku string, write func(stock.Level) error) error {
 		var werr error
-		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		err := Transact(ctx, db, func(tx *gorm.DB) error {
+			werr = nil
 			lv, err := In(tx).NewEpoch(sku)
 			if err != nil {
 				return err

@@ -158,7 +158,7 @@ func (c *Reconciler) check(ctx context.Context, rec arbiter.SKU, lv stock.Levels
 
 // fixReserved has the arbiter set reserved to the sum of live reservations.
 func (c *Reconciler) fixReserved(ctx context.Context, sku string) error {
-	return c.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return arbiter.In(tx).FixReserved(sku) })
+	return arbiter.Transact(ctx, c.db, func(tx *gorm.DB) error { return arbiter.In(tx).FixReserved(sku) })
 }
 
 // Realign realigns every SKU whose Redis value differs from the database's,

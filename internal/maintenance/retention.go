@@ -139,11 +139,12 @@ func (r *Retention) PruneOnce(ctx context.Context) (Pruned, error) {
 	return p, err
 }
 
-// batches runs one until it deletes less than a batch.
+// batches runs one until it deletes less than a batch; a batch the
+// database rolled back as a deadlock victim runs again.
 func (r *Retention) batches(ctx context.Context, one func() (int64, error)) (int64, error) {
 	var total int64
 	for ctx.Err() == nil {
-		n, err := one()
+		n, err := arbiter.RetryDeadlock(ctx, one)
 		total += n
 		if err != nil || n < int64(r.cfg.Batch) {
 			return total, err

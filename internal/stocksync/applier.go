@@ -121,7 +121,7 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 	var applied, dup int64
 	var recorded []arbiter.AnomalyRow
 	var chs []stock.Change
-	_, err := arbiter.RetryDeadlock(func() (struct{}, error) {
+	_, err := arbiter.RetryDeadlock(ctx, func() (struct{}, error) {
 		applied, dup, recorded, chs = 0, 0, nil, nil
 		return struct{}{}, a.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			d, err := arbiter.In(tx).Settle(skus, bySKU)
