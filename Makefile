@@ -49,6 +49,7 @@ model:
 		$(GO) test -race -count=1 -timeout 0 -run '^TestModel$$' -v ./order
 
 lint:
+	scripts/check-tracked-size.sh
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 

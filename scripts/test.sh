@@ -4,6 +4,8 @@
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
+"$ROOT/scripts/check-tracked-size.sh"
+
 shopt -s nullglob
 before=$(cd "$RUN" && echo *.pid)
 t0=$SECONDS
