@@ -12,11 +12,11 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/batchq"
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/prepconn"
-	"github.com/acme/inventory/stock"
 )
 
 // maxBatch bounds the reservations one transaction writes.
@@ -90,11 +90,11 @@ type writeReq struct {
 // ErrUnknownOutcome is a write whose commit the database did not confirm
 // before the deadline: the rows may exist (an order then pays or expires as
 // any other; a retry with the same Idempotency-Key or token finds it).
-var ErrUnknownOutcome = fmt.Errorf("%w: the database did not confirm the write in time; it may have been recorded (retry with the same Idempotency-Key or token)", stock.ErrUnavailable)
+var ErrUnknownOutcome = fmt.Errorf("%w: the database did not confirm the write in time; it may have been recorded (retry with the same Idempotency-Key or token)", inventory.ErrUnavailable)
 
 var (
-	errQueueFull = fmt.Errorf("%w: too many reservations are waiting for the database; retry later", stock.ErrUnavailable)
-	errTooLate   = fmt.Errorf("%w: the database did not take the reservation before the deadline; retry later", stock.ErrUnavailable)
+	errQueueFull = fmt.Errorf("%w: too many reservations are waiting for the database; retry later", inventory.ErrUnavailable)
+	errTooLate   = fmt.Errorf("%w: the database did not take the reservation before the deadline; retry later", inventory.ErrUnavailable)
 )
 
 // queueConfig is the group commit's queue (internal/batchq): up to writers
@@ -183,7 +183,7 @@ func (s *Service) Close() error { return s.orders.close() }
 
 // write records req and returns when that is committed, refused, or can no
 // longer be written before ctx's deadline (see batcher). Errors wrapping
-// stock.ErrUnavailable mean nothing was written, except ErrUnknownOutcome.
+// inventory.ErrUnavailable mean nothing was written, except ErrUnknownOutcome.
 func (b *batcher) write(ctx context.Context, req *writeReq) (map[string]arbiter.Mark, error) {
 	if err := b.q.Do(ctx, req); err != nil {
 		return nil, err

@@ -17,12 +17,12 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/batchq"
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/stock"
 )
 
 // oneUnitOrder is a write of order id (user u) holding one unit of sku.
@@ -131,7 +131,7 @@ func TestBatcherRefusesPerRequest(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	require.ErrorIs(t, errs[n], stock.ErrUnknownSKU)
+	require.ErrorIs(t, errs[n], inventory.ErrUnknownSKU)
 	var ok, refused int
 	for _, err := range errs[:n] {
 		var ref arbiter.RefusedError
@@ -347,7 +347,7 @@ func TestBatcherQueueIsBounded(t *testing.T) {
 		10*time.Second, time.Millisecond)
 	_, err := b.write(context.Background(), &writeReq{})
 	require.ErrorIs(t, err, errQueueFull)
-	require.ErrorIs(t, err, stock.ErrUnavailable)
+	require.ErrorIs(t, err, inventory.ErrUnavailable)
 	_, queued := b.q.Load()
 	require.Equal(t, maxQueued, queued)
 	close(release)

@@ -8,6 +8,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/stock"
 )
@@ -45,14 +46,14 @@ func NewCatalog(db *gorm.DB, st *stock.Store, log *slog.Logger) *Catalog {
 // Setting on_hand below what is reserved is a conflict. With ifMatch, the
 // SKU must exist with one of those versions (ErrPrecondition otherwise).
 func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int64, ifMatch ...string) (*SKUView, error) {
-	if err := stock.ValidateSKU(sku); err != nil {
+	if err := inventory.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
-	if onHand < stock.Unlimited || onHand > arbiter.MaxStock {
-		return nil, invalid("stock must be -1 (unlimited) or between 0 and %d", int64(arbiter.MaxStock))
+	if onHand < inventory.Unlimited || onHand > arbiter.MaxStock {
+		return nil, inventory.Invalidf("stock must be -1 (unlimited) or between 0 and %d", int64(arbiter.MaxStock))
 	}
-	if perUserLimit < 0 || perUserLimit > stock.DefaultMaxQty {
-		return nil, invalid("per_user_limit must be between 0 (none) and %d", stock.DefaultMaxQty)
+	if perUserLimit < 0 || perUserLimit > inventory.DefaultMaxQty {
+		return nil, inventory.Invalidf("per_user_limit must be between 0 (none) and %d", inventory.DefaultMaxQty)
 	}
 	err := arbiter.Transact(ctx, c.db, func(tx *gorm.DB) error {
 		return arbiter.In(tx).Set(sku, onHand, perUserLimit, ifMatch)
@@ -77,18 +78,18 @@ func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int6
 // versions (ErrPrecondition otherwise; a retry under an applied reference
 // is answered whatever the version, which its first application changed).
 func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, reference string, ifMatch ...string) (*SKUView, error) {
-	if err := stock.ValidateSKU(sku); err != nil {
+	if err := inventory.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
 	if delta == 0 || delta > arbiter.MaxStock || delta < -arbiter.MaxStock {
-		return nil, invalid("delta must be non-zero and within ±%d", int64(arbiter.MaxStock))
+		return nil, inventory.Invalidf("delta must be non-zero and within ±%d", int64(arbiter.MaxStock))
 	}
 	reason = strings.TrimSpace(reason)
 	if reason == "" || len(reason) > 200 {
-		return nil, invalid("reason must be 1-200 characters")
+		return nil, inventory.Invalidf("reason must be 1-200 characters")
 	}
 	if len(reference) > 128 {
-		return nil, invalid("reference must be at most 128 characters")
+		return nil, inventory.Invalidf("reference must be at most 128 characters")
 	}
 	var m map[string]arbiter.Mark
 	replay := false
@@ -105,7 +106,7 @@ func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, r
 		return c.committedView(ctx, sku)
 	}
 	c.log.Info("sku adjusted", "sku", sku, "delta", delta, "reason", reason, "reference", reference)
-	if err := c.stock.Apply(context.WithoutCancel(ctx), stock.Change{SKU: sku, Delta: delta, Seq: m[sku].Seq}); err != nil {
+	if err := c.stock.Apply(context.WithoutCancel(ctx), inventory.Change{SKU: sku, Delta: delta, Seq: m[sku].Seq}); err != nil {
 		c.log.Error("sku adjusted but Redis could not follow; the periodic realign repairs it", "sku", sku, "err", err)
 	}
 	return c.committedView(ctx, sku)
@@ -133,7 +134,7 @@ func (c *Catalog) committedView(ctx context.Context, sku string) (*SKUView, erro
 // viewOf is rec as operators see it, with what Redis has.
 func viewOf(s arbiter.SKU, redisAvailable int64) *SKUView {
 	return &SKUView{SKU: s.SKU, OnHand: s.OnHand, Reserved: s.Reserved, Available: s.Available(),
-		RedisAvailable: redisAvailable, Unlimited: s.OnHand == stock.Unlimited, PerUserLimit: s.PerUserLimit,
+		RedisAvailable: redisAvailable, Unlimited: s.OnHand == inventory.Unlimited, PerUserLimit: s.PerUserLimit,
 		Version: s.Version()}
 }
 
@@ -141,7 +142,7 @@ func (c *Catalog) record(ctx context.Context, sku string) (arbiter.SKU, error) {
 	var rec arbiter.SKU
 	if err := c.db.WithContext(ctx).Take(&rec, "sku = ?", sku).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return rec, arbiter.UnknownSKU(sku)
+			return rec, inventory.UnknownSKU(sku)
 		}
 		return rec, err
 	}
@@ -151,7 +152,7 @@ func (c *Catalog) record(ctx context.Context, sku string) (arbiter.SKU, error) {
 // Get returns sku's quantity states and Redis's available units
 // (initialising Redis if it does not have the SKU).
 func (c *Catalog) Get(ctx context.Context, sku string) (*SKUView, error) {
-	if err := stock.ValidateSKU(sku); err != nil {
+	if err := inventory.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
 	rec, err := c.record(ctx, sku)
@@ -175,7 +176,7 @@ func (c *Catalog) Limit(ctx context.Context, sku string) (int64, error) {
 		return 0, err
 	}
 	if len(limits) == 0 {
-		return 0, arbiter.UnknownSKU(sku)
+		return 0, inventory.UnknownSKU(sku)
 	}
 	return limits[0], nil
 }

@@ -8,10 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/mq"
-	"github.com/acme/inventory/stock"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -35,15 +35,15 @@ func TestCatalog(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, &SKUView{SKU: "A", OnHand: 15, Reserved: 7, Available: 8, RedisAvailable: 8, PerUserLimit: 5, Version: "15.5"}, v)
 	_, err = cat.Adjust(ctx, "A", -9, "shrinkage", "")
-	require.ErrorIs(t, err, ErrConflict, "4 held + 3 paid-unapplied stay covered")
+	require.ErrorIs(t, err, inventory.ErrConflict, "4 held + 3 paid-unapplied stay covered")
 	r.requireQty("A", 15, 7)
 	v, err = cat.Adjust(ctx, "A", -8, "shrinkage", "")
 	require.NoError(t, err)
 	require.Equal(t, &SKUView{SKU: "A", OnHand: 7, Reserved: 7, Available: 0, RedisAvailable: 0, PerUserLimit: 5, Version: "7.5"}, v)
 	_, err = r.svc.Create(ctx, "u3", "", line("A", 1))
-	require.ErrorIs(t, err, stock.ErrInsufficientStock)
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 	_, err = cat.Put(ctx, "A", 6, 5)
-	require.ErrorIs(t, err, ErrConflict, "on_hand cannot go below reserved")
+	require.ErrorIs(t, err, inventory.ErrConflict, "on_hand cannot go below reserved")
 	_, err = r.svc.Cancel(ctx, o.ID)
 	require.NoError(t, err)
 	v, err = cat.Put(ctx, "A", 6, 0)
@@ -64,18 +64,18 @@ func TestCatalog(t *testing.T) {
 		func() error { _, err := cat.Adjust(ctx, "A", 1, "x", strings.Repeat("r", 129)); return err },
 		func() error { _, err := cat.Adjust(ctx, "A", arbiter.MaxStock, "x", ""); return err }, // 6 + arbiter.MaxStock > arbiter.MaxStock
 	} {
-		require.ErrorIs(t, bad(), stock.ErrInvalidArgument)
+		require.ErrorIs(t, bad(), inventory.ErrInvalidArgument)
 	}
 	r.requireQty("A", 6, 3)
 	_, err = cat.Adjust(ctx, "NOPE", 1, "x", "")
-	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, err, inventory.ErrNotFound)
 	_, err = cat.Get(ctx, "NOPE")
-	require.ErrorIs(t, err, ErrNotFound)
-	v, err = cat.Put(ctx, "U", stock.Unlimited, 0)
+	require.ErrorIs(t, err, inventory.ErrNotFound)
+	v, err = cat.Put(ctx, "U", inventory.Unlimited, 0)
 	require.NoError(t, err)
-	require.Equal(t, &SKUView{SKU: "U", OnHand: stock.Unlimited, Available: stock.Unlimited, RedisAvailable: stock.Unlimited, Unlimited: true, Version: "-1.0"}, v)
+	require.Equal(t, &SKUView{SKU: "U", OnHand: inventory.Unlimited, Available: inventory.Unlimited, RedisAvailable: inventory.Unlimited, Unlimited: true, Version: "-1.0"}, v)
 	_, err = cat.Adjust(ctx, "U", 5, "x", "")
-	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, err, inventory.ErrConflict)
 
 	// Reconcile: Redis drifting from the database is reported, and repaired on request.
 	reports, err := r.reconciler().Reconcile(ctx, false)
@@ -140,7 +140,7 @@ func drift(t *testing.T, r *rig, sku string, n int64) {
 	before := r.redisAvailable(sku)
 	lv, err := r.st.Levels(ctx, sku)
 	require.NoError(t, err)
-	require.NoError(t, r.st.Apply(ctx, stock.Change{SKU: sku, Delta: n, Seq: lv.Seq + 1_000_000}))
+	require.NoError(t, r.st.Apply(ctx, inventory.Change{SKU: sku, Delta: n, Seq: lv.Seq + 1_000_000}))
 	require.Equal(t, before+n, r.redisAvailable(sku))
 }
 

@@ -10,10 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/mq"
-	"github.com/acme/inventory/stock"
 )
 
 // Names are exact, byte for byte (docs/SPEC.md section 3): a SKU code that
@@ -30,16 +30,16 @@ func TestNamesAreExact(t *testing.T) {
 	require.NoError(t, err)
 	for _, v := range spellings {
 		_, err := r.svc.Seckill(ctx, "u", v, 1)
-		require.ErrorIs(t, err, stock.ErrUnknownSKU, v)
+		require.ErrorIs(t, err, inventory.ErrUnknownSKU, v)
 		_, err = r.svc.Create(ctx, "u", "", line(v, 1))
-		require.ErrorIs(t, err, stock.ErrUnknownSKU, v)
+		require.ErrorIs(t, err, inventory.ErrUnknownSKU, v)
 		_, err = r.svc.Reserve(ctx, v, 1, "tok-"+v)
-		require.ErrorIs(t, err, stock.ErrUnknownSKU, v)
+		require.ErrorIs(t, err, inventory.ErrUnknownSKU, v)
 		_, err = NewCatalog(r.db, r.st, nil).Get(ctx, v)
-		require.ErrorIs(t, err, stock.ErrUnknownSKU, v)
+		require.ErrorIs(t, err, inventory.ErrUnknownSKU, v)
 	}
 	_, err = r.svc.Seckill(ctx, "u", sku, 1)
-	require.ErrorIs(t, err, ErrConflict, "the buyer's one unit is taken")
+	require.ErrorIs(t, err, inventory.ErrConflict, "the buyer's one unit is taken")
 	r.requireQty(sku, 10, 1)
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_reservations`))
 
@@ -75,9 +75,9 @@ func TestNamesAreExact(t *testing.T) {
 
 	// Order ids: another spelling of an order id is no order.
 	_, err = r.svc.Get(ctx, strings.ToUpper(a.ID))
-	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, err, inventory.ErrNotFound)
 	_, err = r.svc.Cancel(ctx, strings.ToUpper(a.ID))
-	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, err, inventory.ErrNotFound)
 	r.checkInvariant(sku)
 	r.checkInvariant(plain)
 }
@@ -139,7 +139,7 @@ func TestAdjustByReferenceOnce(t *testing.T) {
 	require.NoError(t, err, "a retry is answered")
 	require.EqualValues(t, 120, v.OnHand, "and applied once")
 	_, err = cat.Adjust(ctx, sku, 7, "restock", "po-99")
-	require.ErrorIs(t, err, ErrConflict, "another delta under the same reference")
+	require.ErrorIs(t, err, inventory.ErrConflict, "another delta under the same reference")
 	_, err = cat.Adjust(ctx, sku, 10, "restock", "PO-99")
 	require.NoError(t, err, "references are exact: another reference")
 	_, err = cat.Adjust(ctx, other, 10, "restock", "po-99")
@@ -153,7 +153,7 @@ func TestAdjustByReferenceOnce(t *testing.T) {
 	_, err = cat.Adjust(ctx, sku, 10, "restock", "po-99")
 	require.NoError(t, err)
 	_, err = cat.Adjust(ctx, sku, -3, "damaged", "po-99")
-	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, err, inventory.ErrConflict)
 	r.requireQty(sku, 130, 0)
 
 	// Without a reference every adjust applies.
@@ -221,7 +221,7 @@ func TestSKUWritesUnderAVersionOneWinner(t *testing.T) {
 		switch {
 		case err == nil:
 			wins.Add(1)
-		case errors.Is(err, ErrPrecondition):
+		case errors.Is(err, inventory.ErrPrecondition):
 			lost.Add(1)
 		default:
 			t.Errorf("write %d: %v", i, err)
@@ -232,9 +232,9 @@ func TestSKUWritesUnderAVersionOneWinner(t *testing.T) {
 	moves := r.count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ? AND kind IN ('SET', 'RESTOCK')`, sku)
 	require.EqualValues(t, 2, moves, "the creation and the one winning write")
 	_, err = cat.Put(ctx, sku, 1, 0, arbiter.AnyVersion)
-	require.ErrorIs(t, err, ErrConflict, "a version check does not lift the reserved floor")
+	require.ErrorIs(t, err, inventory.ErrConflict, "a version check does not lift the reserved floor")
 	_, err = cat.Put(ctx, "NO-SUCH-"+sku, 1, 0, arbiter.AnyVersion)
-	require.ErrorIs(t, err, ErrPrecondition)
+	require.ErrorIs(t, err, inventory.ErrPrecondition)
 	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM skus WHERE sku = ?`, "NO-SUCH-"+sku))
 	r.checkInvariant(sku)
 }

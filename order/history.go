@@ -6,8 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/stock"
 )
 
 // Page sizes of every listing: 0 asks for the default.
@@ -21,7 +21,7 @@ func pageLimit(limit int) (int, error) {
 	case limit == 0:
 		return DefaultPageSize, nil
 	case limit < 1 || limit > MaxPageSize:
-		return 0, invalid("limit must be between 1 and %d", MaxPageSize)
+		return 0, inventory.Invalidf("limit must be between 1 and %d", MaxPageSize)
 	}
 	return limit, nil
 }
@@ -39,11 +39,11 @@ type MovementPage struct {
 // see an id before a lower one (a transaction still open) commits; a finished
 // change's movements are all there once its transaction committed.
 func (c *Catalog) Movements(ctx context.Context, sku string, after int64, limit int) (*MovementPage, error) {
-	if err := stock.ValidateSKU(sku); err != nil {
+	if err := inventory.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
 	if after < 0 {
-		return nil, invalid("cursor must be a movement id")
+		return nil, inventory.Invalidf("cursor must be a movement id")
 	}
 	limit, err := pageLimit(limit)
 	if err != nil {
@@ -51,7 +51,7 @@ func (c *Catalog) Movements(ctx context.Context, sku string, after int64, limit 
 	}
 	db := c.db.WithContext(ctx)
 	if ok, err := arbiter.SKUExists(db, sku); err != nil || !ok {
-		return nil, errors.Join(err, arbiter.UnknownSKU(sku))
+		return nil, errors.Join(err, inventory.UnknownSKU(sku))
 	}
 	var ms []arbiter.Movement
 	if err := db.Where("sku = ? AND id > ?", sku, after).Order("id").Limit(limit + 1).Find(&ms).Error; err != nil {
@@ -103,12 +103,12 @@ type SKUPage struct {
 // reserved): its cost grows with the catalog, not with the page.
 func (c *Catalog) List(ctx context.Context, q SKUQuery) (*SKUPage, error) {
 	if q.After != "" {
-		if err := stock.ValidateSKU(q.After); err != nil {
-			return nil, invalid("cursor must name a SKU")
+		if err := inventory.ValidateSKU(q.After); err != nil {
+			return nil, inventory.Invalidf("cursor must name a SKU")
 		}
 	}
 	if q.LowStock != nil && (*q.LowStock < 0 || *q.LowStock > arbiter.MaxStock) {
-		return nil, invalid("low_stock must be between 0 and %d", int64(arbiter.MaxStock))
+		return nil, inventory.Invalidf("low_stock must be between 0 and %d", int64(arbiter.MaxStock))
 	}
 	limit, err := pageLimit(q.Limit)
 	if err != nil {
@@ -116,7 +116,7 @@ func (c *Catalog) List(ctx context.Context, q SKUQuery) (*SKUPage, error) {
 	}
 	db := c.db.WithContext(ctx).Where("sku > ?", q.After)
 	if q.LowStock != nil {
-		db = db.Where("on_hand <> ? AND on_hand - reserved <= ?", stock.Unlimited, *q.LowStock)
+		db = db.Where("on_hand <> ? AND on_hand - reserved <= ?", inventory.Unlimited, *q.LowStock)
 	}
 	var recs []arbiter.SKU
 	if err := db.Order("sku").Limit(limit + 1).Find(&recs).Error; err != nil {
@@ -125,7 +125,7 @@ func (c *Catalog) List(ctx context.Context, q SKUQuery) (*SKUPage, error) {
 	p := &SKUPage{Items: make([]SKUListItem, 0, min(len(recs), limit))}
 	for _, rec := range recs[:min(len(recs), limit)] {
 		p.Items = append(p.Items, SKUListItem{SKU: rec.SKU, OnHand: rec.OnHand, Reserved: rec.Reserved,
-			Available: rec.Available(), Unlimited: rec.OnHand == stock.Unlimited, PerUserLimit: rec.PerUserLimit})
+			Available: rec.Available(), Unlimited: rec.OnHand == inventory.Unlimited, PerUserLimit: rec.PerUserLimit})
 	}
 	if len(recs) > limit {
 		p.Next = p.Items[limit-1].SKU
@@ -166,13 +166,13 @@ func (s *Service) List(ctx context.Context, q OrderQuery) (*OrderPage, error) {
 		}
 	}
 	if q.Status != "" && !slices.Contains(statuses, q.Status) {
-		return nil, invalid("status must be one of PENDING, PAID, CANCELLED, EXPIRED, REFUNDED, REFUND_REQUIRED")
+		return nil, inventory.Invalidf("status must be one of PENDING, PAID, CANCELLED, EXPIRED, REFUNDED, REFUND_REQUIRED")
 	}
 	if !q.CreatedFrom.IsZero() && !q.CreatedTo.IsZero() && !q.CreatedFrom.Before(q.CreatedTo) {
-		return nil, invalid("created_from must be before created_to")
+		return nil, inventory.Invalidf("created_from must be before created_to")
 	}
 	if q.After != "" && !idPattern.MatchString(q.After) {
-		return nil, invalid("cursor must name an order")
+		return nil, inventory.Invalidf("cursor must name an order")
 	}
 	limit, err := pageLimit(q.Limit)
 	if err != nil {

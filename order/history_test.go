@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/stock"
 )
 
 // move is a movement without its id and time (asserted separately).
@@ -126,10 +126,10 @@ func TestMovementsLatePaymentAndUnlimited(t *testing.T) {
 	r.startPipeline()
 	_, err := cat.Put(ctx, "LATE", 5, 0)
 	require.NoError(t, err)
-	_, err = cat.Put(ctx, "UNL", stock.Unlimited, 0)
+	_, err = cat.Put(ctx, "UNL", inventory.Unlimited, 0)
 	require.NoError(t, err)
 
-	o, err := r.svc.Create(ctx, "u1", "", []stock.Line{{SKU: "LATE", Qty: 2}, {SKU: "UNL", Qty: 4}})
+	o, err := r.svc.Create(ctx, "u1", "", []inventory.Line{{SKU: "LATE", Qty: 2}, {SKU: "UNL", Qty: 4}})
 	require.NoError(t, err)
 	r.clock.Advance(16 * time.Minute)
 	expired, err := r.svc.Expire(ctx, o.ID)
@@ -201,7 +201,7 @@ func TestMovementsConserveUnderRace(t *testing.T) {
 			defer wg.Done()
 			o, err := r.svc.Create(ctx, fmt.Sprintf("u%d", i), "", line("HOT", 2))
 			switch {
-			case errors.Is(err, stock.ErrInsufficientStock):
+			case errors.Is(err, inventory.ErrInsufficientStock):
 				refused.Add(1)
 			case err != nil:
 				t.Error(err)
@@ -217,7 +217,7 @@ func TestMovementsConserveUnderRace(t *testing.T) {
 			tok := fmt.Sprintf("tok-%d", i)
 			_, err = r.svc.Reserve(ctx, "HOT", 1, tok)
 			switch {
-			case errors.Is(err, stock.ErrInsufficientStock):
+			case errors.Is(err, inventory.ErrInsufficientStock):
 				refused.Add(1)
 			case err != nil:
 				t.Error(err)
@@ -267,14 +267,14 @@ func TestMovementsRolledBackReservation(t *testing.T) {
 		lv, err := r.st.Levels(ctx, "R")
 		require.NoError(t, err)
 		// A change the init never saw: Redis gains n units the database lacks.
-		require.NoError(t, r.st.Apply(ctx, stock.Change{SKU: "R", Delta: n, Seq: lv.Seq + 1_000_000}))
+		require.NoError(t, r.st.Apply(ctx, inventory.Change{SKU: "R", Delta: n, Seq: lv.Seq + 1_000_000}))
 	}
 	inflate(10)
 	_, err = r.svc.Create(ctx, "u2", "", line("R", 4))
-	require.ErrorIs(t, err, stock.ErrInsufficientStock, "Redis admitted, the database refused")
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "Redis admitted, the database refused")
 	inflate(10)
 	_, err = r.svc.Reserve(ctx, "R", 3, "tok-r")
-	require.ErrorIs(t, err, stock.ErrInsufficientStock)
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 	require.Equal(t, []move{
 		{arbiter.MoveSet, 5, 0, "", ""},
 		{arbiter.MoveReserve, 0, 3, "", first.ID},
@@ -369,11 +369,11 @@ func TestMovementsPagination(t *testing.T) {
 		err          error
 		wantContains string
 	}{
-		{"PG", 0, -1, stock.ErrInvalidArgument, "limit must be between 1 and 500"},
-		{"PG", 0, 501, stock.ErrInvalidArgument, "limit must be between 1 and 500"},
-		{"PG", -1, 3, stock.ErrInvalidArgument, "cursor"},
-		{"-PG", 0, 3, stock.ErrInvalidArgument, "sku must be"},
-		{"NOPE", 0, 3, stock.ErrUnknownSKU, "NOPE"},
+		{"PG", 0, -1, inventory.ErrInvalidArgument, "limit must be between 1 and 500"},
+		{"PG", 0, 501, inventory.ErrInvalidArgument, "limit must be between 1 and 500"},
+		{"PG", -1, 3, inventory.ErrInvalidArgument, "cursor"},
+		{"-PG", 0, 3, inventory.ErrInvalidArgument, "sku must be"},
+		{"NOPE", 0, 3, inventory.ErrUnknownSKU, "NOPE"},
 	} {
 		_, err := cat.Movements(ctx, c.sku, c.after, c.limit)
 		require.ErrorIs(t, err, c.err, "%+v", c)
@@ -390,7 +390,7 @@ func TestListSKUs(t *testing.T) {
 	for _, s := range []struct {
 		sku   string
 		stock int64
-	}{{"A1", 10}, {"A2", 3}, {"A3", stock.Unlimited}, {"A4", 5}, {"A5", 0}} {
+	}{{"A1", 10}, {"A2", 3}, {"A3", inventory.Unlimited}, {"A4", 5}, {"A5", 0}} {
 		_, err := cat.Put(ctx, s.sku, s.stock, 0)
 		require.NoError(t, err)
 	}
@@ -424,7 +424,7 @@ func TestListSKUs(t *testing.T) {
 
 	for _, q := range []SKUQuery{{Limit: -1}, {Limit: 501}, {After: "-A"}, {After: "a b"}, {LowStock: low(-1)}} {
 		_, err := cat.List(ctx, q)
-		require.ErrorIs(t, err, stock.ErrInvalidArgument, "%+v", q)
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument, "%+v", q)
 	}
 }
 
@@ -435,18 +435,18 @@ func TestListOrders(t *testing.T) {
 	ctx := context.Background()
 	r.addSKU("A", 100)
 	r.addSKU("B", 100)
-	create := func(user string, lines ...stock.Line) *Order {
+	create := func(user string, lines ...inventory.Line) *Order {
 		t.Helper()
 		o, err := r.svc.Create(ctx, user, "", lines)
 		require.NoError(t, err)
 		r.clock.Advance(time.Minute)
 		return o
 	}
-	o1 := create("u1", stock.Line{SKU: "A", Qty: 1})
-	o2 := create("u2", stock.Line{SKU: "B", Qty: 2}, stock.Line{SKU: "A", Qty: 3})
-	o3 := create("u1", stock.Line{SKU: "A", Qty: 4})
-	o4 := create("u1", stock.Line{SKU: "B", Qty: 5})
-	o5 := create("u2", stock.Line{SKU: "A", Qty: 6})
+	o1 := create("u1", inventory.Line{SKU: "A", Qty: 1})
+	o2 := create("u2", inventory.Line{SKU: "B", Qty: 2}, inventory.Line{SKU: "A", Qty: 3})
+	o3 := create("u1", inventory.Line{SKU: "A", Qty: 4})
+	o4 := create("u1", inventory.Line{SKU: "B", Qty: 5})
+	o5 := create("u2", inventory.Line{SKU: "A", Qty: 6})
 	_, err := r.svc.Cancel(ctx, o3.ID)
 	require.NoError(t, err)
 	_, err = r.svc.Pay(ctx, o4.ID, "pay-4")
@@ -508,7 +508,7 @@ func TestListOrders(t *testing.T) {
 		{UserID: "bad user"}, {CreatedFrom: t0, CreatedTo: t0}, {CreatedFrom: t0.Add(time.Second), CreatedTo: t0},
 	} {
 		_, err := r.svc.List(ctx, q)
-		require.ErrorIs(t, err, stock.ErrInvalidArgument, "%+v", q)
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument, "%+v", q)
 	}
 }
 

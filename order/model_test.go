@@ -40,11 +40,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/expiry"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/mq"
-	"github.com/acme/inventory/stock"
 )
 
 // ---------------------------------------------------------------------------
@@ -68,7 +68,7 @@ var (
 	mbInitial = []struct {
 		sku           string
 		onHand, limit int64
-	}{{"PHONE-X", 6, 0}, {"HOT", 4, 2}, {"CAB", 8, 0}, {"FREE", stock.Unlimited, 3}}
+	}{{"PHONE-X", 6, 0}, {"HOT", 4, 2}, {"CAB", 8, 0}, {"FREE", inventory.Unlimited, 3}}
 )
 
 // mbHorizon is the retention horizon of the model run.
@@ -83,11 +83,11 @@ const mbRestored arbiter.ResState = "RESTORED"
 
 type mbSKU struct{ onHand, reserved, limit int64 }
 
-func (s *mbSKU) limited() bool { return s.onHand != stock.Unlimited }
+func (s *mbSKU) limited() bool { return s.onHand != inventory.Unlimited }
 
 func (s *mbSKU) available() int64 {
 	if !s.limited() {
-		return stock.Unlimited
+		return inventory.Unlimited
 	}
 	return s.onHand - s.reserved
 }
@@ -107,7 +107,7 @@ type mbRes struct {
 
 type mbOrder struct {
 	id, user, idem string
-	lines          []stock.Line
+	lines          []inventory.Line
 	status         Status
 	token          string // the reservation token: id, or id + ".late"
 	payment        string
@@ -185,7 +185,7 @@ func (m *mbModel) setStatus(o *mbOrder, st Status) {
 }
 
 // overLimit says whether buyer would pass a per-user limit reserving lines.
-func (m *mbModel) overLimit(buyer string, lines []stock.Line) bool {
+func (m *mbModel) overLimit(buyer string, lines []inventory.Line) bool {
 	for _, l := range lines {
 		s := m.skus[l.SKU]
 		if s != nil && s.limit > 0 && m.quota[mbQuota{l.SKU, buyer}]+l.Qty > s.limit {
@@ -196,7 +196,7 @@ func (m *mbModel) overLimit(buyer string, lines []stock.Line) bool {
 }
 
 // fits says whether the database can cover lines (on_hand - reserved).
-func (m *mbModel) fits(lines []stock.Line) bool {
+func (m *mbModel) fits(lines []inventory.Line) bool {
 	for _, l := range lines {
 		if s := m.skus[l.SKU]; s.limited() && s.available() < l.Qty {
 			return false
@@ -210,7 +210,7 @@ func (m *mbModel) fits(lines []stock.Line) bool {
 // line Redis cannot cover, ends the admission); then the database counts
 // the buyer's quotas and arbitrates the stock. A stale SKU may be refused by
 // Redis, or over-admitted by it (the database refuses).
-func (m *mbModel) orderOutcomes(buyer string, lines []stock.Line) mbSet {
+func (m *mbModel) orderOutcomes(buyer string, lines []inventory.Line) mbSet {
 	out := mbSet{}
 	short := false
 	for _, l := range lines {
@@ -260,7 +260,7 @@ func (m *mbModel) seckillOutcomes(user, sku string) mbSet {
 	}
 	short := s.limited() && s.available() < 1
 	switch {
-	case m.overLimit(user, []stock.Line{{SKU: sku, Qty: 1}}):
+	case m.overLimit(user, []inventory.Line{{SKU: sku, Qty: 1}}):
 		out["conflict"] = true
 		if short {
 			out["insufficient"] = true
@@ -275,7 +275,7 @@ func (m *mbModel) seckillOutcomes(user, sku string) mbSet {
 
 // hold records reservations of lines under token in state, counting them
 // against buyer where the SKU has a per-user limit.
-func (m *mbModel) hold(token, orderID, buyer string, lines []stock.Line, state arbiter.ResState, expires time.Time) {
+func (m *mbModel) hold(token, orderID, buyer string, lines []inventory.Line, state arbiter.ResState, expires time.Time) {
 	for _, l := range lines {
 		s := m.skus[l.SKU]
 		r := &mbRes{qty: l.Qty, state: state, order: orderID, expires: expires}
@@ -310,7 +310,7 @@ func (m *mbModel) release(token, sku string) int64 {
 
 // commit turns token's HELD reservations of lines COMMITTED and promises
 // their deduction.
-func (m *mbModel) commit(token string, lines []stock.Line) {
+func (m *mbModel) commit(token string, lines []inventory.Line) {
 	for _, l := range lines {
 		m.res[mbKey{token, l.SKU}].state = arbiter.Committed
 	}
@@ -318,7 +318,7 @@ func (m *mbModel) commit(token string, lines []stock.Line) {
 	m.promise(token, lines, arbiter.OpDeduct)
 }
 
-func (m *mbModel) promise(token string, lines []stock.Line, op arbiter.Op) {
+func (m *mbModel) promise(token string, lines []inventory.Line, op arbiter.Op) {
 	for _, l := range lines {
 		m.outbox = append(m.outbox, mbMsg{token, l.SKU, op, l.Qty})
 	}
@@ -415,7 +415,7 @@ func (m *mbModel) selfCheck() error {
 
 // newOrder records an order the service created for user (an idempotency
 // key, lines normalised), PENDING until expires.
-func (m *mbModel) newOrder(id, user, key string, lines []stock.Line, expires time.Time) *mbOrder {
+func (m *mbModel) newOrder(id, user, key string, lines []inventory.Line, expires time.Time) *mbOrder {
 	o := &mbOrder{id: id, user: user, idem: key, lines: lines, token: id, expires: expires}
 	m.orders[id] = o
 	m.orderList = append(m.orderList, o)
@@ -429,7 +429,7 @@ func (m *mbModel) newOrder(id, user, key string, lines []stock.Line, expires tim
 
 // createOutcomes is what Create may answer, and the order a retry of an
 // idempotency key answers with (nil for a new order).
-func (m *mbModel) createOutcomes(user, key string, lines []stock.Line) (mbSet, *mbOrder) {
+func (m *mbModel) createOutcomes(user, key string, lines []inventory.Line) (mbSet, *mbOrder) {
 	prior := m.byIdem[[2]string{user, key}]
 	switch {
 	case key != "" && prior != nil && slices.Equal(prior.lines, lines):
@@ -564,7 +564,7 @@ func (m *mbModel) commitOutcome(k mbKey) (string, int64) {
 
 func (m *mbModel) commitToken(k mbKey) {
 	if row := m.res[k]; row.state == arbiter.Held {
-		m.commit(k.token, []stock.Line{{SKU: k.sku, Qty: row.qty}})
+		m.commit(k.token, []inventory.Line{{SKU: k.sku, Qty: row.qty}})
 	}
 }
 
@@ -617,7 +617,7 @@ func (m *mbModel) adjust(sku string, delta int64, ref string) {
 }
 
 func (m *mbModel) putOutcome(sku string, onHand int64) string {
-	if s := m.skus[sku]; s != nil && onHand != stock.Unlimited && onHand < s.reserved {
+	if s := m.skus[sku]; s != nil && onHand != inventory.Unlimited && onHand < s.reserved {
 		return "conflict"
 	}
 	return "ok"
@@ -662,17 +662,17 @@ func mbClass(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
-	case errors.Is(err, stock.ErrUnknownSKU):
+	case errors.Is(err, inventory.ErrUnknownSKU):
 		return "unknown"
 	case errors.Is(err, ErrTokenReleased):
 		return "released"
-	case errors.Is(err, stock.ErrInsufficientStock):
+	case errors.Is(err, inventory.ErrInsufficientStock):
 		return "insufficient"
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, inventory.ErrConflict):
 		return "conflict"
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, inventory.ErrNotFound):
 		return "notfound"
-	case errors.Is(err, stock.ErrInvalidArgument):
+	case errors.Is(err, inventory.ErrInvalidArgument):
 		return "invalid"
 	}
 	return "error"
@@ -680,16 +680,16 @@ func mbClass(err error) string {
 
 // mbNormalise merges a cart's repeated SKUs and sorts it by name, byte for
 // byte, as an order stores its lines.
-func mbNormalise(lines []stock.Line) []stock.Line {
+func mbNormalise(lines []inventory.Line) []inventory.Line {
 	merged := map[string]int64{}
 	for _, l := range lines {
 		merged[l.SKU] += l.Qty
 	}
-	out := make([]stock.Line, 0, len(merged))
+	out := make([]inventory.Line, 0, len(merged))
 	for sku, q := range merged {
-		out = append(out, stock.Line{SKU: sku, Qty: q})
+		out = append(out, inventory.Line{SKU: sku, Qty: q})
 	}
-	slices.SortFunc(out, func(a, b stock.Line) int { return strings.Compare(a.SKU, b.SKU) })
+	slices.SortFunc(out, func(a, b inventory.Line) int { return strings.Compare(a.SKU, b.SKU) })
 	return out
 }
 
@@ -967,14 +967,14 @@ func (d *mbDriver) touchOrder(o *mbOrder) {
 // Operations: orders.
 
 func (d *mbDriver) create() {
-	lines := []stock.Line{{SKU: d.pick(mbNames), Qty: 1 + d.rng.Int64N(3)}}
+	lines := []inventory.Line{{SKU: d.pick(mbNames), Qty: 1 + d.rng.Int64N(3)}}
 	d.order("create", d.pick(mbUsers), d.pickIdem(), lines)
 }
 
 func (d *mbDriver) cart() {
-	var lines []stock.Line
+	var lines []inventory.Line
 	for n := 2 + d.rng.IntN(2); n > 0; n-- {
-		lines = append(lines, stock.Line{SKU: d.pick(mbNames), Qty: 1 + d.rng.Int64N(2)})
+		lines = append(lines, inventory.Line{SKU: d.pick(mbNames), Qty: 1 + d.rng.Int64N(2)})
 	}
 	d.order("cart", d.pick(mbUsers), d.pickIdem(), lines)
 }
@@ -986,7 +986,7 @@ func (d *mbDriver) pickIdem() string {
 	return d.pick(mbIdem) + strconv.Itoa(d.step/300)
 }
 
-func (d *mbDriver) order(what, user, key string, raw []stock.Line) {
+func (d *mbDriver) order(what, user, key string, raw []inventory.Line) {
 	lines := mbNormalise(raw)
 	want, prior := d.m.createOutcomes(user, key, lines)
 	o, err := d.r.svc.Create(d.ctx, user, key, raw)
@@ -1004,7 +1004,7 @@ func (d *mbDriver) order(what, user, key string, raw []stock.Line) {
 }
 
 // created checks an order the service created and records it.
-func (d *mbDriver) created(o *Order, user, key string, lines []stock.Line) {
+func (d *mbDriver) created(o *Order, user, key string, lines []inventory.Line) {
 	expires := d.now().Add(d.r.svc.cfg.TTL)
 	if o.Status != Pending || !slices.Equal(o.lines(), lines) || o.UserID != user || !o.ExpiresAt.Equal(expires) {
 		d.failf("created order %s is %s %v of %s expiring %s; the model has PENDING %v of %s expiring %s",
@@ -1023,7 +1023,7 @@ func (d *mbDriver) seckill() {
 	if s := d.m.skus[sku]; s != nil && d.rng.IntN(10) < 7 {
 		limit = s.limit // what the HTTP layer passes; sometimes the plain path
 	}
-	lines := []stock.Line{{SKU: sku, Qty: 1}}
+	lines := []inventory.Line{{SKU: sku, Qty: 1}}
 	want := d.m.orderOutcomes(user, lines)
 	if limit > 0 {
 		want = d.m.seckillOutcomes(user, sku)
@@ -1178,7 +1178,7 @@ func (d *mbDriver) reserve() {
 	case row != nil:
 		return
 	case d.m.stale[sku]: // what Redis had left is anyone's guess
-	case s.limited() && got != s.available()-qty, !s.limited() && got != stock.Unlimited:
+	case s.limited() && got != s.available()-qty, !s.limited() && got != inventory.Unlimited:
 		d.failf("reserve answered %d left, the model has %d available before taking %d", got, s.available(), qty)
 	}
 	d.m.reserve(k, qty, got, d.now().Add(d.r.svc.cfg.TTL))
@@ -1269,7 +1269,7 @@ func (d *mbDriver) put() {
 	sku := d.pick(mbNames)
 	onHand := int64(d.rng.IntN(11))
 	if d.rng.IntN(10) == 0 {
-		onHand = stock.Unlimited
+		onHand = inventory.Unlimited
 	}
 	limit := int64(0)
 	if d.rng.IntN(2) == 0 {

@@ -14,12 +14,10 @@
 package order
 
 import (
-	"fmt"
 	"regexp"
 	"time"
 
-	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory"
 )
 
 // DefaultTTL is how long an unpaid order holds stock. The service's
@@ -45,14 +43,6 @@ const (
 	Expired        Status = "EXPIRED"
 	Refunded       Status = "REFUNDED"
 	RefundRequired Status = "REFUND_REQUIRED"
-)
-
-// The arbiter's errors, under the names callers of the order lifecycle
-// know them by (the same values: errors.Is matches either).
-var (
-	ErrNotFound     = arbiter.ErrNotFound
-	ErrConflict     = arbiter.ErrConflict
-	ErrPrecondition = arbiter.ErrPrecondition
 )
 
 // Order is one order and its lines.
@@ -81,10 +71,10 @@ type Item struct {
 
 func (Item) TableName() string { return "order_items" }
 
-func (o *Order) lines() []stock.Line {
-	out := make([]stock.Line, len(o.Items))
+func (o *Order) lines() []inventory.Line {
+	out := make([]inventory.Line, len(o.Items))
 	for i, it := range o.Items {
-		out[i] = stock.Line{SKU: it.SKU, Qty: it.Qty}
+		out[i] = inventory.Line{SKU: it.SKU, Qty: it.Qty}
 	}
 	return out
 }
@@ -94,13 +84,9 @@ var (
 	keyPattern = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
 )
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", stock.ErrInvalidArgument, fmt.Sprintf(format, args...))
-}
-
 func validateID(what, v string) error {
 	if !idPattern.MatchString(v) {
-		return invalid("%s must be 1-64 characters of A-Z a-z 0-9 . _ : -", what)
+		return inventory.Invalidf("%s must be 1-64 characters of A-Z a-z 0-9 . _ : -", what)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/stocksync"
 	"github.com/acme/inventory/mq"
@@ -75,7 +76,7 @@ func TestCreateReservesFirst(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				_, err := r.svc.Create(ctx, fmt.Sprintf("u%d", i), "", line("HOT", 1))
-				if !errors.Is(err, stock.ErrInsufficientStock) {
+				if !errors.Is(err, inventory.ErrInsufficientStock) {
 					t.Errorf("want insufficient stock, got %v", err)
 				}
 			}()
@@ -88,13 +89,13 @@ func TestCreateReservesFirst(t *testing.T) {
 	require.Zero(t, r.redisAvailable("HOT"), "the refused admissions took nothing")
 
 	_, err = r.svc.Create(ctx, "u1", "", line("NOPE", 1))
-	require.ErrorIs(t, err, stock.ErrUnknownSKU)
-	for _, bad := range [][]stock.Line{nil, line("HOT", 0), line("HOT", -2), line("HO T", 1), line("HOT", stock.DefaultMaxQty+1)} {
+	require.ErrorIs(t, err, inventory.ErrUnknownSKU)
+	for _, bad := range [][]inventory.Line{nil, line("HOT", 0), line("HOT", -2), line("HO T", 1), line("HOT", inventory.DefaultMaxQty+1)} {
 		_, err = r.svc.Create(ctx, "u1", "", bad)
-		require.ErrorIs(t, err, stock.ErrInvalidArgument)
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument)
 	}
 	_, err = r.svc.Create(ctx, "bad user", "", line("HOT", 1))
-	require.ErrorIs(t, err, stock.ErrInvalidArgument)
+	require.ErrorIs(t, err, inventory.ErrInvalidArgument)
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM orders`), "bad input wrote nothing")
 	require.EqualValues(t, 3, r.sku("HOT").Reserved)
 	r.checkInvariant("HOT")
@@ -105,7 +106,7 @@ func TestIdempotentCreate(t *testing.T) {
 	ctx := context.Background()
 	r.addSKU("A", 100)
 	r.addSKU("B", 100)
-	cart := []stock.Line{{SKU: "B", Qty: 1}, {SKU: "A", Qty: 2}}
+	cart := []inventory.Line{{SKU: "B", Qty: 1}, {SKU: "A", Qty: 2}}
 
 	var wg sync.WaitGroup
 	ids := make([]string, 16)
@@ -133,7 +134,7 @@ func TestIdempotentCreate(t *testing.T) {
 	require.EqualValues(t, 99, r.redisAvailable("B"))
 
 	_, err := r.svc.Create(ctx, "u1", "key-1", line("A", 5))
-	require.ErrorIs(t, err, ErrConflict, "same key, different order")
+	require.ErrorIs(t, err, inventory.ErrConflict, "same key, different order")
 	require.EqualValues(t, 98, r.redisAvailable("A"), "a conflicting retry takes nothing")
 	o2, err := r.svc.Create(ctx, "u2", "key-1", cart)
 	require.NoError(t, err, "keys are per user")
@@ -160,9 +161,9 @@ func TestPayCancelRefund(t *testing.T) {
 		require.Equal(t, o.ID, paid.ReservationToken)
 	}
 	_, err = r.svc.Pay(ctx, o.ID, "pay-2")
-	require.ErrorIs(t, err, ErrConflict, "a second payment for a paid order")
+	require.ErrorIs(t, err, inventory.ErrConflict, "a second payment for a paid order")
 	_, err = r.svc.Cancel(ctx, o.ID)
-	require.ErrorIs(t, err, ErrConflict, "a paid order cannot be cancelled")
+	require.ErrorIs(t, err, inventory.ErrConflict, "a paid order cannot be cancelled")
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ? AND op = 'DEDUCT' AND qty = 4`, o.ID))
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox`))
 
@@ -175,7 +176,7 @@ func TestPayCancelRefund(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Refunded, refunded.Status)
 	_, err = r.svc.Refund(ctx, o.ID)
-	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, err, inventory.ErrConflict)
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ? AND op = 'RESTORE' AND qty = 4`, o.ID))
 	r.waitApplied()
 	redisApplied(1)
@@ -192,12 +193,12 @@ func TestPayCancelRefund(t *testing.T) {
 	require.Equal(t, arbiter.Released, r.reservationState(c.ID, "A"))
 	require.EqualValues(t, 10, r.redisAvailable("A"), "the cancel gave the units back in Redis")
 	_, err = r.svc.Cancel(ctx, c.ID)
-	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, err, inventory.ErrConflict)
 	require.EqualValues(t, 10, r.redisAvailable("A"), "a second cancel gives back nothing")
 	_, err = r.svc.Refund(ctx, c.ID)
-	require.ErrorIs(t, err, ErrConflict, "only paid orders are refunded")
+	require.ErrorIs(t, err, inventory.ErrConflict, "only paid orders are refunded")
 	_, err = r.svc.Pay(ctx, "nope", "pay-9")
-	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, err, inventory.ErrNotFound)
 	r.requireQty("A", 10, 0)
 	r.checkInvariant("A")
 }
@@ -242,7 +243,7 @@ func TestCancelPayRaceOneWinner(t *testing.T) {
 			defer wg.Done()
 			if _, err := r.svc.Cancel(ctx, id); err == nil {
 				cancelWins.Add(1)
-			} else if !errors.Is(err, ErrConflict) {
+			} else if !errors.Is(err, inventory.ErrConflict) {
 				t.Error(err)
 			}
 		}()
@@ -321,10 +322,10 @@ func TestLatePayment(t *testing.T) {
 	require.Equal(t, Paid, again.Status, "replayed callback")
 	require.Equal(t, o2.ID+".late", again.ReservationToken)
 	_, err = r.svc.Pay(ctx, o2.ID, "pay-other")
-	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, err, inventory.ErrConflict)
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, o2.ID+".late"), "re-reserved once")
 	_, err = r.svc.Create(ctx, "u9", "", line("A", 1))
-	require.ErrorIs(t, err, stock.ErrInsufficientStock)
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 
 	// Expired, and the stock went to someone else: the payment must be refunded.
 	o3, err := r.svc.Create(ctx, "u3", "", line("B", 2))
@@ -405,7 +406,7 @@ func endToEnd(t *testing.T, tr transport) {
 			defer wg.Done()
 			for a := 0; a < 12; a++ {
 				o, err := r.svc.Create(ctx, fmt.Sprintf("u%d", w), fmt.Sprintf("k%d", a), line("HOT", 1+rand.Int64N(3)))
-				if errors.Is(err, stock.ErrInsufficientStock) {
+				if errors.Is(err, inventory.ErrInsufficientStock) {
 					continue
 				}
 				if err != nil {
@@ -661,7 +662,7 @@ func TestKeyLossWithPendingAndUnapplied(t *testing.T) {
 	require.False(t, lv.Initialised)
 
 	_, err = r.svc.Create(ctx, "u3", "", line("A", 6))
-	require.ErrorIs(t, err, stock.ErrInsufficientStock, "Redis refuses: the cold init gave 10 - 3 paid-unapplied - 2 held")
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "Redis refuses: the cold init gave 10 - 3 paid-unapplied - 2 held")
 	lv, err = r.st.Levels(ctx, "A")
 	require.NoError(t, err)
 	rec := r.sku("A")
@@ -709,13 +710,13 @@ func TestDatabaseRefusesWhatRedisOverAdmits(t *testing.T) {
 		lv, err := r.st.Levels(ctx, "A")
 		require.NoError(t, err)
 		// A change the init never saw (a seq beyond the database's): Redis gains n.
-		require.NoError(t, r.st.Apply(ctx, stock.Change{SKU: "A", Delta: n, Seq: lv.Seq + 1_000_000}))
+		require.NoError(t, r.st.Apply(ctx, inventory.Change{SKU: "A", Delta: n, Seq: lv.Seq + 1_000_000}))
 	}
 	inflate(10)
 	require.EqualValues(t, 12, r.redisAvailable("A"))
 
 	_, err = r.svc.Create(ctx, "u2", "", line("A", 4))
-	require.ErrorIs(t, err, stock.ErrInsufficientStock, "Redis admitted, the database refused")
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "Redis admitted, the database refused")
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM orders`))
 	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_reservations`))
 	r.requireQty("A", 5, 3)
@@ -733,7 +734,7 @@ func TestDatabaseRefusesWhatRedisOverAdmits(t *testing.T) {
 			switch {
 			case err == nil:
 				won.Add(1)
-			case errors.Is(err, stock.ErrInsufficientStock):
+			case errors.Is(err, inventory.ErrInsufficientStock):
 				refused.Add(1)
 			default:
 				t.Error(err)
@@ -769,7 +770,7 @@ func TestApplyFollowUpOutlivesShutdown(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(bg)
 	next := r.applier.OnApplied
-	r.applier.OnApplied = func(ctx context.Context, chs []stock.Change) {
+	r.applier.OnApplied = func(ctx context.Context, chs []inventory.Change) {
 		cancel() // the consumer stops between the commit and the follow-up
 		next(ctx, chs)
 	}

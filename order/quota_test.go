@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/stock"
 )
 
 // quota is what buyer_quotas counts for user of sku.
@@ -23,7 +23,7 @@ func (r *rig) quota(sku, user string) int64 {
 
 func overLimit(t *testing.T, err error, user, sku string, limit int64) {
 	t.Helper()
-	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, err, inventory.ErrConflict)
 	require.EqualError(t, err, fmt.Sprintf("buyer %s reached the per-user limit of %d for %s", user, limit, sku))
 }
 
@@ -37,7 +37,7 @@ func TestPerUserLimitIsArbitratedByTheDatabase(t *testing.T) {
 	cat := NewCatalog(r.db, r.st, nil)
 	_, err := cat.Put(ctx, sku, 100, 2)
 	require.NoError(t, err)
-	line := func(q int64) []stock.Line { return []stock.Line{{SKU: sku, Qty: q}} }
+	line := func(q int64) []inventory.Line { return []inventory.Line{{SKU: sku, Qty: q}} }
 
 	a1, err := r.svc.Create(ctx, "alice", "", line(1))
 	require.NoError(t, err)
@@ -120,16 +120,16 @@ func TestPerUserLimitSetLater(t *testing.T) {
 	cat := NewCatalog(r.db, r.st, nil)
 	_, err := cat.Put(ctx, sku, 10, 0)
 	require.NoError(t, err)
-	first, err := r.svc.Create(ctx, "alice", "", []stock.Line{{SKU: sku, Qty: 3}})
+	first, err := r.svc.Create(ctx, "alice", "", []inventory.Line{{SKU: sku, Qty: 3}})
 	require.NoError(t, err)
 	_, err = cat.Put(ctx, sku, 10, 1)
 	require.NoError(t, err)
 	_, err = r.svc.Cancel(ctx, first.ID)
 	require.NoError(t, err)
 	require.Equal(t, int64(0), r.quota(sku, "alice"))
-	_, err = r.svc.Create(ctx, "alice", "", []stock.Line{{SKU: sku, Qty: 1}})
+	_, err = r.svc.Create(ctx, "alice", "", []inventory.Line{{SKU: sku, Qty: 1}})
 	require.NoError(t, err)
-	_, err = r.svc.Create(ctx, "alice", "", []stock.Line{{SKU: sku, Qty: 1}})
+	_, err = r.svc.Create(ctx, "alice", "", []inventory.Line{{SKU: sku, Qty: 1}})
 	overLimit(t, err, "alice", sku, 1)
 	r.checkInvariant(sku)
 }
@@ -152,13 +152,13 @@ func TestPerUserLimitRace(t *testing.T) {
 			wg.Add(1)
 			go func(user string) {
 				defer wg.Done()
-				_, err := r.svc.Create(ctx, user, "", []stock.Line{{SKU: sku, Qty: 1}})
+				_, err := r.svc.Create(ctx, user, "", []inventory.Line{{SKU: sku, Qty: 1}})
 				switch {
 				case err == nil:
 					mu.Lock()
 					won[user]++
 					mu.Unlock()
-				case errors.Is(err, ErrConflict):
+				case errors.Is(err, inventory.ErrConflict):
 				default:
 					t.Errorf("%s: %v", user, err)
 				}

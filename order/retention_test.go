@@ -9,11 +9,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/mq"
-	"github.com/acme/inventory/stock"
 )
 
 // sums are a SKU's movement deltas summed: they must equal on_hand and
@@ -49,7 +49,7 @@ func TestRetentionPrunesFinishedHistory(t *testing.T) {
 	cat := NewCatalog(r.db, r.st, nil)
 	_, err := cat.Put(ctx, sku, 50, 0)
 	require.NoError(t, err)
-	line := []stock.Line{{SKU: sku, Qty: 2}}
+	line := []inventory.Line{{SKU: sku, Qty: 2}}
 
 	stop := r.startPipeline()
 	var paid []*Order
@@ -111,7 +111,7 @@ func TestRetentionPrunesFinishedHistory(t *testing.T) {
 	// History goes on after the opening balance, and a second run folds the
 	// old opening balance with what aged since.
 	_, err = r.svc.Cancel(ctx, held.ID)
-	require.ErrorIs(t, err, ErrConflict, "a paid order is not cancelled")
+	require.ErrorIs(t, err, inventory.ErrConflict, "a paid order is not cancelled")
 	o, err := r.svc.Create(ctx, "u", "", line)
 	require.NoError(t, err)
 	_, err = r.svc.Cancel(ctx, o.ID)
@@ -143,7 +143,7 @@ func TestRetentionConcurrentRuns(t *testing.T) {
 	_, err := NewCatalog(r.db, r.st, nil).Put(ctx, sku, 1000, 0)
 	require.NoError(t, err)
 	for i := 0; i < 60; i++ {
-		o, err := r.svc.Create(ctx, "u", "", []stock.Line{{SKU: sku, Qty: 1}})
+		o, err := r.svc.Create(ctx, "u", "", []inventory.Line{{SKU: sku, Qty: 1}})
 		require.NoError(t, err)
 		if i%3 != 0 {
 			_, err = r.svc.Cancel(ctx, o.ID)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/stocksync"
@@ -60,8 +61,8 @@ func newRig(t testing.TB, tr transport) *rig {
 
 // rigOpts adjusts what assemble builds (the scenarios inject faults with them).
 type rigOpts struct {
-	// wrapInit wraps the stock.InitFunc (to pause a cold init).
-	wrapInit func(stock.InitFunc) stock.InitFunc
+	// wrapInit wraps the inventory.InitFunc (to pause a cold init).
+	wrapInit func(inventory.InitFunc) inventory.InitFunc
 	// hooks are added to the Redis client (fault injection).
 	hooks []redis.Hook
 	// cfg adjusts the stock config.
@@ -90,7 +91,7 @@ func assemble(t testing.TB, tr transport, db *gorm.DB, rdb *redis.Client, opts r
 	require.NoError(t, err)
 	r.st = st
 	r.applier = stocksync.NewApplier(db, nil)
-	r.applier.OnApplied = func(ctx context.Context, chs []stock.Change) {
+	r.applier.OnApplied = func(ctx context.Context, chs []inventory.Change) {
 		for _, c := range chs {
 			if err := st.Apply(ctx, c); err != nil {
 				if opts.lenientApply {
@@ -195,12 +196,12 @@ func (r *rig) checkInvariant(sku string) {
 	rec := r.sku(sku)
 	require.Equal(r.t, r.live(sku), rec.Reserved, "%s: reserved = live reservations", sku)
 	require.Equal(r.t, rec.Available(), r.redisAvailable(sku), "%s: Redis available = on_hand - reserved", sku)
-	if rec.OnHand != stock.Unlimited {
+	if rec.OnHand != inventory.Unlimited {
 		require.LessOrEqual(r.t, rec.Reserved, rec.OnHand, "%s: reserved <= on_hand", sku)
 	}
 }
 
-func line(sku string, qty int64) []stock.Line { return []stock.Line{{SKU: sku, Qty: qty}} }
+func line(sku string, qty int64) []inventory.Line { return []inventory.Line{{SKU: sku, Qty: qty}} }
 
 // requireQty asserts sku's on_hand and reserved in the database.
 func (r *rig) requireQty(sku string, onHand, reserved int64) {
@@ -234,9 +235,9 @@ func (r *rig) outbox() []arbiter.StockMessage {
 // wait(n) blocks until n more changes have been applied to Redis. Call it
 // before startPipeline.
 func (r *rig) redisApplied() (wait func(n int)) {
-	ch := make(chan stock.Change, 4096)
+	ch := make(chan inventory.Change, 4096)
 	next := r.applier.OnApplied
-	r.applier.OnApplied = func(ctx context.Context, chs []stock.Change) {
+	r.applier.OnApplied = func(ctx context.Context, chs []inventory.Change) {
 		next(ctx, chs)
 		for _, c := range chs {
 			ch <- c

@@ -31,6 +31,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/testenv"
@@ -427,7 +428,7 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 	refused := 0
 	for i, err := range errs {
 		if err != nil {
-			require.ErrorIs(t, err, stock.ErrInsufficientStock, "buyer %d", i)
+			require.ErrorIs(t, err, inventory.ErrInsufficientStock, "buyer %d", i)
 			refused++
 			continue
 		}
@@ -446,7 +447,7 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 	require.Positive(t, s.st.Stats().Realigns.Load())
 	s.checkInvariant("OLD")
 	_, err = s.svc.Create(ctx, "late", "", line("OLD", 1))
-	require.ErrorIs(t, err, stock.ErrInsufficientStock)
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 
 	// Pay everything: paid never exceeds the stock.
 	stop := s.startPipeline()
@@ -476,7 +477,7 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 	require.EqualValues(t, 6, s.levels("LOW").Available, "the give-back was lost")
 	require.EqualValues(t, arbiter.SKU{SKU: "LOW", OnHand: 10, Reserved: 0}, scenQty(s.sku("LOW")))
 	_, err = s.svc.Create(ctx, "u4", "", line("LOW", 10))
-	require.ErrorIs(t, err, stock.ErrInsufficientStock, "hidden units: refused by Redis")
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "hidden units: refused by Redis")
 	require.EqualValues(t, 0, s.sku("LOW").Reserved)
 
 	got, err := s.reconciler().Realign(ctx)
@@ -539,7 +540,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	// CommitToken with the order's id finds no token reservation.
 	scenRace(n, func(i int) { vals[i], errs[i] = s.svc.CommitToken(ctx, "TOK", o.ID) })
 	for i := range n {
-		require.ErrorIs(t, errs[i], ErrNotFound)
+		require.ErrorIs(t, errs[i], inventory.ErrNotFound)
 		require.Zero(t, vals[i])
 	}
 	require.Equal(t, want, snapshot(), "CommitToken(order id) changed nothing")
@@ -582,7 +583,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 		_, err := s.svc.Refund(ctx, o.ID)
 		if err == nil {
 			okRefunds.Add(1)
-		} else if !errors.Is(err, ErrConflict) {
+		} else if !errors.Is(err, inventory.ErrConflict) {
 			t.Errorf("refund: %v", err)
 		}
 	})
@@ -602,7 +603,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	took := 0
 	for i := range n {
 		if errs[i] != nil {
-			require.ErrorIs(t, errs[i], ErrConflict)
+			require.ErrorIs(t, errs[i], inventory.ErrConflict)
 			continue
 		}
 		require.EqualValues(t, 8, vals[i])
@@ -619,7 +620,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 		require.EqualValues(t, 8, vals[i], "a replay returns the first result")
 	}
 	_, err = s.svc.Reserve(ctx, "RAW", 5, "c1")
-	require.ErrorIs(t, err, ErrConflict, "a replay with another qty")
+	require.ErrorIs(t, err, inventory.ErrConflict, "a replay with another qty")
 	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10, Reserved: 2}, scenQty(s.sku("RAW")), "replays took nothing")
 	require.EqualValues(t, 8, s.levels("RAW").Available)
 
@@ -719,17 +720,17 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	scenRace(n, func(i int) { vals[i], errs[i] = s.svc.CommitToken(ctx, "RAW", "c3") })
 	for i := range n {
 		if errs[i] != nil {
-			require.ErrorIs(t, errs[i], ErrConflict)
+			require.ErrorIs(t, errs[i], inventory.ErrConflict)
 			continue
 		}
 		require.EqualValues(t, 4, vals[i])
 	}
 	require.EqualValues(t, 1, s.count(`SELECT COUNT(*) FROM stock_outbox WHERE token = 't.c3'`))
 	_, err = s.svc.ReleaseToken(ctx, "RAW", "c3")
-	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, err, inventory.ErrConflict)
 	s.waitApplied()
 	_, err = s.svc.ReleaseToken(ctx, "RAW", "c3")
-	require.ErrorIs(t, err, ErrConflict, "sold")
+	require.ErrorIs(t, err, inventory.ErrConflict, "sold")
 	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 6}, scenQty(s.sku("RAW")))
 	require.Equal(t, []scenResRow{{"RAW", 4, arbiter.Sold}}, s.resRows("t.c3"))
 	s.checkInvariant("RAW")
@@ -748,7 +749,9 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 	require.NoError(t, stock.LoadDeductScript(ctx, s.rdb)) // no NOSCRIPT retry: one deduct call per admission
 	require.EqualValues(t, 100, s.redisAvailable("MIDA"))
 	require.EqualValues(t, 100, s.redisAvailable("MIDB"))
-	cart := func(a, b int64) []stock.Line { return []stock.Line{{SKU: "MIDB", Qty: b}, {SKU: "MIDA", Qty: a}} }
+	cart := func(a, b int64) []inventory.Line {
+		return []inventory.Line{{SKU: "MIDB", Qty: b}, {SKU: "MIDA", Qty: a}}
+	}
 
 	fault.failNext.Store(1)
 	_, err := s.svc.Create(ctx, "u1", "k0", cart(2, 3))
@@ -829,7 +832,7 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 		require.Equal(t, o.ID, ids[i])
 	}
 	_, err = s.svc.Create(ctx, "u9", "k1", cart(5, 6))
-	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, err, inventory.ErrConflict)
 	require.EqualValues(t, carts/2+1, s.count(`SELECT COUNT(*) FROM orders`))
 	for _, sku := range []string{"MIDA", "MIDB"} {
 		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100, Reserved: carts/2 + 5}, scenQty(s.sku(sku)), "reserved once")
@@ -850,14 +853,14 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 
 func TestScenarioAdjustRacesColdInit(t *testing.T) {
 	var pauseInit atomic.Bool
-	initRead := make(chan stock.Level, 1)
+	initRead := make(chan inventory.Baseline, 1)
 	proceed := make(chan struct{})
 	pause := &scenApplyPause{key: scenStockKey("ADJ2"), reached: make(chan struct{}), release: make(chan struct{})}
 	s := newScen(t, scenOpts{
 		hooks: []redis.Hook{pause},
-		wrapInit: func(init stock.InitFunc) stock.InitFunc {
-			return func(ctx context.Context, sku string, write func(stock.Level) error) error {
-				return init(ctx, sku, func(lv stock.Level) error {
+		wrapInit: func(init inventory.InitFunc) inventory.InitFunc {
+			return func(ctx context.Context, sku string, write func(inventory.Baseline) error) error {
+				return init(ctx, sku, func(lv inventory.Baseline) error {
 					if sku == "ADJ" && pauseInit.CompareAndSwap(true, false) {
 						initRead <- lv // read, row locked, Redis not written yet
 						select {
@@ -947,9 +950,9 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 	before := s.sku("LIM")
 	require.EqualValues(t, 6, before.Reserved)
 	_, err := s.cat.Put(ctx, "LIM", 5, 0)
-	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, err, inventory.ErrConflict)
 	_, err = s.cat.Adjust(ctx, "LIM", -5, "shrinkage", "")
-	require.ErrorIs(t, err, ErrConflict)
+	require.ErrorIs(t, err, inventory.ErrConflict)
 	require.Equal(t, before, s.sku("LIM"), "nothing changed, not even seq")
 	require.EqualValues(t, 4, s.levels("LIM").Available)
 	// The database itself refuses reserved > on_hand and reserved < 0.
@@ -971,7 +974,7 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 			switch {
 			case err == nil:
 				shrunk.Add(1)
-			case !errors.Is(err, ErrConflict):
+			case !errors.Is(err, inventory.ErrConflict):
 				t.Errorf("adjust: %v", err)
 			}
 			return
@@ -980,7 +983,7 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 		switch {
 		case err == nil:
 			bought.Add(1)
-		case !errors.Is(err, stock.ErrInsufficientStock):
+		case !errors.Is(err, inventory.ErrInsufficientStock):
 			t.Errorf("create: %v", err)
 		}
 	})
@@ -1084,7 +1087,7 @@ func TestScenarioLatePaymentRace(t *testing.T) {
 	s.addSKU("LATE", 10)
 	s.addSKU("LATE2", 10)
 	s.addSKU("GONE", 2)
-	o, err := s.svc.Create(ctx, "u1", "", []stock.Line{{SKU: "LATE", Qty: 3}, {SKU: "LATE2", Qty: 2}})
+	o, err := s.svc.Create(ctx, "u1", "", []inventory.Line{{SKU: "LATE", Qty: 3}, {SKU: "LATE2", Qty: 2}})
 	require.NoError(t, err)
 	og, err := s.svc.Create(ctx, "u2", "", line("GONE", 2))
 	require.NoError(t, err)
@@ -1122,7 +1125,7 @@ func TestScenarioLatePaymentRace(t *testing.T) {
 		if pid(i) == winner {
 			require.NoError(t, errs[i], "every delivery of the winning callback gets the order")
 		} else {
-			require.ErrorIs(t, errs[i], ErrConflict)
+			require.ErrorIs(t, errs[i], inventory.ErrConflict)
 		}
 	}
 	stored, err := s.svc.Get(ctx, o.ID)
@@ -1224,11 +1227,11 @@ func TestScenarioDoubleKeyLoss(t *testing.T) {
 			var err error
 			for try := 0; try < 20; try++ { // ErrUnavailable is retryable, with the same key
 				o, err = s.svc.Create(ctx, fmt.Sprintf("u%d", w), key, line("DKL", qty))
-				if !errors.Is(err, stock.ErrUnavailable) {
+				if !errors.Is(err, inventory.ErrUnavailable) {
 					break
 				}
 			}
-			if errors.Is(err, stock.ErrInsufficientStock) {
+			if errors.Is(err, inventory.ErrInsufficientStock) {
 				refused.Add(1)
 				continue
 			}
@@ -1382,10 +1385,10 @@ func TestScenarioRandomised(t *testing.T) {
 			var err error
 			switch p := rng.IntN(100); {
 			case p < 30: // create a cart over 1-3 SKUs
-				var cart []stock.Line
+				var cart []inventory.Line
 				for _, sk := range skus {
 					if rng.IntN(2) == 0 || len(cart) == 0 && sk == "R3" {
-						cart = append(cart, stock.Line{SKU: sk, Qty: int64(1 + rng.IntN(3))})
+						cart = append(cart, inventory.Line{SKU: sk, Qty: int64(1 + rng.IntN(3))})
 					}
 				}
 				key := ""
@@ -1398,7 +1401,7 @@ func TestScenarioRandomised(t *testing.T) {
 				}
 				var o *Order
 				o, err = s.svc.Create(ctx, fmt.Sprintf("u%d", w), key, cart)
-				allowed("create", err, stock.ErrInsufficientStock, stock.ErrUnavailable, ErrConflict)
+				allowed("create", err, inventory.ErrInsufficientStock, inventory.ErrUnavailable, inventory.ErrConflict)
 				if err == nil {
 					created.Add(1)
 					if !slices.Contains(mine, o.ID) {
@@ -1412,33 +1415,33 @@ func TestScenarioRandomised(t *testing.T) {
 					pay = fmt.Sprintf("pay-x%d", rng.IntN(40))
 				}
 				_, err = s.svc.Pay(ctx, id, pay)
-				allowed("pay", err, ErrConflict)
+				allowed("pay", err, inventory.ErrConflict)
 			case p < 50 && len(mine) > 0:
 				_, err = s.svc.Cancel(ctx, pick())
-				allowed("cancel", err, ErrConflict)
+				allowed("cancel", err, inventory.ErrConflict)
 			case p < 54 && len(mine) > 0:
 				_, err = s.svc.Refund(ctx, pick())
-				allowed("refund", err, ErrConflict)
+				allowed("refund", err, inventory.ErrConflict)
 			case p < 58 && len(mine) > 0:
 				_, err = s.svc.Expire(ctx, pick())
 				allowed("expire", err)
 			case p < 70:
 				_, err = s.svc.Reserve(ctx, sku, int64(1+rng.IntN(3)), token)
-				allowed("reserve", err, stock.ErrInsufficientStock, stock.ErrUnavailable, ErrConflict, ErrTokenReleased)
+				allowed("reserve", err, inventory.ErrInsufficientStock, inventory.ErrUnavailable, inventory.ErrConflict, ErrTokenReleased)
 			case p < 78:
 				_, err = s.svc.CommitToken(ctx, sku, token)
-				allowed("commit", err, ErrNotFound, ErrTokenReleased, ErrConflict)
+				allowed("commit", err, inventory.ErrNotFound, ErrTokenReleased, inventory.ErrConflict)
 			case p < 86:
 				_, err = s.svc.ReleaseToken(ctx, sku, token)
-				allowed("release", err, ErrConflict)
+				allowed("release", err, inventory.ErrConflict)
 			case p < 94:
 				delta := int64(1 + rng.IntN(5))
 				if rng.IntN(2) == 0 {
 					delta = -delta
 				}
 				_, err = s.cat.Adjust(ctx, sku, delta, "randomised", "")
-				allowed("adjust", err, ErrConflict, stock.ErrUnavailable)
-				if errors.Is(err, stock.ErrUnavailable) {
+				allowed("adjust", err, inventory.ErrConflict, inventory.ErrUnavailable)
+				if errors.Is(err, inventory.ErrUnavailable) {
 					// Only the read-back after the commit touched Redis: the
 					// adjustment is in the database although Adjust failed
 					// (fixed since; see TestScenarioAdjustFailsAfterCommit).
@@ -1453,7 +1456,7 @@ func TestScenarioRandomised(t *testing.T) {
 				}
 			default:
 				_, err = s.cat.Get(ctx, sku)
-				allowed("get", err, stock.ErrUnavailable)
+				allowed("get", err, inventory.ErrUnavailable)
 			}
 			if err == nil {
 				okOps.Add(1)
@@ -1469,7 +1472,7 @@ func TestScenarioRandomised(t *testing.T) {
 	var realigned []string
 	var err error
 	for try := 0; try < 10; try++ { // a rolled-back init lock may still be held
-		if realigned, err = s.reconciler().Realign(ctx); !errors.Is(err, stock.ErrUnavailable) {
+		if realigned, err = s.reconciler().Realign(ctx); !errors.Is(err, inventory.ErrUnavailable) {
 			break
 		}
 	}
@@ -1521,10 +1524,10 @@ func TestScenarioPutLimitRacesUnlimitedAdmission(t *testing.T) {
 	s := newScen(t, scenOpts{hooks: []redis.Hook{orderPause, tokenPause}})
 	ctx := context.Background()
 	require.NoError(t, stock.LoadDeductScript(ctx, s.rdb)) // the paused call is the one that ran
-	s.addSKU("UNL", stock.Unlimited)
-	s.addSKU("UNL2", stock.Unlimited)
-	require.EqualValues(t, stock.Unlimited, s.redisAvailable("UNL"))
-	require.EqualValues(t, stock.Unlimited, s.redisAvailable("UNL2"))
+	s.addSKU("UNL", inventory.Unlimited)
+	s.addSKU("UNL2", inventory.Unlimited)
+	require.EqualValues(t, inventory.Unlimited, s.redisAvailable("UNL"))
+	require.EqualValues(t, inventory.Unlimited, s.redisAvailable("UNL2"))
 
 	// An order line admitted by the unlimited value; the SKU gets a stock of
 	// 10 (Put realigns Redis to 10); then the line's reservation commits.
@@ -1603,14 +1606,14 @@ func TestScenarioCommitRacesRelease(t *testing.T) {
 				silentRelease = append(silentRelease, tok)
 				continue
 			}
-			require.ErrorIs(t, rerr, ErrConflict)
+			require.ErrorIs(t, rerr, inventory.ErrConflict)
 		case arbiter.Released:
 			released++
 			require.NoError(t, rerr)
 			require.EqualValues(t, 1, rq)
 			require.Zero(t, cq)
 			if !errors.Is(cerr, ErrTokenReleased) {
-				require.ErrorIs(t, cerr, ErrConflict)
+				require.ErrorIs(t, cerr, inventory.ErrConflict)
 			}
 		default:
 			t.Fatalf("%s: %v", tok, rows[0].State)
@@ -1631,7 +1634,7 @@ func TestScenarioCommitRacesRelease(t *testing.T) {
 // the change and then reads the SKU back through Redis; when that read fails
 // (another node's init holds the SKU's init lock, a rolled-back lock, Redis
 // down) it used to return the error although the adjustment was in the
-// database: stock.ErrUnavailable (HTTP 503) says "retry", and a retry
+// database: inventory.ErrUnavailable (HTTP 503) says "retry", and a retry
 // applied it twice.
 
 func TestScenarioAdjustFailsAfterCommit(t *testing.T) {

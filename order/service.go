@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/stock"
 )
@@ -117,7 +118,7 @@ func (s *Service) find(tx *gorm.DB, forUpdate bool, where string, args ...any) (
 	}
 	if err := q.Where(where, args...).Take(&o).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return nil, ErrNotFound
+			return nil, inventory.ErrNotFound
 		}
 		return nil, err
 	}
@@ -132,12 +133,12 @@ func (s *Service) find(tx *gorm.DB, forUpdate bool, where string, args ...any) (
 // never reaches the database), the database arbitrates. With an idempotency
 // key, a retry returns the same order (and a different body with the same
 // key conflicts). Order ids are random, never derived from request fields.
-func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []stock.Line) (*Order, error) {
+func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []inventory.Line) (*Order, error) {
 	if err := validateID("user_id", userID); err != nil {
 		return nil, err
 	}
 	if idemKey != "" && !keyPattern.MatchString(idemKey) {
-		return nil, invalid("Idempotency-Key must be 1-128 printable ASCII characters")
+		return nil, inventory.Invalidf("Idempotency-Key must be 1-128 printable ASCII characters")
 	}
 	lines, err := s.stock.NormaliseCart(lines)
 	if err != nil {
@@ -146,7 +147,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []st
 	if idemKey != "" {
 		if o, err := s.byIdempotencyKey(ctx, userID, idemKey); err == nil {
 			return sameOrder(o, lines)
-		} else if !errors.Is(err, ErrNotFound) {
+		} else if !errors.Is(err, inventory.ErrNotFound) {
 			return nil, err
 		}
 	}
@@ -178,17 +179,17 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []st
 // limit again as it records the order (the Redis count is a pre-filter).
 func (s *Service) Seckill(ctx context.Context, userID, sku string, limit int64) (*Order, error) {
 	if limit <= 0 {
-		return s.Create(ctx, userID, "", []stock.Line{{SKU: sku, Qty: 1}})
+		return s.Create(ctx, userID, "", []inventory.Line{{SKU: sku, Qty: 1}})
 	}
 	if err := validateID("user_id", userID); err != nil {
 		return nil, err
 	}
-	lines, err := s.stock.NormaliseCart([]stock.Line{{SKU: sku, Qty: 1}})
+	lines, err := s.stock.NormaliseCart([]inventory.Line{{SKU: sku, Qty: 1}})
 	if err != nil {
 		return nil, err
 	}
 	adm, err := s.stock.AdmitBuyer(ctx, sku, 1, stock.Buyer{User: userID, Limit: limit})
-	if errors.Is(err, stock.ErrOverLimit) {
+	if errors.Is(err, inventory.ErrOverLimit) {
 		return nil, arbiter.OverLimitError{SKU: sku, User: userID, Limit: limit}
 	}
 	if err != nil {
@@ -208,7 +209,7 @@ func (s *Service) Seckill(ctx context.Context, userID, sku string, limit int64) 
 // record writes the order of lines admitted as adm for userID (with its
 // reservations, through the group commit) and settles Redis with what the
 // database recorded. On error nothing was written; the caller undoes adm.
-func (s *Service) record(ctx context.Context, userID, idemKey string, lines []stock.Line, adm []stock.Admission) (*Order, error) {
+func (s *Service) record(ctx context.Context, userID, idemKey string, lines []inventory.Line, adm []stock.Admission) (*Order, error) {
 	id := uuid.Must(uuid.NewV7()).String()
 	now := s.now()
 	o := &Order{ID: id, UserID: userID, Status: Pending, ReservationToken: id, ExpiresAt: now.Add(s.cfg.TTL), CreatedAt: now, UpdatedAt: now}
@@ -242,7 +243,7 @@ func (s *Service) refused(ctx context.Context, err error) error {
 	var r arbiter.RefusedError
 	if !errors.As(err, &r) {
 		var limit arbiter.OverLimitError
-		if errors.Is(err, stock.ErrUnknownSKU) || errors.As(err, &limit) {
+		if errors.Is(err, inventory.ErrUnknownSKU) || errors.As(err, &limit) {
 			return err
 		}
 		return fmt.Errorf("order: write: %w", err)
@@ -253,15 +254,15 @@ func (s *Service) refused(ctx context.Context, err error) error {
 	if rerr := s.stock.Realign(fctx, r.SKU); rerr != nil {
 		s.cfg.Logger.Warn("order: realign failed; the periodic realign retries", "sku", r.SKU, "err", rerr)
 	}
-	return fmt.Errorf("%w: %s", stock.ErrInsufficientStock, r.SKU)
+	return fmt.Errorf("%w: %s", inventory.ErrInsufficientStock, r.SKU)
 }
 
 // settle makes Redis count what the database recorded: an admission taken
 // from a Redis value that was re-initialised before the reservation
 // committed is taken again from the new value (once: see stock.Apply). In
 // the common case the database's epoch is the admission's and nothing is sent.
-func (s *Service) settle(ctx context.Context, lines []stock.Line, adm []stock.Admission, marks map[string]arbiter.Mark) {
-	var chs []stock.Change
+func (s *Service) settle(ctx context.Context, lines []inventory.Line, adm []stock.Admission, marks map[string]arbiter.Mark) {
+	var chs []inventory.Change
 	for i, l := range lines {
 		m := marks[l.SKU]
 		// An admission from an unlimited value took nothing, but it is settled
@@ -272,16 +273,16 @@ func (s *Service) settle(ctx context.Context, lines []stock.Line, adm []stock.Ad
 		if m.Epoch == adm[i].Epoch {
 			continue
 		}
-		chs = append(chs, stock.Change{SKU: l.SKU, Delta: -l.Qty, Seq: m.Seq, Epoch: adm[i].Epoch})
+		chs = append(chs, inventory.Change{SKU: l.SKU, Delta: -l.Qty, Seq: m.Seq, Epoch: adm[i].Epoch})
 	}
 	s.ApplyChanges(ctx, chs)
 }
 
 // sameOrder answers an idempotent replay: the stored order if the request
 // asked for the same lines, a conflict otherwise.
-func sameOrder(o *Order, lines []stock.Line) (*Order, error) {
+func sameOrder(o *Order, lines []inventory.Line) (*Order, error) {
 	if !slices.Equal(o.lines(), lines) {
-		return nil, fmt.Errorf("%w: Idempotency-Key was used for a different order", ErrConflict)
+		return nil, fmt.Errorf("%w: Idempotency-Key was used for a different order", inventory.ErrConflict)
 	}
 	return o, nil
 }
@@ -312,7 +313,7 @@ func (s *Service) Expire(ctx context.Context, id string) (bool, error) {
 	_, err := s.close(ctx, id, Expired, func(tx *gorm.DB) *gorm.DB {
 		return tx.Where("expires_at <= ?", s.now())
 	})
-	if errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+	if errors.Is(err, inventory.ErrConflict) || errors.Is(err, inventory.ErrNotFound) {
 		return false, nil
 	}
 	return err == nil, err
@@ -348,7 +349,7 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 		return nil, err
 	}
 	if !won {
-		return o, fmt.Errorf("%w: order %s is %s", ErrConflict, id, o.Status)
+		return o, fmt.Errorf("%w: order %s is %s", inventory.ErrConflict, id, o.Status)
 	}
 	s.ApplyChanges(ctx, rel.Changes)
 	s.returnQuotas(ctx, rel.Quotas)
@@ -388,7 +389,7 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 	if err := validateID("payment_id", paymentID); err != nil {
 		return nil, err
 	}
-	var chs []stock.Change
+	var chs []inventory.Change
 	var before Status // what this call found, to count only a transition it made
 	o, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
 		chs = nil
@@ -412,7 +413,7 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 		case Cancelled:
 			return s.refundRequired(tx, o, paymentID)
 		}
-		return nil, fmt.Errorf("%w: order %s is %s", ErrConflict, id, o.Status)
+		return nil, fmt.Errorf("%w: order %s is %s", inventory.ErrConflict, id, o.Status)
 	})
 	var refused arbiter.RefusedError
 	var overLimit arbiter.OverLimitError
@@ -423,7 +424,7 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 				return o, err
 			}
 			if o.Status != Expired {
-				return nil, fmt.Errorf("%w: order %s is %s", ErrConflict, id, o.Status)
+				return nil, fmt.Errorf("%w: order %s is %s", inventory.ErrConflict, id, o.Status)
 			}
 			return s.refundRequired(tx, o, paymentID)
 		})
@@ -477,11 +478,11 @@ func (s *Service) recordPayment(tx *gorm.DB, o *Order, to Status, set map[string
 	ok, err := s.transition(tx, o.ID, to, []Status{o.Status}, set)
 	switch {
 	case arbiter.IsDuplicate(err):
-		return fmt.Errorf("%w: payment %s belongs to another order", ErrConflict, set["payment_id"])
+		return fmt.Errorf("%w: payment %s belongs to another order", inventory.ErrConflict, set["payment_id"])
 	case err != nil:
 		return err
 	case !ok:
-		return fmt.Errorf("%w: order %s changed concurrently", ErrConflict, o.ID)
+		return fmt.Errorf("%w: order %s changed concurrently", inventory.ErrConflict, o.ID)
 	}
 	return nil
 }
@@ -508,7 +509,7 @@ func paidAlready(o *Order, paymentID string) (bool, error) {
 	if *o.PaymentID == paymentID {
 		return true, nil
 	}
-	return true, fmt.Errorf("%w: order %s was paid by another payment", ErrConflict, o.ID)
+	return true, fmt.Errorf("%w: order %s was paid by another payment", inventory.ErrConflict, o.ID)
 }
 
 // markPaid moves o to PAID under token, commits token's held reservations
@@ -546,7 +547,7 @@ func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
 			return nil, err
 		}
 		if o.Status != Paid && o.Status != RefundRequired {
-			return nil, fmt.Errorf("%w: order %s is %s", ErrConflict, id, o.Status)
+			return nil, fmt.Errorf("%w: order %s is %s", inventory.ErrConflict, id, o.Status)
 		}
 		if _, err := s.transition(tx, id, Refunded, []Status{o.Status}, nil); err != nil {
 			return nil, err
@@ -585,7 +586,7 @@ func (s *Service) inTx(ctx context.Context, fn func(tx *gorm.DB) (*Order, error)
 // order claimed early.
 func (s *Service) Deadline(ctx context.Context, id string) (time.Time, bool, error) {
 	o, err := s.Get(ctx, id)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, inventory.ErrNotFound) {
 		return time.Time{}, false, nil
 	}
 	if err != nil {
@@ -606,7 +607,7 @@ func (s *Service) ExpiredIDs(ctx context.Context, limit int) ([]string, error) {
 // ApplyChanges brings changes the database committed into Redis (the
 // Applier's OnApplied for restores). A failure leaves Redis wrong in the safe
 // direction or for the realign to fix, so it is logged, not returned.
-func (s *Service) ApplyChanges(ctx context.Context, chs []stock.Change) {
+func (s *Service) ApplyChanges(ctx context.Context, chs []inventory.Change) {
 	ctx, cancel := stock.FollowUp(ctx)
 	defer cancel()
 	for _, c := range chs {

@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/stock"
 )
@@ -23,10 +24,10 @@ var ErrTokenReleased = errors.New("order: reservation already released")
 // rawKey validates a token-API request's SKU and token and returns the
 // token's key in the database.
 func rawKey(sku, token string) (string, error) {
-	if err := stock.ValidateSKU(sku); err != nil {
+	if err := inventory.ValidateSKU(sku); err != nil {
 		return "", err
 	}
-	if err := stock.ValidateToken(token); err != nil {
+	if err := inventory.ValidateToken(token); err != nil {
 		return "", err
 	}
 	return "t." + token, nil
@@ -34,7 +35,7 @@ func rawKey(sku, token string) (string, error) {
 
 // Reserve takes qty units of sku for the client's token: Redis admits, the
 // database records a HELD reservation that expires after the order TTL. It
-// returns what Redis had left (or stock.Unlimited). A replay with the same
+// returns what Redis had left (or inventory.Unlimited). A replay with the same
 // qty returns the first answer and takes nothing; with another qty it is a
 // conflict; after a release, ErrTokenReleased.
 func (s *Service) Reserve(ctx context.Context, sku string, qty int64, token string) (int64, error) {
@@ -43,7 +44,7 @@ func (s *Service) Reserve(ctx context.Context, sku string, qty int64, token stri
 		return 0, err
 	}
 	adm, err := s.stock.Admit(ctx, sku, qty, key)
-	if errors.Is(err, stock.ErrReplay) {
+	if errors.Is(err, inventory.ErrReplay) {
 		return s.replay(ctx, sku, qty, key)
 	}
 	if err != nil {
@@ -64,7 +65,7 @@ func (s *Service) Reserve(ctx context.Context, sku string, qty int64, token stri
 		}
 		return 0, s.refused(ctx, err)
 	}
-	s.settle(ctx, []stock.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, marks)
+	s.settle(ctx, []inventory.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, marks)
 	return adm.Remaining, nil
 }
 
@@ -75,13 +76,13 @@ func (s *Service) replay(ctx context.Context, sku string, qty int64, key string)
 	switch {
 	case errors.Is(err, gorm.ErrRecordNotFound):
 		// The first call is still writing (or failed and undid its admission).
-		return 0, fmt.Errorf("%w: a reservation with this token is in progress; retry", ErrConflict)
+		return 0, fmt.Errorf("%w: a reservation with this token is in progress; retry", inventory.ErrConflict)
 	case err != nil:
 		return 0, err
 	case r.State == arbiter.Released:
 		return 0, ErrTokenReleased
 	case r.Qty != qty:
-		return 0, fmt.Errorf("%w: token was used for %d units, not %d", ErrConflict, r.Qty, qty)
+		return 0, fmt.Errorf("%w: token was used for %d units, not %d", inventory.ErrConflict, r.Qty, qty)
 	}
 	return r.Result, nil
 }
@@ -95,7 +96,7 @@ func (s *Service) ReleaseToken(ctx context.Context, sku, token string) (int64, e
 	if err != nil {
 		return 0, err
 	}
-	var chs []stock.Change
+	var chs []inventory.Change
 	var released int64
 	_, err = s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
 		chs, released = nil, 0
@@ -111,7 +112,7 @@ func (s *Service) ReleaseToken(ctx context.Context, sku, token string) (int64, e
 		if len(rows) == 1 {
 			switch rows[0].State {
 			case arbiter.Committed, arbiter.Sold, arbiter.Restored:
-				return nil, fmt.Errorf("%w: the reservation is committed (sold); it cannot be released", ErrConflict)
+				return nil, fmt.Errorf("%w: the reservation is committed (sold); it cannot be released", inventory.ErrConflict)
 			case arbiter.Released:
 				return nil, nil // released before
 			}
@@ -120,7 +121,7 @@ func (s *Service) ReleaseToken(ctx context.Context, sku, token string) (int64, e
 			return nil, err
 		}
 		if ok, err := arbiter.SKUExists(tx, sku); err != nil || !ok {
-			return nil, errors.Join(err, arbiter.UnknownSKU(sku))
+			return nil, errors.Join(err, inventory.UnknownSKU(sku))
 		}
 		now := s.now()
 		return nil, arbiter.In(tx).Forbid(key, sku, arbiter.Reservation{ExpiresAt: now, CreatedAt: now, UpdatedAt: now})
@@ -148,7 +149,7 @@ func (s *Service) CommitToken(ctx context.Context, sku, token string) (int64, er
 		var r arbiter.Reservation
 		if err := tx.Take(&r, "token = ? AND sku = ?", key, sku).Error; err != nil {
 			if errors.Is(err, gorm.ErrRecordNotFound) {
-				return nil, fmt.Errorf("%w: no reservation of %s with this token", ErrNotFound, sku)
+				return nil, fmt.Errorf("%w: no reservation of %s with this token", inventory.ErrNotFound, sku)
 			}
 			return nil, err
 		}
@@ -159,7 +160,7 @@ func (s *Service) CommitToken(ctx context.Context, sku, token string) (int64, er
 		case arbiter.Released:
 			return nil, ErrTokenReleased
 		}
-		return nil, arbiter.In(tx).Commit(key, []stock.Line{{SKU: sku, Qty: r.Qty}})
+		return nil, arbiter.In(tx).Commit(key, []inventory.Line{{SKU: sku, Qty: r.Qty}})
 	})
 	if err != nil {
 		return 0, err
@@ -178,7 +179,7 @@ func (s *Service) ReleaseExpiredTokens(ctx context.Context, limit int) (int, err
 	}
 	n := 0
 	for _, r := range rows {
-		var chs []stock.Change
+		var chs []inventory.Change
 		_, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
 			rel, err := arbiter.In(tx).Release(r.Token, r.SKU) // a commit that won first leaves nothing HELD
 			chs = rel.Changes

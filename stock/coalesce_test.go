@@ -73,7 +73,7 @@ func holdFlights(t *testing.T, g *gate, s *Store, sku string) <-chan Result {
 func heldFlights(t *testing.T, b backend, rdb redis.UniversalClient, units int64) (*Store, *gate, <-chan Result) {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, b.flush(ctx, rdb))
+	require.NoError(t, b.Flush(ctx, rdb))
 	s := newStore(t, rdb, newFakeDB(map[string]int64{"HOT": units}))
 	require.NoError(t, s.EnsureInit(ctx, "HOT"))
 	g := newGate(rdb)

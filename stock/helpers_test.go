@@ -9,61 +9,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/testenv"
 )
 
-// backend is one real Redis deployment the contract suite runs on.
-type backend struct {
-	name  string
-	open  func(t *testing.T) redis.UniversalClient
-	flush func(ctx context.Context, rdb redis.UniversalClient) error // "Redis loses every key"
-}
+// backend is one Redis deployment the contract suite runs on.
+type backend = testenv.RedisBackend
 
-var backends = []backend{
-	{
-		name: "redis",
-		open: func(t *testing.T) redis.UniversalClient { return testenv.Redis(t) },
-		flush: func(ctx context.Context, rdb redis.UniversalClient) error {
-			return rdb.FlushDB(ctx).Err()
-		},
-	},
-	{
-		// The embedded default's stand-in runs the same suite.
-		name: "miniredis",
-		open: func(t *testing.T) redis.UniversalClient {
-			m := miniredis.NewMiniRedis()
-			m.ClockTTL(true)
-			require.NoError(t, m.StartAddr("127.0.0.1:0"))
-			t.Cleanup(m.Close)
-			c := redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: 128})
-			t.Cleanup(func() { _ = c.Close() })
-			return c
-		},
-		flush: func(ctx context.Context, rdb redis.UniversalClient) error {
-			return rdb.FlushAll(ctx).Err()
-		},
-	},
-	{
-		name: "cluster",
-		open: func(t *testing.T) redis.UniversalClient { return testenv.RedisCluster(t) },
-		flush: func(ctx context.Context, rdb redis.UniversalClient) error {
-			return rdb.(*redis.ClusterClient).ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-				return n.FlushAll(ctx).Err()
-			})
-		},
-	},
-}
-
-// forEachBackend runs fn once per real Redis deployment.
-func forEachBackend(t *testing.T, fn func(t *testing.T, b backend, rdb redis.UniversalClient)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) { fn(t, b, b.open(t)) })
-	}
-}
+// forEachBackend runs fn once per Redis deployment (testenv.RedisBackends).
+var forEachBackend = testenv.ForEachRedis
 
 // fakeDB plays the database behind the init callback and the arbitration:
 // per SKU on_hand, reserved, the change counter seq and the Redis epoch. mu
@@ -86,7 +43,7 @@ func newFakeDB(onHand map[string]int64) *fakeDB {
 	return &fakeDB{onHand: onHand, reserved: map[string]int64{}, seq: map[string]int64{}, epoch: map[string]int64{}}
 }
 
-func (f *fakeDB) init(ctx context.Context, sku string, write func(Level) error) error {
+func (f *fakeDB) init(ctx context.Context, sku string, write func(inventory.Baseline) error) error {
 	f.calls.Add(1)
 	if f.delay > 0 {
 		time.Sleep(f.delay)
@@ -95,12 +52,12 @@ func (f *fakeDB) init(ctx context.Context, sku string, write func(Level) error) 
 	defer f.mu.Unlock()
 	oh, ok := f.onHand[sku]
 	if !ok {
-		return ErrUnknownSKU
+		return inventory.ErrUnknownSKU
 	}
 	f.epoch[sku] = 1 + rand.Int64N(1<<52)
-	lv := Level{Available: oh - f.reserved[sku], Epoch: f.epoch[sku], Seq: f.seq[sku]}
-	if oh == Unlimited {
-		lv.Available = Unlimited
+	lv := inventory.Baseline{Available: oh - f.reserved[sku], Epoch: f.epoch[sku], Seq: f.seq[sku]}
+	if oh == inventory.Unlimited {
+		lv.Available = inventory.Unlimited
 	}
 	if f.beforeWrite != nil {
 		f.beforeWrite()
@@ -113,7 +70,7 @@ func (f *fakeDB) init(ctx context.Context, sku string, write func(Level) error) 
 func (f *fakeDB) reserve(sku string, qty int64) (seq, epoch int64, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.onHand[sku] != Unlimited && f.onHand[sku]-f.reserved[sku] < qty {
+	if f.onHand[sku] != inventory.Unlimited && f.onHand[sku]-f.reserved[sku] < qty {
 		return 0, 0, false
 	}
 	f.reserved[sku] += qty
@@ -159,7 +116,7 @@ func levels(t *testing.T, s *Store, sku string) Levels {
 // reservation that committed after a re-init is brought into the new value.
 func buy(ctx context.Context, s *Store, db *fakeDB, sku string, qty int64, realign bool) (bool, error) {
 	adm, err := s.Admit(ctx, sku, qty, "")
-	if errors.Is(err, ErrInsufficientStock) || errors.Is(err, ErrUnavailable) {
+	if errors.Is(err, inventory.ErrInsufficientStock) || errors.Is(err, inventory.ErrUnavailable) {
 		// Not bought; nothing was taken. Unavailable is what a caller gets
 		// when the key keeps vanishing under it (the storm tests): a 503 to
 		// retry, not a broken promise.
@@ -177,8 +134,8 @@ func buy(ctx context.Context, s *Store, db *fakeDB, sku string, qty int64, reali
 		}
 		return false, s.Realign(ctx, sku)
 	}
-	if epoch != adm.Epoch && adm.Remaining != Unlimited {
-		return true, s.Apply(ctx, Change{SKU: sku, Delta: -qty, Seq: seq, Epoch: adm.Epoch})
+	if epoch != adm.Epoch && adm.Remaining != inventory.Unlimited {
+		return true, s.Apply(ctx, inventory.Change{SKU: sku, Delta: -qty, Seq: seq, Epoch: adm.Epoch})
 	}
 	return true, nil
 }
@@ -191,5 +148,5 @@ func latency() { time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond) }
 func giveBack(ctx context.Context, s *Store, db *fakeDB, sku string, qty int64) error {
 	seq := db.release(sku, qty)
 	latency()
-	return s.Apply(ctx, Change{SKU: sku, Delta: qty, Seq: seq})
+	return s.Apply(ctx, inventory.Change{SKU: sku, Delta: qty, Seq: seq})
 }

@@ -22,10 +22,7 @@ import "strconv"
 //	inv:{timeouts:N}:claimed   zset    order id -> lease end (unix ms), shard N
 //	inv:{timeouts}:due         zset    the unsharded queue of earlier versions
 //	inv:{timeouts}:claimed     zset    (drained, never written)
-//	inv:{timeouts}:sweeplock   string  the timeout sweep's one-node lock
-//	inv:{relay}:lock           string  the outbox relay's leader lock
-//	inv:{realign}:lock         string  the periodic realign's one-node lock
-//	inv:{retention}:lock       string  the retention job's one-node lock
+//	inv:{...}:lock, sweeplock  string  the one-node jobs' locks (internal/lock/keys.go)
 //	inv:stockback              channel "stock came back" (clears sold-out flags)
 
 func skuTag(sku string) string { return "inv:{" + sku + "}:" }
@@ -63,12 +60,6 @@ const (
 	// rather than left to the sweep.
 	LegacyTimeoutDueKey     = "inv:{timeouts}:due"
 	LegacyTimeoutClaimedKey = "inv:{timeouts}:claimed"
-	// SweepLockKey may stay one key for the whole fleet: each node tries it
-	// once per sweep interval, and no order touches it.
-	SweepLockKey     = "inv:{timeouts}:sweeplock"
-	RelayLockKey     = "inv:{relay}:lock"
-	RealignLockKey   = "inv:{realign}:lock"
-	RetentionLockKey = "inv:{retention}:lock"
 	// StockBackChannel carries the SKUs whose stock came back, so every node
 	// clears its local sold-out flag.
 	StockBackChannel = "inv:stockback"

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/acme/inventory"
+	"github.com/acme/inventory/internal/lock"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 )
@@ -19,7 +21,7 @@ import (
 // Config tunes a Store. Only Init is required.
 type Config struct {
 	// Init reads a SKU's level from the database (cold init and realign).
-	Init InitFunc
+	Init inventory.InitFunc
 	// TokenTTL is how long a token-API reservation's token is remembered in
 	// Redis, so a replay goes to the database instead of taking units again.
 	// Default 16m (the hold TTL).
@@ -54,7 +56,7 @@ func (c *Config) setDefaults() error {
 		c.TokenTTL = 16 * time.Minute
 	}
 	if c.MaxQty == 0 {
-		c.MaxQty = DefaultMaxQty
+		c.MaxQty = inventory.DefaultMaxQty
 	}
 	if c.QuotaTTL == 0 {
 		c.QuotaTTL = 24 * time.Hour
@@ -83,7 +85,7 @@ func (c *Config) setDefaults() error {
 type Store struct {
 	rdb    redis.UniversalClient
 	cfg    Config
-	locker *Locker
+	locker *lock.Locker
 	inits  singleflight.Group
 	stats  Stats
 	admits *coalescer // nil: one round trip per admission
@@ -110,7 +112,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	s := &Store{rdb: rdb, cfg: cfg, locker: NewLocker(rdb)}
+	s := &Store{rdb: rdb, cfg: cfg, locker: lock.NewLocker(rdb)}
 	if !cfg.OneCallPerAdmission {
 		s.admits = newCoalescer(rdb, &s.stats)
 	}
@@ -135,7 +137,7 @@ func (s *Store) Admit(ctx context.Context, sku string, qty int64, token string) 
 		return Admission{}, err
 	}
 	if token != "" && !keyPattern.MatchString(token) {
-		return Admission{}, invalid("token must be 1-140 characters of A-Z a-z 0-9 . _ : -")
+		return Admission{}, inventory.Invalidf("token must be 1-140 characters of A-Z a-z 0-9 . _ : -")
 	}
 	ttl := int64(0)
 	if token != "" {
@@ -160,11 +162,11 @@ func (s *Store) AdmitBuyer(ctx context.Context, sku string, qty int64, b Buyer) 
 	if err := s.validate(sku, qty); err != nil {
 		return Admission{}, err
 	}
-	if err := ValidateToken(b.User); err != nil {
+	if err := inventory.ValidateToken(b.User); err != nil {
 		return Admission{}, err
 	}
 	if b.Limit <= 0 {
-		return Admission{}, invalid("a per-user limit must be positive")
+		return Admission{}, inventory.Invalidf("a per-user limit must be positive")
 	}
 	keys := append(admitKeys(sku, ""), buyersKey(sku))
 	return s.admit(ctx, sku, keys, []any{qty, 0, b.User, b.Limit, s.cfg.QuotaTTL.Milliseconds()})
@@ -187,7 +189,7 @@ func (s *Store) admit(ctx context.Context, sku string, keys []string, args []any
 		}
 		return s.admission(sku, res[0], res[1])
 	}
-	return Admission{}, fmt.Errorf("%w: %s keeps losing its key", ErrUnavailable, sku)
+	return Admission{}, fmt.Errorf("%w: %s keeps losing its key", inventory.ErrUnavailable, sku)
 }
 
 // deduct runs the deduction script once: in a pipeline with other callers'
@@ -269,14 +271,14 @@ func (s *Store) admission(sku string, r, epoch int64) (Admission, error) {
 	switch r {
 	case resInsufficient:
 		s.stats.Insufficient.Add(1)
-		return Admission{}, fmt.Errorf("%w: %s", ErrInsufficientStock, sku)
+		return Admission{}, fmt.Errorf("%w: %s", inventory.ErrInsufficientStock, sku)
 	case resReplay:
-		return Admission{}, ErrReplay
+		return Admission{}, inventory.ErrReplay
 	case resOverLimit:
-		return Admission{}, fmt.Errorf("%w: %s", ErrOverLimit, sku)
+		return Admission{}, fmt.Errorf("%w: %s", inventory.ErrOverLimit, sku)
 	case resUnlimited:
 		s.stats.Unlimited.Add(1)
-		return Admission{Remaining: Unlimited, Epoch: epoch}, nil
+		return Admission{Remaining: inventory.Unlimited, Epoch: epoch}, nil
 	}
 	s.stats.Deducted.Add(1)
 	return Admission{Remaining: r, Epoch: epoch}, nil
@@ -287,7 +289,7 @@ func (s *Store) admission(sku string, r, epoch int64) (Admission, error) {
 // where a cart's SKUs live in different slots and no script can see them all.
 // If the process dies half way, the units taken are hidden until the SKU is
 // next realigned; the database never counted them.
-func (s *Store) AdmitCart(ctx context.Context, lines []Line) ([]Admission, error) {
+func (s *Store) AdmitCart(ctx context.Context, lines []inventory.Line) ([]Admission, error) {
 	for _, l := range lines { // before anything is taken
 		if err := s.validate(l.SKU, l.Qty); err != nil {
 			return nil, err
@@ -309,7 +311,7 @@ func (s *Store) AdmitCart(ctx context.Context, lines []Line) ([]Admission, error
 
 // UndoCart undoes AdmitCart's admissions (best effort: a unit left taken is
 // hidden until the SKU is realigned, never sold twice).
-func (s *Store) UndoCart(ctx context.Context, lines []Line, adm []Admission) {
+func (s *Store) UndoCart(ctx context.Context, lines []inventory.Line, adm []Admission) {
 	for i, l := range lines {
 		if err := s.Undo(ctx, l.SKU, l.Qty, adm[i], ""); err != nil {
 			s.cfg.Logger.Warn("stock: undoing an admission failed; the realign gives the units back",
@@ -324,7 +326,7 @@ func (s *Store) Undo(ctx context.Context, sku string, qty int64, adm Admission, 
 	if err := s.validate(sku, qty); err != nil {
 		return err
 	}
-	if adm.Remaining == Unlimited {
+	if adm.Remaining == inventory.Unlimited {
 		return nil // nothing was taken, and no token remembered
 	}
 	n, err := undoScript.Run(ctx, s.rdb, admitKeys(sku, token), qty, adm.Epoch).Int64()
@@ -338,23 +340,12 @@ func (s *Store) Undo(ctx context.Context, sku string, qty int64, adm Admission, 
 	return nil
 }
 
-// Change is a change of a SKU's available units the database committed:
-// Delta at the SKU's change counter Seq. Epoch is set when the change stands
-// for an admission already taken in Redis (a reservation whose database write
-// committed after a re-init); 0 otherwise.
-type Change struct {
-	SKU   string
-	Delta int64
-	Seq   int64
-	Epoch int64
-}
-
 // Apply brings a committed change into Redis exactly once (see applyScript).
 // A change that would take Redis below zero sets it to zero and realigns the
 // SKU from the database. A SKU Redis does not have is left alone: its next
 // cold init reads the database.
-func (s *Store) Apply(ctx context.Context, c Change) error {
-	if err := ValidateSKU(c.SKU); err != nil {
+func (s *Store) Apply(ctx context.Context, c inventory.Change) error {
+	if err := inventory.ValidateSKU(c.SKU); err != nil {
 		return err
 	}
 	n, err := applyScript.Run(ctx, s.rdb, []string{stockKey(c.SKU)}, c.Delta, c.Seq, c.Epoch).Int64()
@@ -374,9 +365,9 @@ func (s *Store) Apply(ctx context.Context, c Change) error {
 // NormaliseCart validates every line (before anything is touched), merges
 // repeated SKUs and sorts by SKU: the form AdmitCart admits, and the form
 // an order stores its lines in.
-func (s *Store) NormaliseCart(lines []Line) ([]Line, error) {
+func (s *Store) NormaliseCart(lines []inventory.Line) ([]inventory.Line, error) {
 	if len(lines) == 0 || len(lines) > 100 {
-		return nil, invalid("a cart has 1 to 100 lines, got %d", len(lines))
+		return nil, inventory.Invalidf("a cart has 1 to 100 lines, got %d", len(lines))
 	}
 	merged := map[string]int64{}
 	for _, l := range lines {
@@ -384,22 +375,22 @@ func (s *Store) NormaliseCart(lines []Line) ([]Line, error) {
 			return nil, err
 		}
 		merged[l.SKU] += l.Qty
-		if err := validateQty(merged[l.SKU], s.cfg.MaxQty); err != nil {
+		if err := inventory.ValidateQty(merged[l.SKU], s.cfg.MaxQty); err != nil {
 			return nil, err
 		}
 	}
-	cart := make([]Line, 0, len(merged))
+	cart := make([]inventory.Line, 0, len(merged))
 	for sku, q := range merged {
-		cart = append(cart, Line{SKU: sku, Qty: q})
+		cart = append(cart, inventory.Line{SKU: sku, Qty: q})
 	}
-	slices.SortFunc(cart, func(a, b Line) int { return strings.Compare(a.SKU, b.SKU) })
+	slices.SortFunc(cart, func(a, b inventory.Line) int { return strings.Compare(a.SKU, b.SKU) })
 	return cart, nil
 }
 
 // Forget drops sku's Redis value, so the next use re-initialises it from the
 // database.
 func (s *Store) Forget(ctx context.Context, sku string) error {
-	if err := ValidateSKU(sku); err != nil {
+	if err := inventory.ValidateSKU(sku); err != nil {
 		return err
 	}
 	if err := s.rdb.Del(ctx, stockKey(sku)).Err(); err != nil {
@@ -411,14 +402,14 @@ func (s *Store) Forget(ctx context.Context, sku string) error {
 
 // EnsureInit initialises sku from the database if Redis does not have it.
 func (s *Store) EnsureInit(ctx context.Context, sku string) error {
-	if err := ValidateSKU(sku); err != nil {
+	if err := inventory.ValidateSKU(sku); err != nil {
 		return err
 	}
 	// The first check of the double check: a warm key costs one EXISTS, not
 	// a lock round.
 	n, err := s.rdb.Exists(ctx, stockKey(sku)).Result()
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
 	}
 	if n == 1 {
 		return nil
@@ -432,14 +423,14 @@ func (s *Store) EnsureInit(ctx context.Context, sku string) error {
 // admission taken from the replaced value is either counted by the database
 // read or brought in by its own Apply.
 func (s *Store) Realign(ctx context.Context, sku string) error {
-	if err := ValidateSKU(sku); err != nil {
+	if err := inventory.ValidateSKU(sku); err != nil {
 		return err
 	}
-	lock, err := s.locker.Obtain(ctx, initLockKey(sku), s.cfg.LockTTL, s.cfg.InitWait)
+	held, err := s.locker.Obtain(ctx, initLockKey(sku), s.cfg.LockTTL, s.cfg.InitWait)
 	if err != nil {
-		return fmt.Errorf("%w: init lock for %s: %v", ErrUnavailable, sku, err)
+		return fmt.Errorf("%w: init lock for %s: %v", inventory.ErrUnavailable, sku, err)
 	}
-	defer s.releaseLock(ctx, sku, lock)
+	defer s.releaseLock(ctx, sku, held)
 	s.stats.Realigns.Add(1)
 	if err := s.write(ctx, sku, "force"); err != nil {
 		return err
@@ -479,7 +470,7 @@ func (s *Store) LevelsOf(ctx context.Context, skus []string) ([]Levels, error) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(skus))
 	for i, sku := range skus {
-		if err := ValidateSKU(sku); err != nil {
+		if err := inventory.ValidateSKU(sku); err != nil {
 			return nil, err
 		}
 		cmds[i] = pipe.HMGet(ctx, stockKey(sku), "a", "e", "s")
@@ -498,20 +489,20 @@ func (s *Store) LevelsOf(ctx context.Context, skus []string) ([]Levels, error) {
 			lv := &out[i]
 			lv.Initialised = true
 			lv.Available, lv.Epoch, lv.Seq = num(vals[0]), num(vals[1]), num(vals[2])
-			lv.Unlimited = lv.Available == Unlimited
+			lv.Unlimited = lv.Available == inventory.Unlimited
 		}
 	}
 	return out, nil
 }
 
 // Locker is the Store's lock client, for other jobs that need one.
-func (s *Store) Locker() *Locker { return s.locker }
+func (s *Store) Locker() *lock.Locker { return s.locker }
 
 func (s *Store) validate(sku string, qty int64) error {
-	if err := ValidateSKU(sku); err != nil {
+	if err := inventory.ValidateSKU(sku); err != nil {
 		return err
 	}
-	return validateQty(qty, s.cfg.MaxQty)
+	return inventory.ValidateQty(qty, s.cfg.MaxQty)
 }
 
 // ensureInit initialises a cold SKU. Callers in this process share one
@@ -535,14 +526,14 @@ func (s *Store) ensureInit(ctx context.Context, sku string) error {
 func (s *Store) initCold(ctx context.Context, sku string) error {
 	giveUp := time.Now().Add(s.cfg.InitWait)
 	for {
-		lock, err := s.locker.Obtain(ctx, initLockKey(sku), s.cfg.LockTTL, 0)
+		held, err := s.locker.Obtain(ctx, initLockKey(sku), s.cfg.LockTTL, 0)
 		if err == nil {
-			defer s.releaseLock(ctx, sku, lock)
+			defer s.releaseLock(ctx, sku, held)
 			// Check again under the lock; the script checks a third time,
 			// atomically with the write.
 			n, err := s.rdb.Exists(ctx, stockKey(sku)).Result()
 			if err != nil {
-				return fmt.Errorf("%w: %v", ErrUnavailable, err)
+				return fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
 			}
 			if n == 1 {
 				return nil
@@ -550,22 +541,22 @@ func (s *Store) initCold(ctx context.Context, sku string) error {
 			s.stats.ColdInits.Add(1)
 			return s.write(ctx, sku, "cold")
 		}
-		if !errors.Is(err, ErrLockNotObtained) {
-			return fmt.Errorf("%w: init lock for %s: %v", ErrUnavailable, sku, err)
+		if !errors.Is(err, lock.ErrNotObtained) {
+			return fmt.Errorf("%w: init lock for %s: %v", inventory.ErrUnavailable, sku, err)
 		}
 		// Someone else is initialising: wait for the key, not the database.
 		s.stats.InitWaits.Add(1)
 		if time.Now().After(giveUp) {
-			return fmt.Errorf("%w: %s is being initialised elsewhere", ErrUnavailable, sku)
+			return fmt.Errorf("%w: %s is being initialised elsewhere", inventory.ErrUnavailable, sku)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+			return fmt.Errorf("%w: %v", inventory.ErrUnavailable, ctx.Err())
 		case <-time.After(5*time.Millisecond + rand.N(20*time.Millisecond)):
 		}
 		n, err := s.rdb.Exists(ctx, stockKey(sku)).Result()
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
 		}
 		if n == 1 {
 			return nil
@@ -573,8 +564,8 @@ func (s *Store) initCold(ctx context.Context, sku string) error {
 	}
 }
 
-func (s *Store) releaseLock(ctx context.Context, sku string, lock *Lock) {
-	if err := lock.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, ErrLockNotHeld) {
+func (s *Store) releaseLock(ctx context.Context, sku string, held *lock.Lock) {
+	if err := held.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, lock.ErrNotHeld) {
 		s.cfg.Logger.Warn("stock: releasing init lock", "sku", sku, "err", err)
 	}
 }
@@ -582,18 +573,18 @@ func (s *Store) releaseLock(ctx context.Context, sku string, lock *Lock) {
 // write reads sku's level through the init callback and writes it to Redis
 // while the database row is locked; mode is "cold" or "force".
 func (s *Store) write(ctx context.Context, sku, mode string) error {
-	err := s.cfg.Init(ctx, sku, func(lv Level) error {
-		if lv.Available < Unlimited {
-			return fmt.Errorf("%w: %s has available %d in the database", ErrUnavailable, sku, lv.Available)
+	err := s.cfg.Init(ctx, sku, func(lv inventory.Baseline) error {
+		if lv.Available < inventory.Unlimited {
+			return fmt.Errorf("%w: %s has available %d in the database", inventory.ErrUnavailable, sku, lv.Available)
 		}
 		return initScript.Run(ctx, s.rdb, []string{stockKey(sku)}, lv.Available, lv.Epoch, lv.Seq, mode).Err()
 	})
 	switch {
-	case errors.Is(err, ErrUnknownSKU):
-		return fmt.Errorf("%w: %s", ErrUnknownSKU, sku)
-	case err == nil, errors.Is(err, ErrUnavailable):
+	case errors.Is(err, inventory.ErrUnknownSKU):
+		return fmt.Errorf("%w: %s", inventory.ErrUnknownSKU, sku)
+	case err == nil, errors.Is(err, inventory.ErrUnavailable):
 		return err
 	default:
-		return fmt.Errorf("%w: initialising %s: %v", ErrUnavailable, sku, err)
+		return fmt.Errorf("%w: initialising %s: %v", inventory.ErrUnavailable, sku, err)
 	}
 }

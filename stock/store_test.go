@@ -13,13 +13,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/testenv"
 )
 
 func TestAdmitResults(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		db := newFakeDB(map[string]int64{"A": 10, "U": Unlimited})
+		db := newFakeDB(map[string]int64{"A": 10, "U": inventory.Unlimited})
 		s := newStore(t, rdb, db)
 
 		a, err := s.Admit(ctx, "A", 3, "")
@@ -28,7 +29,7 @@ func TestAdmitResults(t *testing.T) {
 		require.Equal(t, db.epoch["A"], a.Epoch, "the admission names the initialisation it took from")
 
 		_, err = s.Admit(ctx, "A", 8, "")
-		require.ErrorIs(t, err, ErrInsufficientStock)
+		require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 		require.EqualValues(t, 7, levels(t, s, "A").Available, "a refused admission takes nothing")
 
 		a, err = s.Admit(ctx, "A", 7, "")
@@ -37,11 +38,11 @@ func TestAdmitResults(t *testing.T) {
 
 		a, err = s.Admit(ctx, "U", 1000, "")
 		require.NoError(t, err)
-		require.Equal(t, Unlimited, a.Remaining)
+		require.Equal(t, inventory.Unlimited, a.Remaining)
 		require.True(t, levels(t, s, "U").Unlimited)
 
 		_, err = s.Admit(ctx, "NOPE", 1, "")
-		require.ErrorIs(t, err, ErrUnknownSKU)
+		require.ErrorIs(t, err, inventory.ErrUnknownSKU)
 		require.EqualValues(t, 3, db.calls.Load(), "one cold init per SKU")
 		require.EqualValues(t, 2, s.Stats().Deducted.Load())
 		require.EqualValues(t, 1, s.Stats().Insufficient.Load())
@@ -82,7 +83,7 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		}{
 			{"A", "", 0},
 			{"A", "", -1},
-			{"A", "", DefaultMaxQty + 1},
+			{"A", "", inventory.DefaultMaxQty + 1},
 			{"A", "", 1 << 62},
 			{"", "", 1},
 			{"A{x}", "", 1},
@@ -94,19 +95,19 @@ func TestBadInputTouchesNothing(t *testing.T) {
 		}
 		for _, c := range cases {
 			_, err := s.Admit(ctx, c.sku, c.qty, c.token)
-			require.ErrorIs(t, err, ErrInvalidArgument, "%+v", c)
+			require.ErrorIs(t, err, inventory.ErrInvalidArgument, "%+v", c)
 			if c.token == "" {
-				require.ErrorIs(t, s.Undo(ctx, c.sku, c.qty, Admission{Epoch: 1}, ""), ErrInvalidArgument, "%+v", c)
+				require.ErrorIs(t, s.Undo(ctx, c.sku, c.qty, Admission{Epoch: 1}, ""), inventory.ErrInvalidArgument, "%+v", c)
 			}
 		}
-		require.ErrorIs(t, s.Apply(ctx, Change{SKU: "A B", Delta: 1, Seq: 1}), ErrInvalidArgument)
-		require.ErrorIs(t, s.Realign(ctx, "A{x}"), ErrInvalidArgument)
-		_, err := s.AdmitCart(ctx, []Line{{"A", 1}, {"B", 0}})
-		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.ErrorIs(t, s.Apply(ctx, inventory.Change{SKU: "A B", Delta: 1, Seq: 1}), inventory.ErrInvalidArgument)
+		require.ErrorIs(t, s.Realign(ctx, "A{x}"), inventory.ErrInvalidArgument)
+		_, err := s.AdmitCart(ctx, []inventory.Line{{SKU: "A", Qty: 1}, {SKU: "B", Qty: 0}})
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument)
 		_, err = s.NormaliseCart(nil)
-		require.ErrorIs(t, err, ErrInvalidArgument)
-		_, err = s.NormaliseCart([]Line{{"A", DefaultMaxQty}, {"A", 1}})
-		require.ErrorIs(t, err, ErrInvalidArgument, "merged lines are bounded too")
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument)
+		_, err = s.NormaliseCart([]inventory.Line{{SKU: "A", Qty: inventory.DefaultMaxQty}, {SKU: "A", Qty: 1}})
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument, "merged lines are bounded too")
 
 		require.EqualValues(t, 0, db.calls.Load(), "no cold init was attempted")
 		n, err := rdb.Exists(ctx, stockKey("A"), tokenKey("A", "t")).Result()
@@ -126,7 +127,7 @@ func TestTokenReplay(t *testing.T) {
 		require.EqualValues(t, 7, a.Remaining)
 		for i := 0; i < 3; i++ {
 			_, err = s.Admit(ctx, "A", 3, "t.c1")
-			require.ErrorIs(t, err, ErrReplay)
+			require.ErrorIs(t, err, inventory.ErrReplay)
 		}
 		require.EqualValues(t, 7, levels(t, s, "A").Available, "replays took nothing")
 		ttl, err := rdb.PTTL(ctx, tokenKey("A", "t.c1")).Result()
@@ -162,7 +163,7 @@ func TestUndoOnlyIntoItsEpoch(t *testing.T) {
 
 		a3, err := s.Admit(ctx, "A", 1, "")
 		require.NoError(t, err)
-		require.NoError(t, b.flush(ctx, rdb))
+		require.NoError(t, b.Flush(ctx, rdb))
 		require.NoError(t, s.Undo(ctx, "A", 1, a3, ""))
 		n, err := rdb.Exists(ctx, stockKey("A")).Result()
 		require.NoError(t, err)
@@ -175,41 +176,41 @@ func TestUndoOnlyIntoItsEpoch(t *testing.T) {
 func TestApplyFencing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, rdb redis.UniversalClient) {
 		ctx := context.Background()
-		db := newFakeDB(map[string]int64{"A": 10, "U": Unlimited})
+		db := newFakeDB(map[string]int64{"A": 10, "U": inventory.Unlimited})
 		s := newStore(t, rdb, db)
 		require.EqualValues(t, 10, levels(t, s, "A").Available)
 
 		// A release committed after the init read (seq 1 > init seq 0): added.
 		db.reserved["A"] = 4 // as if 4 were reserved before; not used by Redis here
-		require.NoError(t, s.Apply(ctx, Change{SKU: "A", Delta: 2, Seq: 1}))
+		require.NoError(t, s.Apply(ctx, inventory.Change{SKU: "A", Delta: 2, Seq: 1}))
 		require.EqualValues(t, 12, levels(t, s, "A").Available)
 		// A change the init already read (seq <= init seq): skipped.
 		require.NoError(t, s.Realign(ctx, "A")) // reads seq 0 again: 6
 		db.seq["A"] = 5
 		require.NoError(t, s.Realign(ctx, "A")) // init seq 5
 		require.EqualValues(t, 6, levels(t, s, "A").Available)
-		require.NoError(t, s.Apply(ctx, Change{SKU: "A", Delta: 2, Seq: 5}))
-		require.NoError(t, s.Apply(ctx, Change{SKU: "A", Delta: 2, Seq: 3}))
+		require.NoError(t, s.Apply(ctx, inventory.Change{SKU: "A", Delta: 2, Seq: 5}))
+		require.NoError(t, s.Apply(ctx, inventory.Change{SKU: "A", Delta: 2, Seq: 3}))
 		require.EqualValues(t, 6, levels(t, s, "A").Available, "counted by the init")
 		// A reservation taken from this very initialisation: already in the value.
 		lv := levels(t, s, "A")
-		require.NoError(t, s.Apply(ctx, Change{SKU: "A", Delta: -1, Seq: 9, Epoch: lv.Epoch}))
+		require.NoError(t, s.Apply(ctx, inventory.Change{SKU: "A", Delta: -1, Seq: 9, Epoch: lv.Epoch}))
 		require.EqualValues(t, 6, levels(t, s, "A").Available)
 		// ... and one taken from an older initialisation: taken again.
-		require.NoError(t, s.Apply(ctx, Change{SKU: "A", Delta: -1, Seq: 9, Epoch: lv.Epoch + 1}))
+		require.NoError(t, s.Apply(ctx, inventory.Change{SKU: "A", Delta: -1, Seq: 9, Epoch: lv.Epoch + 1}))
 		require.EqualValues(t, 5, levels(t, s, "A").Available)
 
 		// Below zero: Redis was wrong; the SKU is realigned from the database.
 		realigns := s.Stats().Realigns.Load()
-		require.NoError(t, s.Apply(ctx, Change{SKU: "A", Delta: -50, Seq: 10}))
+		require.NoError(t, s.Apply(ctx, inventory.Change{SKU: "A", Delta: -50, Seq: 10}))
 		require.Equal(t, realigns+1, s.Stats().Realigns.Load())
 		require.Equal(t, db.available("A"), levels(t, s, "A").Available)
 
 		// Unlimited stays unlimited; a lost key is not recreated.
-		require.NoError(t, s.Apply(ctx, Change{SKU: "U", Delta: -5, Seq: 99}))
+		require.NoError(t, s.Apply(ctx, inventory.Change{SKU: "U", Delta: -5, Seq: 99}))
 		require.True(t, levels(t, s, "U").Unlimited)
-		require.NoError(t, b.flush(ctx, rdb))
-		require.NoError(t, s.Apply(ctx, Change{SKU: "A", Delta: 3, Seq: 99}))
+		require.NoError(t, b.Flush(ctx, rdb))
+		require.NoError(t, s.Apply(ctx, inventory.Change{SKU: "A", Delta: 3, Seq: 99}))
 		n, err := rdb.Exists(ctx, stockKey("A")).Result()
 		require.NoError(t, err)
 		require.Zero(t, n)
@@ -271,7 +272,7 @@ func TestProtocolRacesReinit(t *testing.T) {
 				time.Sleep(time.Duration(200+rand.IntN(800)) * time.Microsecond)
 				var err error
 				if i%4 == 3 {
-					err = b.flush(ctx, rdb)
+					err = b.Flush(ctx, rdb)
 				} else {
 					err = stores[i%len(stores)].Realign(ctx, "HOT")
 				}
@@ -320,7 +321,7 @@ func raceAdmit(t *testing.T, s *Store, sku string, workers, attempts int, qty fu
 			for a := 0; a < attempts; a++ {
 				q := qty()
 				_, err := s.Admit(context.Background(), sku, q, "")
-				if errors.Is(err, ErrInsufficientStock) {
+				if errors.Is(err, inventory.ErrInsufficientStock) {
 					continue
 				}
 				if err != nil {
@@ -339,13 +340,13 @@ func TestNoOverAdmission(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		t.Run("qty 1", func(t *testing.T) {
-			require.NoError(t, b.flush(ctx, rdb))
+			require.NoError(t, b.Flush(ctx, rdb))
 			s := newStore(t, rdb, newFakeDB(map[string]int64{"HOT": 500}))
 			require.EqualValues(t, 500, raceAdmit(t, s, "HOT", 64, 40, func() int64 { return 1 }), "exactly the stock")
 			require.EqualValues(t, 0, levels(t, s, "HOT").Available)
 		})
 		t.Run("mixed quantities", func(t *testing.T) {
-			require.NoError(t, b.flush(ctx, rdb))
+			require.NoError(t, b.Flush(ctx, rdb))
 			s := newStore(t, rdb, newFakeDB(map[string]int64{"HOT": 500}))
 			took := raceAdmit(t, s, "HOT", 64, 40, func() int64 { return 1 + rand.Int64N(5) })
 			left := levels(t, s, "HOT").Available
@@ -353,7 +354,7 @@ func TestNoOverAdmission(t *testing.T) {
 			require.Less(t, left, int64(5), "the sale ran until no request could fit")
 		})
 		t.Run("cold key, many nodes: one init", func(t *testing.T) {
-			require.NoError(t, b.flush(ctx, rdb))
+			require.NoError(t, b.Flush(ctx, rdb))
 			db := newFakeDB(map[string]int64{"HOT": 500})
 			db.delay = 50 * time.Millisecond // a slow database read widens the race
 			var took atomic.Int64
@@ -377,15 +378,15 @@ func TestCartAllOrNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		s := newStore(t, rdb, newFakeDB(map[string]int64{"A": 5, "B": 2, "C": 5}))
-		cart, err := s.NormaliseCart([]Line{{"C", 1}, {"A", 2}, {"A", 1}})
+		cart, err := s.NormaliseCart([]inventory.Line{{SKU: "C", Qty: 1}, {SKU: "A", Qty: 2}, {SKU: "A", Qty: 1}})
 		require.NoError(t, err)
-		require.Equal(t, []Line{{"A", 3}, {"C", 1}}, cart, "merged and sorted")
+		require.Equal(t, []inventory.Line{{SKU: "A", Qty: 3}, {SKU: "C", Qty: 1}}, cart, "merged and sorted")
 		adm, err := s.AdmitCart(ctx, cart)
 		require.NoError(t, err)
 		require.Equal(t, []int64{2, 4}, []int64{adm[0].Remaining, adm[1].Remaining})
 
-		_, err = s.AdmitCart(ctx, []Line{{"A", 1}, {"B", 3}, {"C", 1}})
-		require.ErrorIs(t, err, ErrInsufficientStock)
+		_, err = s.AdmitCart(ctx, []inventory.Line{{SKU: "A", Qty: 1}, {SKU: "B", Qty: 3}, {SKU: "C", Qty: 1}})
+		require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 		require.ErrorContains(t, err, "B")
 		for sku, want := range map[string]int64{"A": 2, "B": 2, "C": 4} {
 			require.Equal(t, want, levels(t, s, sku).Available, "%s: a failed cart takes nothing", sku)
@@ -404,7 +405,7 @@ func TestAdmitBuyer(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		var back []string
-		db := newFakeDB(map[string]int64{"A": 10, "ONE": 1, "FREE": Unlimited})
+		db := newFakeDB(map[string]int64{"A": 10, "ONE": 1, "FREE": inventory.Unlimited})
 		s, err := NewStore(rdb, Config{Init: db.init, OnStockBack: func(sku string) { back = append(back, sku) }})
 		require.NoError(t, err)
 		u1 := Buyer{User: "u1", Limit: 2}
@@ -418,7 +419,7 @@ func TestAdmitBuyer(t *testing.T) {
 				switch {
 				case err == nil:
 					wins.Add(1)
-				case !errors.Is(err, ErrOverLimit):
+				case !errors.Is(err, inventory.ErrOverLimit):
 					t.Error(err)
 				}
 			}()
@@ -452,22 +453,22 @@ func TestAdmitBuyer(t *testing.T) {
 		_, err = s.AdmitBuyer(ctx, "ONE", 1, Buyer{User: "u3", Limit: 5})
 		require.NoError(t, err)
 		_, err = s.AdmitBuyer(ctx, "ONE", 1, Buyer{User: "u4", Limit: 5})
-		require.ErrorIs(t, err, ErrInsufficientStock)
+		require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 		require.Equal(t, "none", bought("ONE", "u4"))
 
 		// Unlimited stock still counts the buyer's units.
 		for i := 0; i < 3; i++ {
 			adm, err := s.AdmitBuyer(ctx, "FREE", 1, Buyer{User: "u5", Limit: 3})
 			require.NoError(t, err)
-			require.EqualValues(t, Unlimited, adm.Remaining)
+			require.EqualValues(t, inventory.Unlimited, adm.Remaining)
 		}
 		_, err = s.AdmitBuyer(ctx, "FREE", 1, Buyer{User: "u5", Limit: 3})
-		require.ErrorIs(t, err, ErrOverLimit)
+		require.ErrorIs(t, err, inventory.ErrOverLimit)
 		require.Equal(t, "3", bought("FREE", "u5"))
 
 		for _, bad := range []Buyer{{User: "bad user", Limit: 2}, {User: "", Limit: 2}, {User: "u6", Limit: 0}} {
 			_, err = s.AdmitBuyer(ctx, "A", 1, bad)
-			require.ErrorIs(t, err, ErrInvalidArgument, "%+v", bad)
+			require.ErrorIs(t, err, inventory.ErrInvalidArgument, "%+v", bad)
 		}
 		require.Equal(t, "none", bought("A", "u6"))
 		require.Empty(t, back)

@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/app"
-	"github.com/acme/inventory/stock"
 )
 
 // historySoak drives n orders (created, paid, applied through RocketMQ)
@@ -85,7 +85,7 @@ func createAndPay(ctx context.Context, a *app.App, sku string, n int, seq *atomi
 			for left.Add(-1) >= 0 {
 				i := seq.Add(1)
 				t0 := time.Now()
-				o, err := a.Orders.Create(ctx, "h"+strconv.FormatInt(i%10000, 10), "", []stock.Line{{SKU: sku, Qty: 1}})
+				o, err := a.Orders.Create(ctx, "h"+strconv.FormatInt(i%10000, 10), "", []inventory.Line{{SKU: sku, Qty: 1}})
 				must(err)
 				lat[w] = append(lat[w], time.Since(t0))
 				_, err = a.Orders.Pay(ctx, o.ID, "pay-"+o.ID)

@@ -47,6 +47,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/internal/stocksync"
@@ -376,6 +377,6 @@ func must(err error) {
 }
 
 // fixedLevel initialises every SKU with hotStock units (the Redis-only variants).
-func fixedLevel(_ context.Context, _ string, write func(stock.Level) error) error {
-	return write(stock.Level{Available: hotStock, Epoch: 1})
+func fixedLevel(_ context.Context, _ string, write func(inventory.Baseline) error) error {
+	return write(inventory.Baseline{Available: hotStock, Epoch: 1})
 }

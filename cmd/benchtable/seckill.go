@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/app"
 	"github.com/acme/inventory/internal/identity"
 	"github.com/acme/inventory/mq"
@@ -330,7 +331,7 @@ func syncLag(ctx context.Context, a *app.App, dsnBase string, rate int, d time.D
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o, err := a.Orders.Create(ctx, fmt.Sprintf("lag%d", i), "", []stock.Line{{SKU: "FLASH", Qty: 1}})
+			o, err := a.Orders.Create(ctx, fmt.Sprintf("lag%d", i), "", []inventory.Line{{SKU: "FLASH", Qty: 1}})
 			if err == nil {
 				_, err = a.Orders.Pay(ctx, o.ID, "pay-"+o.ID)
 			}

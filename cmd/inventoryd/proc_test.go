@@ -201,7 +201,7 @@ func (p *proc) call(method, path, body string, header ...string) (int, map[strin
 	var out map[string]any
 	_ = json.Unmarshal(raw, &out)
 	if e, ok := out["error"].(map[string]any); ok {
-		require.NotRegexp(p.t, `(^|: )(stock|order|mq|identity|app): `, e["message"], "messages carry no Go package names")
+		require.NotRegexp(p.t, `(^|: )(inventory|stock|order|mq|identity|app): `, e["message"], "messages carry no Go package names")
 	}
 	return resp.StatusCode, out
 }

@@ -29,6 +29,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/expiry"
@@ -484,7 +485,7 @@ func (a *App) Seed(ctx context.Context) error {
 	for _, s := range []struct {
 		sku          string
 		stock, limit int64
-	}{{"DEMO-TSHIRT", 100, 0}, {"DEMO-PHONE", 10, 1}, {"DEMO-EBOOK", stock.Unlimited, 0}} {
+	}{{"DEMO-TSHIRT", 100, 0}, {"DEMO-PHONE", 10, 1}, {"DEMO-EBOOK", inventory.Unlimited, 0}} {
 		if _, err := a.Catalog.Put(ctx, s.sku, s.stock, s.limit); err != nil {
 			return err
 		}

@@ -7,10 +7,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/acme/inventory"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
-
-	"github.com/acme/inventory/stock"
 )
 
 // Arbiter is the one owner of every quantity change (docs/SPEC.md section
@@ -40,7 +39,7 @@ type Hold struct {
 // re-reservation): their rows, a RESERVE movement each, each buyer's quota
 // under a conditional increment (OverLimitError past the SKU's limit), and last
 // one conditional increment of reserved per SKU (RefusedError when on_hand -
-// reserved cannot cover it, stock.ErrUnknownSKU for no such SKU), so the SKU
+// reserved cannot cover it, inventory.ErrUnknownSKU for no such SKU), so the SKU
 // rows, hot in a flash sale, stay locked only until commit. SKUs are locked
 // in sorted order: concurrent writers never deadlock.
 func (a Arbiter) Reserve(holds []Hold) (map[string]Mark, error) {
@@ -78,7 +77,7 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Mark, error) {
 		}
 		if res.RowsAffected == 0 {
 			if ok, err := SKUExists(a.tx, sku); err != nil || !ok {
-				return nil, errors.Join(err, UnknownSKU(sku))
+				return nil, errors.Join(err, inventory.UnknownSKU(sku))
 			}
 			return nil, RefusedError{sku}
 		}
@@ -218,7 +217,7 @@ func (a Arbiter) Forbid(token, sku string, r Reservation) error {
 // Commit turns token's HELD reservations of lines into a sale: COMMITTED,
 // and one DEDUCT outbox row per line (the ordered consumer deducts on_hand
 // through sell). Every line must have been HELD.
-func (a Arbiter) Commit(token string, lines []stock.Line) error {
+func (a Arbiter) Commit(token string, lines []inventory.Line) error {
 	skus := make([]string, len(lines))
 	for i, l := range lines {
 		skus[i] = l.SKU
@@ -228,24 +227,24 @@ func (a Arbiter) Commit(token string, lines []stock.Line) error {
 		return res.Error
 	}
 	if res.RowsAffected != int64(len(lines)) {
-		return fmt.Errorf("%w: %d of %d reservations of %s were held", ErrConflict, res.RowsAffected, len(lines), token)
+		return fmt.Errorf("%w: %d of %d reservations of %s were held", inventory.ErrConflict, res.RowsAffected, len(lines), token)
 	}
 	return a.DeductLater(token, lines)
 }
 
 // DeductLater writes the DEDUCT outbox rows of committed reservations (a
 // late payment's were reserved COMMITTED).
-func (a Arbiter) DeductLater(token string, lines []stock.Line) error {
+func (a Arbiter) DeductLater(token string, lines []inventory.Line) error {
 	return writeOutbox(a.tx, token, lines, OpDeduct)
 }
 
 // Refund promises token's sold lines back to on_hand: RESTORE outbox rows,
 // which the ordered consumer applies (restore) after their deduction.
-func (a Arbiter) Refund(token string, lines []stock.Line) error {
+func (a Arbiter) Refund(token string, lines []inventory.Line) error {
 	return writeOutbox(a.tx, token, lines, OpRestore)
 }
 
-func writeOutbox(tx *gorm.DB, token string, lines []stock.Line, op Op) error {
+func writeOutbox(tx *gorm.DB, token string, lines []inventory.Line, op Op) error {
 	rows := make([]OutboxRow, len(lines))
 	for i, l := range lines {
 		rows[i] = OutboxRow{Token: token, SKU: l.SKU, Op: op, Qty: l.Qty}
@@ -337,7 +336,7 @@ func (a Arbiter) Settle(skus []string, bySKU map[string][]StockMessage) (Deliver
 		if err := a.settleSKU(sku, oh, sold, back, deducted, returned); err != nil {
 			return d, err
 		}
-		if returned > 0 && oh != stock.Unlimited {
+		if returned > 0 && oh != inventory.Unlimited {
 			restored[sku] = returned
 		}
 	}
@@ -404,7 +403,7 @@ func (a Arbiter) settleSKU(sku string, onHand int64, sold, back []string, deduct
 	if deducted == 0 && returned == 0 {
 		return nil
 	}
-	if onHand == stock.Unlimited {
+	if onHand == inventory.Unlimited {
 		return a.tx.Exec(`UPDATE skus SET reserved = reserved - ? WHERE sku = ?`, deducted, sku).Error
 	}
 	return a.tx.Exec(`UPDATE skus SET on_hand = on_hand - ? + ?, reserved = reserved - ?, seq = seq + ? WHERE sku = ?`,
@@ -419,7 +418,7 @@ func appliedMovement(sku string, onHand int64, sm StockMessage) Movement {
 	if sm.Op == OpRestore {
 		m.Kind, m.OnHandDelta, m.ReservedDelta = MoveRefund, sm.Qty, 0
 	}
-	if onHand == stock.Unlimited {
+	if onHand == inventory.Unlimited {
 		m.OnHandDelta = 0
 	}
 	return m
@@ -445,8 +444,8 @@ func (a Arbiter) Set(sku string, onHand, perUserLimit int64, ifMatch []string) e
 		}
 		return a.moved([]Movement{set})
 	}
-	if onHand != stock.Unlimited && onHand < cur[0].Reserved {
-		return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", ErrConflict, cur[0].Reserved, onHand)
+	if onHand != inventory.Unlimited && onHand < cur[0].Reserved {
+		return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", inventory.ErrConflict, cur[0].Reserved, onHand)
 	}
 	if err := a.tx.Exec(`UPDATE skus SET on_hand = ?, per_user_limit = ?, seq = seq + 1 WHERE sku = ?`,
 		onHand, perUserLimit, sku).Error; err != nil {
@@ -509,9 +508,9 @@ func (a Arbiter) lockSKU(sku string, ifMatch []string) ([]SKU, error) {
 	}
 	if !matches(rec, ifMatch) {
 		if rec == nil {
-			return nil, fmt.Errorf("%w: %s does not exist", ErrPrecondition, sku)
+			return nil, fmt.Errorf("%w: %s does not exist", inventory.ErrPrecondition, sku)
 		}
-		return nil, fmt.Errorf("%w: %s is at version %s now", ErrPrecondition, sku, rec.Version())
+		return nil, fmt.Errorf("%w: %s is at version %s now", inventory.ErrPrecondition, sku, rec.Version())
 	}
 	return cur, nil
 }
@@ -529,7 +528,7 @@ func (a Arbiter) referenceSeen(sku string, delta int64, reason, reference string
 		return false, err
 	}
 	if first.Delta != delta {
-		return false, fmt.Errorf("%w: reference %q adjusted %s by %d already", ErrConflict, reference, sku, first.Delta)
+		return false, fmt.Errorf("%w: reference %q adjusted %s by %d already", inventory.ErrConflict, reference, sku, first.Delta)
 	}
 	return true, nil
 }
@@ -541,13 +540,13 @@ func (a Arbiter) whyNotRestocked(sku string, delta int64) error {
 	}
 	switch {
 	case len(cur) == 0:
-		return UnknownSKU(sku)
-	case cur[0].OnHand == stock.Unlimited:
-		return fmt.Errorf("%w: %s has unlimited stock; set a stock first", ErrConflict, sku)
+		return inventory.UnknownSKU(sku)
+	case cur[0].OnHand == inventory.Unlimited:
+		return fmt.Errorf("%w: %s has unlimited stock; set a stock first", inventory.ErrConflict, sku)
 	case cur[0].OnHand+delta > MaxStock:
-		return fmt.Errorf("%w: stock would exceed %d", stock.ErrInvalidArgument, int64(MaxStock))
+		return fmt.Errorf("%w: stock would exceed %d", inventory.ErrInvalidArgument, int64(MaxStock))
 	}
-	return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", ErrConflict, cur[0].Reserved, cur[0].OnHand+delta)
+	return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", inventory.ErrConflict, cur[0].Reserved, cur[0].OnHand+delta)
 }
 
 // FixReserved sets sku's reserved to the sum of its live reservations in
@@ -578,23 +577,23 @@ func (a Arbiter) FixReserved(sku string) error {
 // Redis is to start from: on_hand - reserved (or Unlimited), the epoch, and
 // the seq it reflects. The row stays locked until the caller commits, so no
 // change of available slips between the read and the Redis write.
-func (a Arbiter) NewEpoch(sku string) (stock.Level, error) {
+func (a Arbiter) NewEpoch(sku string) (inventory.Baseline, error) {
 	epoch := 1 + rand.Int64N(1<<52) // exact in a Lua number
 	if err := a.tx.Exec(`UPDATE skus SET redis_epoch = ? WHERE sku = ?`, epoch, sku).Error; err != nil {
-		return stock.Level{}, err
+		return inventory.Baseline{}, err
 	}
 	var rows []struct {
 		OnHand, Reserved, Seq int64
 	}
 	if err := a.tx.Raw(`SELECT on_hand, reserved, seq FROM skus WHERE sku = ?`, sku).Scan(&rows).Error; err != nil {
-		return stock.Level{}, err
+		return inventory.Baseline{}, err
 	}
 	if len(rows) == 0 {
-		return stock.Level{}, stock.ErrUnknownSKU
+		return inventory.Baseline{}, inventory.ErrUnknownSKU
 	}
-	lv := stock.Level{Available: rows[0].OnHand - rows[0].Reserved, Epoch: epoch, Seq: rows[0].Seq}
-	if rows[0].OnHand == stock.Unlimited {
-		lv.Available = stock.Unlimited
+	lv := inventory.Baseline{Available: rows[0].OnHand - rows[0].Reserved, Epoch: epoch, Seq: rows[0].Seq}
+	if rows[0].OnHand == inventory.Unlimited {
+		lv.Available = inventory.Unlimited
 	}
 	return lv, nil
 }

@@ -8,40 +8,17 @@
 package arbiter
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/acme/inventory"
 	"gorm.io/gorm"
-
-	"github.com/acme/inventory/stock"
 )
-
-var (
-	// ErrNotFound: no such order or SKU.
-	ErrNotFound = errors.New("order: not found")
-	// ErrConflict: the order is not in a state that allows the operation, or
-	// an idempotency key or payment id is reused for something else.
-	ErrConflict = errors.New("order: conflict")
-	// ErrPrecondition: a write carried the SKU version the caller read
-	// (If-Match) and the SKU has changed since.
-	ErrPrecondition = errors.New("order: precondition failed")
-)
-
-// UnknownSKU: there is no such SKU. It is ErrNotFound and stock.ErrUnknownSKU
-// alike, with one message wherever it is found.
-type UnknownSKU string
-
-func (u UnknownSKU) Error() string { return "unknown sku: " + string(u) }
-
-func (u UnknownSKU) Is(target error) bool {
-	return target == ErrNotFound || target == stock.ErrUnknownSKU
-}
 
 // RefusedError: the database cannot cover a reservation of SKU (Redis
-// admitted it wrongly). Callers turn it into stock.ErrInsufficientStock.
+// admitted it wrongly). Callers turn it into inventory.ErrInsufficientStock.
 type RefusedError struct{ SKU string }
 
 func (e RefusedError) Error() string { return "order: the database refused a reservation of " + e.SKU }
@@ -64,7 +41,7 @@ func (e OverLimitError) Error() string {
 	return fmt.Sprintf("buyer %s reached the per-user limit of %d for %s", e.User, e.Limit, e.SKU)
 }
 
-func (e OverLimitError) Unwrap() error { return ErrConflict }
+func (e OverLimitError) Unwrap() error { return inventory.ErrConflict }
 
 // BuyerUnits is a quantity of SKU counted against User's limit.
 type BuyerUnits struct {
@@ -94,10 +71,10 @@ func (SKU) TableName() string { return "skus" }
 // buyers are buying; two settings that are equal have one version.
 func (s SKU) Version() string { return fmt.Sprintf("%d.%d", s.OnHand, s.PerUserLimit) }
 
-// Available is on_hand - reserved, or stock.Unlimited.
+// Available is on_hand - reserved, or inventory.Unlimited.
 func (s SKU) Available() int64 {
-	if s.OnHand == stock.Unlimited {
-		return stock.Unlimited
+	if s.OnHand == inventory.Unlimited {
+		return inventory.Unlimited
 	}
 	return s.OnHand - s.Reserved
 }
@@ -205,17 +182,17 @@ func sortedKeys(m map[string]int64) []string {
 // Freed is what a release gave back: the changes for Redis, the units per
 // SKU, and the units given back to buyers' per-user limits.
 type Freed struct {
-	Changes []stock.Change
+	Changes []inventory.Change
 	Units   map[string]int64
 	Quotas  []BuyerUnits
 }
 
 // Changes turns per-SKU quantities and their marks into Redis changes of
 // sign * qty.
-func Changes(qty map[string]int64, marks map[string]Mark, sign int64) []stock.Change {
-	out := make([]stock.Change, 0, len(qty))
+func Changes(qty map[string]int64, marks map[string]Mark, sign int64) []inventory.Change {
+	out := make([]inventory.Change, 0, len(qty))
 	for _, sku := range sortedKeys(qty) {
-		out = append(out, stock.Change{SKU: sku, Delta: sign * qty[sku], Seq: marks[sku].Seq})
+		out = append(out, inventory.Change{SKU: sku, Delta: sign * qty[sku], Seq: marks[sku].Seq})
 	}
 	return out
 }
@@ -286,8 +263,8 @@ type opKey struct {
 // Delivery is what settling one delivery of the ordered consumer did.
 type Delivery struct {
 	Applied, Duplicate int64
-	Anomalies          []AnomalyRow   // to record
-	Changes            []stock.Change // restores, for Redis
+	Anomalies          []AnomalyRow       // to record
+	Changes            []inventory.Change // restores, for Redis
 }
 
 // MovementKind says why a SKU's quantities moved.

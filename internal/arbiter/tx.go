@@ -6,10 +6,9 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/acme/inventory"
 	"github.com/go-sql-driver/mysql"
 	"gorm.io/gorm"
-
-	"github.com/acme/inventory/stock"
 )
 
 // Under contention InnoDB picks deadlock victims (the applier's reservation
@@ -67,13 +66,13 @@ func IsDuplicate(err error) bool {
 	return errors.As(err, &me) && me.Number == 1062 || errors.Is(err, gorm.ErrDuplicatedKey)
 }
 
-// InitFunc is the stock.InitFunc over db: the arbiter numbers a new Redis
+// InitFunc is the inventory.InitFunc over db: the arbiter numbers a new Redis
 // epoch for sku and reads on_hand - reserved and the seq, and Redis is
 // written while the row is locked. Its cost is one row, whatever the SKU's
 // history. The epoch is committed even when the Redis write fails, so an
 // epoch is never used twice.
-func InitFunc(db *gorm.DB) stock.InitFunc {
-	return func(ctx context.Context, sku string, write func(stock.Level) error) error {
+func InitFunc(db *gorm.DB) inventory.InitFunc {
+	return func(ctx context.Context, sku string, write func(inventory.Baseline) error) error {
 		var werr error
 		err := Transact(ctx, db, func(tx *gorm.DB) error {
 			werr = nil

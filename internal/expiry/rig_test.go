@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/order"
@@ -58,7 +59,7 @@ func (r *rig) count(query string, args ...any) int64 {
 	return n
 }
 
-func line(sku string, qty int64) []stock.Line { return []stock.Line{{SKU: sku, Qty: qty}} }
+func line(sku string, qty int64) []inventory.Line { return []inventory.Line{{SKU: sku, Qty: qty}} }
 
 // requireQty asserts sku's on_hand and reserved in the database.
 func (r *rig) requireQty(sku string, onHand, reserved int64) {
@@ -78,7 +79,7 @@ func (r *rig) checkInvariant(sku string) {
 	live := r.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED')`, sku)
 	require.Equal(r.t, live, rec.Reserved, "%s: reserved = live reservations", sku)
 	require.Equal(r.t, rec.Available(), r.redisAvailable(sku), "%s: Redis available = on_hand - reserved", sku)
-	if rec.OnHand != stock.Unlimited {
+	if rec.OnHand != inventory.Unlimited {
 		require.LessOrEqual(r.t, rec.Reserved, rec.OnHand, "%s: reserved <= on_hand", sku)
 	}
 }

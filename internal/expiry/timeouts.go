@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/acme/inventory/internal/job"
+	"github.com/acme/inventory/internal/lock"
 	"github.com/acme/inventory/stock"
 )
 
@@ -56,7 +57,7 @@ type TimeoutConfig struct {
 	// RunTimeout bounds one poll or sweep round. Default 1m.
 	RunTimeout time.Duration
 	// Locker takes the sweep's single-runner lock. Required.
-	Locker *stock.Locker
+	Locker *lock.Locker
 	Now    func() time.Time
 	Logger *slog.Logger
 }
@@ -524,7 +525,7 @@ func (t *Timeouts) pollLoop(ctx context.Context) {
 // sweepLoop sweeps the database once per SweepInterval on one node at a
 // time, for what the delay queue missed.
 func (t *Timeouts) sweepLoop(ctx context.Context) {
-	lock := job.Lock{Locker: t.cfg.Locker, Key: stock.SweepLockKey, TTL: t.cfg.SweepLockTTL, Log: t.cfg.Logger}
+	lock := job.Lock{Locker: t.cfg.Locker, Key: lock.SweepKey, TTL: t.cfg.SweepLockTTL, Log: t.cfg.Logger}
 	job.Periodic(ctx, lock, t.cfg.SweepInterval, t.cfg.RunTimeout, func(rctx context.Context) {
 		n, err := t.SweepOnce(rctx)
 		switch {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/lock"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/order"
@@ -258,14 +259,14 @@ func TestSweepLockTakeover(t *testing.T) {
 	dropQueue(t, r.rdb, n.tm) // only the sweep can release them
 	r.clock.Advance(16 * time.Minute)
 
-	dead, err := r.st.Locker().Obtain(ctx, stock.SweepLockKey, 800*time.Millisecond, 0)
+	dead, err := r.st.Locker().Obtain(ctx, lock.SweepKey, 800*time.Millisecond, 0)
 	require.NoError(t, err) // ...and its holder never comes back
 	n.tm.Start(ctx)
 	for {
 		// Count first, then look at the lock: a count taken while the dead
 		// node's lock still holds afterwards was taken under it.
 		expired := r.count(`SELECT COUNT(*) FROM orders WHERE status = 'EXPIRED'`)
-		val, err := r.rdb.Get(ctx, stock.SweepLockKey).Result()
+		val, err := r.rdb.Get(ctx, lock.SweepKey).Result()
 		if errors.Is(err, redis.Nil) || err == nil && val != dead.Token() {
 			break
 		}
@@ -557,7 +558,7 @@ func TestTimeoutShardsOnCluster(t *testing.T) {
 	}))
 
 	r := newRig(t) // the database and the clock
-	cfg := TimeoutConfig{MaxPollWait: 20 * time.Millisecond, SweepInterval: time.Hour, Now: r.clock.Now, Locker: stock.NewLocker(rc)}
+	cfg := TimeoutConfig{MaxPollWait: 20 * time.Millisecond, SweepInterval: time.Hour, Now: r.clock.Now, Locker: lock.NewLocker(rc)}
 	var nodes []*node
 	for range 3 {
 		st, err := stock.NewStore(rc, stock.Config{Init: arbiter.InitFunc(r.db)})

@@ -8,9 +8,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/order"
-	"github.com/acme/inventory/stock"
 )
 
 // Error is the body of every error answer: {"error":{"code","message"}}.
@@ -50,14 +50,14 @@ var codes = []struct {
 	status int
 	code   string
 }{
-	{stock.ErrInvalidArgument, http.StatusBadRequest, "invalid_argument"},
-	{stock.ErrUnknownSKU, http.StatusNotFound, "not_found"},
-	{order.ErrNotFound, http.StatusNotFound, "not_found"},
-	{stock.ErrInsufficientStock, http.StatusConflict, "insufficient_stock"},
-	{order.ErrConflict, http.StatusConflict, "conflict"},
-	{order.ErrPrecondition, http.StatusPreconditionFailed, "precondition_failed"},
+	{inventory.ErrInvalidArgument, http.StatusBadRequest, "invalid_argument"},
+	{inventory.ErrUnknownSKU, http.StatusNotFound, "not_found"},
+	{inventory.ErrNotFound, http.StatusNotFound, "not_found"},
+	{inventory.ErrInsufficientStock, http.StatusConflict, "insufficient_stock"},
+	{inventory.ErrConflict, http.StatusConflict, "conflict"},
+	{inventory.ErrPrecondition, http.StatusPreconditionFailed, "precondition_failed"},
 	{order.ErrTokenReleased, http.StatusConflict, "conflict"},
-	{stock.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+	{inventory.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{breaker.ErrOpen, http.StatusServiceUnavailable, "unavailable"},
 }
 
@@ -124,7 +124,7 @@ func (s *Server) answer(err error) (int, errorBody) {
 // "stock: "), at the start or after another message's colon; codePrefixes
 // the sentinels' names that the answer's code already says.
 var (
-	pkgPrefixes  = []string{"stock: ", "order: ", "mq: ", "identity: ", "app: "}
+	pkgPrefixes  = []string{"inventory: ", "stock: ", "order: ", "mq: ", "identity: ", "app: "}
 	codePrefixes = []string{"invalid argument: ", "conflict: ", "not found: "}
 )
 

@@ -9,12 +9,10 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/acme/inventory"
 	"github.com/go-sql-driver/mysql"
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/assert"
-
-	"github.com/acme/inventory/order"
-	"github.com/acme/inventory/stock"
 )
 
 // A dependency that dies under a request (restart, crash, failover) is a
@@ -41,9 +39,9 @@ func TestDependencyFailuresAreUnavailable(t *testing.T) {
 		assert.Equal(t, http.StatusInternalServerError, status, err.Error())
 	}
 	// Sentinels keep their own answers.
-	status, _ := (&Server{}).answer(fmt.Errorf("%w: X", stock.ErrInsufficientStock))
+	status, _ := (&Server{}).answer(fmt.Errorf("%w: X", inventory.ErrInsufficientStock))
 	assert.Equal(t, http.StatusConflict, status)
-	status, _ = (&Server{}).answer(fmt.Errorf("%w: order 1", order.ErrConflict))
+	status, _ = (&Server{}).answer(fmt.Errorf("%w: order 1", inventory.ErrConflict))
 	assert.Equal(t, http.StatusConflict, status)
 }
 
@@ -54,6 +52,9 @@ func TestDependencyFailuresAreUnavailable(t *testing.T) {
 func TestUserMessage(t *testing.T) {
 	for in, want := range map[string]string{
 		"stock: insufficient stock: HOT":                             "insufficient stock: HOT",
+		"inventory: insufficient stock: HOT":                         "insufficient stock: HOT",
+		"inventory: conflict: order o1 is PAID":                      "order o1 is PAID",
+		"order: inventory: not found: no order o1":                   "no order o1",
 		"order: conflict: order o1 is PAID":                          "order o1 is PAID",
 		"invalid argument: qty must be positive":                     "qty must be positive",
 		"order: create: stock: deduct CART-1: stock: unknown sku: X": "create: deduct CART-1: unknown sku: X",
@@ -77,7 +78,7 @@ func TestSoldOutBodyIsTheErrorAnswer(t *testing.T) {
 	e.JSONSerializer = jsonSerializer{}
 	for _, sku := range []string{"GONE", "A<B&C"} {
 		rec := httptest.NewRecorder()
-		s.errorHandler(fmt.Errorf("%w: %s is sold out", stock.ErrInsufficientStock, sku), e.NewContext(httptest.NewRequest(http.MethodPost, "/", nil), rec))
+		s.errorHandler(fmt.Errorf("%w: %s is sold out", inventory.ErrInsufficientStock, sku), e.NewContext(httptest.NewRequest(http.MethodPost, "/", nil), rec))
 		assert.Equal(t, http.StatusConflict, rec.Code)
 		assert.Equal(t, rec.Body.String(), string(s.soldOutBody(sku)))
 		assert.Equal(t, rec.Body.String(), string(s.soldOutBody(sku)), "cached")

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/order"
-	"github.com/acme/inventory/stock"
 )
 
 func cursorOf(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
@@ -59,7 +59,7 @@ func TestListSKUsHTTP(t *testing.T) {
 	a := embeddedApp(t)
 	h := a.Handler()
 	auth := []string{"Authorization", "Bearer " + a.Cfg.AdminToken}
-	_, err := a.Orders.Create(context.Background(), "alice", "", []stock.Line{{SKU: "DEMO-PHONE", Qty: 1}})
+	_, err := a.Orders.Create(context.Background(), "alice", "", []inventory.Line{{SKU: "DEMO-PHONE", Qty: 1}})
 	require.NoError(t, err)
 	ebook := listItem("DEMO-EBOOK", -1, 0, -1, 0)
 	phone := listItem("DEMO-PHONE", 10, 1, 9, 1)
@@ -99,7 +99,7 @@ func TestListOrdersHTTP(t *testing.T) {
 	ctx := context.Background()
 	var ids []string
 	for _, user := range []string{"alice", "bob", "alice", "alice"} {
-		o, err := a.Orders.Create(ctx, user, "", []stock.Line{{SKU: "DEMO-TSHIRT", Qty: 2}})
+		o, err := a.Orders.Create(ctx, user, "", []inventory.Line{{SKU: "DEMO-TSHIRT", Qty: 2}})
 		require.NoError(t, err)
 		ids = append(ids, o.ID)
 	}
@@ -170,7 +170,7 @@ func TestSKUMovementsHTTP(t *testing.T) {
 	ctx := context.Background()
 	_, err := a.Catalog.Adjust(ctx, "DEMO-TSHIRT", 5, "restock", "po-17")
 	require.NoError(t, err)
-	o, err := a.Orders.Create(ctx, "alice", "", []stock.Line{{SKU: "DEMO-TSHIRT", Qty: 3}})
+	o, err := a.Orders.Create(ctx, "alice", "", []inventory.Line{{SKU: "DEMO-TSHIRT", Qty: 3}})
 	require.NoError(t, err)
 	_, err = a.Orders.Cancel(ctx, o.ID)
 	require.NoError(t, err)

@@ -9,8 +9,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/order"
-	"github.com/acme/inventory/stock"
 )
 
 // Metrics are the HTTP layer's Prometheus metrics.
@@ -79,20 +79,20 @@ func (m *Metrics) observer(method, route string, status int) prometheus.Observer
 func (m *Metrics) deduction(err error, n int64) {
 	result := "ok"
 	switch {
-	case err == nil && n == stock.Unlimited:
+	case err == nil && n == inventory.Unlimited:
 		result = "unlimited"
 	case err == nil:
-	case errors.Is(err, stock.ErrInsufficientStock):
+	case errors.Is(err, inventory.ErrInsufficientStock):
 		result = "insufficient"
-	case errors.Is(err, stock.ErrInvalidArgument):
+	case errors.Is(err, inventory.ErrInvalidArgument):
 		result = "invalid"
-	case errors.Is(err, stock.ErrUnknownSKU):
+	case errors.Is(err, inventory.ErrUnknownSKU):
 		result = "unknown_sku"
-	case errors.Is(err, order.ErrConflict):
+	case errors.Is(err, inventory.ErrConflict):
 		result = "conflict"
 	case errors.Is(err, order.ErrTokenReleased):
 		result = "released"
-	case errors.Is(err, stock.ErrUnavailable):
+	case errors.Is(err, inventory.ErrUnavailable):
 		result = "unavailable"
 	default:
 		result = "error"

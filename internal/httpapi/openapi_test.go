@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/httpapi"
-	"github.com/acme/inventory/stock"
 )
 
 var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "options", "trace"}
@@ -260,12 +260,12 @@ func TestOpenAPIPatternsMatchValidation(t *testing.T) {
 		strings.Repeat("x", 63), strings.Repeat("x", 64), strings.Repeat("x", 65),
 		strings.Repeat("x", 127), strings.Repeat("x", 128), strings.Repeat("x", 129)}
 	for _, s := range samples {
-		require.Equal(t, skuRe.MatchString(s), stock.ValidateSKU(s) == nil, "sku %q", s)
-		require.Equal(t, tokenRe.MatchString(s), stock.ValidateToken(s) == nil, "token %q", s)
+		require.Equal(t, skuRe.MatchString(s), inventory.ValidateSKU(s) == nil, "sku %q", s)
+		require.Equal(t, tokenRe.MatchString(s), inventory.ValidateToken(s) == nil, "token %q", s)
 	}
 	qty := mapAt(t, schemas, "Qty")
 	require.Equal(t, 1, qty["minimum"])
-	require.EqualValues(t, stock.DefaultMaxQty, qty["maximum"])
+	require.EqualValues(t, inventory.DefaultMaxQty, qty["maximum"])
 	require.Equal(t, "#/components/schemas/Qty", mapAt(t, schemas, "Item", "properties", "qty")["$ref"])
 	deduct := mapAt(t, doc, "paths", "/v1/stock/deduct", "post", "requestBody", "content", "application/json", "schema", "properties")
 	require.Equal(t, "#/components/schemas/Qty", mapAt(t, deduct, "qty")["$ref"])

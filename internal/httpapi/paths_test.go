@@ -51,7 +51,7 @@ func TestPathParametersDecodedOnce(t *testing.T) {
 	refused := func(name string) map[string]string { // spelling -> the one decoding
 		return map[string]string{
 			"%25" + hexByte(name[0]) + name[1:]: "%" + hexByte(name[0]) + name[1:], // double-encoded
-			name + "%25":                        name + "%", // a literal %
+			name + "%25":                        name + "%",                        // a literal %
 			"%2525" + name:                      "%25" + name,
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/identity"
@@ -192,7 +193,7 @@ func (s *Server) soldOutBody(sku string) []byte {
 	if b, ok := s.soldOutBodies.Load(sku); ok {
 		return b.([]byte)
 	}
-	_, body := s.answer(fmt.Errorf("%w: %s is sold out", stock.ErrInsufficientStock, sku))
+	_, body := s.answer(fmt.Errorf("%w: %s is sold out", inventory.ErrInsufficientStock, sku))
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf) // as jsonSerializer writes every answer
 	enc.SetEscapeHTML(false)
@@ -293,7 +294,7 @@ func skuParam(c echo.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return sku, stock.ValidateSKU(sku)
+	return sku, inventory.ValidateSKU(sku)
 }
 
 func (s *Server) putSKU(c echo.Context) error {
@@ -397,7 +398,7 @@ func ifMatch(c echo.Context) ([]string, error) {
 		case strings.HasPrefix(tag, `"`) && strings.HasSuffix(tag, `"`) && len(tag) >= 2 && !strings.Contains(tag[1:len(tag)-1], `"`):
 			out = append(out, tag[1:len(tag)-1])
 		default:
-			return nil, fmt.Errorf("%w: If-Match must be * or a list of quoted entity tags", stock.ErrInvalidArgument)
+			return nil, fmt.Errorf("%w: If-Match must be * or a list of quoted entity tags", inventory.ErrInvalidArgument)
 		}
 	}
 	if len(out) == 0 {
@@ -495,12 +496,12 @@ func (s *Server) createOrder(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	lines := make([]stock.Line, len(req.Items))
+	lines := make([]inventory.Line, len(req.Items))
 	for i, it := range req.Items {
 		if it.SKU == nil || it.Qty == nil {
 			return badRequest(fmt.Sprintf("items[%d] needs sku and qty", i))
 		}
-		lines[i] = stock.Line{SKU: *it.SKU, Qty: *it.Qty}
+		lines[i] = inventory.Line{SKU: *it.SKU, Qty: *it.Qty}
 	}
 	o, err := s.orders.Create(c.Request().Context(), user, c.Request().Header.Get("Idempotency-Key"), lines)
 	s.cfg.Metrics.deduction(err, 0)
@@ -665,7 +666,7 @@ func (s *Server) seckill(c echo.Context) error {
 	o, err := s.orders.Seckill(ctx, user, sku, limit)
 	s.cfg.Metrics.deduction(err, 0)
 	if err != nil {
-		if errors.Is(err, stock.ErrInsufficientStock) {
+		if errors.Is(err, inventory.ErrInsufficientStock) {
 			s.soldOut.Set(sku)
 		}
 		return err

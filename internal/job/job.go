@@ -22,7 +22,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/internal/lock"
 )
 
 // Runner runs a component's loops until Stop.
@@ -102,7 +102,7 @@ func Sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 
 // Lock names a one-node lock and how long it lives between renewals.
 type Lock struct {
-	Locker *stock.Locker
+	Locker *lock.Locker
 	Key    string
 	TTL    time.Duration
 	Log    *slog.Logger
@@ -110,26 +110,26 @@ type Lock struct {
 
 // obtain takes the lock, or returns nil (another node holds it, or Redis
 // failed: logged unless ctx ended).
-func (l Lock) obtain(ctx context.Context) *stock.Lock {
-	lock, err := l.Locker.Obtain(ctx, l.Key, l.TTL, 0)
+func (l Lock) obtain(ctx context.Context) *lock.Lock {
+	held, err := l.Locker.Obtain(ctx, l.Key, l.TTL, 0)
 	if err != nil {
-		if !errors.Is(err, stock.ErrLockNotObtained) && ctx.Err() == nil {
+		if !errors.Is(err, lock.ErrNotObtained) && ctx.Err() == nil {
 			l.Log.Warn("job: lock", "key", l.Key, "err", err)
 		}
 		return nil
 	}
-	return lock
+	return held
 }
 
 // hold runs fn under lock, renewed every TTL/3 or so; fn's context ends when
 // the lock is lost (or timeout passes, if positive).
-func (l Lock) hold(ctx context.Context, lock *stock.Lock, timeout time.Duration, fn func(context.Context)) {
+func (l Lock) hold(ctx context.Context, held *lock.Lock, timeout time.Duration, fn func(context.Context)) {
 	rctx, cancel := context.WithCancel(ctx)
 	if timeout > 0 {
 		rctx, cancel = context.WithTimeout(ctx, timeout)
 	}
 	defer cancel()
-	lost, stop := lock.KeepAlive(rctx, l.TTL)
+	lost, stop := held.KeepAlive(rctx, l.TTL)
 	defer stop()
 	go func() {
 		select {

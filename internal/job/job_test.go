@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/internal/job"
+	"github.com/acme/inventory/internal/lock"
 	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/stock"
 )
 
 func TestBackoffDoublesWithinJitter(t *testing.T) {
@@ -45,7 +45,7 @@ func TestRunnerStopBeforeStartAndTwice(t *testing.T) {
 // Three nodes run one periodic job: no two rounds start within one interval
 // of each other, whichever node runs them.
 func TestPeriodicRunsOneRoundPerInterval(t *testing.T) {
-	locker := stock.NewLocker(testenv.Redis(t))
+	locker := lock.NewLocker(testenv.Redis(t))
 	const interval = 150 * time.Millisecond
 	var mu sync.Mutex
 	var starts []time.Time // when each round's lock was taken
@@ -80,7 +80,7 @@ func TestPeriodicRunsOneRoundPerInterval(t *testing.T) {
 // Three nodes lead in turn: never two leaders at once, and when the leader
 // stops, another takes over.
 func TestLeadOneLeaderAndTakeover(t *testing.T) {
-	locker := stock.NewLocker(testenv.Redis(t))
+	locker := lock.NewLocker(testenv.Redis(t))
 	var active, maxActive, leaderships atomic.Int32
 	// A TTL no stall of a loaded machine outlasts: the takeover is signalled
 	// by the leader's release, not by expiry.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/acme/inventory/internal/job"
-	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/internal/lock"
 )
 
 // Realigner periodically realigns every SKU whose Redis value differs from
@@ -21,7 +21,7 @@ import (
 // one interval, even if nobody buys the SKU.
 type Realigner struct {
 	rec      *Reconciler
-	locker   *stock.Locker
+	locker   *lock.Locker
 	interval time.Duration
 	log      *slog.Logger
 	run      job.Runner
@@ -34,7 +34,7 @@ type Realigner struct {
 const DefaultRealignInterval = 30 * time.Second
 
 // NewRealigner runs rec.Realign every interval (default 30s).
-func NewRealigner(rec *Reconciler, locker *stock.Locker, interval time.Duration, log *slog.Logger) *Realigner {
+func NewRealigner(rec *Reconciler, locker *lock.Locker, interval time.Duration, log *slog.Logger) *Realigner {
 	if interval <= 0 {
 		interval = DefaultRealignInterval
 	}
@@ -51,7 +51,7 @@ func (r *Realigner) Start(ctx context.Context) { r.run.Start(ctx, r.loop) }
 func (r *Realigner) Stop() { r.run.Stop() }
 
 func (r *Realigner) loop(ctx context.Context) {
-	lock := job.Lock{Locker: r.locker, Key: stock.RealignLockKey, TTL: r.interval, Log: r.log}
+	lock := job.Lock{Locker: r.locker, Key: lock.RealignKey, TTL: r.interval, Log: r.log}
 	job.Periodic(ctx, lock, r.interval, 0, func(rctx context.Context) {
 		skus, err := r.rec.Realign(rctx)
 		r.Realigned.Add(int64(len(skus)))

@@ -11,7 +11,7 @@ import (
 
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/job"
-	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/internal/lock"
 )
 
 // OpeningReason marks the movement that stands for a SKU's pruned history:
@@ -78,12 +78,12 @@ func (c *RetentionConfig) defaults() {
 // Reservations, orders and anomalies are kept: they are the record.
 type Retention struct {
 	db     *gorm.DB
-	locker *stock.Locker
+	locker *lock.Locker
 	cfg    RetentionConfig
 	run    job.Runner
 }
 
-func NewRetention(db *gorm.DB, locker *stock.Locker, cfg RetentionConfig) *Retention {
+func NewRetention(db *gorm.DB, locker *lock.Locker, cfg RetentionConfig) *Retention {
 	cfg.defaults()
 	return &Retention{db: db, locker: locker, cfg: cfg}
 }
@@ -104,7 +104,7 @@ func (r *Retention) Start(ctx context.Context) { r.run.Start(ctx, r.loop) }
 func (r *Retention) Stop() { r.run.Stop() }
 
 func (r *Retention) loop(ctx context.Context) {
-	lock := job.Lock{Locker: r.locker, Key: stock.RetentionLockKey, TTL: r.cfg.Interval, Log: r.cfg.Logger}
+	lock := job.Lock{Locker: r.locker, Key: lock.RetentionKey, TTL: r.cfg.Interval, Log: r.cfg.Logger}
 	job.Periodic(ctx, lock, r.cfg.Interval, 0, func(rctx context.Context) {
 		p, err := r.PruneOnce(rctx)
 		switch {

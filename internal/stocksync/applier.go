@@ -15,9 +15,9 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/mq"
-	"github.com/acme/inventory/stock"
 )
 
 // Applier is the mq.Handler that applies stock operations to the database
@@ -42,7 +42,7 @@ type Applier struct {
 	// OnApplied is told the changes of available units a delivery committed
 	// (restores), to bring them into Redis. Its ctx is not cancelled by the
 	// consumer stopping.
-	OnApplied func(ctx context.Context, chs []stock.Change)
+	OnApplied func(ctx context.Context, chs []inventory.Change)
 	// BeforeCommit, for fault-injection tests, runs inside the transaction after the UPDATEs;
 	// an error rolls everything back, as a crash would.
 	BeforeCommit func() error
@@ -57,7 +57,7 @@ func NewApplier(db *gorm.DB, log *slog.Logger) *Applier {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Applier{db: db, log: log, OnApplied: func(context.Context, []stock.Change) {}}
+	return &Applier{db: db, log: log, OnApplied: func(context.Context, []inventory.Change) {}}
 }
 
 // decode reads one message as a stock operation, or says why it cannot be
@@ -71,7 +71,7 @@ func decode(m mq.Message) (arbiter.StockMessage, string) {
 		return sm, "unknown op"
 	case sm.Qty <= 0:
 		return sm, "qty is not positive"
-	case stock.ValidateSKU(sm.SKU) != nil:
+	case inventory.ValidateSKU(sm.SKU) != nil:
 		return sm, "invalid sku"
 	case sm.Token == "" || len(sm.Token) > maxTokenLen:
 		return sm, "invalid token"
@@ -88,7 +88,7 @@ const maxTokenLen = 140
 func malformed(m mq.Message, why string) arbiter.AnomalyRow {
 	sum := sha256.Sum256(m.Body)
 	sku := m.Key
-	if stock.ValidateSKU(sku) != nil {
+	if inventory.ValidateSKU(sku) != nil {
 		sku = ""
 	}
 	body := m.Body[:min(len(m.Body), 96)]
@@ -120,7 +120,7 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 
 	var applied, dup int64
 	var recorded []arbiter.AnomalyRow
-	var chs []stock.Change
+	var chs []inventory.Change
 	_, err := arbiter.RetryDeadlock(ctx, func() (struct{}, error) {
 		applied, dup, recorded, chs = 0, 0, nil, nil
 		return struct{}{}, a.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {

@@ -21,8 +21,8 @@ import (
 
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/job"
+	"github.com/acme/inventory/internal/lock"
 	"github.com/acme/inventory/mq"
-	"github.com/acme/inventory/stock"
 )
 
 // RelayConfig tunes a Relay.
@@ -55,7 +55,7 @@ type RelayConfig struct {
 type Relay struct {
 	db       *gorm.DB
 	producer mq.Producer
-	locker   *stock.Locker
+	locker   *lock.Locker
 	cfg      RelayConfig
 	wake     chan struct{}
 	run      job.Runner
@@ -84,7 +84,7 @@ const (
 	maxHeldInQuery = 500
 )
 
-func NewRelay(db *gorm.DB, p mq.Producer, locker *stock.Locker, cfg RelayConfig) *Relay {
+func NewRelay(db *gorm.DB, p mq.Producer, locker *lock.Locker, cfg RelayConfig) *Relay {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 200 * time.Millisecond
 	}
@@ -121,7 +121,7 @@ func (r *Relay) Start(ctx context.Context) { r.run.Start(ctx, r.loop) }
 func (r *Relay) Stop() { r.run.Stop() }
 
 func (r *Relay) loop(ctx context.Context) {
-	job.Lead(ctx, job.Lock{Locker: r.locker, Key: stock.RelayLockKey, TTL: r.cfg.LockTTL, Log: r.cfg.Logger}, r.lead)
+	job.Lead(ctx, job.Lock{Locker: r.locker, Key: lock.RelayKey, TTL: r.cfg.LockTTL, Log: r.cfg.Logger}, r.lead)
 }
 
 // lead relays while this node holds the lock (ctx ends when it is lost).

@@ -16,20 +16,20 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/lock"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/mq"
-	"github.com/acme/inventory/stock"
 )
 
 // stores are the real database and Redis (for the relay's lock) a test
 // relays on.
 type stores struct {
 	db     *gorm.DB
-	locker *stock.Locker
+	locker *lock.Locker
 }
 
 func newStores(t *testing.T) stores {
-	return stores{db: testenv.MySQL(t), locker: stock.NewLocker(testenv.Redis(t))}
+	return stores{db: testenv.MySQL(t), locker: lock.NewLocker(testenv.Redis(t))}
 }
 
 var errBrokerQueueDown = errors.New("injected: the broker refuses this SKU's queue")

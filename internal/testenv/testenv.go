@@ -321,3 +321,56 @@ func NewLink(t testing.TB, upstream string) *faultnet.Link {
 	t.Cleanup(l.Close)
 	return l
 }
+
+// RedisBackend is one Redis deployment a contract suite runs on.
+type RedisBackend struct {
+	Name  string
+	Open  func(t testing.TB) redis.UniversalClient
+	Flush func(ctx context.Context, rdb redis.UniversalClient) error // "Redis loses every key"
+}
+
+// RedisBackends are the real single node, the real three-node cluster and
+// the embedded default's in-process stand-in (miniredis), which passes the
+// same suites.
+var RedisBackends = []RedisBackend{
+	{
+		Name: "redis",
+		Open: func(t testing.TB) redis.UniversalClient { return Redis(t) },
+		Flush: func(ctx context.Context, rdb redis.UniversalClient) error {
+			return rdb.FlushDB(ctx).Err()
+		},
+	},
+	{
+		Name: "miniredis",
+		Open: func(t testing.TB) redis.UniversalClient {
+			m := miniredis.NewMiniRedis()
+			m.ClockTTL(true)
+			if err := m.StartAddr("127.0.0.1:0"); err != nil {
+				t.Fatalf("testenv: miniredis: %v", err)
+			}
+			t.Cleanup(m.Close)
+			c := redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: 128})
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		},
+		Flush: func(ctx context.Context, rdb redis.UniversalClient) error {
+			return rdb.FlushAll(ctx).Err()
+		},
+	},
+	{
+		Name: "cluster",
+		Open: func(t testing.TB) redis.UniversalClient { return RedisCluster(t) },
+		Flush: func(ctx context.Context, rdb redis.UniversalClient) error {
+			return rdb.(*redis.ClusterClient).ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+				return n.FlushAll(ctx).Err()
+			})
+		},
+	},
+}
+
+// ForEachRedis runs fn once per RedisBackend, as a subtest.
+func ForEachRedis(t *testing.T, fn func(t *testing.T, b RedisBackend, rdb redis.UniversalClient)) {
+	for _, b := range RedisBackends {
+		t.Run(b.Name, func(t *testing.T) { fn(t, b, b.Open(t)) })
+	}
+}

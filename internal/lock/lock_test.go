@@ -1,4 +1,4 @@
-package stock
+package lock
 
 import (
 	"context"
@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/inventory/internal/testenv"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
 func TestLockOneWinner(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+	testenv.ForEachRedis(t, func(t *testing.T, _ testenv.RedisBackend, rdb redis.UniversalClient) {
 		l := NewLocker(rdb)
 		var won atomic.Int64
 		var wg sync.WaitGroup
@@ -23,7 +24,7 @@ func TestLockOneWinner(t *testing.T) {
 				_, err := l.Obtain(context.Background(), "lock:{one}", 10*time.Second, 0)
 				if err == nil {
 					won.Add(1)
-				} else if err != ErrLockNotObtained {
+				} else if err != ErrNotObtained {
 					t.Error(err)
 				}
 			}()
@@ -34,14 +35,14 @@ func TestLockOneWinner(t *testing.T) {
 }
 
 func TestLockOwnership(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+	testenv.ForEachRedis(t, func(t *testing.T, _ testenv.RedisBackend, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		l := NewLocker(rdb)
 
 		first, err := l.Obtain(ctx, "lock:{own}", 30*time.Second, 0)
 		require.NoError(t, err)
 		_, err = l.Obtain(ctx, "lock:{own}", time.Second, 50*time.Millisecond)
-		require.ErrorIs(t, err, ErrLockNotObtained, "a bounded wait gives up")
+		require.ErrorIs(t, err, ErrNotObtained, "a bounded wait gives up")
 
 		// The first holder stalls past its expiry (made to happen now, not
 		// waited for); a second takes the lock.
@@ -51,12 +52,12 @@ func TestLockOwnership(t *testing.T) {
 			second, err = l.Obtain(ctx, "lock:{own}", 10*time.Second, 0)
 			return err == nil
 		}, 5*time.Second, 10*time.Millisecond)
-		require.ErrorIs(t, first.Release(ctx), ErrLockNotHeld, "an expired holder cannot release the next holder's lock")
-		require.ErrorIs(t, first.Refresh(ctx, time.Second), ErrLockNotHeld, "nor extend it")
+		require.ErrorIs(t, first.Release(ctx), ErrNotHeld, "an expired holder cannot release the next holder's lock")
+		require.ErrorIs(t, first.Refresh(ctx, time.Second), ErrNotHeld, "nor extend it")
 		_, err = l.Obtain(ctx, "lock:{own}", time.Second, 0)
-		require.ErrorIs(t, err, ErrLockNotObtained, "the second holder still has it")
+		require.ErrorIs(t, err, ErrNotObtained, "the second holder still has it")
 		require.NoError(t, second.Release(ctx))
-		require.ErrorIs(t, second.Release(ctx), ErrLockNotHeld)
+		require.ErrorIs(t, second.Release(ctx), ErrNotHeld)
 		third, err := l.Obtain(ctx, "lock:{own}", time.Second, 0)
 		require.NoError(t, err)
 		require.NotEqual(t, second.Token(), third.Token())
@@ -64,7 +65,7 @@ func TestLockOwnership(t *testing.T) {
 }
 
 func TestLockKeepAlive(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+	testenv.ForEachRedis(t, func(t *testing.T, _ testenv.RedisBackend, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		l := NewLocker(rdb)
 		const ttl = time.Second // renewed every ttl/3: a stall must outlast a whole ttl to lose it
@@ -76,7 +77,7 @@ func TestLockKeepAlive(t *testing.T) {
 		deadline := time.Now().Add(3 * ttl)
 		for time.Now().Before(deadline) {
 			_, err := l.Obtain(ctx, "lock:{long}", ttl, 0)
-			require.ErrorIs(t, err, ErrLockNotObtained)
+			require.ErrorIs(t, err, ErrNotObtained)
 			time.Sleep(ttl / 5)
 		}
 		select {

@@ -1,4 +1,9 @@
-package stock
+// Package lock is the fleet's distributed lock: token-owned Redis locks that
+// only their holder can release or extend, that expire when the holder
+// dies, that a long job renews while it runs, and whose waits are bounded.
+// The cold init of a SKU (package stock) and every one-node job
+// (internal/job) take theirs here.
+package lock
 
 import (
 	"context"
@@ -12,10 +17,10 @@ import (
 )
 
 var (
-	// ErrLockNotObtained: another holder has the lock and the wait ran out.
-	ErrLockNotObtained = errors.New("stock: lock not obtained")
-	// ErrLockNotHeld: the lock expired or belongs to someone else now.
-	ErrLockNotHeld = errors.New("stock: lock not held")
+	// ErrNotObtained: another holder has the lock and the wait ran out.
+	ErrNotObtained = errors.New("lock: not obtained")
+	// ErrNotHeld: the lock expired or belongs to someone else now.
+	ErrNotHeld = errors.New("lock: not held")
 )
 
 // Locker hands out token-owned Redis locks (bsm/redislock): acquired with SET
@@ -39,7 +44,7 @@ func (j jitter) NextBackoff() time.Duration {
 }
 
 // Obtain takes key for ttl, retrying with jittered backoff for at most wait
-// (0: one attempt). It returns ErrLockNotObtained when the wait runs out.
+// (0: one attempt). It returns ErrNotObtained when the wait runs out.
 func (l *Locker) Obtain(ctx context.Context, key string, ttl, wait time.Duration) (*Lock, error) {
 	opt := &redislock.Options{RetryStrategy: redislock.NoRetry()}
 	bound := time.Second // a single attempt still gets a deadline
@@ -55,7 +60,7 @@ func (l *Locker) Obtain(ctx context.Context, key string, ttl, wait time.Duration
 		return &Lock{l: lk}, nil
 	case errors.Is(err, redislock.ErrNotObtained),
 		ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-		return nil, ErrLockNotObtained
+		return nil, ErrNotObtained
 	default:
 		return nil, err
 	}
@@ -69,12 +74,12 @@ type Lock struct {
 // Token identifies this holder.
 func (k *Lock) Token() string { return k.l.Token() }
 
-// Release deletes the lock if this holder still owns it; ErrLockNotHeld
+// Release deletes the lock if this holder still owns it; ErrNotHeld
 // otherwise (it expired, and perhaps someone else holds it now).
 func (k *Lock) Release(ctx context.Context) error {
 	if err := k.l.Release(ctx); err != nil {
 		if errors.Is(err, redislock.ErrLockNotHeld) {
-			return ErrLockNotHeld
+			return ErrNotHeld
 		}
 		return err
 	}
@@ -82,11 +87,11 @@ func (k *Lock) Release(ctx context.Context) error {
 }
 
 // Refresh resets the lock's expiry to ttl if this holder still owns it;
-// ErrLockNotHeld otherwise.
+// ErrNotHeld otherwise.
 func (k *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := k.l.Refresh(ctx, ttl, nil); err != nil {
 		if errors.Is(err, redislock.ErrNotObtained) {
-			return ErrLockNotHeld
+			return ErrNotHeld
 		}
 		return err
 	}
@@ -119,7 +124,7 @@ func (k *Lock) KeepAlive(ctx context.Context, ttl time.Duration) (lost <-chan st
 			switch {
 			case err == nil:
 				lastOK = time.Now()
-			case errors.Is(err, ErrLockNotHeld), time.Since(lastOK) >= ttl:
+			case errors.Is(err, ErrNotHeld), time.Since(lastOK) >= ttl:
 				if ctx.Err() == nil {
 					close(lostCh)
 				}

@@ -1,0 +1,17 @@
+package lock
+
+// The one-node jobs' locks, one key each for the whole fleet (see
+// stock/keys.go for every other key the service writes):
+//
+//	inv:{timeouts}:sweeplock   string  the timeout sweep's one-node lock
+//	inv:{relay}:lock           string  the outbox relay's leader lock
+//	inv:{realign}:lock         string  the periodic realign's one-node lock
+//	inv:{retention}:lock       string  the retention job's one-node lock
+const (
+	// SweepKey may stay one key for the whole fleet: each node tries it
+	// once per sweep interval, and no order touches it.
+	SweepKey     = "inv:{timeouts}:sweeplock"
+	RelayKey     = "inv:{relay}:lock"
+	RealignKey   = "inv:{realign}:lock"
+	RetentionKey = "inv:{retention}:lock"
+)
