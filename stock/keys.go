@@ -41,25 +41,18 @@ func admitKeys(sku, token string) []string {
 	return []string{stockKey(sku), tokenKey(sku, token)}
 }
 
-// The delay queue is sharded so that no key and no Cluster slot carries every
-// order: an order waits in shard fnv32a(id) mod Shards, whose two keys share
-// the hash tag {timeouts:<n>} (ClaimScript needs both in one slot), and the
-// shards' tags hash to different slots, spread over the masters.
-
-// TimeoutDueKey is shard n's queue of orders by deadline.
-func TimeoutDueKey(n int) string { return "inv:{timeouts:" + strconv.Itoa(n) + "}:due" }
-
-// TimeoutClaimedKey is shard n's claimed orders by lease end.
-func TimeoutClaimedKey(n int) string { return "inv:{timeouts:" + strconv.Itoa(n) + "}:claimed" }
+// The delay queue's keys (see DelayQueue).
+func timeoutDueKey(n int) string     { return "inv:{timeouts:" + strconv.Itoa(n) + "}:due" }
+func timeoutClaimedKey(n int) string { return "inv:{timeouts:" + strconv.Itoa(n) + "}:claimed" }
 
 const (
-	// LegacyTimeoutDueKey and LegacyTimeoutClaimedKey are the unsharded
+	// legacyTimeoutDueKey and legacyTimeoutClaimedKey are the unsharded
 	// queue of earlier versions. Nothing is scheduled there any more, but
 	// pollers still drain it, so that orders an older node put there (before
 	// the upgrade, or during a rolling one) are released at their deadline
 	// rather than left to the sweep.
-	LegacyTimeoutDueKey     = "inv:{timeouts}:due"
-	LegacyTimeoutClaimedKey = "inv:{timeouts}:claimed"
+	legacyTimeoutDueKey     = "inv:{timeouts}:due"
+	legacyTimeoutClaimedKey = "inv:{timeouts}:claimed"
 	// StockBackChannel carries the SKUs whose stock came back, so every node
 	// clears its local sold-out flag.
 	StockBackChannel = "inv:stockback"

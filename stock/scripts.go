@@ -146,34 +146,3 @@ func LoadDeductScript(ctx context.Context, rdb redis.Scripter) error {
 // DeductKeys are the KEYS of the deduction script for sku, as an order line
 // uses it (no token key); its ARGV are qty and "0".
 func DeductKeys(sku string) []string { return admitKeys(sku, "") }
-
-// ClaimScript hands due orders of one delay-queue shard to one poller.
-//
-//	KEYS[1] due  KEYS[2] claimed   (TimeoutDueKey, TimeoutClaimedKey)
-//	ARGV[1] now (unix ms)  ARGV[2] limit  ARGV[3] lease (ms)
-//
-// Moves up to limit entries whose deadline passed, plus claims whose lease
-// ran out (their poller died), into claimed with a new lease, atomically, so
-// two pollers never claim the same entry. Returns {next, id...}: next is the
-// earliest score left in either set as a decimal string ("-1" when both are
-// empty).
-var ClaimScript = redis.NewScript(`
-local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-local out = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
-if #out < limit then
-  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit - #out)
-  for _, id in ipairs(due) do
-    redis.call('ZREM', KEYS[1], id)
-    out[#out + 1] = id
-  end
-end
-local lease = now + tonumber(ARGV[3])
-for _, id in ipairs(out) do redis.call('ZADD', KEYS[2], lease, id) end
-local next = -1
-for _, k in ipairs(KEYS) do
-  local head = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
-  if head[2] and (next == -1 or tonumber(head[2]) < next) then next = tonumber(head[2]) end
-end
-table.insert(out, 1, string.format('%d', next))
-return out
-`)

@@ -9,11 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,10 +115,8 @@ type Orders interface {
 // died) and releases expired token-API reservations.
 type Timeouts struct {
 	orders Orders
-	rdb    redis.UniversalClient
+	q      *stock.DelayQueue
 	cfg    TimeoutConfig
-	shards []queue
-	legacy queue
 
 	// Expired counts the orders this node expired; Reaped the token-API
 	// reservations it released; Polls the claim round trips it made to Redis
@@ -153,7 +149,7 @@ type Timeouts struct {
 	// lost with the process is the sweep's to find.
 	writeBehind atomic.Bool
 	mu          sync.Mutex
-	pending     map[string]pendingEntry // order id -> entry not yet written
+	pending     map[string]time.Time // order id -> deadline, not yet written
 	flushWake   chan struct{}
 	// flushing is held while a pipeline is in flight, so an Unschedule never
 	// overtakes the ZADD it must undo.
@@ -162,35 +158,15 @@ type Timeouts struct {
 	Flushes atomic.Int64
 }
 
-type pendingEntry struct {
-	q queue
-	z redis.Z
-}
-
-// queue is one due/claimed pair of the delay queue: a shard, or the legacy
-// queue.
-type queue struct{ due, claimed string }
-
 func NewTimeouts(orders Orders, rdb redis.UniversalClient, cfg TimeoutConfig) (*Timeouts, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	t := &Timeouts{orders: orders, rdb: rdb, cfg: cfg, wake: make(chan struct{}, 1),
-		shards: make([]queue, cfg.Shards), legacy: queue{stock.LegacyTimeoutDueKey, stock.LegacyTimeoutClaimedKey},
-		pending: map[string]pendingEntry{}, flushWake: make(chan struct{}, 1)}
-	for i := range t.shards {
-		t.shards[i] = queue{stock.TimeoutDueKey(i), stock.TimeoutClaimedKey(i)}
-	}
+	t := &Timeouts{orders: orders, q: stock.NewDelayQueue(rdb, cfg.Shards), cfg: cfg, wake: make(chan struct{}, 1),
+		pending: map[string]time.Time{}, flushWake: make(chan struct{}, 1)}
 	t.turn.Store(rand.Uint32()) // nodes start on different shards
 	t.scheduled.Store(math.MaxInt64)
 	return t, nil
-}
-
-// shardOf is the shard order id waits in: a stable hash, the same on every node.
-func (t *Timeouts) shardOf(id string) queue {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
-	return t.shards[h.Sum32()%uint32(len(t.shards))]
 }
 
 // Schedule puts order id on the delay queue at its deadline (the order
@@ -198,11 +174,9 @@ func (t *Timeouts) shardOf(id string) queue {
 // Losing this write is safe: the sweep finds the order in the database.
 // While the loops run, the write is left to the flusher (see writeBehind).
 func (t *Timeouts) Schedule(ctx context.Context, id string, deadline time.Time) {
-	z := dueAt(id, deadline)
-	q := t.shardOf(id)
 	if t.writeBehind.Load() {
 		t.mu.Lock()
-		t.pending[id] = pendingEntry{q, z}
+		t.pending[id] = deadline
 		first := len(t.pending) == 1
 		t.mu.Unlock()
 		if first {
@@ -213,11 +187,11 @@ func (t *Timeouts) Schedule(ctx context.Context, id string, deadline time.Time) 
 		}
 		return // the flusher tells the poller once the entry is in Redis
 	}
-	if err := t.rdb.ZAdd(ctx, q.due, z).Err(); err != nil {
+	if err := t.q.Add(ctx, stock.Entry{ID: id, Deadline: deadline}); err != nil {
 		t.cfg.Logger.Warn("timeout: scheduling failed; the sweep will release the order", "order", id, "err", err)
 		return
 	}
-	t.scheduledAt(int64(z.Score))
+	t.scheduledAt(stock.DueMillis(deadline))
 }
 
 // scheduledAt tells the poller about a deadline now in Redis: it wakes if it
@@ -248,7 +222,7 @@ func (t *Timeouts) Unschedule(ctx context.Context, id string) {
 	t.flushing.Lock()
 	//lint:ignore SA2001 an empty critical section is the wait for the flusher
 	t.flushing.Unlock()
-	if err := t.rdb.ZRem(ctx, t.shardOf(id).due, id).Err(); err != nil {
+	if err := t.q.Remove(ctx, id); err != nil {
 		t.cfg.Logger.Warn("timeout: unscheduling failed; the entry is dropped at its deadline", "order", id, "err", err)
 	}
 }
@@ -262,12 +236,6 @@ func lowerTo(a *atomic.Int64, v int64) {
 	}
 }
 
-// dueAt is order id's queue entry: its deadline rounded up to the
-// millisecond, so it is never claimed before the database agrees it is due.
-func dueAt(id string, deadline time.Time) redis.Z {
-	return redis.Z{Score: float64((deadline.UnixMicro() + 999) / 1000), Member: id}
-}
-
 // PollOnce claims the due orders from every shard (and the legacy queue when
 // it is time to look at it) and expires them. It returns how many it expired
 // and when the next entry of the queues it saw is due (zero if none).
@@ -275,37 +243,41 @@ func (t *Timeouts) PollOnce(ctx context.Context) (int, time.Time, error) {
 	now := t.cfg.Now()
 	// Every shard, starting from a rotating one: the claims are split evenly,
 	// and the order they are worked in moves on each poll.
-	first := int(t.turn.Add(1) % uint32(len(t.shards)))
-	qs := make([]queue, 0, len(t.shards)+1)
+	shards := t.q.Shards()
+	first := int(t.turn.Add(1) % uint32(shards))
+	qs := make([]stock.Queue, 0, shards+1)
 	withLegacy := now.UnixMilli() >= t.legacyAt.Load()
 	if withLegacy {
-		qs = append(qs, t.legacy) // the oldest orders first
+		qs = append(qs, stock.Legacy) // the oldest orders first
 	}
-	qs = append(append(qs, t.shards[first:]...), t.shards[:first]...)
+	for i := range shards {
+		qs = append(qs, stock.Queue((first+i)%shards))
+	}
 	limit := max(1, (t.cfg.ClaimBatch+len(qs)-1)/len(qs))
 
-	claims, err := t.claim(ctx, qs, now, limit)
+	t.Polls.Add(1)
+	claims, err := t.q.Claim(ctx, qs, now, limit, t.cfg.Lease)
 	errs := []error{err}
 	var next time.Time
 	for i, c := range claims {
-		if withLegacy && i == 0 && c.ok {
+		if withLegacy && i == 0 && c.OK {
 			// Look again when its next entry is due, or after a sweep
 			// interval at the latest (an older node may still add to it).
 			at := now.Add(t.cfg.SweepInterval).UnixMilli()
-			if c.next >= 0 {
-				at = min(at, c.next)
+			if c.Next >= 0 {
+				at = min(at, c.Next)
 			}
 			t.legacyAt.Store(at)
 		}
-		if c.next >= 0 && (next.IsZero() || c.next < next.UnixMilli()) {
-			next = time.UnixMilli(c.next)
+		if c.Next >= 0 && (next.IsZero() || c.Next < next.UnixMilli()) {
+			next = time.UnixMilli(c.Next)
 		}
 	}
 
 	expired := 0
-	done := make([][]any, len(qs)) // per queue, the claims that need nothing more
+	done := map[stock.Queue][]string{} // per queue, the claims that need nothing more
 	for i, c := range claims {
-		for _, id := range c.ids {
+		for _, id := range c.IDs {
 			ok, err := t.orders.Expire(ctx, id)
 			if err == nil && !ok {
 				err = t.requeueIfEarly(ctx, id)
@@ -317,64 +289,20 @@ func (t *Timeouts) PollOnce(ctx context.Context) (int, time.Time, error) {
 			if ok {
 				expired++
 			}
-			done[i] = append(done[i], id)
+			done[qs[i]] = append(done[qs[i]], id)
 		}
 	}
 	t.Expired.Add(int64(expired))
-	pipe := t.rdb.Pipeline()
-	for i, ids := range done {
-		if len(ids) > 0 {
-			pipe.ZRem(ctx, qs[i].claimed, ids...)
-		}
-	}
-	if pipe.Len() > 0 {
+	if len(done) > 0 {
 		// Record the work done even if the round was just stopped; a claim
 		// left behind comes back when its lease ends and is dropped then.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := pipe.Exec(dctx); err != nil {
+		if err := t.q.Done(dctx, done); err != nil {
 			errs = append(errs, fmt.Errorf("timeout: dropping claims: %w", err))
 		}
 	}
 	return expired, next, errors.Join(errs...)
-}
-
-// claimed is what the claim script gave one poll from one queue.
-type claimed struct {
-	ok   bool     // the claim ran (if not, the error says why)
-	ids  []string // the orders claimed
-	next int64    // the earliest score left in the queue (unix ms), -1 if none
-}
-
-// claim runs the claim script on every queue in qs, in one pipeline, taking
-// up to limit entries from each.
-func (t *Timeouts) claim(ctx context.Context, qs []queue, now time.Time, limit int) ([]claimed, error) {
-	t.Polls.Add(1)
-	args := []any{now.UnixMilli(), limit, t.cfg.Lease.Milliseconds()}
-	pipe := t.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(qs))
-	for i, q := range qs {
-		cmds[i] = stock.ClaimScript.EvalSha(ctx, pipe, []string{q.due, q.claimed}, args...)
-	}
-	_, _ = pipe.Exec(ctx) // each command's own error is looked at below
-	out := make([]claimed, len(qs))
-	var errs []error
-	for i, cmd := range cmds {
-		out[i].next = -1
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			// This server has not seen the script yet (a restart, a new
-			// master): nothing ran, and EVAL loads it.
-			cmd = stock.ClaimScript.Run(ctx, t.rdb, []string{qs[i].due, qs[i].claimed}, args...)
-		}
-		res, err := cmd.StringSlice()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("timeout: claim from %s: %w", qs[i].due, err))
-			continue
-		}
-		next, _ := strconv.ParseInt(res[0], 10, 64)
-		out[i] = claimed{ok: true, ids: res[1:], next: next}
-	}
-	return out, errors.Join(errs...)
 }
 
 // requeueIfEarly puts back an order that was claimed before this node's
@@ -385,7 +313,7 @@ func (t *Timeouts) requeueIfEarly(ctx context.Context, id string) error {
 	if err != nil || !pending {
 		return err
 	}
-	return t.rdb.ZAdd(ctx, t.shardOf(id).due, dueAt(id, deadline)).Err()
+	return t.q.Add(ctx, stock.Entry{ID: id, Deadline: deadline})
 }
 
 // SweepOnce expires every PENDING order past its deadline and releases every
@@ -461,24 +389,18 @@ func (t *Timeouts) flush(ctx context.Context) {
 		return
 	}
 	batch := t.pending
-	t.pending = make(map[string]pendingEntry, len(batch))
+	t.pending = make(map[string]time.Time, len(batch))
 	t.mu.Unlock()
-	byShard := map[string][]redis.Z{}
-	for _, e := range batch {
-		byShard[e.q.due] = append(byShard[e.q.due], e.z)
-	}
-	pipe := t.rdb.Pipeline()
-	for key, zs := range byShard {
-		pipe.ZAdd(ctx, key, zs...)
+	entries := make([]stock.Entry, 0, len(batch))
+	earliest := int64(math.MaxInt64)
+	for id, deadline := range batch {
+		entries = append(entries, stock.Entry{ID: id, Deadline: deadline})
+		earliest = min(earliest, stock.DueMillis(deadline))
 	}
 	t.Flushes.Add(1)
-	if _, err := pipe.Exec(ctx); err != nil {
+	if err := t.q.Add(ctx, entries...); err != nil {
 		t.cfg.Logger.Warn("timeout: scheduling failed; the sweep will release the orders", "orders", len(batch), "err", err)
 		return
-	}
-	earliest := int64(math.MaxInt64)
-	for _, e := range batch {
-		earliest = min(earliest, int64(e.z.Score))
 	}
 	t.scheduledAt(earliest)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -140,18 +139,47 @@ func TestTimeoutsThreeNodes(t *testing.T) {
 	requireQueueEmpty(t, r.rdb, nodes[0].tm)
 }
 
+// queue is one queue of the delay queue as Redis holds it: the key layout
+// stock/keys.go documents, written out here so a change of it shows.
+type queue struct{ due, claimed string }
+
+func keysOf(q stock.Queue) queue {
+	if q == stock.Legacy {
+		return queue{"inv:{timeouts}:due", "inv:{timeouts}:claimed"}
+	}
+	tag := fmt.Sprintf("inv:{timeouts:%d}", q)
+	return queue{tag + ":due", tag + ":claimed"}
+}
+
+// queues are tm's shards and the legacy queue.
+func queues(tm *Timeouts) []queue {
+	var out []queue
+	for i := range tm.q.Shards() {
+		out = append(out, keysOf(stock.Queue(i)))
+	}
+	return append(out, keysOf(stock.Legacy))
+}
+
+// shardOf is the keys of the shard order id waits in.
+func shardOf(tm *Timeouts, id string) queue { return keysOf(tm.q.ShardOf(id)) }
+
+// dueAt is order id's entry as the queue scores it.
+func dueAt(id string, deadline time.Time) redis.Z {
+	return redis.Z{Score: float64(stock.DueMillis(deadline)), Member: id}
+}
+
 // queueSizes is how many entries each shard of tm's delay queue holds (due
 // and claimed), by due key; the legacy queue is counted when not empty.
 func queueSizes(t testing.TB, rdb redis.Cmdable, tm *Timeouts) map[string]int64 {
 	t.Helper()
 	ctx := context.Background()
 	out := map[string]int64{}
-	for _, q := range append(slices.Clone(tm.shards), tm.legacy) {
+	for _, q := range queues(tm) {
 		due, err := rdb.ZCard(ctx, q.due).Result()
 		require.NoError(t, err)
 		claimed, err := rdb.ZCard(ctx, q.claimed).Result()
 		require.NoError(t, err)
-		if q != tm.legacy || due+claimed > 0 {
+		if q != keysOf(stock.Legacy) || due+claimed > 0 {
 			out[q.due] = due + claimed
 		}
 	}
@@ -184,7 +212,7 @@ func waitQueueEmpty(t testing.TB, rdb redis.Cmdable, tm *Timeouts) {
 // dropQueue makes Redis lose the whole delay queue.
 func dropQueue(t testing.TB, rdb redis.Cmdable, tm *Timeouts) {
 	t.Helper()
-	for _, q := range append(slices.Clone(tm.shards), tm.legacy) {
+	for _, q := range queues(tm) {
 		require.NoError(t, rdb.Del(context.Background(), q.due, q.claimed).Err())
 	}
 }
@@ -358,8 +386,7 @@ func TestTimeoutsConfigAndLifecycle(t *testing.T) {
 	require.Error(t, err, "no locker for the sweep is refused")
 	tm, err := NewTimeouts(r.svc, r.rdb, TimeoutConfig{Locker: locker})
 	require.NoError(t, err)
-	require.Len(t, tm.shards, 16, "16 shards by default")
-	require.Equal(t, queue{"inv:{timeouts:15}:due", "inv:{timeouts:15}:claimed"}, tm.shards[15])
+	require.Equal(t, 16, tm.q.Shards(), "16 shards by default")
 	tm.Stop() // before Start
 	tm.Start(context.Background())
 	tm.Start(context.Background()) // no second set of loops
@@ -385,10 +412,10 @@ func TestEarlyClaimIsRequeued(t *testing.T) {
 	expired, _, err := fast.PollOnce(ctx)
 	require.NoError(t, err)
 	require.Zero(t, expired)
-	score, err := r.rdb.ZScore(ctx, fast.shardOf(o.ID).due, o.ID).Result()
+	score, err := r.rdb.ZScore(ctx, shardOf(fast, o.ID).due, o.ID).Result()
 	require.NoError(t, err, "the order is back on the queue, in its shard")
 	require.EqualValues(t, dueAt(o.ID, o.ExpiresAt).Score, score)
-	claimed, err := r.rdb.ZCard(ctx, fast.shardOf(o.ID).claimed).Result()
+	claimed, err := r.rdb.ZCard(ctx, shardOf(fast, o.ID).claimed).Result()
 	require.NoError(t, err)
 	require.Zero(t, claimed)
 
@@ -440,7 +467,7 @@ func TestTimeoutPollClaimsFromEveryShard(t *testing.T) {
 	// Orders created until one lands in another shard than first's; the
 	// earliest of them (the first created) is the next deadline after first.
 	var second, afterFirst *order.Order
-	for second == nil || n.tm.shardOf(second.ID) == n.tm.shardOf(first.ID) {
+	for second == nil || shardOf(n.tm, second.ID) == shardOf(n.tm, first.ID) {
 		r.clock.Advance(5 * time.Second)
 		second, err = n.svc.Create(ctx, "u2", "", line("A", 1))
 		require.NoError(t, err)
@@ -472,17 +499,17 @@ func TestTimeoutLegacyQueueIsDrained(t *testing.T) {
 	n := r.node(fastTimeouts)
 	older := order.NewService(r.db, r.st, order.Config{TTL: 15 * time.Minute, Now: r.clock.Now,
 		OnCreated: func(ctx context.Context, o *order.Order) {
-			require.NoError(t, r.rdb.ZAdd(ctx, stock.LegacyTimeoutDueKey, dueAt(o.ID, o.ExpiresAt)).Err())
+			require.NoError(t, r.rdb.ZAdd(ctx, keysOf(stock.Legacy).due, dueAt(o.ID, o.ExpiresAt)).Err())
 		}})
 	t.Cleanup(func() { _ = older.Close() })
 	ids := r.createOrders(older, 30, "A")
 	dead := ids[0] // claimed by an older poller that died; its lease ends at the deadline
-	score, err := r.rdb.ZScore(ctx, stock.LegacyTimeoutDueKey, dead).Result()
+	score, err := r.rdb.ZScore(ctx, keysOf(stock.Legacy).due, dead).Result()
 	require.NoError(t, err)
-	require.NoError(t, r.rdb.ZRem(ctx, stock.LegacyTimeoutDueKey, dead).Err())
-	require.NoError(t, r.rdb.ZAdd(ctx, stock.LegacyTimeoutClaimedKey, redis.Z{Score: score, Member: dead}).Err())
+	require.NoError(t, r.rdb.ZRem(ctx, keysOf(stock.Legacy).due, dead).Err())
+	require.NoError(t, r.rdb.ZAdd(ctx, keysOf(stock.Legacy).claimed, redis.Z{Score: score, Member: dead}).Err())
 	for key, size := range queueSizes(t, r.rdb, n.tm) {
-		if key != stock.LegacyTimeoutDueKey {
+		if key != keysOf(stock.Legacy).due {
 			require.Zero(t, size, key)
 		}
 	}
@@ -500,7 +527,7 @@ func TestTimeoutLegacyQueueIsDrained(t *testing.T) {
 	require.Zero(t, expired)
 	moved := 0
 	for _, id := range ids {
-		if _, err := r.rdb.ZScore(ctx, n.tm.shardOf(id).due, id).Result(); err == nil {
+		if _, err := r.rdb.ZScore(ctx, shardOf(n.tm, id).due, id).Result(); err == nil {
 			moved++
 		}
 	}
@@ -574,7 +601,7 @@ func TestTimeoutShardsOnCluster(t *testing.T) {
 	}
 	tm := nodes[0].tm
 	var keys []string
-	for _, q := range append(slices.Clone(tm.shards), tm.legacy) {
+	for _, q := range queues(tm) {
 		keys = append(keys, q.due, q.claimed)
 	}
 	dropKeys := func() {
@@ -587,7 +614,7 @@ func TestTimeoutShardsOnCluster(t *testing.T) {
 
 	slots := map[int64]bool{}
 	onMasters := map[string]bool{}
-	for _, q := range tm.shards {
+	for _, q := range queues(tm)[:tm.q.Shards()] {
 		slot, err := rc.ClusterKeySlot(ctx, q.due).Result()
 		require.NoError(t, err)
 		claimedSlot, err := rc.ClusterKeySlot(ctx, q.claimed).Result()
@@ -622,7 +649,7 @@ func TestTimeoutShardsOnCluster(t *testing.T) {
 	r.createOrders(nodes[0].svc, orders, skus...)
 	used := map[string]bool{}
 	var queued int64
-	for _, q := range tm.shards {
+	for _, q := range queues(tm)[:tm.q.Shards()] {
 		n, err := rc.ZCard(ctx, q.due).Result()
 		require.NoError(t, err)
 		if n > 0 {
@@ -695,7 +722,7 @@ func TestTimeoutScheduleWakesOnlyForAnEarlierDeadline(t *testing.T) {
 func queuedEntries(t *testing.T, r *rig, n *node) int64 {
 	t.Helper()
 	var total int64
-	for _, q := range n.tm.shards {
+	for _, q := range queues(n.tm)[:n.tm.q.Shards()] {
 		c, err := r.rdb.ZCard(context.Background(), q.due).Result()
 		require.NoError(t, err)
 		total += c
