@@ -53,7 +53,7 @@ const (
 	// rather than left to the sweep.
 	legacyTimeoutDueKey     = "inv:{timeouts}:due"
 	legacyTimeoutClaimedKey = "inv:{timeouts}:claimed"
-	// StockBackChannel carries the SKUs whose stock came back, so every node
+	// stockBackChannel carries the SKUs whose stock came back, so every node
 	// clears its local sold-out flag.
-	StockBackChannel = "inv:stockback"
+	stockBackChannel = "inv:stockback"
 )

@@ -340,7 +340,7 @@ func randomSecret() string {
 
 func (a *App) publishStockBack(sku string) {
 	a.soldOut.Clear(sku) // this node at once; the others through Redis
-	if err := a.rdb.Publish(context.Background(), stock.StockBackChannel, sku).Err(); err != nil {
+	if err := a.Stock.PublishStockBack(context.Background(), sku); err != nil {
 		a.log.Warn("publishing stock-back failed; other nodes' sold-out flags expire on their own", "sku", sku, "err", err)
 	}
 }
@@ -398,23 +398,11 @@ func (a *App) Start(ctx context.Context) error {
 	a.timeouts.Start(bg)
 	a.realigner.Start(bg)
 	a.retention.Start(bg)
-	sub := a.rdb.Subscribe(bg, stock.StockBackChannel)
+	watching := a.Stock.WatchStockBack(bg, a.soldOut.Clear)
 	a.bg.Add(1)
 	go func() {
 		defer a.bg.Done()
-		defer sub.Close()
-		ch := sub.Channel()
-		for {
-			select {
-			case <-bg.Done():
-				return
-			case m, ok := <-ch:
-				if !ok {
-					return
-				}
-				a.soldOut.Clear(m.Payload)
-			}
-		}
+		watching()
 	}()
 	a.httpSrv = &http.Server{Handler: a.server.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {

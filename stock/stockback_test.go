@@ -1,0 +1,50 @@
+package stock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// A stock-back published on one Store reaches every Store watching, on
+// every backend (pub/sub on a cluster goes through any node), and only the
+// SKU published.
+func TestStockBackReachesEveryWatcher(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var heard [2]chan string
+		var waits []func()
+		for i := range heard {
+			heard[i] = make(chan string, 1000)
+			s, err := NewStore(rdb, Config{Init: newFakeDB(nil).init})
+			require.NoError(t, err)
+			waits = append(waits, s.WatchStockBack(ctx, func(sku string) { heard[i] <- sku }))
+		}
+		pub, err := NewStore(rdb, Config{Init: newFakeDB(nil).init})
+		require.NoError(t, err)
+		// A subscription is confirmed asynchronously: publish until each
+		// watcher heard one.
+		var got [2][]string
+		require.Eventually(t, func() bool {
+			require.NoError(t, pub.PublishStockBack(ctx, "A-1"))
+			for i := range heard {
+				for len(heard[i]) > 0 {
+					got[i] = append(got[i], <-heard[i])
+				}
+			}
+			return len(got[0]) > 0 && len(got[1]) > 0
+		}, 10*time.Second, 20*time.Millisecond)
+		for i := range got {
+			for _, sku := range got[i] {
+				require.Equal(t, "A-1", sku)
+			}
+		}
+		cancel()
+		for _, w := range waits {
+			w() // ends with ctx
+		}
+	})
+}
