@@ -429,20 +429,36 @@ func appliedMovement(sku string, onHand int64, sm StockMessage) Movement {
 // failed precondition when the SKU's version is not one of ifMatch (if
 // any). A new SKU's history opens with its stock; a SET movement records a
 // change of on_hand (none when only the limit moves).
+//
+// A SKU that does not exist yet is inserted without a locking read first:
+// a locking read of a missing row locks the gap it would go in, and two
+// creates that both hold the gap both wait for the other's to insert (a
+// deadlock, which parallel catalog imports hit on every other request). An
+// insert alone takes no gap lock; one that loses a race to insert the same
+// SKU runs again (errInsertRaced) and finds the row.
 func (a Arbiter) Set(sku string, onHand, perUserLimit int64, ifMatch []string) error {
+	set := Movement{SKU: sku, Kind: MoveSet, OnHandDelta: onHand}
+	if len(ifMatch) == 0 {
+		exists, err := SKUExists(a.tx, sku)
+		if err != nil {
+			return err
+		}
+		if !exists {
+			if err := a.tx.Create(&SKU{SKU: sku, OnHand: onHand, PerUserLimit: perUserLimit}).Error; err != nil {
+				if IsDuplicate(err) {
+					return fmt.Errorf("%w: %w", errInsertRaced, err)
+				}
+				return err
+			}
+			return a.moved([]Movement{set})
+		}
+	}
 	cur, err := a.lockSKU(sku, ifMatch)
 	if err != nil {
 		return err
 	}
-	set := Movement{SKU: sku, Kind: MoveSet, OnHandDelta: onHand}
-	if len(cur) == 0 {
-		if err := a.tx.Create(&SKU{SKU: sku, OnHand: onHand, PerUserLimit: perUserLimit}).Error; err != nil {
-			if IsDuplicate(err) {
-				return fmt.Errorf("%w: %w", errInsertRaced, err)
-			}
-			return err
-		}
-		return a.moved([]Movement{set})
+	if len(cur) == 0 { // deleted meanwhile, which nothing does: run again
+		return errInsertRaced
 	}
 	if onHand != inventory.Unlimited && onHand < cur[0].Reserved {
 		return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", inventory.ErrConflict, cur[0].Reserved, onHand)
