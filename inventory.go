@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 )
 
 // Unlimited is a SKU's on_hand when it has no stock limit, and what an
@@ -22,6 +23,12 @@ const Unlimited int64 = -1
 
 // DefaultMaxQty bounds one reservation line.
 const DefaultMaxQty int64 = 10_000
+
+// DefaultTTL is how long an unpaid order (or a token-API reservation)
+// holds stock. The service's configuration (internal/app) states the same
+// value, and the defaults of the background jobs (internal/expiry,
+// internal/maintenance), for operators; a test there keeps them equal.
+const DefaultTTL = 15 * time.Minute
 
 var (
 	// ErrInvalidArgument: a SKU, token, quantity or field is malformed;

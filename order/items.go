@@ -7,14 +7,14 @@ import (
 	"gorm.io/gorm"
 )
 
-// loadItems fills each order's Items: its reservations under its
+// LoadItems fills each order's Items: its reservations under its
 // reservation token (a late payment's re-reservation moves the token; the
 // lines are the same), in SKU order. A reservation's SKU and quantity never
 // change, and reservations are never pruned, so they are the order's lines
 // for as long as the order exists and a sale writes no second row for
 // them. Orders recorded before reservations existed have none: their lines
 // are read from order_items, where they were written then.
-func loadItems(tx *gorm.DB, orders ...*Order) error {
+func LoadItems(tx *gorm.DB, orders ...*Order) error {
 	if len(orders) == 0 {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package order
+package order_test
 
 // A model-based test of the stock protocol, in the spirit of TigerBeetle's
 // VOPR and Jepsen's model checkers: a seeded random driver runs a long mix of
@@ -42,9 +42,13 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/expiry"
 	"github.com/acme/inventory/internal/maintenance"
+	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/internal/tokens"
 	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/order"
 )
 
 // ---------------------------------------------------------------------------
@@ -108,7 +112,7 @@ type mbRes struct {
 type mbOrder struct {
 	id, user, idem string
 	lines          []inventory.Line
-	status         Status
+	status         order.Status
 	token          string // the reservation token: id, or id + ".late"
 	payment        string
 	expires        time.Time
@@ -135,7 +139,7 @@ type mbModel struct {
 	tokenHeld []mbKey             // those of them that may still be HELD
 	orders    map[string]*mbOrder
 	orderList []*mbOrder
-	byStatus  map[Status][]*mbOrder // may hold orders that moved on (pruned when picked)
+	byStatus  map[order.Status][]*mbOrder // may hold orders that moved on (pruned when picked)
 	byIdem    map[[2]string]*mbOrder
 	payments  map[string]string // payment id -> order id
 	payList   []string
@@ -162,7 +166,7 @@ type mbModel struct {
 func newMBModel() *mbModel {
 	return &mbModel{
 		skus: map[string]*mbSKU{}, res: map[mbKey]*mbRes{}, skusOf: map[string][]string{},
-		orders: map[string]*mbOrder{}, byStatus: map[Status][]*mbOrder{}, byIdem: map[[2]string]*mbOrder{},
+		orders: map[string]*mbOrder{}, byStatus: map[order.Status][]*mbOrder{}, byIdem: map[[2]string]*mbOrder{},
 		payments: map[string]string{}, quota: map[mbQuota]int64{}, refs: map[[2]string]int64{},
 		stale: map[string]bool{}, staleQuota: map[string]bool{}, tokenKey: map[mbKey]bool{},
 		dirtyTokens: map[string]bool{}, dirtyOrders: map[string]bool{},
@@ -178,7 +182,7 @@ func (m *mbModel) addRes(k mbKey, r *mbRes) {
 	}
 }
 
-func (m *mbModel) setStatus(o *mbOrder, st Status) {
+func (m *mbModel) setStatus(o *mbOrder, st order.Status) {
 	o.status = st
 	m.byStatus[st] = append(m.byStatus[st], o)
 	m.dirtyOrders[o.id] = true
@@ -365,19 +369,19 @@ func (m *mbModel) drain() error {
 // expired.
 func (m *mbModel) sweep(now time.Time) int {
 	n := 0
-	pending := m.byStatus[Pending][:0]
-	for _, o := range m.byStatus[Pending] {
+	pending := m.byStatus[order.Pending][:0]
+	for _, o := range m.byStatus[order.Pending] {
 		switch {
-		case o.status != Pending:
+		case o.status != order.Pending:
 		case !o.expires.After(now):
-			m.setStatus(o, Expired)
+			m.setStatus(o, order.Expired)
 			m.release(o.id, "")
 			n++
 		default:
 			pending = append(pending, o)
 		}
 	}
-	m.byStatus[Pending] = pending
+	m.byStatus[order.Pending] = pending
 	held := m.tokenHeld[:0]
 	for _, k := range m.tokenHeld {
 		switch r := m.res[k]; {
@@ -419,7 +423,7 @@ func (m *mbModel) newOrder(id, user, key string, lines []inventory.Line, expires
 	o := &mbOrder{id: id, user: user, idem: key, lines: lines, token: id, expires: expires}
 	m.orders[id] = o
 	m.orderList = append(m.orderList, o)
-	m.setStatus(o, Pending)
+	m.setStatus(o, order.Pending)
 	if key != "" {
 		m.byIdem[[2]string{user, key}] = o
 	}
@@ -443,24 +447,24 @@ func (m *mbModel) createOutcomes(user, key string, lines []inventory.Line) (mbSe
 // payOutcome is what a payment callback of o with payment id pid answers:
 // its class, the order's status after it, and whether it re-reserves an
 // expired order's lines (a late payment while the stock is there).
-func (m *mbModel) payOutcome(o *mbOrder, pid string) (class string, status Status, late bool) {
+func (m *mbModel) payOutcome(o *mbOrder, pid string) (class string, status order.Status, late bool) {
 	other, used := m.payments[pid]
 	switch {
 	case o.payment != "" && pid == o.payment:
 		return "ok", o.status, false // a duplicate callback: the order as it is
 	case o.payment != "", used && other != o.id:
 		return "conflict", o.status, false // paid by another payment; another order's payment
-	case o.status == Pending:
-		return "ok", Paid, false
-	case o.status == Expired && m.lateFits(o):
-		return "ok", Paid, true
-	case o.status == Expired, o.status == Cancelled:
-		return "ok", RefundRequired, false
+	case o.status == order.Pending:
+		return "ok", order.Paid, false
+	case o.status == order.Expired && m.lateFits(o):
+		return "ok", order.Paid, true
+	case o.status == order.Expired, o.status == order.Cancelled:
+		return "ok", order.RefundRequired, false
 	}
 	return "conflict", o.status, false
 }
 
-func (m *mbModel) pay(o *mbOrder, pid string, status Status, late bool) {
+func (m *mbModel) pay(o *mbOrder, pid string, status order.Status, late bool) {
 	if o.payment != "" {
 		return
 	}
@@ -472,26 +476,26 @@ func (m *mbModel) pay(o *mbOrder, pid string, status Status, late bool) {
 		o.token = o.id + ".late"
 		m.hold(o.token, o.id, o.user, o.lines, arbiter.Committed, o.expires)
 		m.promise(o.token, o.lines, arbiter.OpDeduct)
-	case status == Paid:
+	case status == order.Paid:
 		m.commit(o.token, o.lines)
 	}
 	m.setStatus(o, status)
 }
 
 func (m *mbModel) cancelOutcome(o *mbOrder) string {
-	if o.status == Pending {
+	if o.status == order.Pending {
 		return "ok"
 	}
 	return "conflict"
 }
 
 func (m *mbModel) cancel(o *mbOrder) {
-	m.setStatus(o, Cancelled)
+	m.setStatus(o, order.Cancelled)
 	m.release(o.id, "")
 }
 
 func (m *mbModel) refundOutcome(o *mbOrder) string {
-	if o.status == Paid || o.status == RefundRequired {
+	if o.status == order.Paid || o.status == order.RefundRequired {
 		return "ok"
 	}
 	return "conflict"
@@ -500,10 +504,10 @@ func (m *mbModel) refundOutcome(o *mbOrder) string {
 // refund promises a paid order's units back (a REFUND_REQUIRED order never
 // took stock).
 func (m *mbModel) refund(o *mbOrder) {
-	if o.status == Paid {
+	if o.status == order.Paid {
 		m.promise(o.token, o.lines, arbiter.OpRestore)
 	}
-	m.setStatus(o, Refunded)
+	m.setStatus(o, order.Refunded)
 }
 
 // reserveOutcomes is what the token API's Reserve of qty under k may
@@ -664,7 +668,7 @@ func mbClass(err error) string {
 		return "ok"
 	case errors.Is(err, inventory.ErrUnknownSKU):
 		return "unknown"
-	case errors.Is(err, ErrTokenReleased):
+	case errors.Is(err, tokens.ErrReleased):
 		return "released"
 	case errors.Is(err, inventory.ErrInsufficientStock):
 		return "insufficient"
@@ -713,8 +717,8 @@ func mbSwapCase(s string) string {
 type mbDriver struct {
 	t     *testing.T
 	ctx   context.Context
-	r     *rig
-	cat   *Catalog
+	r     *testrig.Rig
+	cat   *catalog.Catalog
 	mem   *mq.Memory
 	tm    *expiry.Timeouts
 	ret   *maintenance.Retention
@@ -825,22 +829,22 @@ func TestModel(t *testing.T) {
 
 func newMBDriver(t *testing.T, seed uint64, ops int) *mbDriver {
 	mem := mq.NewMemory(8)
-	tr := transport{
-		producer: mem.Producer(),
-		consumer: func(t testing.TB, h mq.Handler) mq.Consumer { return mem.Consumer(h, 32, 20*time.Millisecond) },
+	tr := testrig.Transport{
+		Producer: mem.Producer(),
+		Consumer: func(t testing.TB, h mq.Handler) mq.Consumer { return mem.Consumer(h, 32, 20*time.Millisecond) },
 	}
-	r := newRig(t, tr)
-	tm, err := expiry.NewTimeouts(r.svc, r.rdb, expiry.TimeoutConfig{Now: r.clock.Now, Locker: r.st.Locker()})
+	r := testrig.New(t, tr)
+	tm, err := expiry.NewTimeouts(r.Orders, r.RDB, expiry.TimeoutConfig{Now: r.Clock.Now, Locker: r.Stock.Locker(), Holds: r.Tokens})
 	if err != nil {
 		t.Fatalf("timeouts: %v", err)
 	}
-	sqlDB, err := r.db.DB()
+	sqlDB, err := r.DB.DB()
 	if err != nil {
 		t.Fatalf("database: %v", err)
 	}
 	d := &mbDriver{
-		t: t, ctx: context.Background(), r: r, cat: NewCatalog(r.db, r.st, nil), mem: mem, tm: tm, sqlDB: sqlDB,
-		ret: maintenance.NewRetention(r.db, r.st.Locker(), maintenance.RetentionConfig{Horizon: mbHorizon, Now: r.clock.Now}),
+		t: t, ctx: context.Background(), r: r, cat: r.Catalog, mem: mem, tm: tm, sqlDB: sqlDB,
+		ret: maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{Horizon: mbHorizon, Now: r.Clock.Now}),
 		m:   newMBModel(), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), seed: seed, ops: ops,
 		stats: map[string]int{}, touchedTokens: map[string]bool{}, touchedOrders: map[string]bool{},
 	}
@@ -900,7 +904,7 @@ func (d *mbDriver) report(took time.Duration) {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s=%d ", k, d.stats[k])
 	}
-	orders := map[Status]int{}
+	orders := map[order.Status]int{}
 	for _, o := range d.m.orderList {
 		orders[o.status]++
 	}
@@ -917,7 +921,7 @@ func (d *mbDriver) report(took time.Duration) {
 
 func (d *mbDriver) pick(from []string) string { return from[d.rng.IntN(len(from))] }
 
-func (d *mbDriver) now() time.Time { return d.r.clock.Now().UTC().Truncate(time.Microsecond) }
+func (d *mbDriver) now() time.Time { return d.r.Clock.Now().UTC().Truncate(time.Microsecond) }
 
 func (d *mbDriver) fresh(prefix string) string {
 	d.counter++
@@ -926,7 +930,7 @@ func (d *mbDriver) fresh(prefix string) string {
 
 // pickOrder picks an order in one of statuses (with probability 3/4 when
 // there is one), or any order; nil if there is none.
-func (d *mbDriver) pickOrder(statuses ...Status) *mbOrder {
+func (d *mbDriver) pickOrder(statuses ...order.Status) *mbOrder {
 	if len(d.m.orderList) == 0 {
 		return nil
 	}
@@ -989,7 +993,7 @@ func (d *mbDriver) pickIdem() string {
 func (d *mbDriver) order(what, user, key string, raw []inventory.Line) {
 	lines := mbNormalise(raw)
 	want, prior := d.m.createOutcomes(user, key, lines)
-	o, err := d.r.svc.Create(d.ctx, user, key, raw)
+	o, err := d.r.Orders.Create(d.ctx, user, key, raw)
 	if d.expect(fmt.Sprintf("%s user=%s key=%q %v", what, user, key, lines), err, want) != "ok" {
 		return
 	}
@@ -1004,11 +1008,11 @@ func (d *mbDriver) order(what, user, key string, raw []inventory.Line) {
 }
 
 // created checks an order the service created and records it.
-func (d *mbDriver) created(o *Order, user, key string, lines []inventory.Line) {
-	expires := d.now().Add(d.r.svc.cfg.TTL)
-	if o.Status != Pending || !slices.Equal(o.lines(), lines) || o.UserID != user || !o.ExpiresAt.Equal(expires) {
+func (d *mbDriver) created(o *order.Order, user, key string, lines []inventory.Line) {
+	expires := d.now().Add(testrig.TTL)
+	if o.Status != order.Pending || !slices.Equal(o.Lines(), lines) || o.UserID != user || !o.ExpiresAt.Equal(expires) {
 		d.failf("created order %s is %s %v of %s expiring %s; the model has PENDING %v of %s expiring %s",
-			o.ID, o.Status, o.lines(), o.UserID, o.ExpiresAt, lines, user, expires)
+			o.ID, o.Status, o.Lines(), o.UserID, o.ExpiresAt, lines, user, expires)
 	}
 	if d.m.orders[o.ID] != nil {
 		d.failf("order id %s given twice", o.ID)
@@ -1028,7 +1032,7 @@ func (d *mbDriver) seckill() {
 	if limit > 0 {
 		want = d.m.seckillOutcomes(user, sku)
 	}
-	o, err := d.r.svc.Seckill(d.ctx, user, sku, limit)
+	o, err := d.r.Orders.Seckill(d.ctx, user, sku, limit)
 	if d.expect(fmt.Sprintf("seckill user=%s %s limit=%d", user, sku, limit), err, want) == "ok" {
 		d.created(o, user, "", lines)
 	}
@@ -1038,7 +1042,7 @@ func (d *mbDriver) seckill() {
 // id, another order's payment id or another spelling of one, on an order
 // pending, expired (a late payment), cancelled or paid.
 func (d *mbDriver) pay() {
-	o := d.pickOrder(Pending, Pending, Expired, Cancelled, Paid)
+	o := d.pickOrder(order.Pending, order.Pending, order.Expired, order.Cancelled, order.Paid)
 	if o == nil {
 		return
 	}
@@ -1052,7 +1056,7 @@ func (d *mbDriver) pay() {
 		pid = mbSwapCase(d.m.payList[d.rng.IntN(len(d.m.payList))]) // another payment id
 	}
 	want, status, late := d.m.payOutcome(o, pid)
-	got, err := d.r.svc.Pay(d.ctx, o.id, pid)
+	got, err := d.r.Orders.Pay(d.ctx, o.id, pid)
 	d.touchOrder(o)
 	if d.expect(fmt.Sprintf("pay %s (%s) payment=%s", o.id, o.status, pid), err, mbWant(want)) != "ok" {
 		return
@@ -1064,17 +1068,17 @@ func (d *mbDriver) pay() {
 }
 
 func (d *mbDriver) cancel() {
-	o := d.pickOrder(Pending)
+	o := d.pickOrder(order.Pending)
 	if o == nil {
 		return
 	}
 	want := d.m.cancelOutcome(o)
-	got, err := d.r.svc.Cancel(d.ctx, o.id)
+	got, err := d.r.Orders.Cancel(d.ctx, o.id)
 	d.touchOrder(o)
 	if d.expect(fmt.Sprintf("cancel %s (%s)", o.id, o.status), err, mbWant(want)) != "ok" {
 		return
 	}
-	if got.Status != Cancelled {
+	if got.Status != order.Cancelled {
 		d.failf("cancel %s answered %s", o.id, got.Status)
 	}
 	d.m.cancel(o)
@@ -1083,17 +1087,17 @@ func (d *mbDriver) cancel() {
 // refund refunds an order at any age: its deduction may be pending, applied,
 // or applied so long ago that retention pruned its ledger row.
 func (d *mbDriver) refund() {
-	o := d.pickOrder(Paid, Paid, RefundRequired)
+	o := d.pickOrder(order.Paid, order.Paid, order.RefundRequired)
 	if o == nil {
 		return
 	}
 	want := d.m.refundOutcome(o)
-	got, err := d.r.svc.Refund(d.ctx, o.id)
+	got, err := d.r.Orders.Refund(d.ctx, o.id)
 	d.touchOrder(o)
 	if d.expect(fmt.Sprintf("refund %s (%s)", o.id, o.status), err, mbWant(want)) != "ok" {
 		return
 	}
-	if got.Status != Refunded {
+	if got.Status != order.Refunded {
 		d.failf("refund %s answered %s", o.id, got.Status)
 	}
 	d.m.refund(o)
@@ -1112,16 +1116,16 @@ func (d *mbDriver) otherSpelling() {
 	switch d.rng.IntN(4) {
 	case 0:
 		what = "get"
-		_, err = d.r.svc.Get(d.ctx, id)
+		_, err = d.r.Orders.Get(d.ctx, id)
 	case 1:
 		what = "pay"
-		_, err = d.r.svc.Pay(d.ctx, id, d.fresh("pay"))
+		_, err = d.r.Orders.Pay(d.ctx, id, d.fresh("pay"))
 	case 2:
 		what = "cancel"
-		_, err = d.r.svc.Cancel(d.ctx, id)
+		_, err = d.r.Orders.Cancel(d.ctx, id)
 	default:
 		what = "refund"
-		_, err = d.r.svc.Refund(d.ctx, id)
+		_, err = d.r.Orders.Refund(d.ctx, id)
 	}
 	d.touchOrder(o)
 	d.expect(fmt.Sprintf("spelling %s %s (of %s)", what, id, o.id), err, mbWant("notfound"))
@@ -1130,9 +1134,9 @@ func (d *mbDriver) otherSpelling() {
 // expire moves the clock past deadlines and runs the timeout sweep: pending
 // orders and token-API holds past their deadline are released.
 func (d *mbDriver) expire() {
-	ttl := d.r.svc.cfg.TTL
+	ttl := testrig.TTL
 	adv := []time.Duration{ttl + time.Minute, ttl / 3, 2 * ttl}[d.rng.IntN(3)]
-	d.r.clock.Advance(adv)
+	d.r.Clock.Advance(adv)
 	n, err := d.tm.SweepOnce(d.ctx)
 	want := d.m.sweep(d.now())
 	d.note("expire: clock +%s, sweep -> %d expired (model %d), %v", adv, n, want, err)
@@ -1146,7 +1150,7 @@ func (d *mbDriver) expire() {
 // retention jumps the clock past the retention horizon and prunes: ledger
 // rows of everything applied so far go.
 func (d *mbDriver) retention() {
-	d.r.clock.Advance(mbHorizon + time.Hour)
+	d.r.Clock.Advance(mbHorizon + time.Hour)
 	p, err := d.ret.PruneOnce(d.ctx)
 	d.note("retention: clock +%s, pruned %+v, %v", mbHorizon+time.Hour, p, err)
 	d.stats["retention"]++
@@ -1167,7 +1171,7 @@ func (d *mbDriver) reserve() {
 		qty = row.qty // a replay
 	}
 	want := d.m.reserveOutcomes(k, qty)
-	got, err := d.r.svc.Reserve(d.ctx, sku, qty, token)
+	got, err := d.r.Tokens.Reserve(d.ctx, sku, qty, token)
 	d.touchedTokens[k.token] = true
 	if d.expect(fmt.Sprintf("reserve %s qty=%d token=%s", sku, qty, token), err, want) != "ok" {
 		return
@@ -1181,7 +1185,7 @@ func (d *mbDriver) reserve() {
 	case s.limited() && got != s.available()-qty, !s.limited() && got != inventory.Unlimited:
 		d.failf("reserve answered %d left, the model has %d available before taking %d", got, s.available(), qty)
 	}
-	d.m.reserve(k, qty, got, d.now().Add(d.r.svc.cfg.TTL))
+	d.m.reserve(k, qty, got, d.now().Add(testrig.TTL))
 }
 
 func (d *mbDriver) commit() {
@@ -1192,7 +1196,7 @@ func (d *mbDriver) commit() {
 	}
 	k := mbKey{"t." + token, sku}
 	want, qty := d.m.commitOutcome(k)
-	got, err := d.r.svc.CommitToken(d.ctx, sku, token)
+	got, err := d.r.Tokens.Commit(d.ctx, sku, token)
 	d.touchedTokens[k.token] = true
 	if d.expect(fmt.Sprintf("commit %s token=%s", sku, token), err, mbWant(want)) != "ok" {
 		return
@@ -1207,7 +1211,7 @@ func (d *mbDriver) release() {
 	sku, token := d.pickTokenKey()
 	k := mbKey{"t." + token, sku}
 	want, units := d.m.releaseOutcome(k)
-	got, err := d.r.svc.ReleaseToken(d.ctx, sku, token)
+	got, err := d.r.Tokens.Release(d.ctx, sku, token)
 	d.touchedTokens[k.token] = true
 	if d.expect(fmt.Sprintf("release %s token=%s", sku, token), err, mbWant(want)) != "ok" {
 		return
@@ -1294,7 +1298,7 @@ func (d *mbDriver) put() {
 // flush loses every Redis key of the rig's database (FLUSHDB): stock values,
 // remembered tokens, buyers' pre-filters.
 func (d *mbDriver) flush() {
-	err := d.r.rdb.FlushDB(d.ctx).Err()
+	err := d.r.RDB.FlushDB(d.ctx).Err()
 	d.note("flushdb -> %v", err)
 	d.stats["flush"]++
 	d.must("flushdb", err)
@@ -1304,7 +1308,7 @@ func (d *mbDriver) flush() {
 // skuKeys are the Redis keys of name's values (stock, buyers' pre-filter),
 // not its remembered tokens or its init lock.
 func (d *mbDriver) skuKeys(name string) []string {
-	keys, err := d.r.rdb.Keys(d.ctx, "inv:{"+name+"}:*").Result()
+	keys, err := d.r.RDB.Keys(d.ctx, "inv:{"+name+"}:*").Result()
 	d.must("keys", err)
 	out := keys[:0]
 	for _, k := range keys {
@@ -1321,7 +1325,7 @@ func (d *mbDriver) takeSnapshot() {
 	for _, name := range mbNames {
 		d.snapshot[name] = map[string]string{}
 		for _, k := range d.skuKeys(name) {
-			v, err := d.r.rdb.Dump(d.ctx, k).Result()
+			v, err := d.r.RDB.Dump(d.ctx, k).Result()
 			if errors.Is(err, redis.Nil) {
 				continue
 			}
@@ -1354,9 +1358,9 @@ func (d *mbDriver) rollback() {
 		for k := range keys {
 			var err error
 			if v, ok := d.snapshot[name][k]; ok {
-				err = d.r.rdb.RestoreReplace(d.ctx, k, 0, v).Err()
+				err = d.r.RDB.RestoreReplace(d.ctx, k, 0, v).Err()
 			} else {
-				err = d.r.rdb.Del(d.ctx, k).Err()
+				err = d.r.RDB.Del(d.ctx, k).Err()
 			}
 			d.must("restore "+k, err)
 		}
@@ -1373,7 +1377,7 @@ func (d *mbDriver) rollback() {
 // drain relays every outbox row and lets a consumer apply them all.
 func (d *mbDriver) drain() {
 	for i := 0; ; i++ {
-		n, err := d.r.relay.RelayOnce(d.ctx)
+		n, err := d.r.Relay.RelayOnce(d.ctx)
 		d.must("relay", err)
 		if n == 0 {
 			break
@@ -1383,7 +1387,7 @@ func (d *mbDriver) drain() {
 		}
 	}
 	if d.mem.Pending() > 0 {
-		c := d.mem.Consumer(d.r.applier.Handle, 32, 20*time.Millisecond)
+		c := d.mem.Consumer(d.r.Applier.Handle, 32, 20*time.Millisecond)
 		d.must("consumer", c.Start())
 		deadline := time.Now().Add(60 * time.Second)
 		for d.mem.Pending() > 0 {
@@ -1423,7 +1427,7 @@ func (d *mbDriver) redeliver() {
 		return
 	}
 	msg := d.m.applied[d.rng.IntN(len(d.m.applied))]
-	err := d.r.applier.Handle(d.ctx, []mq.Message{mbMessage(arbiter.StockMessage{Token: msg.token, SKU: msg.sku, Op: msg.op, Qty: msg.qty})})
+	err := d.r.Applier.Handle(d.ctx, []mq.Message{mbMessage(arbiter.StockMessage{Token: msg.token, SKU: msg.sku, Op: msg.op, Qty: msg.qty})})
 	d.touchedTokens[msg.token] = true
 	d.anomalies = true
 	d.expect(fmt.Sprintf("redeliver %s %s %s %d", msg.op, msg.sku, msg.token, msg.qty), err, mbWant("ok"))
@@ -1435,7 +1439,7 @@ func (d *mbDriver) malformedOp() {
 	d.anomalies = true
 	if len(d.malformed) > 0 && d.rng.IntN(3) == 0 {
 		msg := d.malformed[d.rng.IntN(len(d.malformed))]
-		err := d.r.applier.Handle(d.ctx, []mq.Message{msg})
+		err := d.r.Applier.Handle(d.ctx, []mq.Message{msg})
 		d.expect(fmt.Sprintf("malformed again %s %q", msg.ID, msg.Body), err, mbWant("ok"))
 		return
 	}
@@ -1458,7 +1462,7 @@ func (d *mbDriver) malformedOp() {
 	msg.ID = id
 	d.malformed = append(d.malformed, msg)
 	d.m.anomalies++
-	err := d.r.applier.Handle(d.ctx, []mq.Message{msg})
+	err := d.r.Applier.Handle(d.ctx, []mq.Message{msg})
 	d.expect(fmt.Sprintf("malformed %s %q", id, msg.Body), err, mbWant("ok"))
 }
 
@@ -1509,7 +1513,7 @@ func (d *mbDriver) clean() {
 func (d *mbDriver) quiet(full bool) {
 	d.drain()
 	d.checkRedis(false)
-	realigned, err := d.r.reconciler().Realign(d.ctx)
+	realigned, err := d.r.Reconciler().Realign(d.ctx)
 	d.note("quiet point: realigned %v", realigned)
 	d.must("realign", err)
 	d.m.stale = map[string]bool{}
@@ -1669,7 +1673,7 @@ func (d *mbDriver) checkAnomalies() {
 	d.must("count anomalies", d.sqlDB.QueryRowContext(d.ctx, `SELECT COUNT(*) FROM stock_anomalies`).Scan(&n))
 	if n != d.m.anomalies {
 		var rows []arbiter.AnomalyRow
-		_ = d.r.db.Order("id").Find(&rows).Error
+		_ = d.r.DB.Order("id").Find(&rows).Error
 		var b strings.Builder
 		for _, a := range rows {
 			fmt.Fprintf(&b, "\n    %s %s %s qty=%d: %s", a.Op, a.SKU, a.Token, a.Qty, a.Reason)
@@ -1685,10 +1689,10 @@ func (d *mbDriver) checkRedis(initialise bool) {
 	d.t.Helper()
 	if initialise {
 		for name := range d.m.skus {
-			d.must("init "+name, d.r.st.EnsureInit(d.ctx, name))
+			d.must("init "+name, d.r.Stock.EnsureInit(d.ctx, name))
 		}
 	}
-	lvs, err := d.r.st.LevelsOf(d.ctx, mbNames)
+	lvs, err := d.r.Stock.LevelsOf(d.ctx, mbNames)
 	d.must("levels", err)
 	for i, name := range mbNames {
 		s, lv := d.m.skus[name], lvs[i]

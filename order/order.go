@@ -20,12 +20,6 @@ import (
 	"github.com/acme/inventory"
 )
 
-// DefaultTTL is how long an unpaid order holds stock. The service's
-// configuration (internal/app) states the same value, and the defaults of
-// the background jobs (internal/expiry, internal/maintenance), for
-// operators; a test there keeps them equal.
-const DefaultTTL = 15 * time.Minute
-
 // Status is an order's state. Transitions:
 //
 //	PENDING -> PAID -> REFUNDED
@@ -61,7 +55,7 @@ type Order struct {
 }
 
 // Item is one line of an order. An order's lines are its reservations
-// under its reservation token (loadItems); order_items holds the lines of
+// under its reservation token (LoadItems); order_items holds the lines of
 // orders recorded before that, which have none.
 type Item struct {
 	OrderID string `json:"-" gorm:"primaryKey"`
@@ -71,7 +65,8 @@ type Item struct {
 
 func (Item) TableName() string { return "order_items" }
 
-func (o *Order) lines() []inventory.Line {
+// Lines are the order's items as cart lines.
+func (o *Order) Lines() []inventory.Line {
 	out := make([]inventory.Line, len(o.Items))
 	for i, it := range o.Items {
 		out[i] = inventory.Line{SKU: it.SKU, Qty: it.Qty}
@@ -84,7 +79,11 @@ var (
 	keyPattern = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
 )
 
-func validateID(what, v string) error {
+// Statuses are every order status.
+var Statuses = []Status{Pending, Paid, Cancelled, Expired, Refunded, RefundRequired}
+
+// ValidateID checks an order id or a user id (what names it in the error).
+func ValidateID(what, v string) error {
 	if !idPattern.MatchString(v) {
 		return inventory.Invalidf("%s must be 1-64 characters of A-Z a-z 0-9 . _ : -", what)
 	}

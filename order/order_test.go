@@ -1,4 +1,4 @@
-package order
+package order_test
 
 import (
 	"context"
@@ -18,7 +18,9 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/stocksync"
+	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
 )
 
@@ -46,36 +48,36 @@ func countStatements(t *testing.T, db *gorm.DB, fn func()) int64 {
 }
 
 func TestCreateReservesFirst(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	r.addSKU("HOT", 3)
+	r.AddSKU("HOT", 3)
 
-	o, err := r.svc.Create(ctx, "u1", "", line("HOT", 3))
+	o, err := r.Orders.Create(ctx, "u1", "", testrig.Line("HOT", 3))
 	require.NoError(t, err)
-	require.Equal(t, Pending, o.Status)
-	require.Equal(t, r.clock.Now().Add(15*time.Minute).UTC().Truncate(time.Microsecond), o.ExpiresAt)
-	stored, err := r.svc.Get(ctx, o.ID)
+	require.Equal(t, order.Pending, o.Status)
+	require.Equal(t, r.Clock.Now().Add(15*time.Minute).UTC().Truncate(time.Microsecond), o.ExpiresAt)
+	stored, err := r.Orders.Get(ctx, o.ID)
 	require.NoError(t, err)
-	require.Equal(t, []Item{{OrderID: o.ID, SKU: "HOT", Qty: 3}}, stored.Items)
+	require.Equal(t, []order.Item{{OrderID: o.ID, SKU: "HOT", Qty: 3}}, stored.Items)
 	require.Equal(t, o.ID, stored.ReservationToken)
 	var res []arbiter.Reservation
-	require.NoError(t, r.db.Find(&res).Error)
+	require.NoError(t, r.DB.Find(&res).Error)
 	require.Len(t, res, 1)
 	require.Equal(t, arbiter.Reservation{Token: o.ID, SKU: "HOT", OrderID: &o.ID, Qty: 3, State: arbiter.Held, Result: 0,
 		ExpiresAt: res[0].ExpiresAt, CreatedAt: res[0].CreatedAt, UpdatedAt: res[0].UpdatedAt}, res[0],
 		"the order's reservation row is written with the order, under its id")
 	require.True(t, o.ExpiresAt.Equal(res[0].ExpiresAt))
-	require.EqualValues(t, 3, r.sku("HOT").Reserved)
-	require.Zero(t, r.redisAvailable("HOT"))
+	require.EqualValues(t, 3, r.SKU("HOT").Reserved)
+	require.Zero(t, r.RedisAvailable("HOT"))
 
 	// Sold out: a burst of buyers never reaches the database.
-	n := countStatements(t, r.db, func() {
+	n := countStatements(t, r.DB, func() {
 		var wg sync.WaitGroup
 		for i := 0; i < 50; i++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, err := r.svc.Create(ctx, fmt.Sprintf("u%d", i), "", line("HOT", 1))
+				_, err := r.Orders.Create(ctx, fmt.Sprintf("u%d", i), "", testrig.Line("HOT", 1))
 				if !errors.Is(err, inventory.ErrInsufficientStock) {
 					t.Errorf("want insufficient stock, got %v", err)
 				}
@@ -84,28 +86,28 @@ func TestCreateReservesFirst(t *testing.T) {
 		wg.Wait()
 	})
 	require.Zero(t, n, "no statement reached the database")
-	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM orders`))
-	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_reservations`))
-	require.Zero(t, r.redisAvailable("HOT"), "the refused admissions took nothing")
+	require.EqualValues(t, 1, r.Count(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, 1, r.Count(`SELECT COUNT(*) FROM stock_reservations`))
+	require.Zero(t, r.RedisAvailable("HOT"), "the refused admissions took nothing")
 
-	_, err = r.svc.Create(ctx, "u1", "", line("NOPE", 1))
+	_, err = r.Orders.Create(ctx, "u1", "", testrig.Line("NOPE", 1))
 	require.ErrorIs(t, err, inventory.ErrUnknownSKU)
-	for _, bad := range [][]inventory.Line{nil, line("HOT", 0), line("HOT", -2), line("HO T", 1), line("HOT", inventory.DefaultMaxQty+1)} {
-		_, err = r.svc.Create(ctx, "u1", "", bad)
+	for _, bad := range [][]inventory.Line{nil, testrig.Line("HOT", 0), testrig.Line("HOT", -2), testrig.Line("HO T", 1), testrig.Line("HOT", inventory.DefaultMaxQty+1)} {
+		_, err = r.Orders.Create(ctx, "u1", "", bad)
 		require.ErrorIs(t, err, inventory.ErrInvalidArgument)
 	}
-	_, err = r.svc.Create(ctx, "bad user", "", line("HOT", 1))
+	_, err = r.Orders.Create(ctx, "bad user", "", testrig.Line("HOT", 1))
 	require.ErrorIs(t, err, inventory.ErrInvalidArgument)
-	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM orders`), "bad input wrote nothing")
-	require.EqualValues(t, 3, r.sku("HOT").Reserved)
-	r.checkInvariant("HOT")
+	require.EqualValues(t, 1, r.Count(`SELECT COUNT(*) FROM orders`), "bad input wrote nothing")
+	require.EqualValues(t, 3, r.SKU("HOT").Reserved)
+	r.CheckInvariant("HOT")
 }
 
 func TestIdempotentCreate(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	r.addSKU("A", 100)
-	r.addSKU("B", 100)
+	r.AddSKU("A", 100)
+	r.AddSKU("B", 100)
 	cart := []inventory.Line{{SKU: "B", Qty: 1}, {SKU: "A", Qty: 2}}
 
 	var wg sync.WaitGroup
@@ -114,7 +116,7 @@ func TestIdempotentCreate(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o, err := r.svc.Create(ctx, "u1", "key-1", cart)
+			o, err := r.Orders.Create(ctx, "u1", "key-1", cart)
 			if err != nil {
 				t.Error(err)
 				return
@@ -126,81 +128,81 @@ func TestIdempotentCreate(t *testing.T) {
 	for _, id := range ids {
 		require.Equal(t, ids[0], id, "every retry gets the same order")
 	}
-	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM orders`))
-	require.EqualValues(t, 2, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, ids[0]))
-	require.EqualValues(t, 2, r.sku("A").Reserved, "reserved once in the database")
-	require.EqualValues(t, 1, r.sku("B").Reserved)
-	require.EqualValues(t, 98, r.redisAvailable("A"), "the losing retries gave their admissions back")
-	require.EqualValues(t, 99, r.redisAvailable("B"))
+	require.EqualValues(t, 1, r.Count(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, 2, r.Count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, ids[0]))
+	require.EqualValues(t, 2, r.SKU("A").Reserved, "reserved once in the database")
+	require.EqualValues(t, 1, r.SKU("B").Reserved)
+	require.EqualValues(t, 98, r.RedisAvailable("A"), "the losing retries gave their admissions back")
+	require.EqualValues(t, 99, r.RedisAvailable("B"))
 
-	_, err := r.svc.Create(ctx, "u1", "key-1", line("A", 5))
+	_, err := r.Orders.Create(ctx, "u1", "key-1", testrig.Line("A", 5))
 	require.ErrorIs(t, err, inventory.ErrConflict, "same key, different order")
-	require.EqualValues(t, 98, r.redisAvailable("A"), "a conflicting retry takes nothing")
-	o2, err := r.svc.Create(ctx, "u2", "key-1", cart)
+	require.EqualValues(t, 98, r.RedisAvailable("A"), "a conflicting retry takes nothing")
+	o2, err := r.Orders.Create(ctx, "u2", "key-1", cart)
 	require.NoError(t, err, "keys are per user")
 	require.NotEqual(t, ids[0], o2.ID)
-	r.checkInvariant("A")
-	r.checkInvariant("B")
+	r.CheckInvariant("A")
+	r.CheckInvariant("B")
 }
 
 func TestPayCancelRefund(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	r.addSKU("A", 10)
-	redisApplied := r.redisApplied()
-	stop := r.startPipeline()
+	r.AddSKU("A", 10)
+	redisApplied := r.RedisApplied()
+	stop := r.StartPipeline()
 	defer stop()
 
-	o, err := r.svc.Create(ctx, "u1", "", line("A", 4))
+	o, err := r.Orders.Create(ctx, "u1", "", testrig.Line("A", 4))
 	require.NoError(t, err)
 	for i := 0; i < 3; i++ { // the provider delivers the callback three times
-		paid, err := r.svc.Pay(ctx, o.ID, "pay-1")
+		paid, err := r.Orders.Pay(ctx, o.ID, "pay-1")
 		require.NoError(t, err)
-		require.Equal(t, Paid, paid.Status)
+		require.Equal(t, order.Paid, paid.Status)
 		require.Equal(t, "pay-1", *paid.PaymentID)
 		require.Equal(t, o.ID, paid.ReservationToken)
 	}
-	_, err = r.svc.Pay(ctx, o.ID, "pay-2")
+	_, err = r.Orders.Pay(ctx, o.ID, "pay-2")
 	require.ErrorIs(t, err, inventory.ErrConflict, "a second payment for a paid order")
-	_, err = r.svc.Cancel(ctx, o.ID)
+	_, err = r.Orders.Cancel(ctx, o.ID)
 	require.ErrorIs(t, err, inventory.ErrConflict, "a paid order cannot be cancelled")
-	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ? AND op = 'DEDUCT' AND qty = 4`, o.ID))
-	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox`))
+	require.EqualValues(t, 1, r.Count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ? AND op = 'DEDUCT' AND qty = 4`, o.ID))
+	require.EqualValues(t, 1, r.Count(`SELECT COUNT(*) FROM stock_outbox`))
 
-	r.waitApplied()
-	require.Equal(t, arbiter.Sold, r.reservationState(o.ID, "A"))
-	r.requireQty("A", 6, 0)
-	r.checkInvariant("A")
+	r.WaitApplied()
+	require.Equal(t, arbiter.Sold, r.ReservationState(o.ID, "A"))
+	r.RequireQty("A", 6, 0)
+	r.CheckInvariant("A")
 
-	refunded, err := r.svc.Refund(ctx, o.ID)
+	refunded, err := r.Orders.Refund(ctx, o.ID)
 	require.NoError(t, err)
-	require.Equal(t, Refunded, refunded.Status)
-	_, err = r.svc.Refund(ctx, o.ID)
+	require.Equal(t, order.Refunded, refunded.Status)
+	_, err = r.Orders.Refund(ctx, o.ID)
 	require.ErrorIs(t, err, inventory.ErrConflict)
-	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ? AND op = 'RESTORE' AND qty = 4`, o.ID))
-	r.waitApplied()
+	require.EqualValues(t, 1, r.Count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ? AND op = 'RESTORE' AND qty = 4`, o.ID))
+	r.WaitApplied()
 	redisApplied(1)
-	require.EqualValues(t, 10, r.onHand("A"))
-	require.EqualValues(t, 10, r.redisAvailable("A"), "refund gave the units back in Redis")
-	r.checkInvariant("A")
+	require.EqualValues(t, 10, r.OnHand("A"))
+	require.EqualValues(t, 10, r.RedisAvailable("A"), "refund gave the units back in Redis")
+	r.CheckInvariant("A")
 
-	c, err := r.svc.Create(ctx, "u1", "", line("A", 2))
+	c, err := r.Orders.Create(ctx, "u1", "", testrig.Line("A", 2))
 	require.NoError(t, err)
-	require.EqualValues(t, 8, r.redisAvailable("A"))
-	cancelled, err := r.svc.Cancel(ctx, c.ID)
+	require.EqualValues(t, 8, r.RedisAvailable("A"))
+	cancelled, err := r.Orders.Cancel(ctx, c.ID)
 	require.NoError(t, err)
-	require.Equal(t, Cancelled, cancelled.Status)
-	require.Equal(t, arbiter.Released, r.reservationState(c.ID, "A"))
-	require.EqualValues(t, 10, r.redisAvailable("A"), "the cancel gave the units back in Redis")
-	_, err = r.svc.Cancel(ctx, c.ID)
+	require.Equal(t, order.Cancelled, cancelled.Status)
+	require.Equal(t, arbiter.Released, r.ReservationState(c.ID, "A"))
+	require.EqualValues(t, 10, r.RedisAvailable("A"), "the cancel gave the units back in Redis")
+	_, err = r.Orders.Cancel(ctx, c.ID)
 	require.ErrorIs(t, err, inventory.ErrConflict)
-	require.EqualValues(t, 10, r.redisAvailable("A"), "a second cancel gives back nothing")
-	_, err = r.svc.Refund(ctx, c.ID)
+	require.EqualValues(t, 10, r.RedisAvailable("A"), "a second cancel gives back nothing")
+	_, err = r.Orders.Refund(ctx, c.ID)
 	require.ErrorIs(t, err, inventory.ErrConflict, "only paid orders are refunded")
-	_, err = r.svc.Pay(ctx, "nope", "pay-9")
+	_, err = r.Orders.Pay(ctx, "nope", "pay-9")
 	require.ErrorIs(t, err, inventory.ErrNotFound)
-	r.requireQty("A", 10, 0)
-	r.checkInvariant("A")
+	r.RequireQty("A", 10, 0)
+	r.CheckInvariant("A")
 }
 
 // Two nodes race a cancel and a payment on every order: each order has exactly
@@ -208,16 +210,16 @@ func TestPayCancelRefund(t *testing.T) {
 // after the cancel leaves REFUND_REQUIRED (the buyer cancelled: the money goes
 // back, the stock stays released). The stock follows the winner.
 func TestCancelPayRaceOneWinner(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	r.addSKU("A", 100)
-	stop := r.startPipeline()
+	r.AddSKU("A", 100)
+	stop := r.StartPipeline()
 	defer stop()
 
 	const orders = 40
 	ids := make([]string, orders)
 	for i := range ids {
-		o, err := r.svc.Create(ctx, fmt.Sprintf("u%d", i), "", line("A", 2))
+		o, err := r.Orders.Create(ctx, fmt.Sprintf("u%d", i), "", testrig.Line("A", 2))
 		require.NoError(t, err)
 		ids[i] = o.ID
 	}
@@ -227,13 +229,13 @@ func TestCancelPayRaceOneWinner(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			o, err := r.svc.Pay(ctx, id, fmt.Sprintf("pay-%d", i))
+			o, err := r.Orders.Pay(ctx, id, fmt.Sprintf("pay-%d", i))
 			switch {
 			case err != nil:
 				t.Errorf("a payment always lands: %v", err)
-			case o.Status == Paid:
+			case o.Status == order.Paid:
 				paidWins.Add(1)
-			case o.Status == RefundRequired:
+			case o.Status == order.RefundRequired:
 				refundRequired.Add(1)
 			default:
 				t.Errorf("payment left order %s %s", id, o.Status)
@@ -241,7 +243,7 @@ func TestCancelPayRaceOneWinner(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			if _, err := r.svc.Cancel(ctx, id); err == nil {
+			if _, err := r.Orders.Cancel(ctx, id); err == nil {
 				cancelWins.Add(1)
 			} else if !errors.Is(err, inventory.ErrConflict) {
 				t.Error(err)
@@ -249,20 +251,20 @@ func TestCancelPayRaceOneWinner(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	paid := r.count(`SELECT COUNT(*) FROM orders WHERE status = 'PAID'`)
-	refund := r.count(`SELECT COUNT(*) FROM orders WHERE status = 'REFUND_REQUIRED'`)
+	paid := r.Count(`SELECT COUNT(*) FROM orders WHERE status = 'PAID'`)
+	refund := r.Count(`SELECT COUNT(*) FROM orders WHERE status = 'REFUND_REQUIRED'`)
 	require.EqualValues(t, orders, paid+refund, "no order is left CANCELLED: each was paid, in time or not")
 	require.EqualValues(t, paidWins.Load(), paid)
 	require.EqualValues(t, refundRequired.Load(), refund)
 	require.EqualValues(t, cancelWins.Load(), refund, "every cancel that won left its payment to be refunded")
-	require.EqualValues(t, paid, r.count(`SELECT COUNT(*) FROM stock_outbox`), "only the paid orders deduct")
-	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE token LIKE '%.late'`),
+	require.EqualValues(t, paid, r.Count(`SELECT COUNT(*) FROM stock_outbox`), "only the paid orders deduct")
+	require.Zero(t, r.Count(`SELECT COUNT(*) FROM stock_reservations WHERE token LIKE '%.late'`),
 		"a cancelled order is never re-reserved")
-	require.EqualValues(t, 2*refund, r.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE state = 'RELEASED'`))
-	r.waitApplied()
-	r.requireQty("A", 100-2*paid, 0)
-	require.EqualValues(t, paid, r.count(`SELECT COUNT(*) FROM stock_ledger`), "one ledger row per paid line")
-	r.checkInvariant("A")
+	require.EqualValues(t, 2*refund, r.Count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE state = 'RELEASED'`))
+	r.WaitApplied()
+	r.RequireQty("A", 100-2*paid, 0)
+	require.EqualValues(t, paid, r.Count(`SELECT COUNT(*) FROM stock_ledger`), "one ledger row per paid line")
+	r.CheckInvariant("A")
 }
 
 // A payment that arrives after the order expired re-reserves its lines in the
@@ -271,130 +273,130 @@ func TestCancelPayRaceOneWinner(t *testing.T) {
 // cancelled order is always REFUND_REQUIRED. A PENDING order past its
 // deadline that nobody expired yet is simply paid.
 func TestLatePayment(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	r.addSKU("A", 5)
-	r.addSKU("B", 2)
-	r.addSKU("C", 3)
+	r.AddSKU("A", 5)
+	r.AddSKU("B", 2)
+	r.AddSKU("C", 3)
 
-	o, err := r.svc.Create(ctx, "u1", "", line("A", 3))
+	o, err := r.Orders.Create(ctx, "u1", "", testrig.Line("A", 3))
 	require.NoError(t, err)
-	r.clock.Advance(16 * time.Minute)
-	paid, err := r.svc.Pay(ctx, o.ID, "pay-1")
+	r.Clock.Advance(16 * time.Minute)
+	paid, err := r.Orders.Pay(ctx, o.ID, "pay-1")
 	require.NoError(t, err, "past its deadline but not expired: still held, so paid")
-	require.Equal(t, Paid, paid.Status)
+	require.Equal(t, order.Paid, paid.Status)
 	require.Equal(t, o.ID, paid.ReservationToken)
-	require.Equal(t, arbiter.Committed, r.reservationState(o.ID, "A"))
-	expired, err := r.svc.Expire(ctx, o.ID)
+	require.Equal(t, arbiter.Committed, r.ReservationState(o.ID, "A"))
+	expired, err := r.Orders.Expire(ctx, o.ID)
 	require.NoError(t, err)
 	require.False(t, expired, "a paid order does not expire")
-	require.EqualValues(t, 2, r.redisAvailable("A"))
+	require.EqualValues(t, 2, r.RedisAvailable("A"))
 
-	// Expired, then paid while the stock is still there: re-reserved.
-	o2, err := r.svc.Create(ctx, "u2", "", line("A", 2))
+	// order.Expired, then paid while the stock is still there: re-reserved.
+	o2, err := r.Orders.Create(ctx, "u2", "", testrig.Line("A", 2))
 	require.NoError(t, err)
-	expired, err = r.svc.Expire(ctx, o2.ID)
+	expired, err = r.Orders.Expire(ctx, o2.ID)
 	require.NoError(t, err)
 	require.False(t, expired, "not past its deadline yet")
-	r.clock.Advance(16 * time.Minute)
-	expired, err = r.svc.Expire(ctx, o2.ID)
+	r.Clock.Advance(16 * time.Minute)
+	expired, err = r.Orders.Expire(ctx, o2.ID)
 	require.NoError(t, err)
 	require.True(t, expired)
-	expired, err = r.svc.Expire(ctx, o2.ID)
+	expired, err = r.Orders.Expire(ctx, o2.ID)
 	require.NoError(t, err)
 	require.False(t, expired, "expires once")
-	require.Equal(t, arbiter.Released, r.reservationState(o2.ID, "A"))
-	require.EqualValues(t, 2, r.redisAvailable("A"), "the expiry gave the units back")
-	late, err := r.svc.Pay(ctx, o2.ID, "pay-2")
+	require.Equal(t, arbiter.Released, r.ReservationState(o2.ID, "A"))
+	require.EqualValues(t, 2, r.RedisAvailable("A"), "the expiry gave the units back")
+	late, err := r.Orders.Pay(ctx, o2.ID, "pay-2")
 	require.NoError(t, err)
-	require.Equal(t, Paid, late.Status)
+	require.Equal(t, order.Paid, late.Status)
 	require.Equal(t, o2.ID+".late", late.ReservationToken)
-	stored, err := r.svc.Get(ctx, o2.ID)
+	stored, err := r.Orders.Get(ctx, o2.ID)
 	require.NoError(t, err)
-	require.Equal(t, Paid, stored.Status)
+	require.Equal(t, order.Paid, stored.Status)
 	require.Equal(t, o2.ID+".late", stored.ReservationToken)
-	require.Equal(t, arbiter.Committed, r.reservationState(o2.ID+".late", "A"))
-	require.Equal(t, arbiter.Released, r.reservationState(o2.ID, "A"), "the expired reservation stays released")
-	require.EqualValues(t, 5, r.sku("A").Reserved)
-	require.Zero(t, r.redisAvailable("A"), "Redis follows the re-reservation")
-	again, err := r.svc.Pay(ctx, o2.ID, "pay-2")
+	require.Equal(t, arbiter.Committed, r.ReservationState(o2.ID+".late", "A"))
+	require.Equal(t, arbiter.Released, r.ReservationState(o2.ID, "A"), "the expired reservation stays released")
+	require.EqualValues(t, 5, r.SKU("A").Reserved)
+	require.Zero(t, r.RedisAvailable("A"), "Redis follows the re-reservation")
+	again, err := r.Orders.Pay(ctx, o2.ID, "pay-2")
 	require.NoError(t, err)
-	require.Equal(t, Paid, again.Status, "replayed callback")
+	require.Equal(t, order.Paid, again.Status, "replayed callback")
 	require.Equal(t, o2.ID+".late", again.ReservationToken)
-	_, err = r.svc.Pay(ctx, o2.ID, "pay-other")
+	_, err = r.Orders.Pay(ctx, o2.ID, "pay-other")
 	require.ErrorIs(t, err, inventory.ErrConflict)
-	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, o2.ID+".late"), "re-reserved once")
-	_, err = r.svc.Create(ctx, "u9", "", line("A", 1))
+	require.EqualValues(t, 1, r.Count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, o2.ID+".late"), "re-reserved once")
+	_, err = r.Orders.Create(ctx, "u9", "", testrig.Line("A", 1))
 	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 
-	// Expired, and the stock went to someone else: the payment must be refunded.
-	o3, err := r.svc.Create(ctx, "u3", "", line("B", 2))
+	// order.Expired, and the stock went to someone else: the payment must be refunded.
+	o3, err := r.Orders.Create(ctx, "u3", "", testrig.Line("B", 2))
 	require.NoError(t, err)
-	r.clock.Advance(16 * time.Minute)
-	expired, err = r.svc.Expire(ctx, o3.ID)
+	r.Clock.Advance(16 * time.Minute)
+	expired, err = r.Orders.Expire(ctx, o3.ID)
 	require.NoError(t, err)
 	require.True(t, expired)
-	o4, err := r.svc.Create(ctx, "u4", "", line("B", 2)) // takes what o3 gave back
+	o4, err := r.Orders.Create(ctx, "u4", "", testrig.Line("B", 2)) // takes what o3 gave back
 	require.NoError(t, err)
-	refund, err := r.svc.Pay(ctx, o3.ID, "pay-3")
+	refund, err := r.Orders.Pay(ctx, o3.ID, "pay-3")
 	require.NoError(t, err)
-	require.Equal(t, RefundRequired, refund.Status, "the stock is gone: the payment must be refunded")
+	require.Equal(t, order.RefundRequired, refund.Status, "the stock is gone: the payment must be refunded")
 	require.Equal(t, "pay-3", *refund.PaymentID)
-	again, err = r.svc.Pay(ctx, o3.ID, "pay-3")
+	again, err = r.Orders.Pay(ctx, o3.ID, "pay-3")
 	require.NoError(t, err)
-	require.Equal(t, RefundRequired, again.Status, "replayed callback")
-	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, o3.ID+".late"), "the refused re-reservation left nothing")
-	require.EqualValues(t, 2, r.sku("B").Reserved, "only o4 holds B")
-	require.Equal(t, arbiter.Held, r.reservationState(o4.ID, "B"))
-	refunded, err := r.svc.Refund(ctx, o3.ID)
+	require.Equal(t, order.RefundRequired, again.Status, "replayed callback")
+	require.Zero(t, r.Count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, o3.ID+".late"), "the refused re-reservation left nothing")
+	require.EqualValues(t, 2, r.SKU("B").Reserved, "only o4 holds B")
+	require.Equal(t, arbiter.Held, r.ReservationState(o4.ID, "B"))
+	refunded, err := r.Orders.Refund(ctx, o3.ID)
 	require.NoError(t, err)
-	require.Equal(t, Refunded, refunded.Status)
+	require.Equal(t, order.Refunded, refunded.Status)
 
-	// Cancelled by the buyer, then paid: refunded, never re-reserved.
-	o5, err := r.svc.Create(ctx, "u5", "", line("C", 1))
+	// order.Cancelled by the buyer, then paid: refunded, never re-reserved.
+	o5, err := r.Orders.Create(ctx, "u5", "", testrig.Line("C", 1))
 	require.NoError(t, err)
-	_, err = r.svc.Cancel(ctx, o5.ID)
+	_, err = r.Orders.Cancel(ctx, o5.ID)
 	require.NoError(t, err)
-	refund, err = r.svc.Pay(ctx, o5.ID, "pay-5")
+	refund, err = r.Orders.Pay(ctx, o5.ID, "pay-5")
 	require.NoError(t, err)
-	require.Equal(t, RefundRequired, refund.Status)
-	require.Zero(t, r.sku("C").Reserved)
-	require.EqualValues(t, 3, r.redisAvailable("C"))
-	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, o5.ID+".late"))
-	refunded, err = r.svc.Refund(ctx, o5.ID)
+	require.Equal(t, order.RefundRequired, refund.Status)
+	require.Zero(t, r.SKU("C").Reserved)
+	require.EqualValues(t, 3, r.RedisAvailable("C"))
+	require.Zero(t, r.Count(`SELECT COUNT(*) FROM stock_reservations WHERE token = ?`, o5.ID+".late"))
+	refunded, err = r.Orders.Refund(ctx, o5.ID)
 	require.NoError(t, err)
-	require.Equal(t, Refunded, refunded.Status)
+	require.Equal(t, order.Refunded, refunded.Status)
 
 	require.Equal(t, []arbiter.StockMessage{{Token: o.ID, SKU: "A", Op: arbiter.OpDeduct, Qty: 3}, {Token: o2.ID + ".late", SKU: "A", Op: arbiter.OpDeduct, Qty: 2}},
-		r.outbox(), "only the paid orders deduct (the late one under its late token); a REFUND_REQUIRED refund restores nothing")
+		r.Outbox(), "only the paid orders deduct (the late one under its late token); a REFUND_REQUIRED refund restores nothing")
 
 	// The late reservation is sold like any other, and a refund of the late
 	// order restores under the token its deduction carried.
-	redisApplied := r.redisApplied()
-	r.startPipeline()
-	r.waitApplied()
-	require.Equal(t, arbiter.Sold, r.reservationState(o2.ID+".late", "A"))
-	r.requireQty("A", 0, 0)
-	_, err = r.svc.Refund(ctx, o2.ID)
+	redisApplied := r.RedisApplied()
+	r.StartPipeline()
+	r.WaitApplied()
+	require.Equal(t, arbiter.Sold, r.ReservationState(o2.ID+".late", "A"))
+	r.RequireQty("A", 0, 0)
+	_, err = r.Orders.Refund(ctx, o2.ID)
 	require.NoError(t, err)
-	r.waitApplied()
+	r.WaitApplied()
 	redisApplied(1)
-	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_anomalies`))
-	r.requireQty("A", 2, 0)
-	require.EqualValues(t, 2, r.redisAvailable("A"))
+	require.Zero(t, r.Count(`SELECT COUNT(*) FROM stock_anomalies`))
+	r.RequireQty("A", 2, 0)
+	require.EqualValues(t, 2, r.RedisAvailable("A"))
 	for _, sku := range []string{"A", "B", "C"} {
-		r.checkInvariant(sku)
+		r.CheckInvariant(sku)
 	}
 }
 
 // endToEnd: many buyers order, most pay (some callbacks delivered three times
 // at once), some cancel; the pipeline applies the payments to the database.
-func endToEnd(t *testing.T, tr transport) {
-	r := newRig(t, tr)
+func endToEnd(t *testing.T, tr testrig.Transport) {
+	r := testrig.New(t, tr)
 	ctx := context.Background()
 	const initial = 300
-	r.addSKU("HOT", initial)
-	stop := r.startPipeline()
+	r.AddSKU("HOT", initial)
+	stop := r.StartPipeline()
 	defer stop()
 
 	var mu sync.Mutex
@@ -405,7 +407,7 @@ func endToEnd(t *testing.T, tr transport) {
 		go func() {
 			defer wg.Done()
 			for a := 0; a < 12; a++ {
-				o, err := r.svc.Create(ctx, fmt.Sprintf("u%d", w), fmt.Sprintf("k%d", a), line("HOT", 1+rand.Int64N(3)))
+				o, err := r.Orders.Create(ctx, fmt.Sprintf("u%d", w), fmt.Sprintf("k%d", a), testrig.Line("HOT", 1+rand.Int64N(3)))
 				if errors.Is(err, inventory.ErrInsufficientStock) {
 					continue
 				}
@@ -414,7 +416,7 @@ func endToEnd(t *testing.T, tr transport) {
 					return
 				}
 				if rand.IntN(5) == 0 {
-					if _, err := r.svc.Cancel(ctx, o.ID); err != nil {
+					if _, err := r.Orders.Cancel(ctx, o.ID); err != nil {
 						t.Error(err)
 					}
 					continue
@@ -425,7 +427,7 @@ func endToEnd(t *testing.T, tr transport) {
 					cw.Add(1)
 					go func() {
 						defer cw.Done()
-						if _, err := r.svc.Pay(ctx, o.ID, "pay-"+o.ID); err != nil {
+						if _, err := r.Orders.Pay(ctx, o.ID, "pay-"+o.ID); err != nil {
 							t.Error(err)
 						}
 					}()
@@ -438,16 +440,16 @@ func endToEnd(t *testing.T, tr transport) {
 		}()
 	}
 	wg.Wait()
-	r.waitApplied()
+	r.WaitApplied()
 
 	var sold int64
 	for _, q := range paid {
 		sold += q
 	}
 	require.Greater(t, sold, int64(0))
-	r.requireQty("HOT", initial-sold, 0) // on_hand = initial - paid; nothing left reserved
+	r.RequireQty("HOT", initial-sold, 0) // on_hand = initial - paid; nothing left reserved
 	var ledger []arbiter.LedgerRow
-	require.NoError(t, r.db.Find(&ledger).Error)
+	require.NoError(t, r.DB.Find(&ledger).Error)
 	got := map[string]int64{}
 	for _, l := range ledger {
 		require.Equal(t, arbiter.OpDeduct, l.Op)
@@ -456,35 +458,35 @@ func endToEnd(t *testing.T, tr transport) {
 		got[l.Token] = l.Qty
 	}
 	require.Equal(t, paid, got, "every paid line, exactly once, under its order's token")
-	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_anomalies`))
-	require.EqualValues(t, len(paid), r.count(`SELECT COUNT(*) FROM stock_reservations WHERE state = 'SOLD'`))
-	require.Zero(t, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE state IN ('HELD', 'COMMITTED')`))
-	r.checkInvariant("HOT")
+	require.Zero(t, r.Count(`SELECT COUNT(*) FROM stock_anomalies`))
+	require.EqualValues(t, len(paid), r.Count(`SELECT COUNT(*) FROM stock_reservations WHERE state = 'SOLD'`))
+	require.Zero(t, r.Count(`SELECT COUNT(*) FROM stock_reservations WHERE state IN ('HELD', 'COMMITTED')`))
+	r.CheckInvariant("HOT")
 	t.Logf("end to end: %d paid orders, %d units sold, %d duplicate deliveries absorbed",
-		len(paid), sold, r.applier.Duplicate.Load())
+		len(paid), sold, r.Applier.Duplicate.Load())
 }
 
-func TestEndToEndMemory(t *testing.T) { endToEnd(t, memoryTransport(t)) }
+func TestEndToEndMemory(t *testing.T) { endToEnd(t, testrig.MemoryTransport(t)) }
 
 // The same operation published again (a redelivery, a duplicate send) changes
 // nothing; consecutive operations of a SKU are merged into one UPDATE. A
 // DEDUCT needs a COMMITTED reservation of its quantity, a RESTORE its applied
 // DEDUCT; anything else is recorded as an anomaly and the queue moves on.
 func TestApplyExactlyOnce(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	r.addSKU("A", 10)
-	r.addSKU("B", 10)
+	r.AddSKU("A", 10)
+	r.AddSKU("B", 10)
 	users := 0
 	create := func(sku string, q int64) string {
 		users++
-		o, err := r.svc.Create(ctx, fmt.Sprintf("u%d", users), "", line(sku, q))
+		o, err := r.Orders.Create(ctx, fmt.Sprintf("u%d", users), "", testrig.Line(sku, q))
 		require.NoError(t, err)
 		return o.ID
 	}
 	pay := func(sku string, q int64) string {
 		id := create(sku, q)
-		_, err := r.svc.Pay(ctx, id, "pay-"+id) // no relay runs: the test delivers
+		_, err := r.Orders.Pay(ctx, id, "pay-"+id) // no relay runs: the test delivers
 		require.NoError(t, err)
 		return id
 	}
@@ -492,51 +494,51 @@ func TestApplyExactlyOnce(t *testing.T) {
 		return mq.Message{Key: sku, Body: []byte(fmt.Sprintf(`{"token":%q,"sku":%q,"op":%q,"qty":%d}`, token, sku, op, q))}
 	}
 	o1, o2, o3 := pay("A", 2), pay("A", 3), pay("B", 1)
-	r.requireQty("A", 10, 5)
-	r.requireQty("B", 10, 1)
+	r.RequireQty("A", 10, 5)
+	r.RequireQty("B", 10, 1)
 
 	batch := []mq.Message{msg(o1, "A", arbiter.OpDeduct, 2), msg(o2, "A", arbiter.OpDeduct, 3), msg(o1, "A", arbiter.OpDeduct, 2), msg(o3, "B", arbiter.OpDeduct, 1)}
 	var skuUpdates, resUpdates int64
-	require.NoError(t, r.db.Callback().Raw().Before("gorm:raw").Register("count-updates", func(db *gorm.DB) {
+	require.NoError(t, r.DB.Callback().Raw().Before("gorm:raw").Register("count-updates", func(db *gorm.DB) {
 		if strings.HasPrefix(strings.TrimSpace(db.Statement.SQL.String()), "UPDATE skus") {
 			skuUpdates++
 		}
 	}))
-	require.NoError(t, r.db.Callback().Update().Before("gorm:update").Register("count-updates", func(db *gorm.DB) {
+	require.NoError(t, r.DB.Callback().Update().Before("gorm:update").Register("count-updates", func(db *gorm.DB) {
 		if db.Statement.Table == "stock_reservations" {
 			resUpdates++
 		}
 	}))
-	require.NoError(t, r.applier.Handle(ctx, batch))
-	require.NoError(t, r.db.Callback().Raw().Remove("count-updates"))
-	require.NoError(t, r.db.Callback().Update().Remove("count-updates"))
+	require.NoError(t, r.Applier.Handle(ctx, batch))
+	require.NoError(t, r.DB.Callback().Raw().Remove("count-updates"))
+	require.NoError(t, r.DB.Callback().Update().Remove("count-updates"))
 	require.EqualValues(t, 2, skuUpdates, "one UPDATE of skus per SKU for the whole delivery")
 	require.EqualValues(t, 2, resUpdates, "one UPDATE of the reservations per SKU")
-	require.NoError(t, r.applier.Handle(ctx, batch))
-	r.requireQty("A", 5, 0)
-	r.requireQty("B", 9, 0)
+	require.NoError(t, r.Applier.Handle(ctx, batch))
+	r.RequireQty("A", 5, 0)
+	r.RequireQty("B", 9, 0)
 	for _, id := range []string{o1, o2} {
-		require.Equal(t, arbiter.Sold, r.reservationState(id, "A"))
+		require.Equal(t, arbiter.Sold, r.ReservationState(id, "A"))
 	}
-	require.Equal(t, arbiter.Sold, r.reservationState(o3, "B"))
-	require.EqualValues(t, 3, r.count(`SELECT COUNT(*) FROM stock_ledger`))
-	require.EqualValues(t, 3, r.applier.Applied.Load())
-	require.EqualValues(t, 5, r.applier.Duplicate.Load(), "one in-batch duplicate, then the whole batch again")
-	require.EqualValues(t, 5, r.redisAvailable("A"), "a deduction moves on_hand and reserved together: available stays")
-	r.checkInvariant("A")
-	r.checkInvariant("B")
+	require.Equal(t, arbiter.Sold, r.ReservationState(o3, "B"))
+	require.EqualValues(t, 3, r.Count(`SELECT COUNT(*) FROM stock_ledger`))
+	require.EqualValues(t, 3, r.Applier.Applied.Load())
+	require.EqualValues(t, 5, r.Applier.Duplicate.Load(), "one in-batch duplicate, then the whole batch again")
+	require.EqualValues(t, 5, r.RedisAvailable("A"), "a deduction moves on_hand and reserved together: available stays")
+	r.CheckInvariant("A")
+	r.CheckInvariant("B")
 
 	// A deduction without a committed reservation (unknown, or only held) and
 	// a restore without its deduction are recorded, not applied; a restore
 	// after its deduction gives the units back, to the database and Redis.
 	o7 := create("A", 1) // held, not paid
-	require.NoError(t, r.applier.Handle(ctx, []mq.Message{msg("o4", "A", arbiter.OpDeduct, 9), msg(o7, "A", arbiter.OpDeduct, 1),
+	require.NoError(t, r.Applier.Handle(ctx, []mq.Message{msg("o4", "A", arbiter.OpDeduct, 9), msg(o7, "A", arbiter.OpDeduct, 1),
 		msg("o6", "A", arbiter.OpRestore, 1), msg(o1, "A", arbiter.OpRestore, 2)}))
-	r.requireQty("A", 7, 1)
-	require.Equal(t, arbiter.Held, r.reservationState(o7, "A"), "an unpaid reservation is not sold")
-	require.EqualValues(t, 6, r.redisAvailable("A"), "the restore reached Redis")
+	r.RequireQty("A", 7, 1)
+	require.Equal(t, arbiter.Held, r.ReservationState(o7, "A"), "an unpaid reservation is not sold")
+	require.EqualValues(t, 6, r.RedisAvailable("A"), "the restore reached Redis")
 	var an []arbiter.AnomalyRow
-	require.NoError(t, r.db.Order("id").Find(&an).Error)
+	require.NoError(t, r.DB.Order("id").Find(&an).Error)
 	require.Len(t, an, 3)
 	const noCommitted = "no committed reservation of this quantity"
 	require.Equal(t, []arbiter.AnomalyRow{
@@ -544,101 +546,101 @@ func TestApplyExactlyOnce(t *testing.T) {
 		{ID: an[1].ID, Token: o7, SKU: "A", Op: arbiter.OpDeduct, Qty: 1, OnHand: 5, Reason: noCommitted},
 		{ID: an[2].ID, Token: "o6", SKU: "A", Op: arbiter.OpRestore, Qty: 1, OnHand: 5, Reason: "restore without its deduction"},
 	}, an)
-	require.NoError(t, r.applier.Handle(ctx, []mq.Message{msg("o4", "A", arbiter.OpDeduct, 9)}))
-	require.EqualValues(t, 3, r.count(`SELECT COUNT(*) FROM stock_anomalies`), "an anomaly is recorded once")
-	require.EqualValues(t, 3, r.applier.Anomalies.Load())
-	require.EqualValues(t, 4, r.applier.Applied.Load())
+	require.NoError(t, r.Applier.Handle(ctx, []mq.Message{msg("o4", "A", arbiter.OpDeduct, 9)}))
+	require.EqualValues(t, 3, r.Count(`SELECT COUNT(*) FROM stock_anomalies`), "an anomaly is recorded once")
+	require.EqualValues(t, 3, r.Applier.Anomalies.Load())
+	require.EqualValues(t, 4, r.Applier.Applied.Load())
 
 	o8 := pay("A", 1)
-	require.NoError(t, r.applier.Handle(ctx, []mq.Message{{Key: "A", Body: []byte("not json")}, msg(o8, "A", arbiter.OpDeduct, 1)}))
-	require.EqualValues(t, 1, r.applier.Malformed.Load())
-	r.requireQty("A", 6, 1) // o8 sold; o7 still held
-	require.Equal(t, arbiter.Sold, r.reservationState(o8, "A"), "a malformed message does not block the queue")
-	r.checkInvariant("A")
+	require.NoError(t, r.Applier.Handle(ctx, []mq.Message{{Key: "A", Body: []byte("not json")}, msg(o8, "A", arbiter.OpDeduct, 1)}))
+	require.EqualValues(t, 1, r.Applier.Malformed.Load())
+	r.RequireQty("A", 6, 1) // o8 sold; o7 still held
+	require.Equal(t, arbiter.Sold, r.ReservationState(o8, "A"), "a malformed message does not block the queue")
+	r.CheckInvariant("A")
 }
 
 // The process dies after the payment committed and before anything was sent:
 // the outbox row waits, and the next relay sends it; it is applied once.
 func TestCrashBetweenCommitAndSend(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	r.addSKU("A", 10)
-	o, err := r.svc.Create(ctx, "u1", "", line("A", 3))
+	r.AddSKU("A", 10)
+	o, err := r.Orders.Create(ctx, "u1", "", testrig.Line("A", 3))
 	require.NoError(t, err)
-	_, err = r.svc.Pay(ctx, o.ID, "pay-1") // no relay runs: "crashed"
+	_, err = r.Orders.Pay(ctx, o.ID, "pay-1") // no relay runs: "crashed"
 	require.NoError(t, err)
-	r.requireQty("A", 10, 3) // paid-unapplied stays reserved
-	require.Equal(t, arbiter.Committed, r.reservationState(o.ID, "A"))
-	r.checkInvariant("A")
+	r.RequireQty("A", 10, 3) // paid-unapplied stays reserved
+	require.Equal(t, arbiter.Committed, r.ReservationState(o.ID, "A"))
+	r.CheckInvariant("A")
 
-	r.startPipeline() // the restarted node
-	r.waitApplied()
-	r.requireQty("A", 7, 0)
-	require.Equal(t, arbiter.Sold, r.reservationState(o.ID, "A"))
-	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_ledger`))
-	r.checkInvariant("A")
+	r.StartPipeline() // the restarted node
+	r.WaitApplied()
+	r.RequireQty("A", 7, 0)
+	require.Equal(t, arbiter.Sold, r.ReservationState(o.ID, "A"))
+	require.EqualValues(t, 1, r.Count(`SELECT COUNT(*) FROM stock_ledger`))
+	r.CheckInvariant("A")
 }
 
 // The relay dies after sending and before marking the rows sent: the next
 // relay sends them again, and the ledger absorbs the duplicates.
 func TestCrashBetweenSendAndMark(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	r.addSKU("A", 20)
+	r.AddSKU("A", 20)
 	for i := 0; i < 4; i++ {
-		o, err := r.svc.Create(ctx, fmt.Sprintf("u%d", i), "", line("A", 2))
+		o, err := r.Orders.Create(ctx, fmt.Sprintf("u%d", i), "", testrig.Line("A", 2))
 		require.NoError(t, err)
-		_, err = r.svc.Pay(ctx, o.ID, fmt.Sprintf("pay-%d", i))
+		_, err = r.Orders.Pay(ctx, o.ID, fmt.Sprintf("pay-%d", i))
 		require.NoError(t, err)
 	}
-	crashing := stocksync.NewRelay(r.db, r.tr.producer, r.st.Locker(), stocksync.RelayConfig{AfterSend: func(row arbiter.OutboxRow) error {
+	crashing := stocksync.NewRelay(r.DB, r.Transport.Producer, r.Stock.Locker(), stocksync.RelayConfig{AfterSend: func(row arbiter.OutboxRow) error {
 		return errors.New("killed")
 	}})
 	n, err := crashing.RelayOnce(ctx)
 	require.Error(t, err)
 	require.Zero(t, n)
-	require.EqualValues(t, 4, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL`), "nothing marked sent")
+	require.EqualValues(t, 4, r.Count(`SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL`), "nothing marked sent")
 
-	r.startPipeline()
-	r.waitApplied()
+	r.StartPipeline()
+	r.WaitApplied()
 	// The crashed send already carried all four rows, so the ledger may be
 	// complete before the new relay's resend arrives; wait for it to be absorbed.
 	// The consumer may absorb the resend before the relay marks the rows
 	// sent: wait for both.
-	require.Eventually(t, func() bool { return r.applier.Duplicate.Load() == 4 && r.relay.Sent.Load() == 4 },
+	require.Eventually(t, func() bool { return r.Applier.Duplicate.Load() == 4 && r.Relay.Sent.Load() == 4 },
 		30*time.Second, 10*time.Millisecond, "the first send (all four rows of A) was delivered twice and applied once")
-	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL`))
-	r.requireQty("A", 12, 0)
-	require.EqualValues(t, 4, r.count(`SELECT COUNT(*) FROM stock_ledger`))
-	r.checkInvariant("A")
+	require.EqualValues(t, 0, r.Count(`SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL`))
+	r.RequireQty("A", 12, 0)
+	require.EqualValues(t, 4, r.Count(`SELECT COUNT(*) FROM stock_ledger`))
+	r.CheckInvariant("A")
 }
 
 // The consumer dies in the middle of a delivery (after its UPDATEs, before the
 // commit), twice: the delivery comes back and is applied once.
 func TestConsumerCrashMidBatch(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	r.addSKU("A", 50)
+	r.AddSKU("A", 50)
 	var crashes atomic.Int64
-	r.applier.BeforeCommit = func() error {
+	r.Applier.BeforeCommit = func() error {
 		if crashes.Add(1) <= 2 {
 			return errors.New("killed before commit")
 		}
 		return nil
 	}
 	for i := 0; i < 10; i++ {
-		o, err := r.svc.Create(ctx, fmt.Sprintf("u%d", i), "", line("A", 1))
+		o, err := r.Orders.Create(ctx, fmt.Sprintf("u%d", i), "", testrig.Line("A", 1))
 		require.NoError(t, err)
-		_, err = r.svc.Pay(ctx, o.ID, fmt.Sprintf("pay-%d", i))
+		_, err = r.Orders.Pay(ctx, o.ID, fmt.Sprintf("pay-%d", i))
 		require.NoError(t, err)
 	}
-	r.startPipeline()
-	r.waitApplied()
+	r.StartPipeline()
+	r.WaitApplied()
 	require.GreaterOrEqual(t, crashes.Load(), int64(3))
-	r.requireQty("A", 40, 0)
-	require.EqualValues(t, 10, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE state = 'SOLD'`))
-	require.EqualValues(t, 10, r.count(`SELECT COUNT(*) FROM stock_ledger`))
-	r.checkInvariant("A")
+	r.RequireQty("A", 40, 0)
+	require.EqualValues(t, 10, r.Count(`SELECT COUNT(*) FROM stock_reservations WHERE state = 'SOLD'`))
+	require.EqualValues(t, 10, r.Count(`SELECT COUNT(*) FROM stock_ledger`))
+	r.CheckInvariant("A")
 }
 
 // Redis loses its keys with orders pending and payments unapplied: the cold
@@ -646,54 +648,54 @@ func TestConsumerCrashMidBatch(t *testing.T) {
 // are in reserved, so it gives exactly the units nobody holds. Nothing is
 // created and nothing lost, and the later deduction leaves Redis alone.
 func TestKeyLossWithPendingAndUnapplied(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	r.addSKU("A", 10)
-	pending, err := r.svc.Create(ctx, "u1", "", line("A", 2))
+	r.AddSKU("A", 10)
+	pending, err := r.Orders.Create(ctx, "u1", "", testrig.Line("A", 2))
 	require.NoError(t, err)
-	p, err := r.svc.Create(ctx, "u2", "", line("A", 3))
+	p, err := r.Orders.Create(ctx, "u2", "", testrig.Line("A", 3))
 	require.NoError(t, err)
-	_, err = r.svc.Pay(ctx, p.ID, "pay-1") // not applied: no relay
+	_, err = r.Orders.Pay(ctx, p.ID, "pay-1") // not applied: no relay
 	require.NoError(t, err)
-	r.requireQty("A", 10, 5)
-	require.NoError(t, r.rdb.FlushDB(ctx).Err()) // this package's Redis database loses every key
-	lv, err := r.st.Levels(ctx, "A")
+	r.RequireQty("A", 10, 5)
+	require.NoError(t, r.RDB.FlushDB(ctx).Err()) // this package's Redis database loses every key
+	lv, err := r.Stock.Levels(ctx, "A")
 	require.NoError(t, err)
 	require.False(t, lv.Initialised)
 
-	_, err = r.svc.Create(ctx, "u3", "", line("A", 6))
+	_, err = r.Orders.Create(ctx, "u3", "", testrig.Line("A", 6))
 	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "Redis refuses: the cold init gave 10 - 3 paid-unapplied - 2 held")
-	lv, err = r.st.Levels(ctx, "A")
+	lv, err = r.Stock.Levels(ctx, "A")
 	require.NoError(t, err)
-	rec := r.sku("A")
+	rec := r.SKU("A")
 	require.Equal(t, stock.Levels{Initialised: true, Available: 5, Epoch: rec.RedisEpoch, Seq: rec.Seq}, lv,
 		"initialised from the row: its available, seq and the epoch it recorded")
 	require.NotZero(t, lv.Epoch)
-	require.EqualValues(t, 2, r.count(`SELECT COUNT(*) FROM orders`))
-	r.checkInvariant("A")
+	require.EqualValues(t, 2, r.Count(`SELECT COUNT(*) FROM orders`))
+	r.CheckInvariant("A")
 
-	last, err := r.svc.Create(ctx, "u4", "", line("A", 5))
+	last, err := r.Orders.Create(ctx, "u4", "", testrig.Line("A", 5))
 	require.NoError(t, err, "exactly the units nobody holds can be taken")
-	require.Zero(t, r.redisAvailable("A"))
-	r.requireQty("A", 10, 10)
-	c, err := r.svc.Cancel(ctx, pending.ID)
+	require.Zero(t, r.RedisAvailable("A"))
+	r.RequireQty("A", 10, 10)
+	c, err := r.Orders.Cancel(ctx, pending.ID)
 	require.NoError(t, err)
-	require.Equal(t, Cancelled, c.Status)
-	require.EqualValues(t, 2, r.redisAvailable("A"))
-	r.startPipeline()
-	r.waitApplied()
-	r.requireQty("A", 7, 5) // p sold; last still held
-	require.EqualValues(t, 2, r.redisAvailable("A"), "the deduction moved on_hand and reserved, not available")
-	r.checkInvariant("A")
+	require.Equal(t, order.Cancelled, c.Status)
+	require.EqualValues(t, 2, r.RedisAvailable("A"))
+	r.StartPipeline()
+	r.WaitApplied()
+	r.RequireQty("A", 7, 5) // p sold; last still held
+	require.EqualValues(t, 2, r.RedisAvailable("A"), "the deduction moved on_hand and reserved, not available")
+	r.CheckInvariant("A")
 
 	// Lost again after the deduction: the init still matches.
-	require.NoError(t, r.rdb.FlushDB(ctx).Err())
-	require.EqualValues(t, 2, r.redisAvailable("A"))
-	_, err = r.svc.Cancel(ctx, last.ID)
+	require.NoError(t, r.RDB.FlushDB(ctx).Err())
+	require.EqualValues(t, 2, r.RedisAvailable("A"))
+	_, err = r.Orders.Cancel(ctx, last.ID)
 	require.NoError(t, err)
-	require.EqualValues(t, 7, r.redisAvailable("A"))
-	r.requireQty("A", 7, 0)
-	r.checkInvariant("A")
+	require.EqualValues(t, 7, r.RedisAvailable("A"))
+	r.RequireQty("A", 7, 0)
+	r.CheckInvariant("A")
 }
 
 // Redis is wrong upwards (it came back from an old snapshot, a replica lost
@@ -701,27 +703,27 @@ func TestKeyLossWithPendingAndUnapplied(t *testing.T) {
 // the reservation, the buyer gets insufficient stock, nothing is written, and
 // Redis is realigned from the database; concurrent checkouts cannot oversell.
 func TestDatabaseRefusesWhatRedisOverAdmits(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	r.addSKU("A", 5)
-	first, err := r.svc.Create(ctx, "u1", "", line("A", 3))
+	r.AddSKU("A", 5)
+	first, err := r.Orders.Create(ctx, "u1", "", testrig.Line("A", 3))
 	require.NoError(t, err)
 	inflate := func(n int64) {
-		lv, err := r.st.Levels(ctx, "A")
+		lv, err := r.Stock.Levels(ctx, "A")
 		require.NoError(t, err)
 		// A change the init never saw (a seq beyond the database's): Redis gains n.
-		require.NoError(t, r.st.Apply(ctx, inventory.Change{SKU: "A", Delta: n, Seq: lv.Seq + 1_000_000}))
+		require.NoError(t, r.Stock.Apply(ctx, inventory.Change{SKU: "A", Delta: n, Seq: lv.Seq + 1_000_000}))
 	}
 	inflate(10)
-	require.EqualValues(t, 12, r.redisAvailable("A"))
+	require.EqualValues(t, 12, r.RedisAvailable("A"))
 
-	_, err = r.svc.Create(ctx, "u2", "", line("A", 4))
+	_, err = r.Orders.Create(ctx, "u2", "", testrig.Line("A", 4))
 	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "Redis admitted, the database refused")
-	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM orders`))
-	require.EqualValues(t, 1, r.count(`SELECT COUNT(*) FROM stock_reservations`))
-	r.requireQty("A", 5, 3)
-	require.EqualValues(t, 2, r.redisAvailable("A"), "realigned from the database")
-	r.checkInvariant("A")
+	require.EqualValues(t, 1, r.Count(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, 1, r.Count(`SELECT COUNT(*) FROM stock_reservations`))
+	r.RequireQty("A", 5, 3)
+	require.EqualValues(t, 2, r.RedisAvailable("A"), "realigned from the database")
+	r.CheckInvariant("A")
 
 	inflate(20)
 	var wg sync.WaitGroup
@@ -730,7 +732,7 @@ func TestDatabaseRefusesWhatRedisOverAdmits(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := r.svc.Create(ctx, fmt.Sprintf("b%d", i), "", line("A", 1))
+			_, err := r.Orders.Create(ctx, fmt.Sprintf("b%d", i), "", testrig.Line("A", 1))
 			switch {
 			case err == nil:
 				won.Add(1)
@@ -744,39 +746,39 @@ func TestDatabaseRefusesWhatRedisOverAdmits(t *testing.T) {
 	wg.Wait()
 	require.EqualValues(t, 2, won.Load(), "exactly the units the database had")
 	require.EqualValues(t, 10, refused.Load())
-	require.EqualValues(t, 3, r.count(`SELECT COUNT(*) FROM orders`))
-	r.requireQty("A", 5, 5)
-	require.Zero(t, r.redisAvailable("A"))
-	r.checkInvariant("A")
-	_, err = r.svc.Cancel(ctx, first.ID)
+	require.EqualValues(t, 3, r.Count(`SELECT COUNT(*) FROM orders`))
+	r.RequireQty("A", 5, 5)
+	require.Zero(t, r.RedisAvailable("A"))
+	r.CheckInvariant("A")
+	_, err = r.Orders.Cancel(ctx, first.ID)
 	require.NoError(t, err)
-	require.EqualValues(t, 3, r.redisAvailable("A"))
-	r.checkInvariant("A")
+	require.EqualValues(t, 3, r.RedisAvailable("A"))
+	r.CheckInvariant("A")
 }
 
 // A consumer stopping (its ctx cancelled) right after a delivery committed
 // does not cut short the delivery's follow-up into Redis: the restore the
 // database applied reaches Redis too.
 func TestApplyFollowUpOutlivesShutdown(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
-	r.addSKU("A", 10)
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	r.AddSKU("A", 10)
 	bg := context.Background()
-	o, err := r.svc.Create(bg, "u", "", line("A", 2))
+	o, err := r.Orders.Create(bg, "u", "", testrig.Line("A", 2))
 	require.NoError(t, err)
-	_, err = r.svc.Pay(bg, o.ID, "pay-1")
+	_, err = r.Orders.Pay(bg, o.ID, "pay-1")
 	require.NoError(t, err)
-	deliver(t, r, arbiter.StockMessage{Token: o.ID, SKU: "A", Op: arbiter.OpDeduct, Qty: 2})
-	require.EqualValues(t, 8, r.redisAvailable("A"))
+	r.Deliver(arbiter.StockMessage{Token: o.ID, SKU: "A", Op: arbiter.OpDeduct, Qty: 2})
+	require.EqualValues(t, 8, r.RedisAvailable("A"))
 
 	ctx, cancel := context.WithCancel(bg)
-	next := r.applier.OnApplied
-	r.applier.OnApplied = func(ctx context.Context, chs []inventory.Change) {
+	next := r.Applier.OnApplied
+	r.Applier.OnApplied = func(ctx context.Context, chs []inventory.Change) {
 		cancel() // the consumer stops between the commit and the follow-up
 		next(ctx, chs)
 	}
 	body, err := json.Marshal(arbiter.StockMessage{Token: o.ID, SKU: "A", Op: arbiter.OpRestore, Qty: 2})
 	require.NoError(t, err)
-	require.NoError(t, r.applier.Handle(ctx, []mq.Message{{Key: "A", Body: body}}))
-	r.requireQty("A", 10, 0)
-	require.EqualValues(t, 10, r.redisAvailable("A"), "the restore reached Redis")
+	require.NoError(t, r.Applier.Handle(ctx, []mq.Message{{Key: "A", Body: body}}))
+	r.RequireQty("A", 10, 0)
+	require.EqualValues(t, 10, r.RedisAvailable("A"), "the restore reached Redis")
 }

@@ -1,4 +1,4 @@
-package order
+package order_test
 
 import (
 	"context"
@@ -13,13 +13,9 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/order"
 )
-
-// quota is what buyer_quotas counts for user of sku.
-func (r *rig) quota(sku, user string) int64 {
-	r.t.Helper()
-	return r.count(`SELECT COALESCE(SUM(qty), 0) FROM buyer_quotas WHERE sku = ? AND user_id = ?`, sku, user)
-}
 
 func overLimit(t *testing.T, err error, user, sku string, limit int64) {
 	t.Helper()
@@ -31,117 +27,117 @@ func overLimit(t *testing.T, err error, user, sku string, limit int64) {
 // Redis losing everything, comes back on cancel and on expiry, and a late
 // payment re-counts it (REFUND_REQUIRED when the buyer is at the limit).
 func TestPerUserLimitIsArbitratedByTheDatabase(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	sku := testenv.Unique("LIM")
-	cat := NewCatalog(r.db, r.st, nil)
+	cat := r.Catalog
 	_, err := cat.Put(ctx, sku, 100, 2)
 	require.NoError(t, err)
 	line := func(q int64) []inventory.Line { return []inventory.Line{{SKU: sku, Qty: q}} }
 
-	a1, err := r.svc.Create(ctx, "alice", "", line(1))
+	a1, err := r.Orders.Create(ctx, "alice", "", line(1))
 	require.NoError(t, err)
-	a2, err := r.svc.Create(ctx, "alice", "", line(1))
+	a2, err := r.Orders.Create(ctx, "alice", "", line(1))
 	require.NoError(t, err)
-	_, err = r.svc.Create(ctx, "alice", "", line(1))
+	_, err = r.Orders.Create(ctx, "alice", "", line(1))
 	overLimit(t, err, "alice", sku, 2)
-	_, err = r.svc.Create(ctx, "bob", "", line(3))
+	_, err = r.Orders.Create(ctx, "bob", "", line(3))
 	overLimit(t, err, "bob", sku, 2)
-	_, err = r.svc.Create(ctx, "bob", "", line(2))
+	_, err = r.Orders.Create(ctx, "bob", "", line(2))
 	require.NoError(t, err)
-	require.Equal(t, int64(2), r.quota(sku, "alice"))
-	require.Equal(t, int64(2), r.quota(sku, "bob"))
-	r.requireQty(sku, 100, 4)
-	require.Equal(t, int64(3), r.count(`SELECT COUNT(*) FROM stock_reservations WHERE sku = ? AND buyer IS NOT NULL`, sku), "alice 1+1, bob 2")
+	require.Equal(t, int64(2), r.Quota(sku, "alice"))
+	require.Equal(t, int64(2), r.Quota(sku, "bob"))
+	r.RequireQty(sku, 100, 4)
+	require.Equal(t, int64(3), r.Count(`SELECT COUNT(*) FROM stock_reservations WHERE sku = ? AND buyer IS NOT NULL`, sku), "alice 1+1, bob 2")
 
 	// Redis forgets everything: the database still refuses alice.
-	require.NoError(t, r.rdb.FlushDB(ctx).Err())
-	_, err = r.svc.Create(ctx, "alice", "", line(1))
+	require.NoError(t, r.RDB.FlushDB(ctx).Err())
+	_, err = r.Orders.Create(ctx, "alice", "", line(1))
 	overLimit(t, err, "alice", sku, 2)
-	r.requireQty(sku, 100, 4)
-	r.checkInvariant(sku)
+	r.RequireQty(sku, 100, 4)
+	r.CheckInvariant(sku)
 
 	// A cancel gives the unit back to alice's limit.
-	_, err = r.svc.Cancel(ctx, a1.ID)
+	_, err = r.Orders.Cancel(ctx, a1.ID)
 	require.NoError(t, err)
-	require.Equal(t, int64(1), r.quota(sku, "alice"))
-	a3, err := r.svc.Create(ctx, "alice", "", line(1))
+	require.Equal(t, int64(1), r.Quota(sku, "alice"))
+	a3, err := r.Orders.Create(ctx, "alice", "", line(1))
 	require.NoError(t, err)
-	_, err = r.svc.Create(ctx, "alice", "", line(1))
+	_, err = r.Orders.Create(ctx, "alice", "", line(1))
 	overLimit(t, err, "alice", sku, 2)
 
-	// Paid units keep counting; an expired order's come back.
-	stop := r.startPipeline()
-	_, err = r.svc.Pay(ctx, a2.ID, "pay-a2")
+	// order.Paid units keep counting; an expired order's come back.
+	stop := r.StartPipeline()
+	_, err = r.Orders.Pay(ctx, a2.ID, "pay-a2")
 	require.NoError(t, err)
-	r.waitApplied()
+	r.WaitApplied()
 	stop()
-	require.Equal(t, int64(2), r.quota(sku, "alice"))
-	r.clock.Advance(16 * time.Minute)
-	expired, err := r.svc.Expire(ctx, a3.ID)
+	require.Equal(t, int64(2), r.Quota(sku, "alice"))
+	r.Clock.Advance(16 * time.Minute)
+	expired, err := r.Orders.Expire(ctx, a3.ID)
 	require.NoError(t, err)
 	require.True(t, expired)
-	require.Equal(t, int64(1), r.quota(sku, "alice"))
-	a4, err := r.svc.Create(ctx, "alice", "", line(1))
+	require.Equal(t, int64(1), r.Quota(sku, "alice"))
+	a4, err := r.Orders.Create(ctx, "alice", "", line(1))
 	require.NoError(t, err)
-	require.Equal(t, int64(2), r.quota(sku, "alice"))
+	require.Equal(t, int64(2), r.Quota(sku, "alice"))
 
 	// a3's late payment would take alice past her limit: REFUND_REQUIRED,
 	// nothing re-reserved.
-	late, err := r.svc.Pay(ctx, a3.ID, "pay-a3")
+	late, err := r.Orders.Pay(ctx, a3.ID, "pay-a3")
 	require.NoError(t, err)
-	require.Equal(t, RefundRequired, late.Status)
-	require.Equal(t, int64(2), r.quota(sku, "alice"))
+	require.Equal(t, order.RefundRequired, late.Status)
+	require.Equal(t, int64(2), r.Quota(sku, "alice"))
 	// With a4 cancelled, a late payment is within the limit and re-counts.
-	r.clock.Advance(-16 * time.Minute)
-	_, err = r.svc.Cancel(ctx, a4.ID)
+	r.Clock.Advance(-16 * time.Minute)
+	_, err = r.Orders.Cancel(ctx, a4.ID)
 	require.NoError(t, err)
-	b1, err := r.svc.Create(ctx, "carol", "", line(1))
+	b1, err := r.Orders.Create(ctx, "carol", "", line(1))
 	require.NoError(t, err)
-	r.clock.Advance(16 * time.Minute)
-	expired, err = r.svc.Expire(ctx, b1.ID)
+	r.Clock.Advance(16 * time.Minute)
+	expired, err = r.Orders.Expire(ctx, b1.ID)
 	require.NoError(t, err)
 	require.True(t, expired)
-	require.Equal(t, int64(0), r.quota(sku, "carol"))
-	paid, err := r.svc.Pay(ctx, b1.ID, "pay-b1")
+	require.Equal(t, int64(0), r.Quota(sku, "carol"))
+	paid, err := r.Orders.Pay(ctx, b1.ID, "pay-b1")
 	require.NoError(t, err)
-	require.Equal(t, Paid, paid.Status)
-	require.Equal(t, int64(1), r.quota(sku, "carol"))
-	r.requireQty(sku, 99, 3) // alice: a2 sold; reserved: bob 2 held, carol 1 committed (late)
-	r.checkInvariant(sku)
+	require.Equal(t, order.Paid, paid.Status)
+	require.Equal(t, int64(1), r.Quota(sku, "carol"))
+	r.RequireQty(sku, 99, 3) // alice: a2 sold; reserved: bob 2 held, carol 1 committed (late)
+	r.CheckInvariant(sku)
 }
 
 // A limit set after a reservation was made does not count that reservation,
 // and its release gives nothing back that was not counted.
 func TestPerUserLimitSetLater(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	sku := testenv.Unique("LIM")
-	cat := NewCatalog(r.db, r.st, nil)
+	cat := r.Catalog
 	_, err := cat.Put(ctx, sku, 10, 0)
 	require.NoError(t, err)
-	first, err := r.svc.Create(ctx, "alice", "", []inventory.Line{{SKU: sku, Qty: 3}})
+	first, err := r.Orders.Create(ctx, "alice", "", []inventory.Line{{SKU: sku, Qty: 3}})
 	require.NoError(t, err)
 	_, err = cat.Put(ctx, sku, 10, 1)
 	require.NoError(t, err)
-	_, err = r.svc.Cancel(ctx, first.ID)
+	_, err = r.Orders.Cancel(ctx, first.ID)
 	require.NoError(t, err)
-	require.Equal(t, int64(0), r.quota(sku, "alice"))
-	_, err = r.svc.Create(ctx, "alice", "", []inventory.Line{{SKU: sku, Qty: 1}})
+	require.Equal(t, int64(0), r.Quota(sku, "alice"))
+	_, err = r.Orders.Create(ctx, "alice", "", []inventory.Line{{SKU: sku, Qty: 1}})
 	require.NoError(t, err)
-	_, err = r.svc.Create(ctx, "alice", "", []inventory.Line{{SKU: sku, Qty: 1}})
+	_, err = r.Orders.Create(ctx, "alice", "", []inventory.Line{{SKU: sku, Qty: 1}})
 	overLimit(t, err, "alice", sku, 1)
-	r.checkInvariant(sku)
+	r.CheckInvariant(sku)
 }
 
 // Many concurrent purchases by the same buyers, group-committed together:
 // each buyer gets exactly the limit, every other attempt is refused, and the
 // counts, reservations and Redis agree.
 func TestPerUserLimitRace(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	sku := testenv.Unique("LIM")
-	_, err := NewCatalog(r.db, r.st, nil).Put(ctx, sku, 1000, 3)
+	_, err := r.Catalog.Put(ctx, sku, 1000, 3)
 	require.NoError(t, err)
 	const buyers, attempts = 5, 20
 	var mu sync.Mutex
@@ -152,7 +148,7 @@ func TestPerUserLimitRace(t *testing.T) {
 			wg.Add(1)
 			go func(user string) {
 				defer wg.Done()
-				_, err := r.svc.Create(ctx, user, "", []inventory.Line{{SKU: sku, Qty: 1}})
+				_, err := r.Orders.Create(ctx, user, "", []inventory.Line{{SKU: sku, Qty: 1}})
 				switch {
 				case err == nil:
 					mu.Lock()
@@ -169,10 +165,10 @@ func TestPerUserLimitRace(t *testing.T) {
 	for b := 0; b < buyers; b++ {
 		user := fmt.Sprintf("buyer-%d", b)
 		require.Equal(t, 3, won[user], user)
-		require.Equal(t, int64(3), r.quota(sku, user), user)
+		require.Equal(t, int64(3), r.Quota(sku, user), user)
 	}
-	r.requireQty(sku, 1000, 3*buyers)
-	r.checkInvariant(sku)
+	r.RequireQty(sku, 1000, 3*buyers)
+	r.CheckInvariant(sku)
 }
 
 // A seckill sale under a per-user limit costs one Redis round trip: the
@@ -182,14 +178,14 @@ func TestPerUserLimitRace(t *testing.T) {
 // Redis count is given back with the unit, so the pre-filter ends where the
 // database is.
 func TestSeckillCountsTheLimitInTheAdmission(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	sku := r.putSKU("SK", 100, 2)
-	_, err := r.svc.Seckill(ctx, "warm", sku, 2) // the SKU initialised, the script loaded
+	sku := r.PutSKU("SK", 100, 2)
+	_, err := r.Orders.Seckill(ctx, "warm", sku, 2) // the SKU initialised, the script loaded
 	require.NoError(t, err)
 
-	cmds := testenv.CountCommands(r.rdb)
-	_, err = r.svc.Seckill(ctx, "carol", sku, 2)
+	cmds := testenv.CountCommands(r.RDB)
+	_, err = r.Orders.Seckill(ctx, "carol", sku, 2)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, cmds.Load(), "one Redis call per sale")
 
@@ -197,7 +193,7 @@ func TestSeckillCountsTheLimitInTheAdmission(t *testing.T) {
 	errs := make([]error, 16)
 	for i := range errs {
 		wg.Add(1)
-		go func() { defer wg.Done(); _, errs[i] = r.svc.Seckill(ctx, "dave", sku, 2) }()
+		go func() { defer wg.Done(); _, errs[i] = r.Orders.Seckill(ctx, "dave", sku, 2) }()
 	}
 	wg.Wait()
 	won := 0
@@ -209,18 +205,18 @@ func TestSeckillCountsTheLimitInTheAdmission(t *testing.T) {
 		overLimit(t, err, "dave", sku, 2)
 	}
 	require.Equal(t, 2, won)
-	require.Equal(t, int64(2), r.quota(sku, "dave"))
+	require.Equal(t, int64(2), r.Quota(sku, "dave"))
 
 	// Redis forgets erin's purchases; the database still counts them.
-	_, err = r.svc.Seckill(ctx, "erin", sku, 2)
+	_, err = r.Orders.Seckill(ctx, "erin", sku, 2)
 	require.NoError(t, err)
-	_, err = r.svc.Seckill(ctx, "erin", sku, 2)
+	_, err = r.Orders.Seckill(ctx, "erin", sku, 2)
 	require.NoError(t, err)
-	require.NoError(t, r.rdb.Del(ctx, "inv:{"+sku+"}:buyers").Err())
-	_, err = r.svc.Seckill(ctx, "erin", sku, 2)
+	require.NoError(t, r.RDB.Del(ctx, "inv:{"+sku+"}:buyers").Err())
+	_, err = r.Orders.Seckill(ctx, "erin", sku, 2)
 	overLimit(t, err, "erin", sku, 2)
-	n, err := r.rdb.HGet(ctx, "inv:{"+sku+"}:buyers", "erin").Result()
+	n, err := r.RDB.HGet(ctx, "inv:{"+sku+"}:buyers", "erin").Result()
 	require.ErrorIs(t, err, redis.Nil, "the refused sale's count was given back (%q)", n)
-	r.requireQty(sku, 100, 1+1+2+2)
-	require.EqualValues(t, 100-6, r.redisAvailable(sku), "the refused unit went back to Redis")
+	r.RequireQty(sku, 100, 1+1+2+2)
+	require.EqualValues(t, 100-6, r.RedisAvailable(sku), "the refused unit went back to Redis")
 }

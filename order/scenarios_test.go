@@ -1,4 +1,4 @@
-package order
+package order_test
 
 // Adversarial scenarios of the reservation protocol ("Redis admits, MySQL
 // arbitrates") against the real servers: MariaDB (a fresh database per test)
@@ -33,9 +33,13 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/internal/tokens"
 	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
 )
 
@@ -71,7 +75,7 @@ func startScenRedis(t testing.TB) *scenRedis {
 		port := scenFreePort(t)
 		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--enable-debug-command", "yes",
-			"--dir", dir, "--dbfilename", "dump.rdb")
+			"--dir", dir, "--dbfilename", "dump.RDB")
 		out, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		cmd.Stderr = cmd.Stdout
@@ -129,43 +133,43 @@ func (s *scenRedis) client(t testing.TB) *redis.Client {
 // The scenario rig: newRig on a private Redis, with hooks.
 
 type scen struct {
-	*rig
-	cat *Catalog
+	*testrig.Rig
+	cat *catalog.Catalog
 }
 
 // scenOpts are the rig's options: faults to inject.
-type scenOpts = rigOpts
+type scenOpts = testrig.Opts
 
 func newScen(t *testing.T, opts scenOpts) *scen {
 	t.Helper()
-	r := assemble(t, memoryTransport(t), testenv.MySQL(t), startScenRedis(t).client(t), opts)
-	return &scen{rig: r, cat: NewCatalog(r.db, r.st, nil)}
+	r := testrig.Assemble(t, testrig.MemoryTransport(t), testenv.MySQL(t), startScenRedis(t).client(t), opts)
+	return &scen{Rig: r, cat: r.Catalog}
 }
 
 func (s *scen) redisDo(args ...any) {
-	s.t.Helper()
-	require.NoError(s.t, s.rdb.Do(context.Background(), args...).Err(), "%v", args)
+	s.T.Helper()
+	require.NoError(s.T, s.RDB.Do(context.Background(), args...).Err(), "%v", args)
 }
 
-func (s *scen) flushAll() { s.t.Helper(); s.redisDo("FLUSHALL") }
-func (s *scen) save()     { s.t.Helper(); s.redisDo("SAVE") }
+func (s *scen) flushAll() { s.T.Helper(); s.redisDo("FLUSHALL") }
+func (s *scen) save()     { s.T.Helper(); s.redisDo("SAVE") }
 
 // rollback brings Redis back to its last SAVE.
-func (s *scen) rollback() { s.t.Helper(); s.redisDo("DEBUG", "RELOAD", "NOSAVE") }
+func (s *scen) rollback() { s.T.Helper(); s.redisDo("DEBUG", "RELOAD", "NOSAVE") }
 
 // levels is what Redis holds for sku, without initialising it.
 func (s *scen) levels(sku string) stock.Levels {
-	s.t.Helper()
-	lv, err := s.st.Levels(context.Background(), sku)
-	require.NoError(s.t, err)
+	s.T.Helper()
+	lv, err := s.Stock.Levels(context.Background(), sku)
+	require.NoError(s.T, err)
 	return lv
 }
 
 // reservations returns token's reservation rows, by SKU.
 func (s *scen) reservations(token string) []arbiter.Reservation {
-	s.t.Helper()
+	s.T.Helper()
 	var rows []arbiter.Reservation
-	require.NoError(s.t, s.db.Where("token = ?", token).Order("sku").Find(&rows).Error)
+	require.NoError(s.T, s.DB.Where("token = ?", token).Order("sku").Find(&rows).Error)
 	return rows
 }
 
@@ -176,7 +180,7 @@ type scenResRow struct {
 }
 
 func (s *scen) resRows(token string) []scenResRow {
-	s.t.Helper()
+	s.T.Helper()
 	var out []scenResRow
 	for _, r := range s.reservations(token) {
 		out = append(out, scenResRow{r.SKU, r.Qty, r.State})
@@ -398,33 +402,33 @@ func (h *scenApplyPause) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func TestScenarioRedisComesBackOlder(t *testing.T) {
 	s := newScen(t, scenOpts{})
 	ctx := context.Background()
-	s.addSKU("OLD", 10)
-	s.addSKU("LOW", 10)
-	s.addSKU("STILL", 5)
-	require.EqualValues(t, 5, s.redisAvailable("STILL"))
-	require.EqualValues(t, 10, s.redisAvailable("LOW"))
+	s.AddSKU("OLD", 10)
+	s.AddSKU("LOW", 10)
+	s.AddSKU("STILL", 5)
+	require.EqualValues(t, 5, s.RedisAvailable("STILL"))
+	require.EqualValues(t, 10, s.RedisAvailable("LOW"))
 
 	// Rollback to a higher value: sell 3, SAVE, sell 4, roll back.
-	o1, err := s.svc.Create(ctx, "u1", "", line("OLD", 3))
+	o1, err := s.Orders.Create(ctx, "u1", "", testrig.Line("OLD", 3))
 	require.NoError(t, err)
-	require.EqualValues(t, 7, s.redisAvailable("OLD"))
+	require.EqualValues(t, 7, s.RedisAvailable("OLD"))
 	s.save()
-	o2, err := s.svc.Create(ctx, "u2", "", line("OLD", 4))
+	o2, err := s.Orders.Create(ctx, "u2", "", testrig.Line("OLD", 4))
 	require.NoError(t, err)
 	require.EqualValues(t, 3, s.levels("OLD").Available)
 	s.rollback()
 	before := s.levels("OLD")
 	require.EqualValues(t, 7, before.Available, "Redis came back with the older, higher value")
-	require.EqualValues(t, arbiter.SKU{SKU: "OLD", OnHand: 10, Reserved: 7}, scenQty(s.sku("OLD")))
+	require.EqualValues(t, arbiter.SKU{SKU: "OLD", OnHand: 10, Reserved: 7}, scenQty(s.SKU("OLD")))
 
 	// Ten buyers race for one unit each: Redis would admit 7, the database has 3.
 	const buyers = 10
-	orders := make([]*Order, buyers)
+	orders := make([]*order.Order, buyers)
 	errs := make([]error, buyers)
 	scenRace(buyers, func(i int) {
-		orders[i], errs[i] = s.svc.Create(ctx, fmt.Sprintf("b%d", i), "", line("OLD", 1))
+		orders[i], errs[i] = s.Orders.Create(ctx, fmt.Sprintf("b%d", i), "", testrig.Line("OLD", 1))
 	})
-	won := []*Order{o1, o2}
+	won := []*order.Order{o1, o2}
 	refused := 0
 	for i, err := range errs {
 		if err != nil {
@@ -436,64 +440,64 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 	}
 	require.Len(t, won, 5, "exactly on_hand - reserved = 3 more units sold")
 	require.Equal(t, 7, refused)
-	require.EqualValues(t, arbiter.SKU{SKU: "OLD", OnHand: 10, Reserved: 10}, scenQty(s.sku("OLD")))
-	require.EqualValues(t, 10, s.live("OLD"))
-	require.EqualValues(t, 10, s.count(`SELECT COALESCE(SUM(r.qty), 0) FROM stock_reservations r JOIN orders o ON o.reservation_token = r.token
+	require.EqualValues(t, arbiter.SKU{SKU: "OLD", OnHand: 10, Reserved: 10}, scenQty(s.SKU("OLD")))
+	require.EqualValues(t, 10, s.Live("OLD"))
+	require.EqualValues(t, 10, s.Count(`SELECT COALESCE(SUM(r.qty), 0) FROM stock_reservations r JOIN orders o ON o.reservation_token = r.token
 		WHERE o.status = 'PENDING' AND r.sku = 'OLD'`))
 	// The refusal realigned the SKU: a new epoch, the database's value.
 	after := s.levels("OLD")
-	require.Equal(t, stock.Levels{Initialised: true, Available: 0, Epoch: s.sku("OLD").RedisEpoch, Seq: after.Seq}, after)
+	require.Equal(t, stock.Levels{Initialised: true, Available: 0, Epoch: s.SKU("OLD").RedisEpoch, Seq: after.Seq}, after)
 	require.NotEqual(t, before.Epoch, after.Epoch, "realigned from the database")
-	require.Positive(t, s.st.Stats().Realigns.Load())
-	s.checkInvariant("OLD")
-	_, err = s.svc.Create(ctx, "late", "", line("OLD", 1))
+	require.Positive(t, s.Stock.Stats().Realigns.Load())
+	s.CheckInvariant("OLD")
+	_, err = s.Orders.Create(ctx, "late", "", testrig.Line("OLD", 1))
 	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 
 	// Pay everything: paid never exceeds the stock.
-	stop := s.startPipeline()
+	stop := s.StartPipeline()
 	scenRace(len(won), func(i int) {
-		o, err := s.svc.Pay(ctx, won[i].ID, "pay-"+won[i].ID)
-		if err != nil || o.Status != Paid {
+		o, err := s.Orders.Pay(ctx, won[i].ID, "pay-"+won[i].ID)
+		if err != nil || o.Status != order.Paid {
 			t.Errorf("pay %s: %v", won[i].ID, err)
 		}
 	})
-	s.waitApplied()
+	s.WaitApplied()
 	stop()
-	require.EqualValues(t, arbiter.SKU{SKU: "OLD", OnHand: 0, Reserved: 0}, scenQty(s.sku("OLD")))
-	require.EqualValues(t, 10, s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = 'OLD' AND state = 'SOLD'`))
-	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_anomalies`))
-	s.checkInvariant("OLD")
+	require.EqualValues(t, arbiter.SKU{SKU: "OLD", OnHand: 0, Reserved: 0}, scenQty(s.SKU("OLD")))
+	require.EqualValues(t, 10, s.Count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = 'OLD' AND state = 'SOLD'`))
+	require.EqualValues(t, 0, s.Count(`SELECT COUNT(*) FROM stock_anomalies`))
+	s.CheckInvariant("OLD")
 
 	// Rollback to a lower value (a give-back lost): the units are hidden,
 	// never oversold, and the periodic realign finds and fixes exactly that SKU.
-	oL, err := s.svc.Create(ctx, "u3", "", line("LOW", 4))
+	oL, err := s.Orders.Create(ctx, "u3", "", testrig.Line("LOW", 4))
 	require.NoError(t, err)
 	require.EqualValues(t, 6, s.levels("LOW").Available)
 	s.save()
-	_, err = s.svc.Cancel(ctx, oL.ID)
+	_, err = s.Orders.Cancel(ctx, oL.ID)
 	require.NoError(t, err)
 	require.EqualValues(t, 10, s.levels("LOW").Available)
 	s.rollback()
 	require.EqualValues(t, 6, s.levels("LOW").Available, "the give-back was lost")
-	require.EqualValues(t, arbiter.SKU{SKU: "LOW", OnHand: 10, Reserved: 0}, scenQty(s.sku("LOW")))
-	_, err = s.svc.Create(ctx, "u4", "", line("LOW", 10))
+	require.EqualValues(t, arbiter.SKU{SKU: "LOW", OnHand: 10, Reserved: 0}, scenQty(s.SKU("LOW")))
+	_, err = s.Orders.Create(ctx, "u4", "", testrig.Line("LOW", 10))
 	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "hidden units: refused by Redis")
-	require.EqualValues(t, 0, s.sku("LOW").Reserved)
+	require.EqualValues(t, 0, s.SKU("LOW").Reserved)
 
-	got, err := s.reconciler().Realign(ctx)
+	got, err := s.Reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"LOW"}, got)
 	require.EqualValues(t, 10, s.levels("LOW").Available)
-	got, err = s.reconciler().Realign(ctx)
+	got, err = s.Reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Empty(t, got, "nothing left to realign")
 	for _, sku := range []string{"OLD", "LOW", "STILL"} {
-		s.checkInvariant(sku)
+		s.CheckInvariant(sku)
 	}
-	_, err = s.svc.Create(ctx, "u4", "", line("LOW", 10))
+	_, err = s.Orders.Create(ctx, "u4", "", testrig.Line("LOW", 10))
 	require.NoError(t, err, "the hidden units are sellable again")
-	s.checkInvariant("LOW")
-	reports, err := s.reconciler().Reconcile(ctx, false)
+	s.CheckInvariant("LOW")
+	reports, err := s.Reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
 }
@@ -509,24 +513,24 @@ func scenQty(r arbiter.SKU) arbiter.SKU {
 func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	s := newScen(t, scenOpts{})
 	ctx := context.Background()
-	s.addSKU("TOK", 10)
-	s.addSKU("RAW", 10)
-	s.addSKU("PAIR", 100)
-	restored := s.redisApplied() // the refund's units reach Redis after its ledger row
-	s.startPipeline()
+	s.AddSKU("TOK", 10)
+	s.AddSKU("RAW", 10)
+	s.AddSKU("PAIR", 100)
+	restored := s.RedisApplied() // the refund's units reach Redis after its ledger row
+	s.StartPipeline()
 
-	o, err := s.svc.Create(ctx, "u1", "", line("TOK", 3))
+	o, err := s.Orders.Create(ctx, "u1", "", testrig.Line("TOK", 3))
 	require.NoError(t, err)
 	type snap struct {
 		rows   []scenResRow
 		rec    arbiter.SKU
 		redis  int64
-		status Status
+		status order.Status
 	}
 	snapshot := func() snap {
-		got, err := s.svc.Get(ctx, o.ID)
+		got, err := s.Orders.Get(ctx, o.ID)
 		require.NoError(t, err)
-		return snap{rows: s.resRows(o.ID), rec: s.sku("TOK"), redis: s.levels("TOK").Available, status: got.Status}
+		return snap{rows: s.resRows(o.ID), rec: s.SKU("TOK"), redis: s.levels("TOK").Available, status: got.Status}
 	}
 	want := snapshot()
 	require.Equal(t, []scenResRow{{"TOK", 3, arbiter.Held}}, want.rows)
@@ -538,7 +542,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	vals := make([]int64, n)
 
 	// CommitToken with the order's id finds no token reservation.
-	scenRace(n, func(i int) { vals[i], errs[i] = s.svc.CommitToken(ctx, "TOK", o.ID) })
+	scenRace(n, func(i int) { vals[i], errs[i] = s.Tokens.Commit(ctx, "TOK", o.ID) })
 	for i := range n {
 		require.ErrorIs(t, errs[i], inventory.ErrNotFound)
 		require.Zero(t, vals[i])
@@ -547,7 +551,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 
 	// ReleaseToken with the order's id releases nothing (it records a
 	// tombstone in the token namespace).
-	scenRace(n, func(i int) { vals[i], errs[i] = s.svc.ReleaseToken(ctx, "TOK", o.ID) })
+	scenRace(n, func(i int) { vals[i], errs[i] = s.Tokens.Release(ctx, "TOK", o.ID) })
 	for i := range n {
 		require.NoError(t, errs[i])
 		require.Zero(t, vals[i])
@@ -557,30 +561,30 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 
 	// Reserve with the order's id is a released token now; Redis gets its
 	// admission back.
-	scenRace(n, func(i int) { vals[i], errs[i] = s.svc.Reserve(ctx, "TOK", 3, o.ID) })
+	scenRace(n, func(i int) { vals[i], errs[i] = s.Tokens.Reserve(ctx, "TOK", 3, o.ID) })
 	for i := range n {
-		require.ErrorIs(t, errs[i], ErrTokenReleased)
+		require.ErrorIs(t, errs[i], tokens.ErrReleased)
 	}
 	require.Equal(t, want, snapshot(), "Reserve(order id) changed nothing")
-	_, err = s.svc.CommitToken(ctx, "TOK", o.ID)
-	require.ErrorIs(t, err, ErrTokenReleased)
+	_, err = s.Tokens.Commit(ctx, "TOK", o.ID)
+	require.ErrorIs(t, err, tokens.ErrReleased)
 	require.Equal(t, want, snapshot())
 
 	// The order lives on: paid, then refunded once.
-	paid, err := s.svc.Pay(ctx, o.ID, "pay-1")
+	paid, err := s.Orders.Pay(ctx, o.ID, "pay-1")
 	require.NoError(t, err)
-	require.Equal(t, Paid, paid.Status)
-	s.waitApplied()
-	require.EqualValues(t, arbiter.SKU{SKU: "TOK", OnHand: 7}, scenQty(s.sku("TOK")))
+	require.Equal(t, order.Paid, paid.Status)
+	s.WaitApplied()
+	require.EqualValues(t, arbiter.SKU{SKU: "TOK", OnHand: 7}, scenQty(s.SKU("TOK")))
 	require.Equal(t, []scenResRow{{"TOK", 3, arbiter.Sold}}, s.resRows(o.ID))
-	scenRace(n, func(i int) { vals[i], errs[i] = s.svc.ReleaseToken(ctx, "TOK", o.ID) })
+	scenRace(n, func(i int) { vals[i], errs[i] = s.Tokens.Release(ctx, "TOK", o.ID) })
 	for i := range n {
 		require.NoError(t, errs[i])
 		require.Zero(t, vals[i])
 	}
 	okRefunds := atomic.Int64{}
 	scenRace(n, func(i int) {
-		_, err := s.svc.Refund(ctx, o.ID)
+		_, err := s.Orders.Refund(ctx, o.ID)
 		if err == nil {
 			okRefunds.Add(1)
 		} else if !errors.Is(err, inventory.ErrConflict) {
@@ -588,18 +592,18 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 		}
 	})
 	require.EqualValues(t, 1, okRefunds.Load())
-	s.waitApplied()
+	s.WaitApplied()
 	restored(1)
-	require.EqualValues(t, arbiter.SKU{SKU: "TOK", OnHand: 10}, scenQty(s.sku("TOK")), "the refund gave back exactly once")
+	require.EqualValues(t, arbiter.SKU{SKU: "TOK", OnHand: 10}, scenQty(s.SKU("TOK")), "the refund gave back exactly once")
 	require.EqualValues(t, 10, s.levels("TOK").Available)
-	require.EqualValues(t, 3, s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_ledger WHERE token = ? AND op = 'DEDUCT'`, o.ID))
-	require.EqualValues(t, 3, s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_ledger WHERE token = ? AND op = 'RESTORE'`, o.ID))
-	require.EqualValues(t, 2, s.count(`SELECT COUNT(*) FROM stock_ledger`))
-	s.checkInvariant("TOK")
+	require.EqualValues(t, 3, s.Count(`SELECT COALESCE(SUM(qty), 0) FROM stock_ledger WHERE token = ? AND op = 'DEDUCT'`, o.ID))
+	require.EqualValues(t, 3, s.Count(`SELECT COALESCE(SUM(qty), 0) FROM stock_ledger WHERE token = ? AND op = 'RESTORE'`, o.ID))
+	require.EqualValues(t, 2, s.Count(`SELECT COUNT(*) FROM stock_ledger`))
+	s.CheckInvariant("TOK")
 
 	// The token API's own semantics. A first reservation racing its replays:
 	// one takes, the others see its answer or "in progress".
-	scenRace(n, func(i int) { vals[i], errs[i] = s.svc.Reserve(ctx, "RAW", 2, "c1") })
+	scenRace(n, func(i int) { vals[i], errs[i] = s.Tokens.Reserve(ctx, "RAW", 2, "c1") })
 	took := 0
 	for i := range n {
 		if errs[i] != nil {
@@ -611,20 +615,20 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	}
 	require.Positive(t, took)
 	require.Equal(t, []scenResRow{{"RAW", 2, arbiter.Held}}, s.resRows("t.c1"))
-	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10, Reserved: 2}, scenQty(s.sku("RAW")))
+	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10, Reserved: 2}, scenQty(s.SKU("RAW")))
 	require.EqualValues(t, 8, s.levels("RAW").Available)
 
-	scenRace(n, func(i int) { vals[i], errs[i] = s.svc.Reserve(ctx, "RAW", 2, "c1") })
+	scenRace(n, func(i int) { vals[i], errs[i] = s.Tokens.Reserve(ctx, "RAW", 2, "c1") })
 	for i := range n {
 		require.NoError(t, errs[i])
 		require.EqualValues(t, 8, vals[i], "a replay returns the first result")
 	}
-	_, err = s.svc.Reserve(ctx, "RAW", 5, "c1")
+	_, err = s.Tokens.Reserve(ctx, "RAW", 5, "c1")
 	require.ErrorIs(t, err, inventory.ErrConflict, "a replay with another qty")
-	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10, Reserved: 2}, scenQty(s.sku("RAW")), "replays took nothing")
+	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10, Reserved: 2}, scenQty(s.SKU("RAW")), "replays took nothing")
 	require.EqualValues(t, 8, s.levels("RAW").Available)
 
-	scenRace(n, func(i int) { vals[i], errs[i] = s.svc.ReleaseToken(ctx, "RAW", "c1") })
+	scenRace(n, func(i int) { vals[i], errs[i] = s.Tokens.Release(ctx, "RAW", "c1") })
 	var released int64
 	for i := range n {
 		require.NoError(t, errs[i])
@@ -632,19 +636,19 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 		require.Contains(t, []int64{0, 2}, vals[i])
 	}
 	require.EqualValues(t, 2, released, "released once")
-	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10}, scenQty(s.sku("RAW")))
+	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10}, scenQty(s.SKU("RAW")))
 	require.EqualValues(t, 10, s.levels("RAW").Available)
 
-	_, err = s.svc.Reserve(ctx, "RAW", 2, "c1")
-	require.ErrorIs(t, err, ErrTokenReleased, "a deduct after its release")
-	_, err = s.svc.CommitToken(ctx, "RAW", "c1")
-	require.ErrorIs(t, err, ErrTokenReleased)
-	n0, err := s.svc.ReleaseToken(ctx, "RAW", "c2") // released before it was ever reserved
+	_, err = s.Tokens.Reserve(ctx, "RAW", 2, "c1")
+	require.ErrorIs(t, err, tokens.ErrReleased, "a deduct after its release")
+	_, err = s.Tokens.Commit(ctx, "RAW", "c1")
+	require.ErrorIs(t, err, tokens.ErrReleased)
+	n0, err := s.Tokens.Release(ctx, "RAW", "c2") // released before it was ever reserved
 	require.NoError(t, err)
 	require.Zero(t, n0)
-	_, err = s.svc.Reserve(ctx, "RAW", 1, "c2")
-	require.ErrorIs(t, err, ErrTokenReleased, "a deduct arriving after its release takes nothing")
-	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10}, scenQty(s.sku("RAW")))
+	_, err = s.Tokens.Reserve(ctx, "RAW", 1, "c2")
+	require.ErrorIs(t, err, tokens.ErrReleased, "a deduct arriving after its release takes nothing")
+	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10}, scenQty(s.SKU("RAW")))
 	require.EqualValues(t, 10, s.levels("RAW").Available)
 
 	// A reservation races its own release, for 16 fresh tokens: whichever
@@ -663,7 +667,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 		k := i / 2
 		tok := fmt.Sprintf("x%d", k)
 		if i%2 == 0 {
-			reserved[k], reserveErr[k] = s.svc.Reserve(ctx, "PAIR", 1, tok)
+			reserved[k], reserveErr[k] = s.Tokens.Reserve(ctx, "PAIR", 1, tok)
 			close(reserveDone[k])
 			return
 		}
@@ -673,7 +677,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 		if k%2 == 1 {
 		wait:
 			for {
-				if n, err := s.rdb.Exists(ctx, "inv:{PAIR}:t:t."+tok).Result(); err != nil || n == 1 {
+				if n, err := s.RDB.Exists(ctx, "inv:{PAIR}:t:t."+tok).Result(); err != nil || n == 1 {
 					break
 				}
 				select {
@@ -684,7 +688,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 			}
 		}
 		var err error
-		releasedQty[i/2], err = s.svc.ReleaseToken(ctx, "PAIR", tok)
+		releasedQty[i/2], err = s.Tokens.Release(ctx, "PAIR", tok)
 		if err != nil {
 			t.Errorf("release %s: %v", tok, err)
 		}
@@ -693,7 +697,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	var leaked []string // reserved, the release answered 0, the reservation stayed HELD
 	for k := range pairs {
 		if reserveErr[k] != nil {
-			require.ErrorIs(t, reserveErr[k], ErrTokenReleased)
+			require.ErrorIs(t, reserveErr[k], tokens.ErrReleased)
 			require.Zero(t, releasedQty[k])
 			require.NotZero(t, k%4, "x%d: released after its reservation returned", k)
 			continue
@@ -707,17 +711,17 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	t.Logf("reserve/release race: %d reserved first, %d released first", tookUnits, pairs-tookUnits)
 	require.Empty(t, leaked, "a release racing its reservation answered 0 and left it held")
 	require.Equal(t, tookUnits, gaveBack)
-	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_reservations WHERE token LIKE 't.x%' AND sku = 'PAIR' AND state <> 'RELEASED'`))
-	require.EqualValues(t, pairs, s.count(`SELECT COUNT(*) FROM stock_reservations WHERE token LIKE 't.x%' AND sku = 'PAIR'`))
-	require.EqualValues(t, arbiter.SKU{SKU: "PAIR", OnHand: 100}, scenQty(s.sku("PAIR")))
+	require.EqualValues(t, 0, s.Count(`SELECT COUNT(*) FROM stock_reservations WHERE token LIKE 't.x%' AND sku = 'PAIR' AND state <> 'RELEASED'`))
+	require.EqualValues(t, pairs, s.Count(`SELECT COUNT(*) FROM stock_reservations WHERE token LIKE 't.x%' AND sku = 'PAIR'`))
+	require.EqualValues(t, arbiter.SKU{SKU: "PAIR", OnHand: 100}, scenQty(s.SKU("PAIR")))
 	require.EqualValues(t, 100, s.levels("PAIR").Available)
-	s.checkInvariant("PAIR")
+	s.CheckInvariant("PAIR")
 
 	// Commit races itself; a committed reservation cannot be released.
-	left, err := s.svc.Reserve(ctx, "RAW", 4, "c3")
+	left, err := s.Tokens.Reserve(ctx, "RAW", 4, "c3")
 	require.NoError(t, err)
 	require.EqualValues(t, 6, left)
-	scenRace(n, func(i int) { vals[i], errs[i] = s.svc.CommitToken(ctx, "RAW", "c3") })
+	scenRace(n, func(i int) { vals[i], errs[i] = s.Tokens.Commit(ctx, "RAW", "c3") })
 	for i := range n {
 		if errs[i] != nil {
 			require.ErrorIs(t, errs[i], inventory.ErrConflict)
@@ -725,16 +729,16 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 		}
 		require.EqualValues(t, 4, vals[i])
 	}
-	require.EqualValues(t, 1, s.count(`SELECT COUNT(*) FROM stock_outbox WHERE token = 't.c3'`))
-	_, err = s.svc.ReleaseToken(ctx, "RAW", "c3")
+	require.EqualValues(t, 1, s.Count(`SELECT COUNT(*) FROM stock_outbox WHERE token = 't.c3'`))
+	_, err = s.Tokens.Release(ctx, "RAW", "c3")
 	require.ErrorIs(t, err, inventory.ErrConflict)
-	s.waitApplied()
-	_, err = s.svc.ReleaseToken(ctx, "RAW", "c3")
+	s.WaitApplied()
+	_, err = s.Tokens.Release(ctx, "RAW", "c3")
 	require.ErrorIs(t, err, inventory.ErrConflict, "sold")
-	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 6}, scenQty(s.sku("RAW")))
+	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 6}, scenQty(s.SKU("RAW")))
 	require.Equal(t, []scenResRow{{"RAW", 4, arbiter.Sold}}, s.resRows("t.c3"))
-	s.checkInvariant("RAW")
-	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_anomalies`))
+	s.CheckInvariant("RAW")
+	require.EqualValues(t, 0, s.Count(`SELECT COUNT(*) FROM stock_anomalies`))
 }
 
 // ---------------------------------------------------------------------------
@@ -742,25 +746,25 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 
 func TestScenarioRedisFailureMidCart(t *testing.T) {
 	fault := &scenDeductFault{key: scenStockKey("MIDB")}
-	s := newScen(t, scenOpts{hooks: []redis.Hook{fault}})
+	s := newScen(t, scenOpts{Hooks: []redis.Hook{fault}})
 	ctx := context.Background()
-	s.addSKU("MIDA", 100)
-	s.addSKU("MIDB", 100)
-	require.NoError(t, stock.LoadDeductScript(ctx, s.rdb)) // no NOSCRIPT retry: one deduct call per admission
-	require.EqualValues(t, 100, s.redisAvailable("MIDA"))
-	require.EqualValues(t, 100, s.redisAvailable("MIDB"))
+	s.AddSKU("MIDA", 100)
+	s.AddSKU("MIDB", 100)
+	require.NoError(t, stock.LoadDeductScript(ctx, s.RDB)) // no NOSCRIPT retry: one deduct call per admission
+	require.EqualValues(t, 100, s.RedisAvailable("MIDA"))
+	require.EqualValues(t, 100, s.RedisAvailable("MIDB"))
 	cart := func(a, b int64) []inventory.Line {
 		return []inventory.Line{{SKU: "MIDB", Qty: b}, {SKU: "MIDA", Qty: a}}
 	}
 
 	fault.failNext.Store(1)
-	_, err := s.svc.Create(ctx, "u1", "k0", cart(2, 3))
+	_, err := s.Orders.Create(ctx, "u1", "k0", cart(2, 3))
 	require.ErrorIs(t, err, errScenInjected)
 	require.EqualValues(t, 1, fault.failed.Load())
-	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM orders`))
-	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_reservations`))
+	require.EqualValues(t, 0, s.Count(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, 0, s.Count(`SELECT COUNT(*) FROM stock_reservations`))
 	for _, sku := range []string{"MIDA", "MIDB"} {
-		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100}, scenQty(s.sku(sku)))
+		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100}, scenQty(s.SKU(sku)))
 		require.EqualValues(t, 100, s.levels(sku).Available, "%s: line 1's admission was given back", sku)
 	}
 
@@ -769,9 +773,9 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 	fault.failed.Store(0)
 	fault.failEvery.Store(2)
 	const carts = 32
-	orders := make([]*Order, carts)
+	orders := make([]*order.Order, carts)
 	errs := make([]error, carts)
-	scenRace(carts, func(i int) { orders[i], errs[i] = s.svc.Create(ctx, fmt.Sprintf("r%d", i), "", cart(1, 1)) })
+	scenRace(carts, func(i int) { orders[i], errs[i] = s.Orders.Create(ctx, fmt.Sprintf("r%d", i), "", cart(1, 1)) })
 	fault.failEvery.Store(0)
 	okCount := 0
 	for i := range carts {
@@ -784,35 +788,35 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 	require.EqualValues(t, carts, fault.calls.Load())
 	require.EqualValues(t, carts/2, fault.failed.Load())
 	require.Equal(t, carts/2, okCount)
-	require.EqualValues(t, carts/2, s.count(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, carts/2, s.Count(`SELECT COUNT(*) FROM orders`))
 	for _, sku := range []string{"MIDA", "MIDB"} {
-		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100, Reserved: carts / 2}, scenQty(s.sku(sku)))
+		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100, Reserved: carts / 2}, scenQty(s.SKU(sku)))
 		require.EqualValues(t, 100-carts/2, s.levels(sku).Available)
-		s.checkInvariant(sku)
+		s.CheckInvariant(sku)
 	}
 
 	// The second line's deduction ran in Redis but its answer was lost (a
 	// timeout): line 1 is given back; line 2's units stay hidden (never sold)
 	// until the periodic realign finds exactly that SKU.
 	fault.failAfterNext.Store(1)
-	_, err = s.svc.Create(ctx, "u2", "", cart(2, 3))
+	_, err = s.Orders.Create(ctx, "u2", "", cart(2, 3))
 	require.ErrorIs(t, err, errScenInjected)
-	require.EqualValues(t, carts/2, s.count(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, carts/2, s.Count(`SELECT COUNT(*) FROM orders`))
 	require.EqualValues(t, 100-carts/2, s.levels("MIDA").Available, "line 1 given back")
 	require.EqualValues(t, 100-carts/2-3, s.levels("MIDB").Available, "line 2 hidden")
 	for _, sku := range []string{"MIDA", "MIDB"} {
-		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100, Reserved: carts / 2}, scenQty(s.sku(sku)))
+		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100, Reserved: carts / 2}, scenQty(s.SKU(sku)))
 	}
-	realigned, err := s.reconciler().Realign(ctx)
+	realigned, err := s.Reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"MIDB"}, realigned)
 	for _, sku := range []string{"MIDA", "MIDB"} {
-		s.checkInvariant(sku)
+		s.CheckInvariant(sku)
 	}
 
 	// Once Create returned an order, the reservation is in the database
 	// whatever Redis does; an idempotent retry returns it and takes nothing.
-	o, err := s.svc.Create(ctx, "u9", "k1", cart(5, 5))
+	o, err := s.Orders.Create(ctx, "u9", "k1", cart(5, 5))
 	require.NoError(t, err)
 	s.flushAll()
 	require.Equal(t, []scenResRow{{"MIDA", 5, arbiter.Held}, {"MIDB", 5, arbiter.Held}}, s.resRows(o.ID))
@@ -820,7 +824,7 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 	ids := make([]string, retries)
 	errs = make([]error, retries)
 	scenRace(retries, func(i int) {
-		got, err := s.svc.Create(ctx, "u9", "k1", cart(5, 5))
+		got, err := s.Orders.Create(ctx, "u9", "k1", cart(5, 5))
 		if err != nil {
 			errs[i] = err
 			return
@@ -831,20 +835,20 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 		require.NoError(t, errs[i])
 		require.Equal(t, o.ID, ids[i])
 	}
-	_, err = s.svc.Create(ctx, "u9", "k1", cart(5, 6))
+	_, err = s.Orders.Create(ctx, "u9", "k1", cart(5, 6))
 	require.ErrorIs(t, err, inventory.ErrConflict)
-	require.EqualValues(t, carts/2+1, s.count(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, carts/2+1, s.Count(`SELECT COUNT(*) FROM orders`))
 	for _, sku := range []string{"MIDA", "MIDB"} {
-		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100, Reserved: carts/2 + 5}, scenQty(s.sku(sku)), "reserved once")
+		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 100, Reserved: carts/2 + 5}, scenQty(s.SKU(sku)), "reserved once")
 		require.False(t, s.levels(sku).Initialised, "retries never went to Redis")
-		require.EqualValues(t, 100-carts/2-5, s.redisAvailable(sku), "re-initialised from the database")
-		s.checkInvariant(sku)
+		require.EqualValues(t, 100-carts/2-5, s.RedisAvailable(sku), "re-initialised from the database")
+		s.CheckInvariant(sku)
 	}
-	_, err = s.svc.Cancel(ctx, o.ID)
+	_, err = s.Orders.Cancel(ctx, o.ID)
 	require.NoError(t, err)
 	for _, sku := range []string{"MIDA", "MIDB"} {
-		require.EqualValues(t, carts/2, s.sku(sku).Reserved)
-		s.checkInvariant(sku)
+		require.EqualValues(t, carts/2, s.SKU(sku).Reserved)
+		s.CheckInvariant(sku)
 	}
 }
 
@@ -857,8 +861,8 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 	proceed := make(chan struct{})
 	pause := &scenApplyPause{key: scenStockKey("ADJ2"), reached: make(chan struct{}), release: make(chan struct{})}
 	s := newScen(t, scenOpts{
-		hooks: []redis.Hook{pause},
-		wrapInit: func(init inventory.InitFunc) inventory.InitFunc {
+		Hooks: []redis.Hook{pause},
+		WrapInit: func(init inventory.InitFunc) inventory.InitFunc {
 			return func(ctx context.Context, sku string, write func(inventory.Baseline) error) error {
 				return init(ctx, sku, func(lv inventory.Baseline) error {
 					if sku == "ADJ" && pauseInit.CompareAndSwap(true, false) {
@@ -873,27 +877,27 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 				})
 			}
 		},
-		cfg: func(c *stock.Config) { c.InitWait, c.LockTTL = 20*time.Second, 30*time.Second },
+		Stock: func(c *stock.Config) { c.InitWait, c.LockTTL = 20*time.Second, 30*time.Second },
 	})
 	ctx := context.Background()
-	s.addSKU("ADJ", 100)
-	s.addSKU("ADJ2", 100)
+	s.AddSKU("ADJ", 100)
+	s.AddSKU("ADJ2", 100)
 	for _, sku := range []string{"ADJ", "ADJ2"} {
-		_, err := s.svc.Create(ctx, "u1", "", line(sku, 5))
+		_, err := s.Orders.Create(ctx, "u1", "", testrig.Line(sku, 5))
 		require.NoError(t, err)
 		require.EqualValues(t, 95, s.levels(sku).Available)
 	}
 
 	// (a) The init read the database (95 available) and holds the row; the
 	// adjustment waits for it and then brings its -90 into Redis.
-	require.NoError(t, s.st.Forget(ctx, "ADJ"))
+	require.NoError(t, s.Stock.Forget(ctx, "ADJ"))
 	pauseInit.Store(true)
 	initDone := make(chan error, 1)
-	go func() { initDone <- s.st.EnsureInit(ctx, "ADJ") }()
+	go func() { initDone <- s.Stock.EnsureInit(ctx, "ADJ") }()
 	lv := <-initRead
 	require.EqualValues(t, 95, lv.Available)
 	type adjusted struct {
-		v   *SKUView
+		v   *catalog.SKUView
 		err error
 	}
 	adjDone := make(chan adjusted, 1)
@@ -903,7 +907,7 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 	}()
 	// The adjustment is at the database, waiting for the init's row lock.
 	require.Eventually(t, func() bool {
-		return s.count(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
+		return s.Count(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
 			WHERE DB = DATABASE() AND INFO LIKE 'UPDATE skus SET on_hand = on_hand + %'`) == 1
 	}, 30*time.Second, 2*time.Millisecond)
 	select {
@@ -915,58 +919,58 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 	require.NoError(t, <-initDone)
 	a := <-adjDone
 	require.NoError(t, a.err)
-	require.Equal(t, SKUView{SKU: "ADJ", OnHand: 10, Reserved: 5, Available: 5, RedisAvailable: 5, Version: "10.0"}, *a.v)
+	require.Equal(t, catalog.SKUView{SKU: "ADJ", OnHand: 10, Reserved: 5, Available: 5, RedisAvailable: 5, Version: "10.0"}, *a.v)
 	require.EqualValues(t, 5, s.levels("ADJ").Available)
-	s.checkInvariant("ADJ")
+	s.CheckInvariant("ADJ")
 
 	// (b) The adjustment committed; before its Apply reaches Redis, a cold
 	// init reads the adjusted database. The Apply must not count it twice.
-	realigns := s.st.Stats().Realigns.Load()
+	realigns := s.Stock.Stats().Realigns.Load()
 	pause.armed.Store(true)
 	go func() {
 		v, err := s.cat.Adjust(ctx, "ADJ2", -90, "shrinkage", "audit-2")
 		adjDone <- adjusted{v, err}
 	}()
 	<-pause.reached
-	require.EqualValues(t, arbiter.SKU{SKU: "ADJ2", OnHand: 10, Reserved: 5}, scenQty(s.sku("ADJ2")))
-	require.NoError(t, s.st.Forget(ctx, "ADJ2"))
-	require.NoError(t, s.st.EnsureInit(ctx, "ADJ2"))
+	require.EqualValues(t, arbiter.SKU{SKU: "ADJ2", OnHand: 10, Reserved: 5}, scenQty(s.SKU("ADJ2")))
+	require.NoError(t, s.Stock.Forget(ctx, "ADJ2"))
+	require.NoError(t, s.Stock.EnsureInit(ctx, "ADJ2"))
 	require.EqualValues(t, 5, s.levels("ADJ2").Available)
 	close(pause.release)
 	a = <-adjDone
 	require.NoError(t, a.err)
-	require.Equal(t, SKUView{SKU: "ADJ2", OnHand: 10, Reserved: 5, Available: 5, RedisAvailable: 5, Version: "10.0"}, *a.v)
-	require.Equal(t, realigns, s.st.Stats().Realigns.Load(), "the fence skipped it (no clamp and realign)")
-	s.checkInvariant("ADJ2")
+	require.Equal(t, catalog.SKUView{SKU: "ADJ2", OnHand: 10, Reserved: 5, Available: 5, RedisAvailable: 5, Version: "10.0"}, *a.v)
+	require.Equal(t, realigns, s.Stock.Stats().Realigns.Load(), "the fence skipped it (no clamp and realign)")
+	s.CheckInvariant("ADJ2")
 
 	// Put/Adjust below what is reserved (by orders just created) is a
 	// conflict and changes nothing.
-	s.addSKU("LIM", 10)
+	s.AddSKU("LIM", 10)
 	scenRace(6, func(i int) {
-		if _, err := s.svc.Create(ctx, fmt.Sprintf("l%d", i), "", line("LIM", 1)); err != nil {
+		if _, err := s.Orders.Create(ctx, fmt.Sprintf("l%d", i), "", testrig.Line("LIM", 1)); err != nil {
 			t.Errorf("create: %v", err)
 		}
 	})
-	before := s.sku("LIM")
+	before := s.SKU("LIM")
 	require.EqualValues(t, 6, before.Reserved)
 	_, err := s.cat.Put(ctx, "LIM", 5, 0)
 	require.ErrorIs(t, err, inventory.ErrConflict)
 	_, err = s.cat.Adjust(ctx, "LIM", -5, "shrinkage", "")
 	require.ErrorIs(t, err, inventory.ErrConflict)
-	require.Equal(t, before, s.sku("LIM"), "nothing changed, not even seq")
+	require.Equal(t, before, s.SKU("LIM"), "nothing changed, not even seq")
 	require.EqualValues(t, 4, s.levels("LIM").Available)
 	// The database itself refuses reserved > on_hand and reserved < 0.
-	require.Error(t, s.db.Exec(`UPDATE skus SET reserved = on_hand + 1 WHERE sku = 'LIM'`).Error)
-	require.Error(t, s.db.Exec(`UPDATE skus SET reserved = -1 WHERE sku = 'LIM'`).Error)
-	require.Equal(t, before, s.sku("LIM"))
+	require.Error(t, s.DB.Exec(`UPDATE skus SET reserved = on_hand + 1 WHERE sku = 'LIM'`).Error)
+	require.Error(t, s.DB.Exec(`UPDATE skus SET reserved = -1 WHERE sku = 'LIM'`).Error)
+	require.Equal(t, before, s.SKU("LIM"))
 	v, err := s.cat.Put(ctx, "LIM", 6, 0)
 	require.NoError(t, err)
-	require.Equal(t, SKUView{SKU: "LIM", OnHand: 6, Reserved: 6, Available: 0, RedisAvailable: 0, Version: "6.0"}, *v)
-	s.checkInvariant("LIM")
+	require.Equal(t, catalog.SKUView{SKU: "LIM", OnHand: 6, Reserved: 6, Available: 0, RedisAvailable: 0, Version: "6.0"}, *v)
+	s.CheckInvariant("LIM")
 
 	// Buyers race shrinkage: every unit goes to at most one of them.
-	s.addSKU("RACE", 20)
-	require.EqualValues(t, 20, s.redisAvailable("RACE"))
+	s.AddSKU("RACE", 20)
+	require.EqualValues(t, 20, s.RedisAvailable("RACE"))
 	var bought, shrunk atomic.Int64
 	scenRace(30, func(i int) {
 		if i%3 == 0 {
@@ -979,7 +983,7 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 			}
 			return
 		}
-		_, err := s.svc.Create(ctx, fmt.Sprintf("r%d", i), "", line("RACE", 1))
+		_, err := s.Orders.Create(ctx, fmt.Sprintf("r%d", i), "", testrig.Line("RACE", 1))
 		switch {
 		case err == nil:
 			bought.Add(1)
@@ -987,12 +991,12 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 			t.Errorf("create: %v", err)
 		}
 	})
-	rec := s.sku("RACE")
+	rec := s.SKU("RACE")
 	require.EqualValues(t, 20-shrunk.Load(), rec.OnHand)
 	require.EqualValues(t, bought.Load(), rec.Reserved)
 	require.LessOrEqual(t, bought.Load()+shrunk.Load(), int64(20))
 	t.Logf("RACE: %d bought, %d shrunk", bought.Load(), shrunk.Load())
-	s.checkInvariant("RACE")
+	s.CheckInvariant("RACE")
 }
 
 // ---------------------------------------------------------------------------
@@ -1002,23 +1006,23 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 	s := newScen(t, scenOpts{})
 	ctx := context.Background()
-	s.addSKU("ANO", 10)
-	s.addSKU("FINE", 10)
-	o, err := s.svc.Create(ctx, "u1", "", line("ANO", 2)) // HELD, not committed
+	s.AddSKU("ANO", 10)
+	s.AddSKU("FINE", 10)
+	o, err := s.Orders.Create(ctx, "u1", "", testrig.Line("ANO", 2)) // HELD, not committed
 	require.NoError(t, err)
-	_, err = s.svc.Reserve(ctx, "ANO", 3, "c1")
+	_, err = s.Tokens.Reserve(ctx, "ANO", 3, "c1")
 	require.NoError(t, err)
-	q, err := s.svc.CommitToken(ctx, "ANO", "c1") // COMMITTED 3 (its outbox row is never relayed here)
+	q, err := s.Tokens.Commit(ctx, "ANO", "c1") // COMMITTED 3 (its outbox row is never relayed here)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, q)
-	require.EqualValues(t, 10, s.redisAvailable("FINE"))
+	require.EqualValues(t, 10, s.RedisAvailable("FINE"))
 	want := arbiter.SKU{SKU: "ANO", OnHand: 10, Reserved: 5}
-	require.Equal(t, want, scenQty(s.sku("ANO")))
+	require.Equal(t, want, scenQty(s.SKU("ANO")))
 
 	// Each forged DEDUCT is delivered by 8 consumers at once.
 	deliver := func(m mq.Message) {
 		scenRace(8, func(int) {
-			if err := s.applier.Handle(ctx, []mq.Message{m}); err != nil {
+			if err := s.Applier.Handle(ctx, []mq.Message{m}); err != nil {
 				t.Errorf("handle: %v", err)
 			}
 		})
@@ -1027,23 +1031,23 @@ func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 	deliver(scenMsg(o.ID, "ANO", arbiter.OpDeduct, 2))         // HELD, not committed
 	deliver(scenMsg("t.c1", "ANO", arbiter.OpDeduct, 4))       // committed, wrong qty
 	deliver(scenMsg(o.ID+".late", "ANO", arbiter.OpDeduct, 2)) // no late reservation
-	require.EqualValues(t, 4, s.applier.Anomalies.Load(), "each recorded once")
-	require.EqualValues(t, 0, s.applier.Applied.Load())
-	require.EqualValues(t, 28, s.applier.Duplicate.Load())
-	require.Equal(t, want, scenQty(s.sku("ANO")), "on_hand and reserved unchanged")
+	require.EqualValues(t, 4, s.Applier.Anomalies.Load(), "each recorded once")
+	require.EqualValues(t, 0, s.Applier.Applied.Load())
+	require.EqualValues(t, 28, s.Applier.Duplicate.Load())
+	require.Equal(t, want, scenQty(s.SKU("ANO")), "on_hand and reserved unchanged")
 	require.Equal(t, []scenResRow{{"ANO", 2, arbiter.Held}}, s.resRows(o.ID))
 	require.Equal(t, []scenResRow{{"ANO", 3, arbiter.Committed}}, s.resRows("t.c1"))
-	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_ledger`))
+	require.EqualValues(t, 0, s.Count(`SELECT COUNT(*) FROM stock_ledger`))
 	var reasons []string
-	require.NoError(t, s.db.Model(&arbiter.AnomalyRow{}).Order("token").Pluck("reason", &reasons).Error)
+	require.NoError(t, s.DB.Model(&arbiter.AnomalyRow{}).Order("token").Pluck("reason", &reasons).Error)
 	require.Equal(t, slices.Repeat([]string{"no committed reservation of this quantity"}, 4), reasons)
 
-	reports, err := s.reconciler().Reconcile(ctx, false)
+	reports, err := s.Reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	five := int64(5)
 	require.Equal(t, []maintenance.Report{{SKU: "ANO", OnHand: 10, Reserved: 5, Live: 5, Available: 5, RedisAvailable: &five,
 		Anomalies: 4, Problem: "anomalies"}}, reports)
-	reports, err = s.reconciler().Reconcile(ctx, true)
+	reports, err = s.Reconciler().Reconcile(ctx, true)
 	require.NoError(t, err)
 	require.Len(t, reports, 1)
 	require.False(t, reports[0].Repaired, "anomalies need an operator")
@@ -1053,12 +1057,12 @@ func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 	deliver(scenMsg("ghost", "ANO", arbiter.OpRestore, 1))
 	deliver(scenMsg("t.c1", "ANO", arbiter.OpRestore, 4))
 	deliver(scenMsg(o.ID, "ANO", arbiter.OpRestore, 2))
-	require.EqualValues(t, 7, s.applier.Anomalies.Load())
-	require.EqualValues(t, 0, s.applier.Applied.Load())
-	require.Equal(t, want, scenQty(s.sku("ANO")), "on_hand unchanged")
+	require.EqualValues(t, 7, s.Applier.Anomalies.Load())
+	require.EqualValues(t, 0, s.Applier.Applied.Load())
+	require.Equal(t, want, scenQty(s.SKU("ANO")), "on_hand unchanged")
 	require.EqualValues(t, 5, s.levels("ANO").Available, "Redis unchanged")
-	require.EqualValues(t, 3, s.count(`SELECT COUNT(*) FROM stock_anomalies WHERE op = 'RESTORE' AND reason = 'restore without its deduction'`))
-	reports, err = s.reconciler().Reconcile(ctx, false)
+	require.EqualValues(t, 3, s.Count(`SELECT COUNT(*) FROM stock_anomalies WHERE op = 'RESTORE' AND reason = 'restore without its deduction'`))
+	reports, err = s.Reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Len(t, reports, 1)
 	require.Equal(t, "ANO", reports[0].SKU)
@@ -1068,14 +1072,14 @@ func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 	// An unknown SKU is an anomaly as well, reported under its name; a clean
 	// SKU is never reported.
 	deliver(scenMsg("ghost", "NOSUCH", arbiter.OpDeduct, 1))
-	require.EqualValues(t, 1, s.count(`SELECT COUNT(*) FROM stock_anomalies WHERE sku = 'NOSUCH' AND reason = 'unknown sku'`))
-	reports, err = s.reconciler().Reconcile(ctx, false)
+	require.EqualValues(t, 1, s.Count(`SELECT COUNT(*) FROM stock_anomalies WHERE sku = 'NOSUCH' AND reason = 'unknown sku'`))
+	reports, err = s.Reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Len(t, reports, 2)
 	require.Equal(t, "ANO", reports[0].SKU)
 	require.Equal(t, maintenance.Report{SKU: "NOSUCH", Anomalies: 1, Problem: "anomalies (no such sku)"}, reports[1])
-	s.checkInvariant("ANO")
-	s.checkInvariant("FINE")
+	s.CheckInvariant("ANO")
+	s.CheckInvariant("FINE")
 }
 
 // ---------------------------------------------------------------------------
@@ -1084,34 +1088,34 @@ func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 func TestScenarioLatePaymentRace(t *testing.T) {
 	s := newScen(t, scenOpts{})
 	ctx := context.Background()
-	s.addSKU("LATE", 10)
-	s.addSKU("LATE2", 10)
-	s.addSKU("GONE", 2)
-	o, err := s.svc.Create(ctx, "u1", "", []inventory.Line{{SKU: "LATE", Qty: 3}, {SKU: "LATE2", Qty: 2}})
+	s.AddSKU("LATE", 10)
+	s.AddSKU("LATE2", 10)
+	s.AddSKU("GONE", 2)
+	o, err := s.Orders.Create(ctx, "u1", "", []inventory.Line{{SKU: "LATE", Qty: 3}, {SKU: "LATE2", Qty: 2}})
 	require.NoError(t, err)
-	og, err := s.svc.Create(ctx, "u2", "", line("GONE", 2))
+	og, err := s.Orders.Create(ctx, "u2", "", testrig.Line("GONE", 2))
 	require.NoError(t, err)
-	s.clock.Advance(16 * time.Minute)
+	s.Clock.Advance(16 * time.Minute)
 	for _, id := range []string{o.ID, og.ID} {
-		expired, err := s.svc.Expire(ctx, id)
+		expired, err := s.Orders.Expire(ctx, id)
 		require.NoError(t, err)
 		require.True(t, expired)
 	}
 	for _, sku := range []string{"LATE", "LATE2"} {
-		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 10}, scenQty(s.sku(sku)))
+		require.EqualValues(t, arbiter.SKU{SKU: sku, OnHand: 10}, scenQty(s.SKU(sku)))
 		require.EqualValues(t, 10, s.levels(sku).Available)
 	}
 
 	// 16 deliveries of one late callback race 16 of another payment.
 	const n = 32
-	got := make([]*Order, n)
+	got := make([]*order.Order, n)
 	errs := make([]error, n)
 	pid := func(i int) string { return []string{"pay-A", "pay-B"}[i%2] }
-	scenRace(n, func(i int) { got[i], errs[i] = s.svc.Pay(ctx, o.ID, pid(i)) })
+	scenRace(n, func(i int) { got[i], errs[i] = s.Orders.Pay(ctx, o.ID, pid(i)) })
 	winner := ""
 	for i := range n {
 		if errs[i] == nil {
-			require.Equal(t, Paid, got[i].Status)
+			require.Equal(t, order.Paid, got[i].Status)
 			require.NotNil(t, got[i].PaymentID)
 			if winner == "" {
 				winner = *got[i].PaymentID
@@ -1128,60 +1132,60 @@ func TestScenarioLatePaymentRace(t *testing.T) {
 			require.ErrorIs(t, errs[i], inventory.ErrConflict)
 		}
 	}
-	stored, err := s.svc.Get(ctx, o.ID)
+	stored, err := s.Orders.Get(ctx, o.ID)
 	require.NoError(t, err)
-	require.Equal(t, Paid, stored.Status)
+	require.Equal(t, order.Paid, stored.Status)
 	require.Equal(t, winner, *stored.PaymentID)
 	require.Equal(t, o.ID+".late", stored.ReservationToken)
 	require.Equal(t, []scenResRow{{"LATE", 3, arbiter.Committed}, {"LATE2", 2, arbiter.Committed}}, s.resRows(o.ID+".late"))
 	require.Equal(t, []scenResRow{{"LATE", 3, arbiter.Released}, {"LATE2", 2, arbiter.Released}}, s.resRows(o.ID))
-	require.EqualValues(t, 2, s.count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ? AND op = 'DEDUCT'`, o.ID+".late"))
-	require.EqualValues(t, 2, s.count(`SELECT COUNT(*) FROM stock_outbox`))
-	require.EqualValues(t, arbiter.SKU{SKU: "LATE", OnHand: 10, Reserved: 3}, scenQty(s.sku("LATE")))
-	require.EqualValues(t, arbiter.SKU{SKU: "LATE2", OnHand: 10, Reserved: 2}, scenQty(s.sku("LATE2")))
+	require.EqualValues(t, 2, s.Count(`SELECT COUNT(*) FROM stock_outbox WHERE token = ? AND op = 'DEDUCT'`, o.ID+".late"))
+	require.EqualValues(t, 2, s.Count(`SELECT COUNT(*) FROM stock_outbox`))
+	require.EqualValues(t, arbiter.SKU{SKU: "LATE", OnHand: 10, Reserved: 3}, scenQty(s.SKU("LATE")))
+	require.EqualValues(t, arbiter.SKU{SKU: "LATE2", OnHand: 10, Reserved: 2}, scenQty(s.SKU("LATE2")))
 	require.EqualValues(t, 7, s.levels("LATE").Available)
 	require.EqualValues(t, 8, s.levels("LATE2").Available)
-	s.checkInvariant("LATE")
-	s.checkInvariant("LATE2")
+	s.CheckInvariant("LATE")
+	s.CheckInvariant("LATE2")
 
 	// A late payment whose stock is gone: REFUND_REQUIRED, nothing reserved.
-	_, err = s.svc.Create(ctx, "u3", "", line("GONE", 2))
+	_, err = s.Orders.Create(ctx, "u3", "", testrig.Line("GONE", 2))
 	require.NoError(t, err)
-	scenRace(8, func(i int) { got[i], errs[i] = s.svc.Pay(ctx, og.ID, "pay-G") })
+	scenRace(8, func(i int) { got[i], errs[i] = s.Orders.Pay(ctx, og.ID, "pay-G") })
 	for i := range 8 {
 		require.NoError(t, errs[i])
-		require.Equal(t, RefundRequired, got[i].Status)
+		require.Equal(t, order.RefundRequired, got[i].Status)
 	}
-	require.EqualValues(t, arbiter.SKU{SKU: "GONE", OnHand: 2, Reserved: 2}, scenQty(s.sku("GONE")))
+	require.EqualValues(t, arbiter.SKU{SKU: "GONE", OnHand: 2, Reserved: 2}, scenQty(s.SKU("GONE")))
 	require.Empty(t, s.resRows(og.ID+".late"))
-	s.checkInvariant("GONE")
+	s.CheckInvariant("GONE")
 
 	// A cancelled order paid: REFUND_REQUIRED, reserved unchanged.
-	oc, err := s.svc.Create(ctx, "u4", "", line("LATE", 1))
+	oc, err := s.Orders.Create(ctx, "u4", "", testrig.Line("LATE", 1))
 	require.NoError(t, err)
-	_, err = s.svc.Cancel(ctx, oc.ID)
+	_, err = s.Orders.Cancel(ctx, oc.ID)
 	require.NoError(t, err)
-	scenRace(8, func(i int) { got[i], errs[i] = s.svc.Pay(ctx, oc.ID, "pay-C") })
+	scenRace(8, func(i int) { got[i], errs[i] = s.Orders.Pay(ctx, oc.ID, "pay-C") })
 	for i := range 8 {
 		require.NoError(t, errs[i])
-		require.Equal(t, RefundRequired, got[i].Status)
+		require.Equal(t, order.RefundRequired, got[i].Status)
 	}
-	require.EqualValues(t, arbiter.SKU{SKU: "LATE", OnHand: 10, Reserved: 3}, scenQty(s.sku("LATE")))
+	require.EqualValues(t, arbiter.SKU{SKU: "LATE", OnHand: 10, Reserved: 3}, scenQty(s.SKU("LATE")))
 	require.EqualValues(t, 7, s.levels("LATE").Available)
-	refunded, err := s.svc.Refund(ctx, oc.ID)
+	refunded, err := s.Orders.Refund(ctx, oc.ID)
 	require.NoError(t, err)
-	require.Equal(t, Refunded, refunded.Status)
-	require.EqualValues(t, 2, s.count(`SELECT COUNT(*) FROM stock_outbox`), "no RESTORE for what never took stock")
+	require.Equal(t, order.Refunded, refunded.Status)
+	require.EqualValues(t, 2, s.Count(`SELECT COUNT(*) FROM stock_outbox`), "no RESTORE for what never took stock")
 
 	// The late sale lands.
-	s.startPipeline()
-	s.waitApplied()
-	require.EqualValues(t, arbiter.SKU{SKU: "LATE", OnHand: 7}, scenQty(s.sku("LATE")))
-	require.EqualValues(t, arbiter.SKU{SKU: "LATE2", OnHand: 8}, scenQty(s.sku("LATE2")))
+	s.StartPipeline()
+	s.WaitApplied()
+	require.EqualValues(t, arbiter.SKU{SKU: "LATE", OnHand: 7}, scenQty(s.SKU("LATE")))
+	require.EqualValues(t, arbiter.SKU{SKU: "LATE2", OnHand: 8}, scenQty(s.SKU("LATE2")))
 	require.Equal(t, []scenResRow{{"LATE", 3, arbiter.Sold}, {"LATE2", 2, arbiter.Sold}}, s.resRows(o.ID+".late"))
-	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_anomalies`))
+	require.EqualValues(t, 0, s.Count(`SELECT COUNT(*) FROM stock_anomalies`))
 	for _, sku := range []string{"LATE", "LATE2", "GONE"} {
-		s.checkInvariant(sku)
+		s.CheckInvariant(sku)
 	}
 }
 
@@ -1192,7 +1196,7 @@ func TestScenarioDoubleKeyLoss(t *testing.T) {
 	s := newScen(t, scenOpts{})
 	ctx := context.Background()
 	const stockN = 300
-	s.addSKU("DKL", stockN)
+	s.AddSKU("DKL", stockN)
 
 	const workers, perWorker = 64, 6
 	flushAt := map[int64]bool{40: true, 200: true}
@@ -1202,7 +1206,7 @@ func TestScenarioDoubleKeyLoss(t *testing.T) {
 		defer close(flushed)
 		for range 2 {
 			<-flushes
-			if err := s.rdb.FlushAll(ctx).Err(); err != nil {
+			if err := s.RDB.FlushAll(ctx).Err(); err != nil {
 				t.Errorf("flushall: %v", err)
 			}
 		}
@@ -1211,7 +1215,7 @@ func TestScenarioDoubleKeyLoss(t *testing.T) {
 	type outcome struct {
 		id     string
 		qty    int64
-		status Status
+		status order.Status
 	}
 	var mu sync.Mutex
 	var outcomes []outcome
@@ -1223,10 +1227,10 @@ func TestScenarioDoubleKeyLoss(t *testing.T) {
 			}
 			qty := int64(1 + (w+i)%3)
 			key := fmt.Sprintf("w%d-%d", w, i)
-			var o *Order
+			var o *order.Order
 			var err error
 			for try := 0; try < 20; try++ { // ErrUnavailable is retryable, with the same key
-				o, err = s.svc.Create(ctx, fmt.Sprintf("u%d", w), key, line("DKL", qty))
+				o, err = s.Orders.Create(ctx, fmt.Sprintf("u%d", w), key, testrig.Line("DKL", qty))
 				if !errors.Is(err, inventory.ErrUnavailable) {
 					break
 				}
@@ -1239,18 +1243,18 @@ func TestScenarioDoubleKeyLoss(t *testing.T) {
 				t.Errorf("create %s: %v", key, err)
 				continue
 			}
-			st := Pending
+			st := order.Pending
 			switch i % 4 {
 			case 0:
-				if _, err := s.svc.Cancel(ctx, o.ID); err != nil {
+				if _, err := s.Orders.Cancel(ctx, o.ID); err != nil {
 					t.Errorf("cancel: %v", err)
 				}
-				st = Cancelled
+				st = order.Cancelled
 			case 1:
-				if _, err := s.svc.Pay(ctx, o.ID, "pay-"+o.ID); err != nil {
+				if _, err := s.Orders.Pay(ctx, o.ID, "pay-"+o.ID); err != nil {
 					t.Errorf("pay: %v", err)
 				}
-				st = Paid
+				st = order.Paid
 			}
 			mu.Lock()
 			outcomes = append(outcomes, outcome{o.ID, qty, st})
@@ -1261,33 +1265,33 @@ func TestScenarioDoubleKeyLoss(t *testing.T) {
 
 	// Every 201 is in the database, as the client left it; nothing else is.
 	var dbIDs []string
-	require.NoError(t, s.db.Model(&Order{}).Order("id").Pluck("id", &dbIDs).Error)
+	require.NoError(t, s.DB.Model(&order.Order{}).Order("id").Pluck("id", &dbIDs).Error)
 	var ids []string
 	var held int64
 	for _, oc := range outcomes {
 		ids = append(ids, oc.id)
-		got, err := s.svc.Get(ctx, oc.id)
+		got, err := s.Orders.Get(ctx, oc.id)
 		require.NoError(t, err)
 		require.Equal(t, oc.status, got.Status)
-		want := map[Status]arbiter.ResState{Pending: arbiter.Held, Paid: arbiter.Committed, Cancelled: arbiter.Released}[oc.status]
+		want := map[order.Status]arbiter.ResState{order.Pending: arbiter.Held, order.Paid: arbiter.Committed, order.Cancelled: arbiter.Released}[oc.status]
 		require.Equal(t, []scenResRow{{"DKL", oc.qty, want}}, s.resRows(oc.id))
-		if oc.status != Cancelled {
+		if oc.status != order.Cancelled {
 			held += oc.qty
 		}
 	}
 	slices.Sort(ids)
 	require.Equal(t, dbIDs, ids, "no order both 201 and missing, none unannounced")
-	rec := s.sku("DKL")
+	rec := s.SKU("DKL")
 	require.LessOrEqual(t, held, int64(stockN))
 	require.Equal(t, held, rec.Reserved)
-	require.Equal(t, held, s.live("DKL"))
+	require.Equal(t, held, s.Live("DKL"))
 	require.EqualValues(t, stockN, rec.OnHand)
-	realigned, err := s.reconciler().Realign(ctx)
+	realigned, err := s.Reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(realigned), 1)
 	t.Logf("%d orders (%d units held), %d refused, realigned %v", len(outcomes), held, refused.Load(), realigned)
-	s.checkInvariant("DKL")
-	reports, err := s.reconciler().Reconcile(ctx, false)
+	s.CheckInvariant("DKL")
+	reports, err := s.Reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
 }
@@ -1304,14 +1308,14 @@ func TestScenarioRandomised(t *testing.T) {
 	}
 	t.Logf("seed %d (replay with INVENTORY_TEST_SEED=%d)", seed, seed)
 
-	s := newScen(t, scenOpts{lenientApply: true})
+	s := newScen(t, scenOpts{LenientApply: true})
 	ctx := context.Background()
 	skus := []string{"R1", "R2", "R3"}
 	const initial = 60
 	for _, sku := range skus {
-		s.addSKU(sku, initial)
+		s.AddSKU(sku, initial)
 	}
-	s.startPipeline()
+	s.StartPipeline()
 	var adjusted [3]atomic.Int64 // successful adjustments' deltas per SKU
 	var positive [3]atomic.Int64 // positive ones only
 	skuIdx := map[string]int{"R1": 0, "R2": 1, "R3": 2}
@@ -1338,22 +1342,22 @@ func TestScenarioRandomised(t *testing.T) {
 			switch ev := rng.IntN(6); {
 			case ev == 0:
 				chaosLog = append(chaosLog, "flushall")
-				err = s.rdb.FlushAll(ctx).Err()
+				err = s.RDB.FlushAll(ctx).Err()
 			case ev == 1:
 				chaosLog = append(chaosLog, "save")
-				err = s.rdb.Save(ctx).Err()
+				err = s.RDB.Save(ctx).Err()
 				saved = err == nil
 			case (ev == 2 || ev == 5) && saved:
 				chaosLog = append(chaosLog, "rollback")
-				err = s.rdb.Do(ctx, "DEBUG", "RELOAD", "NOSAVE").Err()
+				err = s.RDB.Do(ctx, "DEBUG", "RELOAD", "NOSAVE").Err()
 			case ev == 3:
 				chaosLog = append(chaosLog, "clock+16m")
-				s.clock.Advance(16 * time.Minute)
-				_, err = s.svc.ReleaseExpiredTokens(ctx, 100)
+				s.Clock.Advance(16 * time.Minute)
+				_, err = s.Tokens.ReleaseExpired(ctx, 100)
 			default:
 				sku := skus[rng.IntN(len(skus))]
 				chaosLog = append(chaosLog, "forget "+sku)
-				err = s.st.Forget(ctx, sku)
+				err = s.Stock.Forget(ctx, sku)
 			}
 			if err != nil {
 				t.Errorf("chaos: %v", err)
@@ -1399,8 +1403,8 @@ func TestScenarioRandomised(t *testing.T) {
 					key = fmt.Sprintf("w%d-%d", w, i)
 					keys = append(keys, key)
 				}
-				var o *Order
-				o, err = s.svc.Create(ctx, fmt.Sprintf("u%d", w), key, cart)
+				var o *order.Order
+				o, err = s.Orders.Create(ctx, fmt.Sprintf("u%d", w), key, cart)
 				allowed("create", err, inventory.ErrInsufficientStock, inventory.ErrUnavailable, inventory.ErrConflict)
 				if err == nil {
 					created.Add(1)
@@ -1414,25 +1418,25 @@ func TestScenarioRandomised(t *testing.T) {
 				if rng.IntN(4) == 0 { // another payment id, sometimes one of another order
 					pay = fmt.Sprintf("pay-x%d", rng.IntN(40))
 				}
-				_, err = s.svc.Pay(ctx, id, pay)
+				_, err = s.Orders.Pay(ctx, id, pay)
 				allowed("pay", err, inventory.ErrConflict)
 			case p < 50 && len(mine) > 0:
-				_, err = s.svc.Cancel(ctx, pick())
+				_, err = s.Orders.Cancel(ctx, pick())
 				allowed("cancel", err, inventory.ErrConflict)
 			case p < 54 && len(mine) > 0:
-				_, err = s.svc.Refund(ctx, pick())
+				_, err = s.Orders.Refund(ctx, pick())
 				allowed("refund", err, inventory.ErrConflict)
 			case p < 58 && len(mine) > 0:
-				_, err = s.svc.Expire(ctx, pick())
+				_, err = s.Orders.Expire(ctx, pick())
 				allowed("expire", err)
 			case p < 70:
-				_, err = s.svc.Reserve(ctx, sku, int64(1+rng.IntN(3)), token)
-				allowed("reserve", err, inventory.ErrInsufficientStock, inventory.ErrUnavailable, inventory.ErrConflict, ErrTokenReleased)
+				_, err = s.Tokens.Reserve(ctx, sku, int64(1+rng.IntN(3)), token)
+				allowed("reserve", err, inventory.ErrInsufficientStock, inventory.ErrUnavailable, inventory.ErrConflict, tokens.ErrReleased)
 			case p < 78:
-				_, err = s.svc.CommitToken(ctx, sku, token)
-				allowed("commit", err, inventory.ErrNotFound, ErrTokenReleased, inventory.ErrConflict)
+				_, err = s.Tokens.Commit(ctx, sku, token)
+				allowed("commit", err, inventory.ErrNotFound, tokens.ErrReleased, inventory.ErrConflict)
 			case p < 86:
-				_, err = s.svc.ReleaseToken(ctx, sku, token)
+				_, err = s.Tokens.Release(ctx, sku, token)
 				allowed("release", err, inventory.ErrConflict)
 			case p < 94:
 				delta := int64(1 + rng.IntN(5))
@@ -1468,11 +1472,11 @@ func TestScenarioRandomised(t *testing.T) {
 	t.Logf("%d orders created, %d operations succeeded, %d adjustments failed after committing; chaos: %v",
 		created.Load(), okOps.Load(), adjustErrAfterCommit.Load(), chaosLog)
 
-	s.waitApplied()
+	s.WaitApplied()
 	var realigned []string
 	var err error
 	for try := 0; try < 10; try++ { // a rolled-back init lock may still be held
-		if realigned, err = s.reconciler().Realign(ctx); !errors.Is(err, inventory.ErrUnavailable) {
+		if realigned, err = s.Reconciler().Realign(ctx); !errors.Is(err, inventory.ErrUnavailable) {
 			break
 		}
 	}
@@ -1480,33 +1484,33 @@ func TestScenarioRandomised(t *testing.T) {
 	t.Logf("realigned %v", realigned)
 
 	for i, sku := range skus {
-		rec := s.sku(sku)
-		sold := s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state IN ('SOLD', 'RESTORED', 'COMMITTED')`, sku)
-		deducted := s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_ledger WHERE sku = ? AND op = 'DEDUCT'`, sku)
-		restored := s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_ledger WHERE sku = ? AND op = 'RESTORE'`, sku)
-		require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM stock_reservations WHERE sku = ? AND state = 'COMMITTED'`, sku),
+		rec := s.SKU(sku)
+		sold := s.Count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state IN ('SOLD', 'RESTORED', 'COMMITTED')`, sku)
+		deducted := s.Count(`SELECT COALESCE(SUM(qty), 0) FROM stock_ledger WHERE sku = ? AND op = 'DEDUCT'`, sku)
+		restored := s.Count(`SELECT COALESCE(SUM(qty), 0) FROM stock_ledger WHERE sku = ? AND op = 'RESTORE'`, sku)
+		require.EqualValues(t, 0, s.Count(`SELECT COUNT(*) FROM stock_reservations WHERE sku = ? AND state = 'COMMITTED'`, sku),
 			"%s: every commit was deducted", sku)
 		require.Equal(t, deducted, sold, "%s: SOLD and RESTORED rows are the ledger's deductions", sku)
-		require.Equal(t, restored, s.count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state = 'RESTORED'`, sku),
+		require.Equal(t, restored, s.Count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state = 'RESTORED'`, sku),
 			"%s: RESTORED rows are the ledger's restores", sku)
 		require.LessOrEqual(t, sold, initial+positive[i].Load()+restored, "%s: sold <= ever stocked", sku)
 		require.Equal(t, initial+adjusted[i].Load()+restored-deducted, rec.OnHand, "%s: on_hand is conserved", sku)
 		require.GreaterOrEqual(t, rec.OnHand, rec.Reserved)
-		require.Equal(t, s.live(sku), rec.Reserved, "%s: reserved = live rows", sku)
-		require.Equal(t, rec.OnHand-rec.Reserved, s.redisAvailable(sku), "%s: Redis = on_hand - reserved", sku)
+		require.Equal(t, s.Live(sku), rec.Reserved, "%s: reserved = live rows", sku)
+		require.Equal(t, rec.OnHand-rec.Reserved, s.RedisAvailable(sku), "%s: Redis = on_hand - reserved", sku)
 		t.Logf("%s: on_hand %d reserved %d sold %d restored %d adjusted %+d", sku, rec.OnHand, rec.Reserved, sold, restored, adjusted[i].Load())
 	}
 	// Orders agree with their reservations.
-	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM orders o JOIN stock_reservations r ON r.token = o.id
+	require.EqualValues(t, 0, s.Count(`SELECT COUNT(*) FROM orders o JOIN stock_reservations r ON r.token = o.id
 		WHERE o.status = 'PENDING' AND r.state <> 'HELD'`), "a pending order's rows are held")
-	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM orders o JOIN stock_reservations r ON r.token = o.reservation_token
+	require.EqualValues(t, 0, s.Count(`SELECT COUNT(*) FROM orders o JOIN stock_reservations r ON r.token = o.reservation_token
 		WHERE o.status = 'PAID' AND r.state <> 'SOLD'`), "a paid order's rows are sold")
-	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM orders o JOIN stock_reservations r ON r.token = o.reservation_token
+	require.EqualValues(t, 0, s.Count(`SELECT COUNT(*) FROM orders o JOIN stock_reservations r ON r.token = o.reservation_token
 		WHERE o.status = 'REFUNDED' AND r.state NOT IN ('SOLD', 'RESTORED', 'RELEASED')`), "a refunded order holds nothing")
-	require.EqualValues(t, 0, s.count(`SELECT COUNT(*) FROM orders o JOIN stock_reservations r ON r.order_id = o.id
+	require.EqualValues(t, 0, s.Count(`SELECT COUNT(*) FROM orders o JOIN stock_reservations r ON r.order_id = o.id
 		WHERE o.status IN ('CANCELLED', 'EXPIRED', 'REFUND_REQUIRED') AND r.state IN ('HELD', 'COMMITTED')`),
 		"a closed order holds nothing")
-	reports, err := s.reconciler().Reconcile(ctx, false)
+	reports, err := s.Reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
 }
@@ -1521,35 +1525,35 @@ func TestScenarioRandomised(t *testing.T) {
 
 func TestScenarioPutLimitRacesUnlimitedAdmission(t *testing.T) {
 	orderPause, tokenPause := newScenAdmitPause("UNL"), newScenAdmitPause("UNL2")
-	s := newScen(t, scenOpts{hooks: []redis.Hook{orderPause, tokenPause}})
+	s := newScen(t, scenOpts{Hooks: []redis.Hook{orderPause, tokenPause}})
 	ctx := context.Background()
-	require.NoError(t, stock.LoadDeductScript(ctx, s.rdb)) // the paused call is the one that ran
-	s.addSKU("UNL", inventory.Unlimited)
-	s.addSKU("UNL2", inventory.Unlimited)
-	require.EqualValues(t, inventory.Unlimited, s.redisAvailable("UNL"))
-	require.EqualValues(t, inventory.Unlimited, s.redisAvailable("UNL2"))
+	require.NoError(t, stock.LoadDeductScript(ctx, s.RDB)) // the paused call is the one that ran
+	s.AddSKU("UNL", inventory.Unlimited)
+	s.AddSKU("UNL2", inventory.Unlimited)
+	require.EqualValues(t, inventory.Unlimited, s.RedisAvailable("UNL"))
+	require.EqualValues(t, inventory.Unlimited, s.RedisAvailable("UNL2"))
 
 	// An order line admitted by the unlimited value; the SKU gets a stock of
 	// 10 (Put realigns Redis to 10); then the line's reservation commits.
 	orderPause.armed.Store(true)
 	created := make(chan error, 1)
 	go func() {
-		_, err := s.svc.Create(ctx, "u1", "", line("UNL", 3))
+		_, err := s.Orders.Create(ctx, "u1", "", testrig.Line("UNL", 3))
 		created <- err
 	}()
 	<-orderPause.reached
 	v, err := s.cat.Put(ctx, "UNL", 10, 0)
 	require.NoError(t, err)
-	require.Equal(t, SKUView{SKU: "UNL", OnHand: 10, Available: 10, RedisAvailable: 10, Version: "10.0"}, *v)
+	require.Equal(t, catalog.SKUView{SKU: "UNL", OnHand: 10, Available: 10, RedisAvailable: 10, Version: "10.0"}, *v)
 	close(orderPause.release)
 	require.NoError(t, <-created)
-	require.EqualValues(t, arbiter.SKU{SKU: "UNL", OnHand: 10, Reserved: 3}, scenQty(s.sku("UNL")))
+	require.EqualValues(t, arbiter.SKU{SKU: "UNL", OnHand: 10, Reserved: 3}, scenQty(s.SKU("UNL")))
 
 	// The same through the token API.
 	tokenPause.armed.Store(true)
 	reservedCh := make(chan error, 1)
 	go func() {
-		_, err := s.svc.Reserve(ctx, "UNL2", 4, "tk")
+		_, err := s.Tokens.Reserve(ctx, "UNL2", 4, "tk")
 		reservedCh <- err
 	}()
 	<-tokenPause.reached
@@ -1557,11 +1561,11 @@ func TestScenarioPutLimitRacesUnlimitedAdmission(t *testing.T) {
 	require.NoError(t, err)
 	close(tokenPause.release)
 	require.NoError(t, <-reservedCh)
-	require.EqualValues(t, arbiter.SKU{SKU: "UNL2", OnHand: 10, Reserved: 4}, scenQty(s.sku("UNL2")))
+	require.EqualValues(t, arbiter.SKU{SKU: "UNL2", OnHand: 10, Reserved: 4}, scenQty(s.SKU("UNL2")))
 
 	assert.EqualValues(t, 7, s.levels("UNL").Available, "UNL: Redis must count the order's 3 units")
 	assert.EqualValues(t, 6, s.levels("UNL2").Available, "UNL2: Redis must count the token's 4 units")
-	reports, err := s.reconciler().Reconcile(ctx, false)
+	reports, err := s.Reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	assert.Empty(t, reports)
 }
@@ -1576,22 +1580,22 @@ func TestScenarioPutLimitRacesUnlimitedAdmission(t *testing.T) {
 func TestScenarioCommitRacesRelease(t *testing.T) {
 	s := newScen(t, scenOpts{})
 	ctx := context.Background()
-	s.addSKU("CR", 1000)
-	s.startPipeline()
+	s.AddSKU("CR", 1000)
+	s.StartPipeline()
 	const rounds = 40
 	var committed, released int64
 	var silentRelease []string
 	for k := range rounds {
 		tok := fmt.Sprintf("cr%d", k)
-		_, err := s.svc.Reserve(ctx, "CR", 1, tok)
+		_, err := s.Tokens.Reserve(ctx, "CR", 1, tok)
 		require.NoError(t, err)
 		var cq, rq int64
 		var cerr, rerr error
 		scenRace(2, func(i int) {
 			if i == 0 {
-				cq, cerr = s.svc.CommitToken(ctx, "CR", tok)
+				cq, cerr = s.Tokens.Commit(ctx, "CR", tok)
 			} else {
-				rq, rerr = s.svc.ReleaseToken(ctx, "CR", tok)
+				rq, rerr = s.Tokens.Release(ctx, "CR", tok)
 			}
 		})
 		rows := s.resRows("t." + tok)
@@ -1612,7 +1616,7 @@ func TestScenarioCommitRacesRelease(t *testing.T) {
 			require.NoError(t, rerr)
 			require.EqualValues(t, 1, rq)
 			require.Zero(t, cq)
-			if !errors.Is(cerr, ErrTokenReleased) {
+			if !errors.Is(cerr, tokens.ErrReleased) {
 				require.ErrorIs(t, cerr, inventory.ErrConflict)
 			}
 		default:
@@ -1621,10 +1625,10 @@ func TestScenarioCommitRacesRelease(t *testing.T) {
 	}
 	t.Logf("%d committed, %d released", committed, released)
 	// The stock is right whatever the answers were.
-	s.waitApplied()
-	require.EqualValues(t, committed, s.count(`SELECT COUNT(*) FROM stock_outbox WHERE op = 'DEDUCT'`))
-	require.EqualValues(t, arbiter.SKU{SKU: "CR", OnHand: 1000 - committed}, scenQty(s.sku("CR")))
-	s.checkInvariant("CR")
+	s.WaitApplied()
+	require.EqualValues(t, committed, s.Count(`SELECT COUNT(*) FROM stock_outbox WHERE op = 'DEDUCT'`))
+	require.EqualValues(t, arbiter.SKU{SKU: "CR", OnHand: 1000 - committed}, scenQty(s.SKU("CR")))
+	s.CheckInvariant("CR")
 	// The answers.
 	require.Empty(t, silentRelease, "ReleaseToken returned (0, nil) for reservations a concurrent CommitToken committed")
 }
@@ -1638,26 +1642,26 @@ func TestScenarioCommitRacesRelease(t *testing.T) {
 // applied it twice.
 
 func TestScenarioAdjustFailsAfterCommit(t *testing.T) {
-	s := newScen(t, scenOpts{cfg: func(c *stock.Config) { c.InitWait = 200 * time.Millisecond }})
+	s := newScen(t, scenOpts{Stock: func(c *stock.Config) { c.InitWait = 200 * time.Millisecond }})
 	ctx := context.Background()
-	s.addSKU("AFC", 10)
-	require.EqualValues(t, 10, s.redisAvailable("AFC"))
+	s.AddSKU("AFC", 10)
+	require.EqualValues(t, 10, s.RedisAvailable("AFC"))
 	// Redis lost the SKU and another node is initialising it.
-	require.NoError(t, s.st.Forget(ctx, "AFC"))
-	require.NoError(t, s.rdb.Set(ctx, "inv:{AFC}:initlock", "another-node", time.Minute).Err())
+	require.NoError(t, s.Stock.Forget(ctx, "AFC"))
+	require.NoError(t, s.RDB.Set(ctx, "inv:{AFC}:initlock", "another-node", time.Minute).Err())
 
 	_, err := s.cat.Adjust(ctx, "AFC", 5, "restock", "po-1")
-	onHand := s.onHand("AFC")
+	onHand := s.OnHand("AFC")
 	t.Logf("Adjust(+5) returned %v; on_hand is %d", err, onHand)
 	if err != nil {
 		assert.EqualValues(t, 10, onHand, "Adjust failed (%v) but committed the adjustment", err)
 	}
 	// The operator retries the failed call once Redis is back.
-	require.NoError(t, s.rdb.Del(ctx, "inv:{AFC}:initlock").Err())
+	require.NoError(t, s.RDB.Del(ctx, "inv:{AFC}:initlock").Err())
 	if err != nil {
 		_, err = s.cat.Adjust(ctx, "AFC", 5, "restock", "po-1")
 		require.NoError(t, err)
 	}
-	assert.EqualValues(t, 15, s.onHand("AFC"), "one restock of 5 units")
-	s.checkInvariant("AFC")
+	assert.EqualValues(t, 15, s.OnHand("AFC"), "one restock of 5 units")
+	s.CheckInvariant("AFC")
 }

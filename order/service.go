@@ -17,6 +17,8 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/followup"
+	"github.com/acme/inventory/internal/groupcommit"
 	"github.com/acme/inventory/stock"
 )
 
@@ -36,6 +38,10 @@ type Config struct {
 	OnOutbox func()
 	// OnExpired is told how long after its deadline each order expired.
 	OnExpired func(late time.Duration)
+	// Writer is the group commit that records new orders with their
+	// reservations (the token API shares it). Default: one of the
+	// Service's own, which Close closes.
+	Writer *groupcommit.Writer
 }
 
 // Service runs the order lifecycle.
@@ -43,7 +49,9 @@ type Service struct {
 	db     *gorm.DB
 	stock  *stock.Store
 	cfg    Config
-	orders *batcher
+	redis  followup.Redis
+	orders *groupcommit.Writer
+	owned  bool // orders is the Service's own (Close closes it)
 
 	transitions sync.Map // Status -> *atomic.Int64
 }
@@ -66,13 +74,9 @@ func (s *Service) Transitions() map[Status]int64 {
 	return out
 }
 
-// CommitStats counts this node's group commits of reservations (orders and
-// token holds).
-func (s *Service) CommitStats() *CommitStats { return &s.orders.stats }
-
 func NewService(db *gorm.DB, st *stock.Store, cfg Config) *Service {
 	if cfg.TTL == 0 {
-		cfg.TTL = DefaultTTL
+		cfg.TTL = inventory.DefaultTTL
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -92,14 +96,28 @@ func NewService(db *gorm.DB, st *stock.Store, cfg Config) *Service {
 	if cfg.OnExpired == nil {
 		cfg.OnExpired = func(time.Duration) {}
 	}
-	return &Service{db: db, stock: st, cfg: cfg, orders: newBatcher(db)}
+	s := &Service{db: db, stock: st, cfg: cfg, redis: followup.Redis{Stock: st, Log: cfg.Logger}, orders: cfg.Writer}
+	if s.orders == nil {
+		s.orders, s.owned = groupcommit.New(db), true
+	}
+	return s
+}
+
+// Close closes the group commit's own database connections if the Service
+// made it (Config.Writer unset); call it after the last request, before
+// closing the database.
+func (s *Service) Close() error {
+	if !s.owned {
+		return nil
+	}
+	return s.orders.Close()
 }
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Microsecond) }
 
 // Get returns the order with its items.
 func (s *Service) Get(ctx context.Context, id string) (*Order, error) {
-	if err := validateID("order id", id); err != nil {
+	if err := ValidateID("order id", id); err != nil {
 		return nil, err
 	}
 	return s.get(s.db.WithContext(ctx), id, false)
@@ -122,7 +140,7 @@ func (s *Service) find(tx *gorm.DB, forUpdate bool, where string, args ...any) (
 		}
 		return nil, err
 	}
-	if err := loadItems(tx, &o); err != nil {
+	if err := LoadItems(tx, &o); err != nil {
 		return nil, err
 	}
 	return &o, nil
@@ -134,7 +152,7 @@ func (s *Service) find(tx *gorm.DB, forUpdate bool, where string, args ...any) (
 // key, a retry returns the same order (and a different body with the same
 // key conflicts). Order ids are random, never derived from request fields.
 func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []inventory.Line) (*Order, error) {
-	if err := validateID("user_id", userID); err != nil {
+	if err := ValidateID("user_id", userID); err != nil {
 		return nil, err
 	}
 	if idemKey != "" && !keyPattern.MatchString(idemKey) {
@@ -168,7 +186,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []in
 			}
 			return sameOrder(winner, lines)
 		}
-		return nil, s.refused(ctx, err)
+		return nil, s.redis.Refused(ctx, err)
 	}
 	return o, nil
 }
@@ -181,7 +199,7 @@ func (s *Service) Seckill(ctx context.Context, userID, sku string, limit int64) 
 	if limit <= 0 {
 		return s.Create(ctx, userID, "", []inventory.Line{{SKU: sku, Qty: 1}})
 	}
-	if err := validateID("user_id", userID); err != nil {
+	if err := ValidateID("user_id", userID); err != nil {
 		return nil, err
 	}
 	lines, err := s.stock.NormaliseCart([]inventory.Line{{SKU: sku, Qty: 1}})
@@ -200,8 +218,8 @@ func (s *Service) Seckill(ctx context.Context, userID, sku string, limit int64) 
 		fctx, cancel := stock.FollowUp(ctx)
 		defer cancel()
 		s.stock.UndoCart(fctx, lines, []stock.Admission{adm})
-		s.returnQuotas(fctx, []arbiter.BuyerUnits{{SKU: sku, User: userID, Qty: 1}})
-		return nil, s.refused(ctx, err)
+		s.redis.ReturnQuotas(fctx, []arbiter.BuyerUnits{{SKU: sku, User: userID, Qty: 1}})
+		return nil, s.redis.Refused(ctx, err)
 	}
 	return o, nil
 }
@@ -216,17 +234,17 @@ func (s *Service) record(ctx context.Context, userID, idemKey string, lines []in
 	if idemKey != "" {
 		o.IdempotencyKey = &idemKey
 	}
-	req := &writeReq{order: o}
+	req := &groupcommit.Request{Record: orderRecord(o), Buyer: userID}
 	for i, l := range lines {
 		o.Items = append(o.Items, Item{OrderID: id, SKU: l.SKU, Qty: l.Qty})
-		req.rows = append(req.rows, arbiter.Reservation{Token: id, SKU: l.SKU, OrderID: &o.ID, Qty: l.Qty, State: arbiter.Held,
+		req.Rows = append(req.Rows, arbiter.Reservation{Token: id, SKU: l.SKU, OrderID: &o.ID, Qty: l.Qty, State: arbiter.Held,
 			Result: adm[i].Remaining, ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now})
 	}
-	marks, err := s.orders.write(ctx, req)
+	marks, err := s.orders.Write(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	s.settle(ctx, lines, adm, marks)
+	s.redis.Settle(ctx, lines, adm, marks)
 	s.cfg.OnCreated(ctx, o)
 	s.count(Pending)
 	return o, nil
@@ -236,52 +254,10 @@ func (s *Service) byIdempotencyKey(ctx context.Context, userID, key string) (*Or
 	return s.find(s.db.WithContext(ctx), false, "user_id = ? AND idempotency_key = ?", userID, key)
 }
 
-// refused turns a failed reservation write into the caller's error. When the
-// database refused what Redis admitted, Redis was wrong (it lost or rolled
-// back state): the SKU is realigned and the caller gets insufficient stock.
-func (s *Service) refused(ctx context.Context, err error) error {
-	var r arbiter.RefusedError
-	if !errors.As(err, &r) {
-		var limit arbiter.OverLimitError
-		if errors.Is(err, inventory.ErrUnknownSKU) || errors.As(err, &limit) {
-			return err
-		}
-		return fmt.Errorf("order: write: %w", err)
-	}
-	s.cfg.Logger.Warn("order: the database refused what Redis admitted; realigning", "sku", r.SKU)
-	fctx, cancel := stock.FollowUp(ctx)
-	defer cancel()
-	if rerr := s.stock.Realign(fctx, r.SKU); rerr != nil {
-		s.cfg.Logger.Warn("order: realign failed; the periodic realign retries", "sku", r.SKU, "err", rerr)
-	}
-	return fmt.Errorf("%w: %s", inventory.ErrInsufficientStock, r.SKU)
-}
-
-// settle makes Redis count what the database recorded: an admission taken
-// from a Redis value that was re-initialised before the reservation
-// committed is taken again from the new value (once: see stock.Apply). In
-// the common case the database's epoch is the admission's and nothing is sent.
-func (s *Service) settle(ctx context.Context, lines []inventory.Line, adm []stock.Admission, marks map[string]arbiter.Mark) {
-	var chs []inventory.Change
-	for i, l := range lines {
-		m := marks[l.SKU]
-		// An admission from an unlimited value took nothing, but it is settled
-		// like any other: if the SKU got a limit (Put realigned Redis to a new
-		// epoch) before this reservation committed, the new value did not count
-		// it. While Redis is still unlimited, or in the admission's own epoch,
-		// Apply changes nothing.
-		if m.Epoch == adm[i].Epoch {
-			continue
-		}
-		chs = append(chs, inventory.Change{SKU: l.SKU, Delta: -l.Qty, Seq: m.Seq, Epoch: adm[i].Epoch})
-	}
-	s.ApplyChanges(ctx, chs)
-}
-
 // sameOrder answers an idempotent replay: the stored order if the request
 // asked for the same lines, a conflict otherwise.
 func sameOrder(o *Order, lines []inventory.Line) (*Order, error) {
-	if !slices.Equal(o.lines(), lines) {
+	if !slices.Equal(o.Lines(), lines) {
 		return nil, fmt.Errorf("%w: Idempotency-Key was used for a different order", inventory.ErrConflict)
 	}
 	return o, nil
@@ -323,7 +299,7 @@ func (s *Service) Expire(ctx context.Context, id string) (bool, error) {
 // transaction: the conditional transition picks one winner, so a cancel and
 // a timeout racing on two nodes give the units back once.
 func (s *Service) close(ctx context.Context, id string, to Status, cond func(*gorm.DB) *gorm.DB) (*Order, error) {
-	if err := validateID("order id", id); err != nil {
+	if err := ValidateID("order id", id); err != nil {
 		return nil, err
 	}
 	var won bool
@@ -351,8 +327,8 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	if !won {
 		return o, fmt.Errorf("%w: order %s is %s", inventory.ErrConflict, id, o.Status)
 	}
-	s.ApplyChanges(ctx, rel.Changes)
-	s.returnQuotas(ctx, rel.Quotas)
+	s.redis.Apply(ctx, rel.Changes)
+	s.redis.ReturnQuotas(ctx, rel.Quotas)
 	s.count(to)
 	if to == Cancelled {
 		s.cfg.OnFinished(ctx, o)
@@ -363,19 +339,6 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	return o, nil
 }
 
-// returnQuotas tells Redis's per-user pre-filter what a release gave back
-// to buyers (the database already has). A failure leaves Redis counting
-// more than the buyer holds, which the database corrects: logged only.
-func (s *Service) returnQuotas(ctx context.Context, quotas []arbiter.BuyerUnits) {
-	ctx, cancel := stock.FollowUp(ctx)
-	defer cancel()
-	for _, q := range quotas {
-		if err := s.stock.ReturnQuota(ctx, q.SKU, q.User, q.Qty); err != nil {
-			s.cfg.Logger.Warn("order: giving a buyer's quota back in Redis failed", "sku", q.SKU, "err", err)
-		}
-	}
-}
-
 // Pay records a successful payment: idempotent by payment id. A PENDING order
 // becomes PAID: its reservations turn COMMITTED and one DEDUCT outbox row per
 // line is written, in one transaction. An EXPIRED order re-reserves its lines
@@ -383,10 +346,10 @@ func (s *Service) returnQuotas(ctx context.Context, quotas []arbiter.BuyerUnits)
 // REFUND_REQUIRED; a CANCELLED order (the buyer cancelled) becomes
 // REFUND_REQUIRED.
 func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error) {
-	if err := validateID("order id", id); err != nil {
+	if err := ValidateID("order id", id); err != nil {
 		return nil, err
 	}
-	if err := validateID("payment_id", paymentID); err != nil {
+	if err := ValidateID("payment_id", paymentID); err != nil {
 		return nil, err
 	}
 	var chs []inventory.Change
@@ -438,7 +401,7 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 			s.cfg.OnFinished(ctx, o)
 		}
 	}
-	s.ApplyChanges(ctx, chs)
+	s.redis.Apply(ctx, chs)
 	s.cfg.OnOutbox()
 	return o, nil
 }
@@ -526,7 +489,7 @@ func (s *Service) markPaid(tx *gorm.DB, o *Order, paymentID, token string) (*Ord
 	if o.Status != Pending {
 		commit = arbiter.In(tx).DeductLater // a late payment's reservations were made COMMITTED
 	}
-	if err := commit(token, o.lines()); err != nil {
+	if err := commit(token, o.Lines()); err != nil {
 		return nil, err
 	}
 	o.Status, o.PaymentID, o.PaidAt, o.ReservationToken, o.UpdatedAt = Paid, &paymentID, &now, token, now
@@ -538,7 +501,7 @@ func (s *Service) markPaid(tx *gorm.DB, o *Order, paymentID, token string) (*Ord
 // applies them, after their deduction. A REFUND_REQUIRED order (it never took
 // stock) just becomes REFUNDED.
 func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
-	if err := validateID("order id", id); err != nil {
+	if err := ValidateID("order id", id); err != nil {
 		return nil, err
 	}
 	o, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {
@@ -553,7 +516,7 @@ func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
 			return nil, err
 		}
 		if o.Status == Paid {
-			if err := arbiter.In(tx).Refund(o.ReservationToken, o.lines()); err != nil {
+			if err := arbiter.In(tx).Refund(o.ReservationToken, o.Lines()); err != nil {
 				return nil, err
 			}
 		}
@@ -604,16 +567,14 @@ func (s *Service) ExpiredIDs(ctx context.Context, limit int) ([]string, error) {
 	return ids, err
 }
 
-// ApplyChanges brings changes the database committed into Redis (the
-// Applier's OnApplied for restores). A failure leaves Redis wrong in the safe
-// direction or for the realign to fix, so it is logged, not returned.
-func (s *Service) ApplyChanges(ctx context.Context, chs []inventory.Change) {
-	ctx, cancel := stock.FollowUp(ctx)
-	defer cancel()
-	for _, c := range chs {
-		if err := s.stock.Apply(ctx, c); err != nil {
-			s.cfg.Logger.Warn("order: bringing a committed change into Redis failed; the realign repairs it",
-				"sku", c.SKU, "delta", c.Delta, "err", err)
-		}
-	}
+var orderColumns = []string{"id", "user_id", "idempotency_key", "status", "reservation_token", "payment_id",
+	"expires_at", "paid_at", "created_at", "updated_at"}
+
+// orderRecord is o's row as the group commit writes it, its SQL written by
+// arbiter.InsertRows rather than reflected by GORM. An order's lines are
+// not written apart: they are its reservations (LoadItems).
+func orderRecord(o *Order) *groupcommit.Record {
+	now := time.Now()
+	return &groupcommit.Record{Table: "orders", Columns: orderColumns, Values: []any{o.ID, o.UserID, o.IdempotencyKey,
+		o.Status, o.ReservationToken, o.PaymentID, o.ExpiresAt, o.PaidAt, arbiter.Stamp(o.CreatedAt, now), arbiter.Stamp(o.UpdatedAt, now)}}
 }

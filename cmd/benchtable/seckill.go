@@ -250,15 +250,15 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 	// and how long each took (two may be in flight at once).
 	var batch int // the selling phase's mean batch, which the floor writes alike
 	withCommits := func(phase func() httpResult) httpResult {
-		cs := a.Orders.CommitStats()
+		cs := a.Commits.Stats()
 		n0, reqs0, ns0 := cs.Commits.Load(), cs.Requests.Load(), cs.Nanos.Load()
-		ps0 := a.Orders.PreparedStats()
+		ps0 := a.Commits.PreparedStats()
 		st := a.Stock.Stats()
 		pipes0, piped0 := st.Pipelines.Load(), st.Pipelined.Load()
 		r := phase()
 		pipes, piped := st.Pipelines.Load()-pipes0, st.Pipelined.Load()-piped0
 		n, reqs, ns := cs.Commits.Load()-n0, cs.Requests.Load()-reqs0, cs.Nanos.Load()-ns0
-		ps := a.Orders.PreparedStats()
+		ps := a.Commits.PreparedStats()
 		batch = meanBatch(reqs, n)
 		if n > 0 {
 			r.note = fmt.Sprintf("%d group commits: %.1f requests and %s each; the writers' statements: %d prepared, %d executed prepared, %d as text, %d evicted, %d held",

@@ -32,12 +32,17 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/breaker"
+	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/expiry"
+	"github.com/acme/inventory/internal/followup"
+	"github.com/acme/inventory/internal/groupcommit"
 	"github.com/acme/inventory/internal/httpapi"
 	"github.com/acme/inventory/internal/identity"
+	"github.com/acme/inventory/internal/listing"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/internal/stocksync"
+	"github.com/acme/inventory/internal/tokens"
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/order"
@@ -60,7 +65,10 @@ type App struct {
 	memq    *mq.Memory
 	Stock   *stock.Store
 	Orders  *order.Service
-	Catalog *order.Catalog
+	Catalog *catalog.Catalog
+	Tokens  *tokens.Service
+	// Commits is the group commit that orders and token reservations share.
+	Commits *groupcommit.Writer
 	// Reconciler compares and repairs Redis and the database (reconcile).
 	Reconciler *maintenance.Reconciler
 	relay      *stocksync.Relay
@@ -115,23 +123,26 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	}
 	a.relay = stocksync.NewRelay(a.db, a.producer, a.Stock.Locker(), stocksync.RelayConfig{Interval: 100 * time.Millisecond, Logger: log})
 	a.applier = stocksync.NewApplier(a.db, log)
+	a.Commits = groupcommit.New(a.db)
 	a.Orders = order.NewService(a.db, a.Stock, order.Config{
-		TTL: cfg.OrderTTL, Logger: log, OnOutbox: a.relay.Wake,
+		TTL: cfg.OrderTTL, Logger: log, OnOutbox: a.relay.Wake, Writer: a.Commits,
 		OnExpired:  func(late time.Duration) { releaseLatency.Observe(late.Seconds()) },
 		OnCreated:  func(ctx context.Context, o *order.Order) { a.timeouts.Schedule(ctx, o.ID, o.ExpiresAt) },
 		OnFinished: func(ctx context.Context, o *order.Order) { a.timeouts.Unschedule(ctx, o.ID) },
 	})
-	a.timeouts, err = expiry.NewTimeouts(a.Orders, a.rdb, expiry.TimeoutConfig{Logger: log, SweepInterval: cfg.SweepInterval, Locker: a.Stock.Locker()})
+	a.Tokens = tokens.New(a.db, a.Stock, a.Commits, tokens.Config{TTL: cfg.OrderTTL, Logger: log, OnOutbox: a.relay.Wake})
+	a.timeouts, err = expiry.NewTimeouts(a.Orders, a.rdb, expiry.TimeoutConfig{Logger: log, SweepInterval: cfg.SweepInterval,
+		Locker: a.Stock.Locker(), Holds: a.Tokens})
 	if err != nil {
 		return nil, err
 	}
-	a.Catalog = order.NewCatalog(a.db, a.Stock, log)
+	a.Catalog = catalog.New(a.db, a.Stock, log)
 	a.Reconciler = maintenance.NewReconciler(a.db, a.Stock, log)
 	a.realigner = maintenance.NewRealigner(a.Reconciler, a.Stock.Locker(), cfg.RealignInterval, log)
 	a.retention = maintenance.NewRetention(a.db, a.Stock.Locker(), maintenance.RetentionConfig{
 		Horizon: cfg.Retention, Interval: cfg.RetentionInterval, Logger: log,
 	})
-	a.applier.OnApplied = a.Orders.ApplyChanges
+	a.applier.OnApplied = followup.Redis{Stock: a.Stock, Log: log}.Apply
 	if a.memq != nil {
 		a.consumer = a.memq.Consumer(a.applier.Handle, 64, 200*time.Millisecond)
 	} else {
@@ -161,7 +172,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 		AdminToken: a.Cfg.AdminToken, ClientTokens: a.Cfg.ClientTokens, Buyers: buyers,
 		PaymentSecret: a.Cfg.PaymentSecret, TrustedProxies: proxies, SeckillRate: cfg.SeckillRate, RequestTimeout: cfg.RequestTimeout,
 		Ready: a.ready, Degraded: a.degraded, Gatherer: reg, Metrics: httpapi.NewMetrics(reg), Logger: log,
-	}, a.Stock, a.Orders, a.Catalog, a.soldOut)
+	}, httpapi.Services{Orders: a.Orders, Catalog: a.Catalog, Tokens: a.Tokens, Listing: listing.New(a.db)}, a.soldOut)
 	return a, nil
 }
 
@@ -193,7 +204,7 @@ func OpenStores(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err 
 	if err != nil {
 		return nil, err
 	}
-	a.Catalog = order.NewCatalog(a.db, a.Stock, log)
+	a.Catalog = catalog.New(a.db, a.Stock, log)
 	a.Reconciler = maintenance.NewReconciler(a.db, a.Stock, log)
 	return a, nil
 }
@@ -457,8 +468,8 @@ func (a *App) closeClients() {
 	if a.rdb != nil {
 		_ = a.rdb.Close()
 	}
-	if a.Orders != nil {
-		_ = a.Orders.Close() // the group commit's own connections, back to the pool
+	if a.Commits != nil {
+		_ = a.Commits.Close() // the group commit's own connections, back to the pool
 	}
 	if a.sqlDB != nil {
 		_ = a.sqlDB.Close()

@@ -9,11 +9,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/expiry"
 	"github.com/acme/inventory/internal/httpapi"
 	"github.com/acme/inventory/internal/identity"
 	"github.com/acme/inventory/internal/maintenance"
-	"github.com/acme/inventory/order"
 )
 
 const (
@@ -98,7 +98,7 @@ func TestConfigDefaultsAreTheComponents(t *testing.T) {
 	}
 	c, err := ParseConfig()
 	require.NoError(t, err)
-	require.Equal(t, order.DefaultTTL, c.OrderTTL)
+	require.Equal(t, inventory.DefaultTTL, c.OrderTTL)
 	require.Equal(t, expiry.DefaultSweepInterval, c.SweepInterval)
 	require.Equal(t, maintenance.DefaultRealignInterval, c.RealignInterval)
 	require.Equal(t, maintenance.DefaultRetentionHorizon, c.Retention)

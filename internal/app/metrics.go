@@ -34,7 +34,7 @@ func registerDomainMetrics(reg prometheus.Registerer, a *App) {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
 	}
 	st := a.Stock.Stats()
-	cs := a.Orders.CommitStats()
+	cs := a.Commits.Stats()
 	reg.MustRegister(
 		counter("inventory_stock_deducted_total", "Deductions that took units (Lua script result n >= 0).", st.Deducted.Load),
 		counter("inventory_stock_insufficient_total", "Deductions refused for lack of stock (-2).", st.Insufficient.Load),

@@ -1,4 +1,8 @@
-package order
+// Package catalog administers SKUs: creating one or setting its stock and
+// per-user limit, adjusting its stock (restock, shrinkage, correction), and
+// reading it with what Redis has. Each change is the arbiter's, in the
+// database first, then brought into Redis, fenced by the SKU's seq.
+package catalog
 
 import (
 	"context"
@@ -35,7 +39,7 @@ type Catalog struct {
 	log   *slog.Logger
 }
 
-func NewCatalog(db *gorm.DB, st *stock.Store, log *slog.Logger) *Catalog {
+func New(db *gorm.DB, st *stock.Store, log *slog.Logger) *Catalog {
 	if log == nil {
 		log = slog.Default()
 	}

@@ -1,4 +1,4 @@
-package order
+package catalog_test
 
 import (
 	"context"
@@ -10,49 +10,51 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/maintenance"
+	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/mq"
 )
 
 func ptr[T any](v T) *T { return &v }
 
 func TestCatalog(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	cat := NewCatalog(r.db, r.st, nil)
+	cat := r.Catalog
 
 	v, err := cat.Put(ctx, "A", 10, 5)
 	require.NoError(t, err)
-	require.Equal(t, &SKUView{SKU: "A", OnHand: 10, Available: 10, RedisAvailable: 10, PerUserLimit: 5, Version: "10.5"}, v)
-	o, err := r.svc.Create(ctx, "u1", "", line("A", 4))
+	require.Equal(t, &catalog.SKUView{SKU: "A", OnHand: 10, Available: 10, RedisAvailable: 10, PerUserLimit: 5, Version: "10.5"}, v)
+	o, err := r.Orders.Create(ctx, "u1", "", testrig.Line("A", 4))
 	require.NoError(t, err)
-	p, err := r.svc.Create(ctx, "u2", "", line("A", 3))
+	p, err := r.Orders.Create(ctx, "u2", "", testrig.Line("A", 3))
 	require.NoError(t, err)
-	_, err = r.svc.Pay(ctx, p.ID, "pay-1") // paid, not applied: still reserved
+	_, err = r.Orders.Pay(ctx, p.ID, "pay-1") // paid, not applied: still reserved
 	require.NoError(t, err)
 
 	v, err = cat.Adjust(ctx, "A", 5, "restock", "PO-1")
 	require.NoError(t, err)
-	require.Equal(t, &SKUView{SKU: "A", OnHand: 15, Reserved: 7, Available: 8, RedisAvailable: 8, PerUserLimit: 5, Version: "15.5"}, v)
+	require.Equal(t, &catalog.SKUView{SKU: "A", OnHand: 15, Reserved: 7, Available: 8, RedisAvailable: 8, PerUserLimit: 5, Version: "15.5"}, v)
 	_, err = cat.Adjust(ctx, "A", -9, "shrinkage", "")
 	require.ErrorIs(t, err, inventory.ErrConflict, "4 held + 3 paid-unapplied stay covered")
-	r.requireQty("A", 15, 7)
+	r.RequireQty("A", 15, 7)
 	v, err = cat.Adjust(ctx, "A", -8, "shrinkage", "")
 	require.NoError(t, err)
-	require.Equal(t, &SKUView{SKU: "A", OnHand: 7, Reserved: 7, Available: 0, RedisAvailable: 0, PerUserLimit: 5, Version: "7.5"}, v)
-	_, err = r.svc.Create(ctx, "u3", "", line("A", 1))
+	require.Equal(t, &catalog.SKUView{SKU: "A", OnHand: 7, Reserved: 7, Available: 0, RedisAvailable: 0, PerUserLimit: 5, Version: "7.5"}, v)
+	_, err = r.Orders.Create(ctx, "u3", "", testrig.Line("A", 1))
 	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 	_, err = cat.Put(ctx, "A", 6, 5)
 	require.ErrorIs(t, err, inventory.ErrConflict, "on_hand cannot go below reserved")
-	_, err = r.svc.Cancel(ctx, o.ID)
+	_, err = r.Orders.Cancel(ctx, o.ID)
 	require.NoError(t, err)
 	v, err = cat.Put(ctx, "A", 6, 0)
 	require.NoError(t, err)
-	require.Equal(t, &SKUView{SKU: "A", OnHand: 6, Reserved: 3, Available: 3, RedisAvailable: 3, Version: "6.0"}, v)
+	require.Equal(t, &catalog.SKUView{SKU: "A", OnHand: 6, Reserved: 3, Available: 3, RedisAvailable: 3, Version: "6.0"}, v)
 	got, err := cat.Get(ctx, "A")
 	require.NoError(t, err)
 	require.Equal(t, v, got)
-	r.checkInvariant("A")
+	r.CheckInvariant("A")
 
 	for _, bad := range []func() error{
 		func() error { _, err := cat.Put(ctx, "A", -2, 0); return err },
@@ -66,102 +68,102 @@ func TestCatalog(t *testing.T) {
 	} {
 		require.ErrorIs(t, bad(), inventory.ErrInvalidArgument)
 	}
-	r.requireQty("A", 6, 3)
+	r.RequireQty("A", 6, 3)
 	_, err = cat.Adjust(ctx, "NOPE", 1, "x", "")
 	require.ErrorIs(t, err, inventory.ErrNotFound)
 	_, err = cat.Get(ctx, "NOPE")
 	require.ErrorIs(t, err, inventory.ErrNotFound)
 	v, err = cat.Put(ctx, "U", inventory.Unlimited, 0)
 	require.NoError(t, err)
-	require.Equal(t, &SKUView{SKU: "U", OnHand: inventory.Unlimited, Available: inventory.Unlimited, RedisAvailable: inventory.Unlimited, Unlimited: true, Version: "-1.0"}, v)
+	require.Equal(t, &catalog.SKUView{SKU: "U", OnHand: inventory.Unlimited, Available: inventory.Unlimited, RedisAvailable: inventory.Unlimited, Unlimited: true, Version: "-1.0"}, v)
 	_, err = cat.Adjust(ctx, "U", 5, "x", "")
 	require.ErrorIs(t, err, inventory.ErrConflict)
 
 	// Reconcile: Redis drifting from the database is reported, and repaired on request.
-	reports, err := r.reconciler().Reconcile(ctx, false)
+	reports, err := r.Reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
 	drift(t, r, "A", 2) // Redis gains units the database never had
-	reports, err = r.reconciler().Reconcile(ctx, true)
+	reports, err = r.Reconciler().Reconcile(ctx, true)
 	require.NoError(t, err)
 	require.Equal(t, []maintenance.Report{{SKU: "A", OnHand: 6, Reserved: 3, Live: 3, Available: 3, RedisAvailable: ptr[int64](5),
 		Problem: "redis", Repaired: true}}, reports)
-	reports, err = r.reconciler().Reconcile(ctx, false)
+	reports, err = r.Reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports, "repaired")
-	r.checkInvariant("A")
+	r.CheckInvariant("A")
 
 	// reserved drifting from the live reservations (a hand edit) is repaired
 	// from the rows; Redis follows.
-	require.NoError(t, r.db.Exec(`UPDATE skus SET reserved = reserved + 1 WHERE sku = 'A'`).Error)
-	reports, err = r.reconciler().Reconcile(ctx, false)
+	require.NoError(t, r.DB.Exec(`UPDATE skus SET reserved = reserved + 1 WHERE sku = 'A'`).Error)
+	reports, err = r.Reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Equal(t, []maintenance.Report{{SKU: "A", OnHand: 6, Reserved: 4, Live: 3, Available: 2, RedisAvailable: ptr[int64](3),
 		Problem: "redis,reserved"}}, reports)
-	reports, err = r.reconciler().Reconcile(ctx, true)
+	reports, err = r.Reconciler().Reconcile(ctx, true)
 	require.NoError(t, err)
 	require.Len(t, reports, 1)
 	require.True(t, reports[0].Repaired)
-	r.requireQty("A", 6, 3)
-	reports, err = r.reconciler().Reconcile(ctx, false)
+	r.RequireQty("A", 6, 3)
+	reports, err = r.Reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
-	r.checkInvariant("A")
+	r.CheckInvariant("A")
 
 	// An anomaly is reported until an operator resolves it; repair does not touch it.
-	require.NoError(t, r.applier.Handle(ctx, []mq.Message{{Key: "A", Body: []byte(`{"token":"x","sku":"A","op":"DEDUCT","qty":1}`)}}))
-	require.EqualValues(t, 1, r.applier.Anomalies.Load())
-	reports, err = r.reconciler().Reconcile(ctx, true)
+	require.NoError(t, r.Applier.Handle(ctx, []mq.Message{{Key: "A", Body: []byte(`{"token":"x","sku":"A","op":"DEDUCT","qty":1}`)}}))
+	require.EqualValues(t, 1, r.Applier.Anomalies.Load())
+	reports, err = r.Reconciler().Reconcile(ctx, true)
 	require.NoError(t, err)
 	require.Equal(t, []maintenance.Report{{SKU: "A", OnHand: 6, Reserved: 3, Live: 3, Available: 3, RedisAvailable: ptr[int64](3),
 		Anomalies: 1, Problem: "anomalies"}}, reports)
-	require.NoError(t, r.db.Exec(`UPDATE stock_anomalies SET resolved_at = ?`, time.Now().UTC()).Error)
-	reports, err = r.reconciler().Reconcile(ctx, false)
+	require.NoError(t, r.DB.Exec(`UPDATE stock_anomalies SET resolved_at = ?`, time.Now().UTC()).Error)
+	reports, err = r.Reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
 
 	// The periodic realign fixes only the SKUs that differ.
 	drift(t, r, "A", -1)
-	done, err := r.reconciler().Realign(ctx)
+	done, err := r.Reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"A"}, done)
-	done, err = r.reconciler().Realign(ctx)
+	done, err = r.Reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Empty(t, done)
-	r.checkInvariant("A")
-	r.checkInvariant("U")
+	r.CheckInvariant("A")
+	r.CheckInvariant("U")
 }
 
 // drift moves sku's Redis value by n without the database: a change no
 // initialisation saw, as a Redis restored from an old snapshot would have.
-func drift(t *testing.T, r *rig, sku string, n int64) {
+func drift(t *testing.T, r *testrig.Rig, sku string, n int64) {
 	t.Helper()
 	ctx := context.Background()
-	before := r.redisAvailable(sku)
-	lv, err := r.st.Levels(ctx, sku)
+	before := r.RedisAvailable(sku)
+	lv, err := r.Stock.Levels(ctx, sku)
 	require.NoError(t, err)
-	require.NoError(t, r.st.Apply(ctx, inventory.Change{SKU: sku, Delta: n, Seq: lv.Seq + 1_000_000}))
-	require.Equal(t, before+n, r.redisAvailable(sku))
+	require.NoError(t, r.Stock.Apply(ctx, inventory.Change{SKU: sku, Delta: n, Seq: lv.Seq + 1_000_000}))
+	require.Equal(t, before+n, r.RedisAvailable(sku))
 }
 
 // The realign job runs on one node per interval and puts a drifted Redis
 // right without anybody touching the SKU.
 func TestRealignerRepairsDrift(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	cat := NewCatalog(r.db, r.st, nil)
+	cat := r.Catalog
 	_, err := cat.Put(ctx, "A", 10, 0)
 	require.NoError(t, err)
 	_, err = cat.Put(ctx, "B", 10, 0)
 	require.NoError(t, err)
 	// An admission whose process died before its database write: Redis lost
 	// the units, the database never counted them.
-	_, err = r.st.Admit(ctx, "A", 4, "")
+	_, err = r.Stock.Admit(ctx, "A", 4, "")
 	require.NoError(t, err)
-	require.EqualValues(t, 6, r.redisAvailable("A"))
+	require.EqualValues(t, 6, r.RedisAvailable("A"))
 
-	jobs := []*maintenance.Realigner{maintenance.NewRealigner(r.reconciler(), r.st.Locker(), 300*time.Millisecond, nil),
-		maintenance.NewRealigner(r.reconciler(), r.st.Locker(), 300*time.Millisecond, nil)}
+	jobs := []*maintenance.Realigner{maintenance.NewRealigner(r.Reconciler(), r.Stock.Locker(), 300*time.Millisecond, nil),
+		maintenance.NewRealigner(r.Reconciler(), r.Stock.Locker(), 300*time.Millisecond, nil)}
 	for _, j := range jobs {
 		j.Start(ctx)
 	}
@@ -172,36 +174,36 @@ func TestRealignerRepairsDrift(t *testing.T) {
 		j.Stop()
 	}
 	require.EqualValues(t, 1, jobs[0].Realigned.Load()+jobs[1].Realigned.Load(), "only A differed, and it was realigned once")
-	require.EqualValues(t, 10, r.redisAvailable("A"))
-	r.checkInvariant("A")
-	r.checkInvariant("B")
+	require.EqualValues(t, 10, r.RedisAvailable("A"))
+	r.CheckInvariant("A")
+	r.CheckInvariant("B")
 }
 
 // A Redis that came back from before the SKU's last initialisation (a
 // snapshot restore, a failover to a replica that missed the init) is found by
 // its epoch even when its number happens to equal the database's.
 func TestRealignFindsAnOlderEpoch(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	cat := NewCatalog(r.db, r.st, nil)
+	cat := r.Catalog
 	_, err := cat.Put(ctx, "A", 10, 0)
 	require.NoError(t, err)
-	skus, err := r.reconciler().Realign(ctx)
+	skus, err := r.Reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Empty(t, skus, "a fresh SKU is aligned")
 
-	old, err := r.st.Levels(ctx, "A")
+	old, err := r.Stock.Levels(ctx, "A")
 	require.NoError(t, err)
-	require.NoError(t, r.st.Realign(ctx, "A"))                                 // a new initialisation (the one the snapshot missed)
-	require.NoError(t, r.rdb.HSet(ctx, "inv:{A}:stock", "e", old.Epoch).Err()) // Redis comes back older
-	skus, err = r.reconciler().Realign(ctx)
+	require.NoError(t, r.Stock.Realign(ctx, "A"))                              // a new initialisation (the one the snapshot missed)
+	require.NoError(t, r.RDB.HSet(ctx, "inv:{A}:stock", "e", old.Epoch).Err()) // Redis comes back older
+	skus, err = r.Reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"A"}, skus)
-	lv, err := r.st.Levels(ctx, "A")
+	lv, err := r.Stock.Levels(ctx, "A")
 	require.NoError(t, err)
-	require.Equal(t, r.sku("A").RedisEpoch, lv.Epoch, "Redis carries the database's epoch again")
+	require.Equal(t, r.SKU("A").RedisEpoch, lv.Epoch, "Redis carries the database's epoch again")
 	require.EqualValues(t, 10, lv.Available)
-	skus, err = r.reconciler().Realign(ctx)
+	skus, err = r.Reconciler().Realign(ctx)
 	require.NoError(t, err)
 	require.Empty(t, skus)
 }

@@ -56,6 +56,8 @@ type TimeoutConfig struct {
 	RunTimeout time.Duration
 	// Locker takes the sweep's single-runner lock. Required.
 	Locker *lock.Locker
+	// Holds, if set, are swept too: their expired reservations released.
+	Holds Holds
 	Now    func() time.Time
 	Logger *slog.Logger
 }
@@ -104,9 +106,13 @@ type Orders interface {
 	// ExpiredIDs lists up to limit PENDING orders past their deadline, the
 	// earliest first.
 	ExpiredIDs(ctx context.Context, limit int) ([]string, error)
-	// ReleaseExpiredTokens releases up to limit token-API reservations past
+}
+
+// Holds are the token API's reservations, which expire without an order.
+type Holds interface {
+	// ReleaseExpired releases up to limit token-API reservations past
 	// their deadline and returns how many.
-	ReleaseExpiredTokens(ctx context.Context, limit int) (int, error)
+	ReleaseExpired(ctx context.Context, limit int) (int, error)
 }
 
 // Timeouts releases unpaid orders at their deadline: a Redis delay queue fires
@@ -342,13 +348,14 @@ func (t *Timeouts) SweepOnce(ctx context.Context) (int, error) {
 			break
 		}
 	}
-	for {
-		n, err := t.orders.ReleaseExpiredTokens(ctx, t.cfg.SweepBatch)
+	for t.cfg.Holds != nil {
+		n, err := t.cfg.Holds.ReleaseExpired(ctx, t.cfg.SweepBatch)
 		t.Reaped.Add(int64(n))
 		if err != nil || n < t.cfg.SweepBatch {
 			return expired, err
 		}
 	}
+	return expired, nil
 }
 
 // Start runs the poller and the sweeper until Stop; a second Start is a no-op.

@@ -14,18 +14,21 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/groupcommit"
 	"github.com/acme/inventory/internal/lock"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/internal/tokens"
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
 )
 
 // node is one more service instance on rig's database, Redis and clock.
 type node struct {
-	st  *stock.Store
-	svc *order.Service
-	tm  *Timeouts
+	st     *stock.Store
+	svc    *order.Service
+	tokens *tokens.Service
+	tm     *Timeouts
 }
 
 func (r *rig) node(cfg TimeoutConfig) *node {
@@ -37,7 +40,10 @@ func (r *rig) node(cfg TimeoutConfig) *node {
 		OnCreated:  func(ctx context.Context, o *order.Order) { n.tm.Schedule(ctx, o.ID, o.ExpiresAt) },
 		OnFinished: func(ctx context.Context, o *order.Order) { n.tm.Unschedule(ctx, o.ID) }})
 	r.t.Cleanup(func() { _ = n.svc.Close() })
-	cfg.Now, cfg.Locker = r.clock.Now, st.Locker()
+	commits := groupcommit.New(r.db)
+	r.t.Cleanup(func() { _ = commits.Close() })
+	n.tokens = tokens.New(r.db, st, commits, tokens.Config{TTL: 15 * time.Minute, Now: r.clock.Now})
+	cfg.Now, cfg.Locker, cfg.Holds = r.clock.Now, st.Locker(), n.tokens
 	n.tm, err = NewTimeouts(n.svc, r.rdb, cfg)
 	require.NoError(r.t, err)
 	r.t.Cleanup(n.tm.Stop)
@@ -230,7 +236,7 @@ func TestSweepCatchesWhatTheQueueMissed(t *testing.T) {
 	n := r.node(fastTimeouts)
 	ids := r.createOrders(n.svc, 40, "A") // 60 units
 	r.clock.Advance(30 * time.Second)
-	left, err := n.svc.Reserve(ctx, "A", 5, "bare") // due 30s after the orders
+	left, err := n.tokens.Reserve(ctx, "A", 5, "bare") // due 30s after the orders
 	require.NoError(t, err)
 	require.EqualValues(t, 35, left)
 	dropQueue(t, r.rdb, n.tm)
@@ -258,8 +264,8 @@ func TestSweepCatchesWhatTheQueueMissed(t *testing.T) {
 	require.EqualValues(t, 1, n.tm.Reaped.Load())
 	require.Equal(t, arbiter.Released, r.reservationState("t.bare", "A"))
 	r.requireStockBack(stocked)
-	_, err = n.svc.Reserve(ctx, "A", 5, "bare")
-	require.ErrorIs(t, err, order.ErrTokenReleased, "a late replay of the released token cannot take it again")
+	_, err = n.tokens.Reserve(ctx, "A", 5, "bare")
+	require.ErrorIs(t, err, tokens.ErrReleased, "a late replay of the released token cannot take it again")
 	_, err = n.tm.SweepOnce(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n.tm.Reaped.Load(), "released once")

@@ -1,4 +1,4 @@
-package order
+package groupcommit
 
 import (
 	"context"
@@ -25,32 +25,84 @@ import (
 	"github.com/acme/inventory/internal/testenv"
 )
 
-// oneUnitOrder is a write of order id (user u) holding one unit of sku.
-func oneUnitOrder(id, sku string) *writeReq {
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	o := &Order{ID: id, UserID: "u", Status: Pending, ReservationToken: id, ExpiresAt: now, CreatedAt: now, UpdatedAt: now,
-		Items: []Item{{OrderID: id, SKU: sku, Qty: 1}}}
-	return &writeReq{order: o, rows: []arbiter.Reservation{{Token: id, SKU: sku, OrderID: &o.ID, Qty: 1, State: arbiter.Held,
-		ExpiresAt: now, CreatedAt: now, UpdatedAt: now}}}
+// rig is a database for the group commit's tests: the real MariaDB, or
+// the embedded default's SQLite while embedded is set.
+type rig struct {
+	t  testing.TB
+	db *gorm.DB
 }
 
-// testBatcher is a batcher on db whose writers' connections the test's
-// end gives back.
-func testBatcher(t testing.TB, db *gorm.DB) *batcher {
-	b := newBatcher(db)
-	t.Cleanup(func() { _ = b.close() })
+// embedded makes newRig use SQLite; set only by TestEmbeddedContract.
+var embedded bool
+
+func newRig(t testing.TB) *rig {
+	t.Helper()
+	if embedded {
+		db, _ := testenv.Embedded(t)
+		return &rig{t: t, db: db}
+	}
+	return &rig{t: t, db: testenv.MySQL(t)}
+}
+
+func (r *rig) addSKU(sku string, n int64) {
+	r.t.Helper()
+	require.NoError(r.t, r.db.Exec(`INSERT INTO skus (sku, on_hand) VALUES (?, ?)`, sku, n).Error)
+}
+
+func (r *rig) count(query string, args ...any) int64 {
+	r.t.Helper()
+	var n int64
+	require.NoError(r.t, r.db.Raw(query, args...).Scan(&n).Error)
+	return n
+}
+
+// requireQty asserts sku's on_hand and reserved.
+func (r *rig) requireQty(sku string, onHand, reserved int64) {
+	r.t.Helper()
+	got := [2]int64{r.count(`SELECT on_hand FROM skus WHERE sku = ?`, sku), r.count(`SELECT reserved FROM skus WHERE sku = ?`, sku)}
+	require.Equal(r.t, [2]int64{onHand, reserved}, got, "%s: [on_hand, reserved]", sku)
+}
+
+// orderColumns are the orders table's, as the order lifecycle writes a new
+// order (package order's orderRecord).
+var orderColumns = []string{"id", "user_id", "idempotency_key", "status", "reservation_token", "payment_id",
+	"expires_at", "paid_at", "created_at", "updated_at"}
+
+// orderWrite is a write of a PENDING order id of user holding one unit of
+// each of skus, expiring at expires.
+func orderWrite(id, user string, expires time.Time, skus ...string) *Request {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	req := &Request{Buyer: user, Record: &Record{Table: "orders", Columns: orderColumns,
+		Values: []any{id, user, nil, "PENDING", id, nil, expires, nil, now, now}}}
+	for _, sku := range skus {
+		req.Rows = append(req.Rows, arbiter.Reservation{Token: id, SKU: sku, OrderID: &id, Qty: 1, State: arbiter.Held,
+			ExpiresAt: expires, CreatedAt: now, UpdatedAt: now})
+	}
+	return req
+}
+
+// oneUnitOrder is a write of order id (user u) holding one unit of sku.
+func oneUnitOrder(id, sku string) *Request {
+	return orderWrite(id, "u", time.Now().UTC().Truncate(time.Microsecond), sku)
+}
+
+// testBatcher is a group commit on db whose writers' connections the
+// test's end gives back.
+func testBatcher(t testing.TB, db *gorm.DB) *Writer {
+	b := New(db)
+	t.Cleanup(func() { _ = b.Close() })
 	return b
 }
 
 // Concurrent writes share transactions, and a duplicate in a batch fails
 // alone: every other order of that batch is written, with its reservation.
 func TestBatcherGroupCommit(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	ctx := context.Background()
 	r.addSKU("A", 1000)
 	b := testBatcher(t, r.db)
-	mk := func(id string) *writeReq { return oneUnitOrder(id, "A") }
-	_, err := b.write(ctx, mk("dup"))
+	mk := func(id string) *Request { return oneUnitOrder(id, "A") }
+	_, err := b.Write(ctx, mk("dup"))
 	require.NoError(t, err)
 
 	var inserts atomic.Int64
@@ -74,7 +126,7 @@ func TestBatcherGroupCommit(t *testing.T) {
 					id = "dup"
 				}
 				var marks map[string]arbiter.Mark
-				marks, errs[i] = b.write(ctx, mk(id))
+				marks, errs[i] = b.Write(ctx, mk(id))
 				if errs[i] == nil && marks["A"].Seq < 1 {
 					t.Errorf("order %s: no mark of A's change: %v", id, marks)
 				}
@@ -100,20 +152,20 @@ func TestBatcherGroupCommit(t *testing.T) {
 	require.EqualValues(t, 2*n, r.count(`SELECT COUNT(*) FROM orders`))
 	require.Zero(t, r.count(`SELECT COUNT(*) FROM order_items`), "an order's lines are its reservations: no item rows")
 	require.EqualValues(t, 2*n, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE state = 'HELD'`))
-	require.EqualValues(t, 2*n, r.sku("A").Reserved, "each written order reserved its unit once")
+	require.EqualValues(t, 2*n, r.count(`SELECT reserved FROM skus WHERE sku = 'A'`), "each written order reserved its unit once")
 }
 
 // A batch whose total a SKU cannot cover is written request by request, so
 // each caller gets its own answer: exactly the units there are succeed, the
 // rest are refused, and an unknown SKU fails alone.
 func TestBatcherRefusesPerRequest(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	ctx := context.Background()
 	r.addSKU("B", 10)
 	b := testBatcher(t, r.db)
-	raw := func(token, sku string) *writeReq {
+	raw := func(token, sku string) *Request {
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		return &writeReq{rows: []arbiter.Reservation{{Token: "t." + token, SKU: sku, Qty: 1, State: arbiter.Held,
+		return &Request{Rows: []arbiter.Reservation{{Token: "t." + token, SKU: sku, Qty: 1, State: arbiter.Held,
 			ExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}}}
 	}
 	const n = 24
@@ -124,10 +176,10 @@ func TestBatcherRefusesPerRequest(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if i == n {
-				_, errs[i] = b.write(ctx, raw("ghost", "NOPE"))
+				_, errs[i] = b.Write(ctx, raw("ghost", "NOPE"))
 				return
 			}
-			_, errs[i] = b.write(ctx, raw(fmt.Sprintf("k%d", i), "B"))
+			_, errs[i] = b.Write(ctx, raw(fmt.Sprintf("k%d", i), "B"))
 		}()
 	}
 	wg.Wait()
@@ -158,13 +210,13 @@ func TestBatcherRefusesPerRequest(t *testing.T) {
 // within the limit.
 func TestBatcherConcurrentCommitsArbitrate(t *testing.T) {
 	t.Run("default", func(t *testing.T) {
-		r := newRig(t, memoryTransport(t))
+		r := newRig(t)
 		concurrentCommits(t, r, r.db)
 	})
 	// A session as MariaDB 11.6.2 and later open it by default: without
 	// mysqlconn.Prepare, overlapping commits fail with error 1020.
 	t.Run("snapshot isolation", func(t *testing.T) {
-		r := newRig(t, memoryTransport(t))
+		r := newRig(t)
 		var name string
 		require.NoError(t, r.db.Raw(`SELECT DATABASE()`).Scan(&name).Error)
 		cfg, err := mysql.ParseDSN(testenv.MySQLDSN())
@@ -220,16 +272,9 @@ func concurrentCommits(t *testing.T, r *rig, db *gorm.DB) {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("o%03d", i)
-			now := time.Now().UTC().Truncate(time.Microsecond)
-			o := &Order{ID: id, UserID: fmt.Sprintf("u%02d", i%buyers), Status: Pending, ReservationToken: id,
-				ExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}
-			req := &writeReq{order: o}
-			for _, sku := range []string{"D", "C"} { // not sorted: the batcher must order its locks itself
-				o.Items = append(o.Items, Item{OrderID: id, SKU: sku, Qty: 1})
-				req.rows = append(req.rows, arbiter.Reservation{Token: id, SKU: sku, OrderID: &o.ID, Qty: 1, State: arbiter.Held,
-					ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now})
-			}
-			_, errs[i] = b.write(ctx, req)
+			expires := time.Now().UTC().Truncate(time.Microsecond).Add(time.Minute)
+			// Not sorted: the group commit must order its locks itself.
+			_, errs[i] = b.Write(ctx, orderWrite(id, fmt.Sprintf("u%02d", i%buyers), expires, "D", "C"))
 		}()
 	}
 	wg.Wait()
@@ -267,7 +312,7 @@ func concurrentCommits(t *testing.T, r *rig, db *gorm.DB) {
 // queued behind them leave the queue at their deadline, nothing written.
 // Once the row is free the waiting batch commits, and so does the next write.
 func TestBatcherDeadlines(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	r.addSKU("A", 1000)
 	b := testBatcher(t, r.db)
 	lock := r.db.Begin()
@@ -285,12 +330,12 @@ func TestBatcherDeadlines(t *testing.T) {
 		defer inFlight.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_, timedErr = b.write(ctx, oneUnitOrder("timed", "A"))
+		_, timedErr = b.Write(ctx, oneUnitOrder("timed", "A"))
 	}()
 	require.Eventually(t, writing(1), 10*time.Second, time.Millisecond)
 	go func() {
 		defer inFlight.Done()
-		_, patientErr = b.write(context.Background(), oneUnitOrder("patient", "A"))
+		_, patientErr = b.Write(context.Background(), oneUnitOrder("patient", "A"))
 	}()
 	require.Eventually(t, writing(2), 10*time.Second, time.Millisecond)
 
@@ -303,7 +348,7 @@ func TestBatcherDeadlines(t *testing.T) {
 			defer queued.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			defer cancel()
-			_, errs[i] = b.write(ctx, oneUnitOrder(fmt.Sprintf("queued-%02d", i), "A"))
+			_, errs[i] = b.Write(ctx, oneUnitOrder(fmt.Sprintf("queued-%02d", i), "A"))
 		}()
 	}
 	queued.Wait() // every queued caller answered, though the row is still locked
@@ -319,7 +364,7 @@ func TestBatcherDeadlines(t *testing.T) {
 	require.True(t, breaker.Unreachable(timedErr), "%v", timedErr)
 	require.NoError(t, patientErr)
 
-	_, err := b.write(context.Background(), oneUnitOrder("after", "A"))
+	_, err := b.Write(context.Background(), oneUnitOrder("after", "A"))
 	require.NoError(t, err)
 	var ids []string
 	require.NoError(t, r.db.Raw(`SELECT id FROM orders ORDER BY id`).Scan(&ids).Error)
@@ -332,20 +377,20 @@ func TestBatcherDeadlines(t *testing.T) {
 
 // A full queue sheds load at once instead of piling up.
 func TestBatcherQueueIsBounded(t *testing.T) {
-	b := newBatcher(nil)
+	b := New(nil)
 	release := make(chan struct{})
-	b.q = batchq.New(queueConfig(), func(context.Context, []*writeReq) bool { <-release; return true })
+	b.q = batchq.New(queueConfig(), func(context.Context, []*Request) bool { <-release; return true })
 	var wg sync.WaitGroup
 	for range writers + maxQueued { // both writers busy, then a full queue
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = b.write(context.Background(), &writeReq{})
+			_, _ = b.Write(context.Background(), &Request{})
 		}()
 	}
 	require.Eventually(t, func() bool { flying, queued := b.q.Load(); return flying == writers && queued == maxQueued },
 		10*time.Second, time.Millisecond)
-	_, err := b.write(context.Background(), &writeReq{})
+	_, err := b.Write(context.Background(), &Request{})
 	require.ErrorIs(t, err, errQueueFull)
 	require.ErrorIs(t, err, inventory.ErrUnavailable)
 	_, queued := b.q.Load()
@@ -358,48 +403,15 @@ func TestBatcherQueueIsBounded(t *testing.T) {
 // request with most of its deadline left is written: the time a request
 // needs left to be taken is capped, and failed commits do not count.
 func TestBatcherSlowHistoryShedsNotEverything(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	r.addSKU("A", 10)
 	b := testBatcher(t, r.db)
 	b.q.SetAverage(10 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := b.write(ctx, oneUnitOrder("slow", "A"))
+	_, err := b.Write(ctx, oneUnitOrder("slow", "A"))
 	require.NoError(t, err)
 	require.Less(t, b.q.Average(), 10*time.Second, "the successful commit moved the average")
-}
-
-// What building a group commit's orders INSERT costs the service (15
-// orders, the seckill phase's mean batch; no database: GORM's dry run):
-// GORM's Create, which reflects every field of every row, against the
-// statement insertOrders writes.
-func BenchmarkOrdersInsert(b *testing.B) {
-	dry := testenv.MySQL(b).Session(&gorm.Session{DryRun: true})
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	batch := func() []*Order {
-		orders := make([]*Order, 15)
-		for i := range orders {
-			id := fmt.Sprintf("o%02d", i)
-			orders[i] = &Order{ID: id, UserID: "u", Status: Pending, ReservationToken: id, ExpiresAt: now, CreatedAt: now, UpdatedAt: now}
-		}
-		return orders
-	}
-	b.Run("gorm-create", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := dry.Omit("Items").Create(batch()).Error; err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("insert-rows", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := insertOrders(dry, batch()); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }
 
 // The group commit's writers send the sale's statements prepared on
@@ -411,7 +423,7 @@ func BenchmarkOrdersInsert(b *testing.B) {
 // the writers write again on fresh connections, their statements prepared
 // again.
 func TestBatcherWritersPrepareOnceUnderTheBreaker(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := newRig(t)
 	r.addSKU("P", 1_000_000)
 	ctx := context.Background()
 	var name string
@@ -431,31 +443,29 @@ func TestBatcherWritersPrepareOnceUnderTheBreaker(t *testing.T) {
 	db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: br.ConnPool(sqlDB)}),
 		&gorm.Config{Logger: logger.Discard, TranslateError: true})
 	require.NoError(t, err)
-	svc := NewService(db, r.st, Config{})
-	t.Cleanup(func() { _ = svc.Close() })
-	b := svc.orders
+	b := testBatcher(t, db)
 	require.Len(t, b.own, writers)
 
 	n := 0
 	write := func(ctx context.Context) error {
 		n++
-		_, err := b.write(ctx, oneUnitOrder(fmt.Sprintf("o%03d", n), "P"))
+		_, err := b.Write(ctx, oneUnitOrder(fmt.Sprintf("o%03d", n), "P"))
 		return err
 	}
 	for range 10 {
 		require.NoError(t, write(ctx))
 	}
-	warm := svc.PreparedStats()
+	warm := b.PreparedStats()
 	require.Positive(t, warm.Prepares)
 	for range 40 {
 		require.NoError(t, write(ctx))
 	}
-	st := svc.PreparedStats()
+	st := b.PreparedStats()
 	require.Equal(t, warm.Prepares, st.Prepares, "later batches prepare nothing")
 	require.Equal(t, 5*warm.Executions, st.Executions, "each batch executes as many prepared statements")
 	require.Equal(t, warm.Statements, st.Statements)
 	require.Zero(t, st.Texts)
-	require.EqualValues(t, 50, r.sku("P").Reserved)
+	r.requireQty("P", 1_000_000, 50)
 
 	// Cut off before a batch: its BEGIN waits for the deadline, and the
 	// breaker opens.
@@ -494,8 +504,16 @@ func TestBatcherWritersPrepareOnceUnderTheBreaker(t *testing.T) {
 	require.NoError(t, link.Heal())
 	healed()
 
-	after := svc.PreparedStats()
+	after := b.PreparedStats()
 	require.Greater(t, after.Connections, st.Connections, "the failed connections were replaced")
 	require.Greater(t, after.Prepares, st.Prepares, "and their statements prepared again")
 	require.LessOrEqual(t, after.Statements, 2*warm.Statements)
+}
+
+// TestEmbeddedContract runs the group commit's arbitration again on the
+// embedded default's SQLite.
+func TestEmbeddedContract(t *testing.T) {
+	embedded = true
+	defer func() { embedded = false }()
+	t.Run("RefusesPerRequest", TestBatcherRefusesPerRequest)
 }

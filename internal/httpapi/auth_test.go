@@ -328,7 +328,7 @@ func TestReadinessDegradesTheSyncNotTheAPI(t *testing.T) {
 		Degraded: func(context.Context) map[string]error {
 			return map[string]error{"sync": errors.New("12 stock messages unsent for over a minute")}
 		},
-	}, nil, nil, nil, nil)
+	}, httpapi.Services{}, nil)
 	readyz := func() *httptest.ResponseRecorder {
 		// Not send: /readyz answers its map also on 503 (openapi.yaml), where
 		// checkAnswer expects the error shape.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/breaker"
-	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/internal/tokens"
 )
 
 // Error is the body of every error answer: {"error":{"code","message"}}.
@@ -56,7 +56,7 @@ var codes = []struct {
 	{inventory.ErrInsufficientStock, http.StatusConflict, "insufficient_stock"},
 	{inventory.ErrConflict, http.StatusConflict, "conflict"},
 	{inventory.ErrPrecondition, http.StatusPreconditionFailed, "precondition_failed"},
-	{order.ErrTokenReleased, http.StatusConflict, "conflict"},
+	{tokens.ErrReleased, http.StatusConflict, "conflict"},
 	{inventory.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{breaker.ErrOpen, http.StatusServiceUnavailable, "unavailable"},
 }
@@ -124,7 +124,7 @@ func (s *Server) answer(err error) (int, errorBody) {
 // "stock: "), at the start or after another message's colon; codePrefixes
 // the sentinels' names that the answer's code already says.
 var (
-	pkgPrefixes  = []string{"inventory: ", "stock: ", "order: ", "mq: ", "identity: ", "app: "}
+	pkgPrefixes  = []string{"inventory: ", "stock: ", "order: ", "tokens: ", "mq: ", "identity: ", "app: "}
 	codePrefixes = []string{"invalid argument: ", "conflict: ", "not found: "}
 )
 

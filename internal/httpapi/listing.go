@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/listing"
 	"github.com/acme/inventory/order"
 )
 
@@ -42,7 +43,7 @@ func (s *Server) listSKUs(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	q := order.SKUQuery{After: cursor, Limit: limit}
+	q := listing.SKUQuery{After: cursor, Limit: limit}
 	if v, ok, err := filterParam(c, "low_stock"); err != nil {
 		return err
 	} else if ok {
@@ -52,11 +53,11 @@ func (s *Server) listSKUs(c echo.Context) error {
 		}
 		q.LowStock = &n
 	}
-	p, err := s.catalog.List(c.Request().Context(), q)
+	p, err := s.listing.SKUs(c.Request().Context(), q)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, page[order.SKUListItem]{Items: p.Items, NextCursor: encodeCursor(p.Next)})
+	return c.JSON(http.StatusOK, page[listing.SKUListItem]{Items: p.Items, NextCursor: encodeCursor(p.Next)})
 }
 
 // listOrders: GET /v1/orders?user_id=&status=&created_from=&created_to=&limit=&cursor=
@@ -66,7 +67,7 @@ func (s *Server) listOrders(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	q := order.OrderQuery{After: cursor, Limit: limit}
+	q := listing.OrderQuery{After: cursor, Limit: limit}
 	var status string
 	for name, dst := range map[string]*string{"user_id": &q.UserID, "status": &status} {
 		if *dst, _, err = filterParam(c, name); err != nil {
@@ -91,7 +92,7 @@ func (s *Server) listOrders(c echo.Context) error {
 			return badRequest(name + " must fall within the years 0001 to 9999 in UTC")
 		}
 	}
-	p, err := s.orders.List(c.Request().Context(), q)
+	p, err := s.listing.Orders(c.Request().Context(), q)
 	if err != nil {
 		return err
 	}
@@ -114,7 +115,7 @@ func (s *Server) skuMovements(c echo.Context) error {
 			return badRequest("cursor is malformed")
 		}
 	}
-	p, err := s.catalog.Movements(c.Request().Context(), sku, after, limit)
+	p, err := s.listing.Movements(c.Request().Context(), sku, after, limit)
 	if err != nil {
 		return err
 	}
@@ -130,8 +131,8 @@ func (s *Server) skuMovements(c echo.Context) error {
 func pageParams(c echo.Context) (limit int, cursor string, err error) {
 	if v, ok := c.QueryParams()["limit"]; ok {
 		n, err := strconv.Atoi(v[0])
-		if err != nil || n < 1 || n > order.MaxPageSize {
-			return 0, "", badRequest("limit must be an integer between 1 and " + strconv.Itoa(order.MaxPageSize))
+		if err != nil || n < 1 || n > listing.MaxPageSize {
+			return 0, "", badRequest("limit must be an integer between 1 and " + strconv.Itoa(listing.MaxPageSize))
 		}
 		limit = n
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/acme/inventory"
-	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/internal/tokens"
 )
 
 // Metrics are the HTTP layer's Prometheus metrics.
@@ -90,7 +90,7 @@ func (m *Metrics) deduction(err error, n int64) {
 		result = "unknown_sku"
 	case errors.Is(err, inventory.ErrConflict):
 		result = "conflict"
-	case errors.Is(err, order.ErrTokenReleased):
+	case errors.Is(err, tokens.ErrReleased):
 		result = "released"
 	case errors.Is(err, inventory.ErrUnavailable):
 		result = "unavailable"

@@ -193,7 +193,7 @@ func echoPath(p string) string {
 func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	doc := loadSpec(t)
 	paths := mapAt(t, doc, "paths")
-	s := httpapi.New(httpapi.Config{}, nil, nil, nil, nil)
+	s := httpapi.New(httpapi.Config{}, httpapi.Services{}, nil)
 
 	registered := map[string]bool{}
 	for _, r := range s.Echo().Routes() {
@@ -239,7 +239,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 func TestOpenAPIServed(t *testing.T) {
 	raw, err := os.ReadFile("openapi.yaml")
 	require.NoError(t, err)
-	s := httpapi.New(httpapi.Config{}, nil, nil, nil, nil)
+	s := httpapi.New(httpapi.Config{}, httpapi.Services{}, nil)
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/openapi.yaml", nil))
 	require.Equal(t, http.StatusOK, rec.Code)

@@ -28,9 +28,11 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/breaker"
+	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/identity"
+	"github.com/acme/inventory/internal/listing"
+	"github.com/acme/inventory/internal/tokens"
 	"github.com/acme/inventory/order"
-	"github.com/acme/inventory/stock"
 )
 
 //go:embed openapi.yaml
@@ -79,9 +81,10 @@ type Config struct {
 // Server is the HTTP API.
 type Server struct {
 	cfg     Config
-	stock   *stock.Store
 	orders  *order.Service
-	catalog *order.Catalog
+	catalog *catalog.Catalog
+	tokens  *tokens.Service
+	listing *listing.Reader
 	soldOut *SoldOut
 	limits  sync.Map // sku -> cachedLimit
 	// soldOutBodies holds, per SKU, the encoded answer to a purchase the
@@ -97,7 +100,15 @@ type cachedLimit struct {
 	until time.Time
 }
 
-func New(cfg Config, st *stock.Store, orders *order.Service, cat *order.Catalog, soldOut *SoldOut) *Server {
+// Services are the domain services the routes call.
+type Services struct {
+	Orders  *order.Service
+	Catalog *catalog.Catalog
+	Tokens  *tokens.Service
+	Listing *listing.Reader
+}
+
+func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
 	if cfg.ReplayWindow == 0 {
 		cfg.ReplayWindow = 5 * time.Minute
 	}
@@ -128,7 +139,7 @@ func New(cfg Config, st *stock.Store, orders *order.Service, cat *order.Catalog,
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
-	s := &Server{cfg: cfg, stock: st, orders: orders, catalog: cat, soldOut: soldOut, log: cfg.Logger}
+	s := &Server{cfg: cfg, orders: svc.Orders, catalog: svc.Catalog, tokens: svc.Tokens, listing: svc.Listing, soldOut: soldOut, log: cfg.Logger}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
@@ -373,7 +384,7 @@ func (s *Server) getSKU(c echo.Context) error {
 
 // skuAnswer answers a SKU with its version as a strong ETag, for a later
 // write's If-Match.
-func skuAnswer(c echo.Context, v *order.SKUView) error {
+func skuAnswer(c echo.Context, v *catalog.SKUView) error {
 	c.Response().Header().Set("ETag", `"`+v.Version+`"`)
 	return c.JSON(http.StatusOK, v)
 }
@@ -421,7 +432,7 @@ func (s *Server) deduct(c echo.Context) error {
 	if err := required(map[string]bool{"sku": req.SKU != nil, "qty": req.Qty != nil, "token": req.Token != nil}); err != nil {
 		return err
 	}
-	n, err := s.orders.Reserve(c.Request().Context(), *req.SKU, *req.Qty, *req.Token)
+	n, err := s.tokens.Reserve(c.Request().Context(), *req.SKU, *req.Qty, *req.Token)
 	s.cfg.Metrics.deduction(err, n)
 	if err != nil {
 		return err
@@ -449,7 +460,7 @@ func (s *Server) commit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	q, err := s.orders.CommitToken(c.Request().Context(), sku, token)
+	q, err := s.tokens.Commit(c.Request().Context(), sku, token)
 	if err != nil {
 		return err
 	}
@@ -461,7 +472,7 @@ func (s *Server) release(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	q, err := s.orders.ReleaseToken(c.Request().Context(), sku, token)
+	q, err := s.tokens.Release(c.Request().Context(), sku, token)
 	if err != nil {
 		return err
 	}

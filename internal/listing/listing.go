@@ -1,4 +1,8 @@
-package order
+// Package listing pages through what the service holds, for operators and
+// storefronts: SKUs (optionally those low on stock), one SKU's movements,
+// and orders (by buyer, status and creation time). Each page is one query
+// on an index, with a cursor that is the last key seen; nothing here writes.
+package listing
 
 import (
 	"context"
@@ -8,6 +12,8 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/order"
+	"gorm.io/gorm"
 )
 
 // Page sizes of every listing: 0 asks for the default.
@@ -26,6 +32,12 @@ func pageLimit(limit int) (int, error) {
 	return limit, nil
 }
 
+// Reader reads the listings from db.
+type Reader struct{ db *gorm.DB }
+
+// New is a Reader on db.
+func New(db *gorm.DB) *Reader { return &Reader{db: db} }
+
 // MovementPage is one page of a SKU's history, oldest first. Next is the
 // cursor of the following page (the last id on this one), 0 on the last page.
 type MovementPage struct {
@@ -38,7 +50,7 @@ type MovementPage struct {
 // inserted, not when it commits: a reader following the newest movements can
 // see an id before a lower one (a transaction still open) commits; a finished
 // change's movements are all there once its transaction committed.
-func (c *Catalog) Movements(ctx context.Context, sku string, after int64, limit int) (*MovementPage, error) {
+func (r *Reader) Movements(ctx context.Context, sku string, after int64, limit int) (*MovementPage, error) {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
@@ -49,7 +61,7 @@ func (c *Catalog) Movements(ctx context.Context, sku string, after int64, limit 
 	if err != nil {
 		return nil, err
 	}
-	db := c.db.WithContext(ctx)
+	db := r.db.WithContext(ctx)
 	if ok, err := arbiter.SKUExists(db, sku); err != nil || !ok {
 		return nil, errors.Join(err, inventory.UnknownSKU(sku))
 	}
@@ -98,10 +110,10 @@ type SKUPage struct {
 	Next  string
 }
 
-// List returns a page of SKUs in SKU order. A low-stock filter reads the SKUs
+// SKUs returns a page of SKUs in SKU order. A low-stock filter reads the SKUs
 // in key order and keeps the matching ones (no index covers on_hand -
 // reserved): its cost grows with the catalog, not with the page.
-func (c *Catalog) List(ctx context.Context, q SKUQuery) (*SKUPage, error) {
+func (r *Reader) SKUs(ctx context.Context, q SKUQuery) (*SKUPage, error) {
 	if q.After != "" {
 		if err := inventory.ValidateSKU(q.After); err != nil {
 			return nil, inventory.Invalidf("cursor must name a SKU")
@@ -114,7 +126,7 @@ func (c *Catalog) List(ctx context.Context, q SKUQuery) (*SKUPage, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := c.db.WithContext(ctx).Where("sku > ?", q.After)
+	db := r.db.WithContext(ctx).Where("sku > ?", q.After)
 	if q.LowStock != nil {
 		db = db.Where("on_hand <> ? AND on_hand - reserved <= ?", inventory.Unlimited, *q.LowStock)
 	}
@@ -137,7 +149,7 @@ func (c *Catalog) List(ctx context.Context, q SKUQuery) (*SKUPage, error) {
 // do not filter.
 type OrderQuery struct {
 	UserID string
-	Status Status
+	Status order.Status
 	// CreatedFrom and CreatedTo bound created_at, half-open: [from, to).
 	CreatedFrom, CreatedTo time.Time
 	// After is the cursor: the last order id of the previous page.
@@ -146,39 +158,37 @@ type OrderQuery struct {
 	Limit int
 }
 
-var statuses = []Status{Pending, Paid, Cancelled, Expired, Refunded, RefundRequired}
-
 // OrderPage is one page of the order listing; Next is the cursor of the
 // following page ("" on the last).
 type OrderPage struct {
-	Items []Order
+	Items []order.Order
 	Next  string
 }
 
-// List returns a page of orders, newest first: order ids are UUIDv7, so id
+// Orders returns a page of orders, newest first: order ids are UUIDv7, so id
 // order is creation order and the cursor is the last id seen. Each filter
 // has an index ending in id (migration 00014); the items of the page's
 // orders are read in one more query.
-func (s *Service) List(ctx context.Context, q OrderQuery) (*OrderPage, error) {
+func (r *Reader) Orders(ctx context.Context, q OrderQuery) (*OrderPage, error) {
 	if q.UserID != "" {
-		if err := validateID("user_id", q.UserID); err != nil {
+		if err := order.ValidateID("user_id", q.UserID); err != nil {
 			return nil, err
 		}
 	}
-	if q.Status != "" && !slices.Contains(statuses, q.Status) {
+	if q.Status != "" && !slices.Contains(order.Statuses, q.Status) {
 		return nil, inventory.Invalidf("status must be one of PENDING, PAID, CANCELLED, EXPIRED, REFUNDED, REFUND_REQUIRED")
 	}
 	if !q.CreatedFrom.IsZero() && !q.CreatedTo.IsZero() && !q.CreatedFrom.Before(q.CreatedTo) {
 		return nil, inventory.Invalidf("created_from must be before created_to")
 	}
-	if q.After != "" && !idPattern.MatchString(q.After) {
+	if q.After != "" && order.ValidateID("cursor", q.After) != nil {
 		return nil, inventory.Invalidf("cursor must name an order")
 	}
 	limit, err := pageLimit(q.Limit)
 	if err != nil {
 		return nil, err
 	}
-	db := s.db.WithContext(ctx)
+	db := r.db.WithContext(ctx)
 	if q.UserID != "" {
 		db = db.Where("user_id = ?", q.UserID)
 	}
@@ -196,7 +206,7 @@ func (s *Service) List(ctx context.Context, q OrderQuery) (*OrderPage, error) {
 	if q.After != "" {
 		db = db.Where("id < ?", q.After)
 	}
-	var orders []Order
+	var orders []order.Order
 	if err := db.Order("id DESC").Limit(limit + 1).Find(&orders).Error; err != nil {
 		return nil, err
 	}
@@ -205,15 +215,15 @@ func (s *Service) List(ctx context.Context, q OrderQuery) (*OrderPage, error) {
 		p.Items = orders[:limit]
 		p.Next = p.Items[limit-1].ID
 	}
-	page := make([]*Order, len(p.Items))
+	page := make([]*order.Order, len(p.Items))
 	for i := range p.Items {
 		page[i] = &p.Items[i]
 	}
-	if err := loadItems(s.db.WithContext(ctx), page...); err != nil {
+	if err := order.LoadItems(r.db.WithContext(ctx), page...); err != nil {
 		return nil, err
 	}
 	if p.Items == nil {
-		p.Items = []Order{}
+		p.Items = []order.Order{}
 	}
 	return p, nil
 }

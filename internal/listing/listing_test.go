@@ -1,4 +1,4 @@
-package order
+package listing_test
 
 import (
 	"context"
@@ -13,6 +13,11 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/catalog"
+	"github.com/acme/inventory/internal/groupcommit"
+	"github.com/acme/inventory/internal/listing"
+	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/order"
 )
 
 // move is a movement without its id and time (asserted separately).
@@ -24,12 +29,12 @@ type move struct {
 
 // history reads sku's whole history through Movements, a page at a time,
 // checks ids strictly increase and every movement has a time, and returns it.
-func history(t *testing.T, cat *Catalog, sku string) []move {
+func history(t *testing.T, l *listing.Reader, sku string) []move {
 	t.Helper()
 	var out []move
 	var after int64
 	for {
-		p, err := cat.Movements(context.Background(), sku, after, MaxPageSize)
+		p, err := l.Movements(context.Background(), sku, after, listing.MaxPageSize)
 		require.NoError(t, err)
 		for _, m := range p.Items {
 			require.Greater(t, m.ID, after, "ids increase")
@@ -46,25 +51,25 @@ func history(t *testing.T, cat *Catalog, sku string) []move {
 }
 
 // requireSums asserts the history adds up to the SKU's record.
-func requireSums(t *testing.T, r *rig, cat *Catalog, sku string) {
+func requireSums(t *testing.T, r *testrig.Rig, cat *catalog.Catalog, sku string) {
 	t.Helper()
 	var onHand, reserved int64
-	for _, m := range history(t, cat, sku) {
+	for _, m := range history(t, r.Listing, sku) {
 		onHand += m.OnHand
 		reserved += m.Reserved
 	}
-	rec := r.sku(sku)
+	rec := r.SKU(sku)
 	require.Equal(t, [2]int64{rec.OnHand, rec.Reserved}, [2]int64{onHand, reserved}, "%s: the movements sum to [on_hand, reserved]", sku)
 }
 
 // A SKU's whole life, each change one movement in order, with the sums equal
 // to on_hand and reserved at the end.
 func TestMovementsFullLife(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	cat := NewCatalog(r.db, r.st, nil)
-	redisApplied := r.redisApplied()
-	r.startPipeline()
+	cat := r.Catalog
+	redisApplied := r.RedisApplied()
+	r.StartPipeline()
 
 	_, err := cat.Put(ctx, "LIFE", 10, 0)
 	require.NoError(t, err)
@@ -72,26 +77,26 @@ func TestMovementsFullLife(t *testing.T) {
 	require.NoError(t, err)
 	_, err = cat.Adjust(ctx, "LIFE", 5, " restock ", "po-17")
 	require.NoError(t, err)
-	cancelled, err := r.svc.Create(ctx, "u1", "", line("LIFE", 3))
+	cancelled, err := r.Orders.Create(ctx, "u1", "", testrig.Line("LIFE", 3))
 	require.NoError(t, err)
-	_, err = r.svc.Cancel(ctx, cancelled.ID)
+	_, err = r.Orders.Cancel(ctx, cancelled.ID)
 	require.NoError(t, err)
-	paid, err := r.svc.Create(ctx, "u2", "", line("LIFE", 2))
+	paid, err := r.Orders.Create(ctx, "u2", "", testrig.Line("LIFE", 2))
 	require.NoError(t, err)
-	_, err = r.svc.Pay(ctx, paid.ID, "pay-1")
+	_, err = r.Orders.Pay(ctx, paid.ID, "pay-1")
 	require.NoError(t, err)
-	r.waitApplied()
-	r.requireQty("LIFE", 13, 0)
-	_, err = r.svc.Refund(ctx, paid.ID)
+	r.WaitApplied()
+	r.RequireQty("LIFE", 13, 0)
+	_, err = r.Orders.Refund(ctx, paid.ID)
 	require.NoError(t, err)
-	r.waitApplied()
+	r.WaitApplied()
 	redisApplied(1)
-	_, err = r.svc.Reserve(ctx, "LIFE", 1, "tok-1")
+	_, err = r.Tokens.Reserve(ctx, "LIFE", 1, "tok-1")
 	require.NoError(t, err)
-	released, err := r.svc.ReleaseToken(ctx, "LIFE", "tok-1")
+	released, err := r.Tokens.Release(ctx, "LIFE", "tok-1")
 	require.NoError(t, err)
 	require.EqualValues(t, 1, released)
-	released, err = r.svc.ReleaseToken(ctx, "LIFE", "tok-1") // gives back nothing: no movement
+	released, err = r.Tokens.Release(ctx, "LIFE", "tok-1") // gives back nothing: no movement
 	require.NoError(t, err)
 	require.EqualValues(t, 0, released)
 	_, err = cat.Adjust(ctx, "LIFE", -4, "shrinkage", "")
@@ -111,34 +116,34 @@ func TestMovementsFullLife(t *testing.T) {
 		{arbiter.MoveRelease, 0, -1, "", "token:tok-1"},
 		{arbiter.MoveCorrection, -4, 0, "shrinkage", ""},
 		{arbiter.MoveSet, 9, 0, "", ""},
-	}, history(t, cat, "LIFE"))
-	r.requireQty("LIFE", 20, 0)
+	}, history(t, r.Listing, "LIFE"))
+	r.RequireQty("LIFE", 20, 0)
 	requireSums(t, r, cat, "LIFE")
-	r.checkInvariant("LIFE")
+	r.CheckInvariant("LIFE")
 }
 
 // A late payment re-reserves (RESERVE) under the order's ".late" token; the
 // sale names the order. An unlimited SKU's sale moves reserved only.
 func TestMovementsLatePaymentAndUnlimited(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	cat := NewCatalog(r.db, r.st, nil)
-	r.startPipeline()
+	cat := r.Catalog
+	r.StartPipeline()
 	_, err := cat.Put(ctx, "LATE", 5, 0)
 	require.NoError(t, err)
 	_, err = cat.Put(ctx, "UNL", inventory.Unlimited, 0)
 	require.NoError(t, err)
 
-	o, err := r.svc.Create(ctx, "u1", "", []inventory.Line{{SKU: "LATE", Qty: 2}, {SKU: "UNL", Qty: 4}})
+	o, err := r.Orders.Create(ctx, "u1", "", []inventory.Line{{SKU: "LATE", Qty: 2}, {SKU: "UNL", Qty: 4}})
 	require.NoError(t, err)
-	r.clock.Advance(16 * time.Minute)
-	expired, err := r.svc.Expire(ctx, o.ID)
+	r.Clock.Advance(16 * time.Minute)
+	expired, err := r.Orders.Expire(ctx, o.ID)
 	require.NoError(t, err)
 	require.True(t, expired)
-	late, err := r.svc.Pay(ctx, o.ID, "pay-late")
+	late, err := r.Orders.Pay(ctx, o.ID, "pay-late")
 	require.NoError(t, err)
 	require.Equal(t, o.ID+".late", late.ReservationToken)
-	r.waitApplied()
+	r.WaitApplied()
 
 	require.Equal(t, []move{
 		{arbiter.MoveSet, 5, 0, "", ""},
@@ -146,50 +151,50 @@ func TestMovementsLatePaymentAndUnlimited(t *testing.T) {
 		{arbiter.MoveRelease, 0, -2, "", o.ID},
 		{arbiter.MoveReserve, 0, 2, "", o.ID},
 		{arbiter.MoveSale, -2, -2, "", o.ID},
-	}, history(t, cat, "LATE"))
+	}, history(t, r.Listing, "LATE"))
 	require.Equal(t, []move{
 		{arbiter.MoveSet, -1, 0, "", ""},
 		{arbiter.MoveReserve, 0, 4, "", o.ID},
 		{arbiter.MoveRelease, 0, -4, "", o.ID},
 		{arbiter.MoveReserve, 0, 4, "", o.ID},
 		{arbiter.MoveSale, 0, -4, "", o.ID},
-	}, history(t, cat, "UNL"))
+	}, history(t, r.Listing, "UNL"))
 	requireSums(t, r, cat, "LATE")
 	requireSums(t, r, cat, "UNL")
-	r.requireQty("LATE", 3, 0)
-	r.requireQty("UNL", -1, 0)
+	r.RequireQty("LATE", 3, 0)
+	r.RequireQty("UNL", -1, 0)
 }
 
 // Reconcile's repair of reserved is recorded as a CORRECTION of reserved.
 func TestMovementsReconcileCorrection(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	cat := NewCatalog(r.db, r.st, nil)
+	cat := r.Catalog
 	_, err := cat.Put(ctx, "FIX", 10, 0)
 	require.NoError(t, err)
-	o, err := r.svc.Create(ctx, "u1", "", line("FIX", 3))
+	o, err := r.Orders.Create(ctx, "u1", "", testrig.Line("FIX", 3))
 	require.NoError(t, err)
-	require.NoError(t, r.db.Exec(`UPDATE skus SET reserved = 5 WHERE sku = 'FIX'`).Error) // drift outside the service
-	_, err = r.reconciler().Reconcile(ctx, true)
+	require.NoError(t, r.DB.Exec(`UPDATE skus SET reserved = 5 WHERE sku = 'FIX'`).Error) // drift outside the service
+	_, err = r.Reconciler().Reconcile(ctx, true)
 	require.NoError(t, err)
-	r.requireQty("FIX", 10, 3)
+	r.RequireQty("FIX", 10, 3)
 	require.Equal(t, []move{
 		{arbiter.MoveSet, 10, 0, "", ""},
 		{arbiter.MoveReserve, 0, 3, "", o.ID},
 		{arbiter.MoveCorrection, 0, -2, "reconcile: reserved set to the sum of live reservations", ""},
-	}, history(t, cat, "FIX"))
-	_, err = r.reconciler().Reconcile(ctx, true) // nothing to repair: no movement
+	}, history(t, r.Listing, "FIX"))
+	_, err = r.Reconciler().Reconcile(ctx, true) // nothing to repair: no movement
 	require.NoError(t, err)
-	require.Len(t, history(t, cat, "FIX"), 3)
+	require.Len(t, history(t, r.Listing, "FIX"), 3)
 }
 
 // Many orders and token reservations on one SKU at once (group commit
 // batches them): the movements add up to reserved, with one RESERVE per
 // reservation that succeeded and one RELEASE per release that gave units back.
 func TestMovementsConserveUnderRace(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	cat := NewCatalog(r.db, r.st, nil)
+	cat := r.Catalog
 	_, err := cat.Put(ctx, "HOT", 40, 0)
 	require.NoError(t, err)
 
@@ -199,7 +204,7 @@ func TestMovementsConserveUnderRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o, err := r.svc.Create(ctx, fmt.Sprintf("u%d", i), "", line("HOT", 2))
+			o, err := r.Orders.Create(ctx, fmt.Sprintf("u%d", i), "", testrig.Line("HOT", 2))
 			switch {
 			case errors.Is(err, inventory.ErrInsufficientStock):
 				refused.Add(1)
@@ -208,14 +213,14 @@ func TestMovementsConserveUnderRace(t *testing.T) {
 			default:
 				reserved.Add(1)
 				if i%2 == 0 {
-					if _, err := r.svc.Cancel(ctx, o.ID); err != nil {
+					if _, err := r.Orders.Cancel(ctx, o.ID); err != nil {
 						t.Error(err)
 					}
 					releases.Add(1)
 				}
 			}
 			tok := fmt.Sprintf("tok-%d", i)
-			_, err = r.svc.Reserve(ctx, "HOT", 1, tok)
+			_, err = r.Tokens.Reserve(ctx, "HOT", 1, tok)
 			switch {
 			case errors.Is(err, inventory.ErrInsufficientStock):
 				refused.Add(1)
@@ -224,7 +229,7 @@ func TestMovementsConserveUnderRace(t *testing.T) {
 			default:
 				reserved.Add(1)
 				if i%3 == 0 {
-					n, err := r.svc.ReleaseToken(ctx, "HOT", tok)
+					n, err := r.Tokens.Release(ctx, "HOT", tok)
 					if err != nil {
 						t.Error(err)
 					}
@@ -241,47 +246,47 @@ func TestMovementsConserveUnderRace(t *testing.T) {
 
 	counts := map[arbiter.MovementKind]int64{}
 	var sumReserved int64
-	for _, m := range history(t, cat, "HOT") {
+	for _, m := range history(t, r.Listing, "HOT") {
 		counts[m.Kind]++
 		sumReserved += m.Reserved
 	}
-	require.Equal(t, r.sku("HOT").Reserved, sumReserved, "the movements sum to reserved")
+	require.Equal(t, r.SKU("HOT").Reserved, sumReserved, "the movements sum to reserved")
 	require.Equal(t, map[arbiter.MovementKind]int64{arbiter.MoveSet: 1, arbiter.MoveReserve: reserved.Load(), arbiter.MoveRelease: releases.Load()}, counts)
-	require.EqualValues(t, reserved.Load(), r.count(`SELECT COUNT(*) FROM stock_reservations WHERE sku = 'HOT' AND qty > 0`))
+	require.EqualValues(t, reserved.Load(), r.Count(`SELECT COUNT(*) FROM stock_reservations WHERE sku = 'HOT' AND qty > 0`))
 	requireSums(t, r, cat, "HOT")
-	r.checkInvariant("HOT")
+	r.CheckInvariant("HOT")
 }
 
 // A reservation the database refuses (Redis admitted it wrongly) rolls back
 // with its movement: alone, and inside a group-committed batch that is then
 // written request by request.
 func TestMovementsRolledBackReservation(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	cat := NewCatalog(r.db, r.st, nil)
+	cat := r.Catalog
 	_, err := cat.Put(ctx, "R", 5, 0)
 	require.NoError(t, err)
-	first, err := r.svc.Create(ctx, "u1", "", line("R", 3))
+	first, err := r.Orders.Create(ctx, "u1", "", testrig.Line("R", 3))
 	require.NoError(t, err)
 	inflate := func(n int64) {
-		lv, err := r.st.Levels(ctx, "R")
+		lv, err := r.Stock.Levels(ctx, "R")
 		require.NoError(t, err)
 		// A change the init never saw: Redis gains n units the database lacks.
-		require.NoError(t, r.st.Apply(ctx, inventory.Change{SKU: "R", Delta: n, Seq: lv.Seq + 1_000_000}))
+		require.NoError(t, r.Stock.Apply(ctx, inventory.Change{SKU: "R", Delta: n, Seq: lv.Seq + 1_000_000}))
 	}
 	inflate(10)
-	_, err = r.svc.Create(ctx, "u2", "", line("R", 4))
+	_, err = r.Orders.Create(ctx, "u2", "", testrig.Line("R", 4))
 	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "Redis admitted, the database refused")
 	inflate(10)
-	_, err = r.svc.Reserve(ctx, "R", 3, "tok-r")
+	_, err = r.Tokens.Reserve(ctx, "R", 3, "tok-r")
 	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 	require.Equal(t, []move{
 		{arbiter.MoveSet, 5, 0, "", ""},
 		{arbiter.MoveReserve, 0, 3, "", first.ID},
-	}, history(t, cat, "R"))
+	}, history(t, r.Listing, "R"))
 
 	// A batch that does not fit: 12 requests for the 2 units left.
-	b := testBatcher(t, r.db)
+	b := r.Commits
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	var wg sync.WaitGroup
 	var ok atomic.Int64
@@ -289,7 +294,7 @@ func TestMovementsRolledBackReservation(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := b.write(ctx, &writeReq{rows: []arbiter.Reservation{{Token: fmt.Sprintf("t.k%d", i), SKU: "R", Qty: 1,
+			_, err := b.Write(ctx, &groupcommit.Request{Rows: []arbiter.Reservation{{Token: fmt.Sprintf("t.k%d", i), SKU: "R", Qty: 1,
 				State: arbiter.Held, ExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}}})
 			var ref arbiter.RefusedError
 			switch {
@@ -302,23 +307,23 @@ func TestMovementsRolledBackReservation(t *testing.T) {
 	}
 	wg.Wait()
 	require.EqualValues(t, 2, ok.Load())
-	h := history(t, cat, "R")
+	h := history(t, r.Listing, "R")
 	require.Len(t, h, 4)
 	for _, m := range h[2:] {
 		require.Equal(t, arbiter.MoveReserve, m.Kind)
 		require.EqualValues(t, 1, m.Reserved)
 		require.Regexp(t, `^token:k\d+$`, m.Ref)
 	}
-	r.requireQty("R", 5, 5)
+	r.RequireQty("R", 5, 5)
 	requireSums(t, r, cat, "R")
 }
 
 // Seven movements read three at a time: 3, 3, 1, each page's cursor its last
 // id, no movement twice; and the reader's argument errors.
 func TestMovementsPagination(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	cat := NewCatalog(r.db, r.st, nil)
+	cat := r.Catalog
 	_, err := cat.Put(ctx, "PG", 10, 0)
 	require.NoError(t, err)
 	for i := range 6 {
@@ -337,7 +342,7 @@ func TestMovementsPagination(t *testing.T) {
 	seen := map[int64]bool{}
 	var after int64
 	for {
-		p, err := cat.Movements(ctx, "PG", after, 3)
+		p, err := r.Listing.Movements(ctx, "PG", after, 3)
 		require.NoError(t, err)
 		sizes = append(sizes, len(p.Items))
 		for _, m := range p.Items {
@@ -354,13 +359,13 @@ func TestMovementsPagination(t *testing.T) {
 	require.Equal(t, []int{3, 3, 1}, sizes)
 	require.Equal(t, []int64{10, 1, -1, 3, -1, 5, -1}, deltas)
 
-	p, err := cat.Movements(ctx, "PG", 0, 0)
+	p, err := r.Listing.Movements(ctx, "PG", 0, 0)
 	require.NoError(t, err)
 	require.Len(t, p.Items, 7, "limit 0 is the default page")
 	require.Zero(t, p.Next)
-	p, err = cat.Movements(ctx, "PG", p.Items[6].ID, 3)
+	p, err = r.Listing.Movements(ctx, "PG", p.Items[6].ID, 3)
 	require.NoError(t, err)
-	require.Equal(t, &MovementPage{Items: []arbiter.Movement{}}, p, "past the end: an empty page")
+	require.Equal(t, &listing.MovementPage{Items: []arbiter.Movement{}}, p, "past the end: an empty page")
 
 	for _, c := range []struct {
 		sku          string
@@ -375,7 +380,7 @@ func TestMovementsPagination(t *testing.T) {
 		{"-PG", 0, 3, inventory.ErrInvalidArgument, "sku must be"},
 		{"NOPE", 0, 3, inventory.ErrUnknownSKU, "NOPE"},
 	} {
-		_, err := cat.Movements(ctx, c.sku, c.after, c.limit)
+		_, err := r.Listing.Movements(ctx, c.sku, c.after, c.limit)
 		require.ErrorIs(t, err, c.err, "%+v", c)
 		require.ErrorContains(t, err, c.wantContains)
 	}
@@ -384,9 +389,9 @@ func TestMovementsPagination(t *testing.T) {
 // The SKU listing: SKU order, pages with cursors, the low-stock filter (never
 // an unlimited SKU), values from the database row.
 func TestListSKUs(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	cat := NewCatalog(r.db, r.st, nil)
+	cat := r.Catalog
 	for _, s := range []struct {
 		sku   string
 		stock int64
@@ -396,34 +401,34 @@ func TestListSKUs(t *testing.T) {
 	}
 	_, err := cat.Put(ctx, "A1", 10, 2)
 	require.NoError(t, err)
-	_, err = r.svc.Create(ctx, "u1", "", line("A4", 3))
+	_, err = r.Orders.Create(ctx, "u1", "", testrig.Line("A4", 3))
 	require.NoError(t, err)
-	a1 := SKUListItem{SKU: "A1", OnHand: 10, Available: 10, PerUserLimit: 2}
-	a2 := SKUListItem{SKU: "A2", OnHand: 3, Available: 3}
-	a3 := SKUListItem{SKU: "A3", OnHand: -1, Available: -1, Unlimited: true}
-	a4 := SKUListItem{SKU: "A4", OnHand: 5, Reserved: 3, Available: 2}
-	a5 := SKUListItem{SKU: "A5"}
+	a1 := listing.SKUListItem{SKU: "A1", OnHand: 10, Available: 10, PerUserLimit: 2}
+	a2 := listing.SKUListItem{SKU: "A2", OnHand: 3, Available: 3}
+	a3 := listing.SKUListItem{SKU: "A3", OnHand: -1, Available: -1, Unlimited: true}
+	a4 := listing.SKUListItem{SKU: "A4", OnHand: 5, Reserved: 3, Available: 2}
+	a5 := listing.SKUListItem{SKU: "A5"}
 
-	list := func(q SKUQuery) *SKUPage {
+	list := func(q listing.SKUQuery) *listing.SKUPage {
 		t.Helper()
-		p, err := cat.List(ctx, q)
+		p, err := r.Listing.SKUs(ctx, q)
 		require.NoError(t, err)
 		return p
 	}
-	require.Equal(t, &SKUPage{Items: []SKUListItem{a1, a2, a3, a4, a5}}, list(SKUQuery{}))
-	require.Equal(t, &SKUPage{Items: []SKUListItem{a1, a2}, Next: "A2"}, list(SKUQuery{Limit: 2}))
-	require.Equal(t, &SKUPage{Items: []SKUListItem{a3, a4}, Next: "A4"}, list(SKUQuery{Limit: 2, After: "A2"}))
-	require.Equal(t, &SKUPage{Items: []SKUListItem{a5}}, list(SKUQuery{Limit: 2, After: "A4"}))
-	require.Equal(t, &SKUPage{Items: []SKUListItem{}}, list(SKUQuery{After: "A5"}))
+	require.Equal(t, &listing.SKUPage{Items: []listing.SKUListItem{a1, a2, a3, a4, a5}}, list(listing.SKUQuery{}))
+	require.Equal(t, &listing.SKUPage{Items: []listing.SKUListItem{a1, a2}, Next: "A2"}, list(listing.SKUQuery{Limit: 2}))
+	require.Equal(t, &listing.SKUPage{Items: []listing.SKUListItem{a3, a4}, Next: "A4"}, list(listing.SKUQuery{Limit: 2, After: "A2"}))
+	require.Equal(t, &listing.SKUPage{Items: []listing.SKUListItem{a5}}, list(listing.SKUQuery{Limit: 2, After: "A4"}))
+	require.Equal(t, &listing.SKUPage{Items: []listing.SKUListItem{}}, list(listing.SKUQuery{After: "A5"}))
 
 	low := func(n int64) *int64 { return &n }
-	require.Equal(t, &SKUPage{Items: []SKUListItem{a4, a5}}, list(SKUQuery{LowStock: low(2)}))
-	require.Equal(t, &SKUPage{Items: []SKUListItem{a2, a4}, Next: "A4"}, list(SKUQuery{LowStock: low(3), Limit: 2}))
-	require.Equal(t, &SKUPage{Items: []SKUListItem{a5}}, list(SKUQuery{LowStock: low(3), Limit: 2, After: "A4"}))
-	require.Equal(t, &SKUPage{Items: []SKUListItem{a5}}, list(SKUQuery{LowStock: low(0)}))
+	require.Equal(t, &listing.SKUPage{Items: []listing.SKUListItem{a4, a5}}, list(listing.SKUQuery{LowStock: low(2)}))
+	require.Equal(t, &listing.SKUPage{Items: []listing.SKUListItem{a2, a4}, Next: "A4"}, list(listing.SKUQuery{LowStock: low(3), Limit: 2}))
+	require.Equal(t, &listing.SKUPage{Items: []listing.SKUListItem{a5}}, list(listing.SKUQuery{LowStock: low(3), Limit: 2, After: "A4"}))
+	require.Equal(t, &listing.SKUPage{Items: []listing.SKUListItem{a5}}, list(listing.SKUQuery{LowStock: low(0)}))
 
-	for _, q := range []SKUQuery{{Limit: -1}, {Limit: 501}, {After: "-A"}, {After: "a b"}, {LowStock: low(-1)}} {
-		_, err := cat.List(ctx, q)
+	for _, q := range []listing.SKUQuery{{Limit: -1}, {Limit: 501}, {After: "-A"}, {After: "a b"}, {LowStock: low(-1)}} {
+		_, err := r.Listing.SKUs(ctx, q)
 		require.ErrorIs(t, err, inventory.ErrInvalidArgument, "%+v", q)
 	}
 }
@@ -431,15 +436,15 @@ func TestListSKUs(t *testing.T) {
 // The order listing: newest first, filters by user, status and a half-open
 // time window, pages with cursors, items loaded; and its argument errors.
 func TestListOrders(t *testing.T) {
-	r := newRig(t, memoryTransport(t))
+	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
-	r.addSKU("A", 100)
-	r.addSKU("B", 100)
-	create := func(user string, lines ...inventory.Line) *Order {
+	r.AddSKU("A", 100)
+	r.AddSKU("B", 100)
+	create := func(user string, lines ...inventory.Line) *order.Order {
 		t.Helper()
-		o, err := r.svc.Create(ctx, user, "", lines)
+		o, err := r.Orders.Create(ctx, user, "", lines)
 		require.NoError(t, err)
-		r.clock.Advance(time.Minute)
+		r.Clock.Advance(time.Minute)
 		return o
 	}
 	o1 := create("u1", inventory.Line{SKU: "A", Qty: 1})
@@ -447,30 +452,30 @@ func TestListOrders(t *testing.T) {
 	o3 := create("u1", inventory.Line{SKU: "A", Qty: 4})
 	o4 := create("u1", inventory.Line{SKU: "B", Qty: 5})
 	o5 := create("u2", inventory.Line{SKU: "A", Qty: 6})
-	_, err := r.svc.Cancel(ctx, o3.ID)
+	_, err := r.Orders.Cancel(ctx, o3.ID)
 	require.NoError(t, err)
-	_, err = r.svc.Pay(ctx, o4.ID, "pay-4")
+	_, err = r.Orders.Pay(ctx, o4.ID, "pay-4")
 	require.NoError(t, err)
 
 	type row struct {
 		id, user string
-		status   Status
-		items    []Item
+		status   order.Status
+		items    []order.Item
 	}
 	want := map[string]row{}
-	for o, st := range map[*Order]Status{o1: Pending, o2: Pending, o3: Cancelled, o4: Paid, o5: Pending} {
+	for o, st := range map[*order.Order]order.Status{o1: order.Pending, o2: order.Pending, o3: order.Cancelled, o4: order.Paid, o5: order.Pending} {
 		want[o.ID] = row{o.ID, o.UserID, st, o.Items}
 	}
-	rows := func(os ...*Order) []row {
+	rows := func(os ...*order.Order) []row {
 		out := []row{}
 		for _, o := range os {
 			out = append(out, want[o.ID])
 		}
 		return out
 	}
-	list := func(q OrderQuery) ([]row, string) {
+	list := func(q listing.OrderQuery) ([]row, string) {
 		t.Helper()
-		p, err := r.svc.List(ctx, q)
+		p, err := r.Listing.Orders(ctx, q)
 		require.NoError(t, err)
 		out := []row{}
 		for _, o := range p.Items {
@@ -478,36 +483,36 @@ func TestListOrders(t *testing.T) {
 		}
 		return out, p.Next
 	}
-	check := func(q OrderQuery, next string, os ...*Order) {
+	check := func(q listing.OrderQuery, next string, os ...*order.Order) {
 		t.Helper()
 		got, gotNext := list(q)
 		require.Equal(t, rows(os...), got, "%+v", q)
 		require.Equal(t, next, gotNext, "%+v: next cursor", q)
 	}
 
-	check(OrderQuery{}, "", o5, o4, o3, o2, o1)
-	check(OrderQuery{Limit: 2}, o4.ID, o5, o4)
-	check(OrderQuery{Limit: 2, After: o4.ID}, o2.ID, o3, o2)
-	check(OrderQuery{Limit: 2, After: o2.ID}, "", o1)
-	check(OrderQuery{UserID: "u1"}, "", o4, o3, o1)
-	check(OrderQuery{UserID: "u1", Limit: 1, After: o4.ID}, o3.ID, o3)
-	check(OrderQuery{UserID: "nobody"}, "")
-	check(OrderQuery{Status: Pending}, "", o5, o2, o1)
-	check(OrderQuery{Status: Cancelled}, "", o3)
-	check(OrderQuery{Status: Paid, UserID: "u1"}, "", o4)
-	check(OrderQuery{Status: Paid, UserID: "u2"}, "")
-	check(OrderQuery{CreatedFrom: o2.CreatedAt, CreatedTo: o4.CreatedAt}, "", o3, o2) // [from, to)
-	check(OrderQuery{CreatedFrom: o4.CreatedAt}, "", o5, o4)
-	check(OrderQuery{CreatedTo: o2.CreatedAt.Add(time.Microsecond)}, "", o2, o1)
-	check(OrderQuery{CreatedFrom: o1.CreatedAt.In(time.FixedZone("X", 3600)), CreatedTo: o3.CreatedAt.In(time.FixedZone("Y", -7200))}, "", o2, o1)
-	check(OrderQuery{CreatedFrom: o1.CreatedAt, UserID: "u2", Status: Pending, Limit: 1}, o5.ID, o5)
+	check(listing.OrderQuery{}, "", o5, o4, o3, o2, o1)
+	check(listing.OrderQuery{Limit: 2}, o4.ID, o5, o4)
+	check(listing.OrderQuery{Limit: 2, After: o4.ID}, o2.ID, o3, o2)
+	check(listing.OrderQuery{Limit: 2, After: o2.ID}, "", o1)
+	check(listing.OrderQuery{UserID: "u1"}, "", o4, o3, o1)
+	check(listing.OrderQuery{UserID: "u1", Limit: 1, After: o4.ID}, o3.ID, o3)
+	check(listing.OrderQuery{UserID: "nobody"}, "")
+	check(listing.OrderQuery{Status: order.Pending}, "", o5, o2, o1)
+	check(listing.OrderQuery{Status: order.Cancelled}, "", o3)
+	check(listing.OrderQuery{Status: order.Paid, UserID: "u1"}, "", o4)
+	check(listing.OrderQuery{Status: order.Paid, UserID: "u2"}, "")
+	check(listing.OrderQuery{CreatedFrom: o2.CreatedAt, CreatedTo: o4.CreatedAt}, "", o3, o2) // [from, to)
+	check(listing.OrderQuery{CreatedFrom: o4.CreatedAt}, "", o5, o4)
+	check(listing.OrderQuery{CreatedTo: o2.CreatedAt.Add(time.Microsecond)}, "", o2, o1)
+	check(listing.OrderQuery{CreatedFrom: o1.CreatedAt.In(time.FixedZone("X", 3600)), CreatedTo: o3.CreatedAt.In(time.FixedZone("Y", -7200))}, "", o2, o1)
+	check(listing.OrderQuery{CreatedFrom: o1.CreatedAt, UserID: "u2", Status: order.Pending, Limit: 1}, o5.ID, o5)
 
 	t0 := o1.CreatedAt
-	for _, q := range []OrderQuery{
+	for _, q := range []listing.OrderQuery{
 		{Status: "NOPE"}, {Status: "pending"}, {Limit: -1}, {Limit: 501}, {After: "-x"}, {After: "a b"},
 		{UserID: "bad user"}, {CreatedFrom: t0, CreatedTo: t0}, {CreatedFrom: t0.Add(time.Second), CreatedTo: t0},
 	} {
-		_, err := r.svc.List(ctx, q)
+		_, err := r.Listing.Orders(ctx, q)
 		require.ErrorIs(t, err, inventory.ErrInvalidArgument, "%+v", q)
 	}
 }
@@ -515,8 +520,8 @@ func TestListOrders(t *testing.T) {
 // TestHistoryEmbedded runs this file's tests on the embedded default's
 // stand-ins (SQLite, miniredis), as TestEmbeddedContract does for the suite.
 func TestHistoryEmbedded(t *testing.T) {
-	embedded = true
-	defer func() { embedded = false }()
+	testrig.Embedded = true
+	defer func() { testrig.Embedded = false }()
 	for _, tc := range []struct {
 		name string
 		fn   func(*testing.T)

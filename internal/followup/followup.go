@@ -1,0 +1,102 @@
+// Package followup brings what the database decided into Redis once a
+// write committed (or was refused): the database arbitrates, Redis then
+// follows. Every follow-up runs under stock.FollowUp's context (it must not
+// stop because the caller went away, nor keep the request long past its
+// deadline), and a failure is logged, not returned: it leaves Redis wrong
+// only in the safe direction or for the periodic realign to repair, and the
+// caller's answer is the database's.
+package followup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/acme/inventory"
+	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/stock"
+)
+
+// Redis is the follow-ups on one Store.
+type Redis struct {
+	Stock *stock.Store
+	Log   *slog.Logger
+}
+
+// Apply brings changes the database committed into Redis, each exactly
+// once (stock.Store.Apply's fence).
+func (f Redis) Apply(ctx context.Context, chs []inventory.Change) {
+	if len(chs) == 0 {
+		return
+	}
+	ctx, cancel := stock.FollowUp(ctx)
+	defer cancel()
+	for _, c := range chs {
+		if err := f.Stock.Apply(ctx, c); err != nil {
+			f.Log.Warn("bringing a committed change into Redis failed; the realign repairs it",
+				"sku", c.SKU, "delta", c.Delta, "err", err)
+		}
+	}
+}
+
+// Settle makes Redis count what the database recorded: an admission taken
+// from a Redis value that was re-initialised before the reservation
+// committed is taken again from the new value (once: see stock.Store.Apply).
+// In the common case the database's epoch is the admission's and nothing
+// is sent. adm[i] is lines[i]'s admission; marks the database's fence per
+// SKU after the write.
+func (f Redis) Settle(ctx context.Context, lines []inventory.Line, adm []stock.Admission, marks map[string]arbiter.Mark) {
+	var chs []inventory.Change
+	for i, l := range lines {
+		m := marks[l.SKU]
+		// An admission from an unlimited value took nothing, but it is settled
+		// like any other: if the SKU got a limit (Put realigned Redis to a new
+		// epoch) before this reservation committed, the new value did not count
+		// it. While Redis is still unlimited, or in the admission's own epoch,
+		// Apply changes nothing.
+		if m.Epoch == adm[i].Epoch {
+			continue
+		}
+		chs = append(chs, inventory.Change{SKU: l.SKU, Delta: -l.Qty, Seq: m.Seq, Epoch: adm[i].Epoch})
+	}
+	f.Apply(ctx, chs)
+}
+
+// Refused turns a failed reservation write into the caller's error. When
+// the database refused what Redis admitted, Redis was wrong (it lost or
+// rolled back state): the SKU is realigned and the caller gets insufficient
+// stock.
+func (f Redis) Refused(ctx context.Context, err error) error {
+	var r arbiter.RefusedError
+	if !errors.As(err, &r) {
+		var limit arbiter.OverLimitError
+		if errors.Is(err, inventory.ErrUnknownSKU) || errors.As(err, &limit) {
+			return err
+		}
+		return fmt.Errorf("order: write: %w", err)
+	}
+	f.Log.Warn("the database refused what Redis admitted; realigning", "sku", r.SKU)
+	fctx, cancel := stock.FollowUp(ctx)
+	defer cancel()
+	if rerr := f.Stock.Realign(fctx, r.SKU); rerr != nil {
+		f.Log.Warn("realign failed; the periodic realign retries", "sku", r.SKU, "err", rerr)
+	}
+	return fmt.Errorf("%w: %s", inventory.ErrInsufficientStock, r.SKU)
+}
+
+// ReturnQuotas tells Redis's per-user pre-filter what a release gave back
+// to buyers (the database already has). A failure leaves Redis counting
+// more than the buyer holds, which the database corrects.
+func (f Redis) ReturnQuotas(ctx context.Context, quotas []arbiter.BuyerUnits) {
+	if len(quotas) == 0 {
+		return
+	}
+	ctx, cancel := stock.FollowUp(ctx)
+	defer cancel()
+	for _, q := range quotas {
+		if err := f.Stock.ReturnQuota(ctx, q.SKU, q.User, q.Qty); err != nil {
+			f.Log.Warn("giving a buyer's quota back in Redis failed", "sku", q.SKU, "err", err)
+		}
+	}
+}

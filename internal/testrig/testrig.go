@@ -1,0 +1,314 @@
+// Package testrig assembles one node of the service on the real servers
+// (internal/testenv) or on the embedded default's stand-ins, for the tests
+// of every package that needs the whole write path: the order lifecycle,
+// the token API, the catalog, the listings, the group commit, the sync
+// path and maintenance. Nothing here skips: a server that does not answer
+// fails the test.
+package testrig
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/acme/inventory"
+	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/catalog"
+	"github.com/acme/inventory/internal/groupcommit"
+	"github.com/acme/inventory/internal/listing"
+	"github.com/acme/inventory/internal/maintenance"
+	"github.com/acme/inventory/internal/stocksync"
+	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/internal/tokens"
+	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/stock"
+)
+
+// Transport is the ordered queue between the relay and the applier.
+type Transport struct {
+	Producer mq.Producer
+	Consumer func(t testing.TB, h mq.Handler) mq.Consumer
+}
+
+// MemoryTransport is the in-process ordered queue.
+func MemoryTransport(t testing.TB) Transport {
+	m := mq.NewMemory(8)
+	return Transport{
+		Producer: m.Producer(),
+		Consumer: func(t testing.TB, h mq.Handler) mq.Consumer { return m.Consumer(h, 32, 20*time.Millisecond) },
+	}
+}
+
+// Rig is one node of the service on a database and a Redis.
+type Rig struct {
+	T         testing.TB
+	DB        *gorm.DB
+	RDB       *redis.Client
+	Stock     *stock.Store
+	Orders    *order.Service
+	Tokens    *tokens.Service
+	Catalog   *catalog.Catalog
+	Listing   *listing.Reader
+	Commits   *groupcommit.Writer
+	Applier   *stocksync.Applier
+	Relay     *stocksync.Relay
+	Transport Transport
+	Clock     *testenv.Clock
+}
+
+// TTL is how long the rig's orders and token reservations hold stock.
+const TTL = 15 * time.Minute
+
+// Embedded makes New use the embedded default's stand-ins (SQLite and
+// miniredis) instead of MariaDB and Redis; set only by a package's
+// embedded contract test, around the subtests it runs again there.
+var Embedded bool
+
+// New is one node on the real MariaDB and Redis (a fresh database, a
+// flushed Redis database), or on the stand-ins while Embedded is set.
+func New(t testing.TB, tr Transport) *Rig {
+	t.Helper()
+	if Embedded {
+		db, rdb := testenv.Embedded(t)
+		return Assemble(t, tr, db, rdb, Opts{})
+	}
+	return Assemble(t, tr, testenv.MySQL(t), testenv.Redis(t), Opts{})
+}
+
+// Opts adjusts what Assemble builds (the scenarios inject faults with them).
+type Opts struct {
+	// WrapInit wraps the inventory.InitFunc (to pause a cold init).
+	WrapInit func(inventory.InitFunc) inventory.InitFunc
+	// Hooks are added to the Redis client (fault injection).
+	Hooks []redis.Hook
+	// Stock adjusts the stock config.
+	Stock func(*stock.Config)
+	// LenientApply logs (instead of failing on) an applier's Redis Apply
+	// error: under injected chaos a realign may find the init lock taken.
+	LenientApply bool
+}
+
+// Assemble builds one node of the service on db and rdb.
+func Assemble(t testing.TB, tr Transport, db *gorm.DB, rdb *redis.Client, opts Opts) *Rig {
+	t.Helper()
+	for _, h := range opts.Hooks {
+		rdb.AddHook(h)
+	}
+	r := &Rig{T: t, Transport: tr, Clock: testenv.NewClock(), DB: db, RDB: rdb}
+	init := arbiter.InitFunc(db)
+	if opts.WrapInit != nil {
+		init = opts.WrapInit(init)
+	}
+	cfg := stock.Config{Init: init}
+	if opts.Stock != nil {
+		opts.Stock(&cfg)
+	}
+	st, err := stock.NewStore(rdb, cfg)
+	require.NoError(t, err)
+	r.Stock = st
+	r.Applier = stocksync.NewApplier(db, nil)
+	r.Applier.OnApplied = func(ctx context.Context, chs []inventory.Change) {
+		for _, c := range chs {
+			if err := st.Apply(ctx, c); err != nil {
+				if opts.LenientApply {
+					t.Logf("applier: bringing %+v into Redis: %v (the realign repairs it)", c, err)
+				} else {
+					t.Errorf("applier: bringing %+v into Redis: %v", c, err)
+				}
+			}
+		}
+	}
+	r.Relay = stocksync.NewRelay(db, tr.Producer, st.Locker(), stocksync.RelayConfig{Interval: 20 * time.Millisecond})
+	r.Commits = groupcommit.New(db)
+	t.Cleanup(func() { _ = r.Commits.Close() })
+	r.Orders = order.NewService(db, st, order.Config{TTL: TTL, Now: r.Clock.Now, OnOutbox: r.Relay.Wake, Writer: r.Commits})
+	r.Tokens = tokens.New(db, st, r.Commits, tokens.Config{TTL: TTL, Now: r.Clock.Now, OnOutbox: r.Relay.Wake})
+	r.Catalog = catalog.New(db, st, nil)
+	r.Listing = listing.New(db)
+	return r
+}
+
+func (r *Rig) AddSKU(sku string, n int64) {
+	r.T.Helper()
+	require.NoError(r.T, r.DB.Exec(`INSERT INTO skus (sku, on_hand) VALUES (?, ?)`, sku, n).Error)
+}
+
+// PutSKU puts a new SKU named after prefix through the catalog, as an admin
+// does, and returns its name.
+func (r *Rig) PutSKU(prefix string, onHand, perUserLimit int64) string {
+	r.T.Helper()
+	sku := testenv.Unique(prefix)
+	_, err := r.Catalog.Put(context.Background(), sku, onHand, perUserLimit)
+	require.NoError(r.T, err)
+	return sku
+}
+
+// Reconciler is a Reconciler on the rig's stores.
+func (r *Rig) Reconciler() *maintenance.Reconciler {
+	return maintenance.NewReconciler(r.DB, r.Stock, nil)
+}
+
+// SKU reads sku's database record (its quantity states).
+func (r *Rig) SKU(sku string) arbiter.SKU {
+	r.T.Helper()
+	var rec arbiter.SKU
+	require.NoError(r.T, r.DB.Take(&rec, "sku = ?", sku).Error)
+	return rec
+}
+
+// OnHand is sku's on_hand in the database.
+func (r *Rig) OnHand(sku string) int64 { return r.SKU(sku).OnHand }
+
+// Live is the sum of sku's live (HELD or COMMITTED) reservation rows.
+func (r *Rig) Live(sku string) int64 {
+	r.T.Helper()
+	return r.Count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED')`, sku)
+}
+
+// RedisAvailable is what Redis has for sku (initialising it if needed).
+func (r *Rig) RedisAvailable(sku string) int64 {
+	r.T.Helper()
+	ctx := context.Background()
+	require.NoError(r.T, r.Stock.EnsureInit(ctx, sku))
+	lv, err := r.Stock.Levels(ctx, sku)
+	require.NoError(r.T, err)
+	return lv.Available
+}
+
+func (r *Rig) Count(query string, args ...any) int64 {
+	r.T.Helper()
+	var n int64
+	require.NoError(r.T, r.DB.Raw(query, args...).Scan(&n).Error)
+	return n
+}
+
+// StartPipeline runs the relay and a consumer feeding the applier.
+func (r *Rig) StartPipeline() (stop func()) {
+	r.T.Helper()
+	c := r.Transport.Consumer(r.T, r.Applier.Handle)
+	require.NoError(r.T, c.Start())
+	r.Relay.Start(context.Background())
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			r.Relay.Stop()
+			require.NoError(r.T, c.Close())
+		})
+	}
+	r.T.Cleanup(stop)
+	return stop
+}
+
+// WaitApplied waits until every outbox row is in the ledger or the anomalies.
+func (r *Rig) WaitApplied() {
+	r.T.Helper()
+	require.Eventually(r.T, func() bool {
+		return r.Count(`SELECT COUNT(*) FROM stock_outbox ob
+			LEFT JOIN stock_ledger l ON l.token = ob.token AND l.sku = ob.sku AND l.op = ob.op
+			LEFT JOIN stock_anomalies a ON a.token = ob.token AND a.sku = ob.sku AND a.op = ob.op
+			WHERE l.id IS NULL AND a.id IS NULL`) == 0
+	}, 90*time.Second, 20*time.Millisecond, "the outbox drains into the ledger")
+}
+
+// CheckInvariant asserts docs/SPEC.md section 3's invariant for sku at a quiet point:
+// reserved <= on_hand (limited SKUs), reserved = the sum of live reservation
+// rows, and Redis available = on_hand - reserved.
+func (r *Rig) CheckInvariant(sku string) {
+	r.T.Helper()
+	rec := r.SKU(sku)
+	require.Equal(r.T, r.Live(sku), rec.Reserved, "%s: reserved = live reservations", sku)
+	require.Equal(r.T, rec.Available(), r.RedisAvailable(sku), "%s: Redis available = on_hand - reserved", sku)
+	if rec.OnHand != inventory.Unlimited {
+		require.LessOrEqual(r.T, rec.Reserved, rec.OnHand, "%s: reserved <= on_hand", sku)
+	}
+}
+
+// Line is a one-line cart.
+func Line(sku string, qty int64) []inventory.Line { return []inventory.Line{{SKU: sku, Qty: qty}} }
+
+// RequireQty asserts sku's on_hand and reserved in the database.
+func (r *Rig) RequireQty(sku string, onHand, reserved int64) {
+	r.T.Helper()
+	rec := r.SKU(sku)
+	require.Equal(r.T, [2]int64{onHand, reserved}, [2]int64{rec.OnHand, rec.Reserved}, "%s: [on_hand, reserved]", sku)
+}
+
+// ReservationState is the state of the reservation (token, sku).
+func (r *Rig) ReservationState(token, sku string) arbiter.ResState {
+	r.T.Helper()
+	var res arbiter.Reservation
+	require.NoError(r.T, r.DB.Take(&res, "token = ? AND sku = ?", token, sku).Error, "reservation (%s, %s)", token, sku)
+	return res.State
+}
+
+// Outbox is every outbox row, in id order, as the message it becomes.
+func (r *Rig) Outbox() []arbiter.StockMessage {
+	r.T.Helper()
+	var rows []arbiter.OutboxRow
+	require.NoError(r.T, r.DB.Order("id").Find(&rows).Error)
+	out := make([]arbiter.StockMessage, len(rows))
+	for i, row := range rows {
+		out[i] = arbiter.StockMessage{Token: row.Token, SKU: row.SKU, Op: row.Op, Qty: row.Qty}
+	}
+	return out
+}
+
+// RedisApplied reports each change the applier brings into Redis. Those land
+// after the delivery commits, so after waitApplied can see its ledger row:
+// wait(n) blocks until n more changes have been applied to Redis. Call it
+// before startPipeline.
+func (r *Rig) RedisApplied() (wait func(n int)) {
+	ch := make(chan inventory.Change, 4096)
+	next := r.Applier.OnApplied
+	r.Applier.OnApplied = func(ctx context.Context, chs []inventory.Change) {
+		next(ctx, chs)
+		for _, c := range chs {
+			ch <- c
+		}
+	}
+	return func(n int) {
+		r.T.Helper()
+		for i := 0; i < n; i++ {
+			select {
+			case <-ch:
+			case <-time.After(60 * time.Second):
+				r.T.Fatalf("%d of %d changes reached Redis", i, n)
+			}
+		}
+	}
+}
+
+// Quota is what buyer_quotas counts for user of sku.
+func (r *Rig) Quota(sku, user string) int64 {
+	r.T.Helper()
+	return r.Count(`SELECT COALESCE(SUM(qty), 0) FROM buyer_quotas WHERE sku = ? AND user_id = ?`, sku, user)
+}
+
+// MovementSums are sku's movement deltas summed ([on_hand, reserved]):
+// they must equal on_hand and reserved whatever retention pruned.
+func (r *Rig) MovementSums(sku string) [2]int64 {
+	r.T.Helper()
+	var s struct{ OnHand, Reserved int64 }
+	require.NoError(r.T, r.DB.Raw(`SELECT COALESCE(SUM(on_hand_delta), 0) AS on_hand, COALESCE(SUM(reserved_delta), 0) AS reserved
+		FROM stock_movements WHERE sku = ?`, sku).Scan(&s).Error)
+	return [2]int64{s.OnHand, s.Reserved}
+}
+
+// Deliver hands msgs to the applier as one delivery of the queue.
+func (r *Rig) Deliver(msgs ...arbiter.StockMessage) {
+	r.T.Helper()
+	var out []mq.Message
+	for _, m := range msgs {
+		body, err := json.Marshal(m)
+		require.NoError(r.T, err)
+		out = append(out, mq.Message{Key: m.SKU, Body: body})
+	}
+	require.NoError(r.T, r.Applier.Handle(context.Background(), out))
+}
