@@ -1,16 +1,30 @@
-package main
-
-// Private servers for fault injection: Redis (single node, replica, three-node
-// cluster), MariaDB and an Apache RocketMQ name server and broker, each started
-// by this process on its own ports and directories, so they can be killed,
-// restarted and rolled back without touching the shared servers that
-// scripts/up.sh starts (6379, 7101-7103, 3306, 9876, 10909-10912), which
-// every function here refuses to use.
+// Package servers starts private servers for the tests and the fault driver
+// (cmd/faults): Redis (a single node, a replica, a three-node Redis
+// Cluster), MariaDB, and an Apache RocketMQ name server and broker. It is
+// the one way Go code starts a server; scripts/up.sh starts the shared ones
+// that `make up` and `make test` use, and internal/testenv connects to those.
 //
-// Every server is started in its own process group (Setpgid) with
-// Pdeathsig=SIGKILL, and killed with its whole group, so nothing outlives a
-// Close or the driver. Each logs its stdout and stderr to a file in its
-// directory.
+// The contract of every server started here:
+//
+//   - It is private: it listens on its own ports (FreePort picks free ones)
+//     and keeps its files in its own directory, so it can be killed,
+//     restarted and rolled back without touching anything else. It never
+//     uses the ports of the shared servers of scripts/up.sh (6379,
+//     7101-7103 and their cluster buses 17101-17103, 3306, 9876,
+//     10909-10912): every start refuses them, and any port that is not free.
+//   - It runs in its own process group (Setpgid), with Pdeathsig=SIGKILL,
+//     and is killed with its whole group (Kill, StopBroker, Close), so
+//     nothing outlives a Close or the process that started it.
+//   - It logs its stdout and stderr to a file in its directory; an error
+//     about a start quotes the end of that log.
+//
+// Close leaves the directories alone: they belong to the caller (a test's
+// t.TempDir, the fault run's directory).
+//
+// RocketMQ is started as scripts/up.sh starts the shared one: from the same
+// jars, with the same JVM options, logback configuration and
+// scripts/rocketmq/broker.conf (see StartRocketMQ).
+package servers
 
 import (
 	"bufio"
@@ -66,13 +80,13 @@ func checkPorts(ports ...int) error {
 	return nil
 }
 
-// freePort returns a port P in [20000, 32000) such that P and P+off for every
-// off are free now: freePort() for Redis, MariaDB, a name server or a proxy,
-// freePort(10000) for a Redis Cluster node (its bus is on P+10000),
-// freePort(-2, 1) for a RocketMQ broker (it also listens on P-2 and P+1).
+// FreePort returns a port P in [20000, 32000) such that P and P+off for every
+// off are free now: FreePort() for Redis, MariaDB, a name server or a proxy,
+// FreePort(10000) for a Redis Cluster node (its bus is on P+10000),
+// FreePort(-2, 1) for a RocketMQ broker (it also listens on P-2 and P+1).
 // It stays below the kernel's ephemeral range, so outgoing connections are
 // unlikely to take the port before the server binds it.
-func freePort(offsets ...int) int {
+func FreePort(offsets ...int) int {
 	for range 2000 {
 		p := 20000 + rand.IntN(12000)
 		ports := []int{p}
@@ -83,7 +97,7 @@ func freePort(offsets ...int) int {
 			return p
 		}
 	}
-	panic("freePort: no free port found")
+	panic("servers.FreePort: no free port found")
 }
 
 // srvProc is one server process, the leader of its own process group.
@@ -796,9 +810,9 @@ const rocketmqVersion = "5.3.3"
 // rocketmqBoot is how long a JVM may take to print "boot success".
 const rocketmqBoot = 180 * time.Second
 
-// moduleRoot finds the repository: the nearest directory, from the working
+// ModuleRoot finds the repository: the nearest directory, from the working
 // directory up, with this module's go.mod.
-func moduleRoot() (string, error) {
+func ModuleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -817,7 +831,7 @@ func moduleRoot() (string, error) {
 }
 
 // StartRocketMQ starts a name server on namesrvPort and a broker listening
-// on brokerPort (and brokerPort-2, brokerPort+1; see freePort) with its store
+// on brokerPort (and brokerPort-2, brokerPort+1; see FreePort) with its store
 // in dir/store, and waits for each to print "boot success". The RocketMQ jars
 // are those scripts/up.sh fetched into .cache/rocketmq-5.3.3/lib, or those in
 // $INVENTORY_ROCKETMQ_LIB.
@@ -828,7 +842,7 @@ func moduleRoot() (string, error) {
 // advertise:brokerPort as its address (brokerIP1), which clients then dial:
 // a proxy listening there sits in every client's path to the broker.
 func StartRocketMQ(dir string, namesrvPort, brokerPort int, advertise string) (*RocketMQ, error) {
-	root, err := moduleRoot()
+	root, err := ModuleRoot()
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: %w", err)
 	}
