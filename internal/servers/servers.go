@@ -804,8 +804,69 @@ type RocketMQ struct {
 	brokerLog    string
 }
 
-// rocketmqVersion is the version scripts/lib.sh installs.
-const rocketmqVersion = "5.3.3"
+// defaultRocketMQVersion is the Apache RocketMQ version scripts/lib.sh
+// installs unless $ROCKETMQ_VERSION says otherwise.
+const defaultRocketMQVersion = "5.3.3"
+
+// rocketmqVersion is the version of the jars scripts/up.sh fetched, as
+// scripts/lib.sh reads it: $ROCKETMQ_VERSION, or defaultRocketMQVersion.
+func rocketmqVersion() string {
+	if v := os.Getenv("ROCKETMQ_VERSION"); v != "" {
+		return v
+	}
+	return defaultRocketMQVersion
+}
+
+// sharedCache is the per-user directory where scripts/up.sh downloads what
+// every clone shares (the RocketMQ jars), as scripts/lib.sh names it:
+// $INVENTORY_SHARED_CACHE, or acme-inventory under $XDG_CACHE_HOME or
+// $HOME/.cache. It is "" when none of these is set.
+func sharedCache() string {
+	if d := os.Getenv("INVENTORY_SHARED_CACHE"); d != "" {
+		return d
+	}
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home := os.Getenv("HOME")
+		if home == "" {
+			return ""
+		}
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "acme-inventory")
+}
+
+// rocketmqLib finds the RocketMQ jars scripts/up.sh fetched:
+// $INVENTORY_ROCKETMQ_LIB when set; else root's .cache/rocketmq-VERSION/lib,
+// which scripts/up.sh makes a link into the per-user cache; else that
+// cache's rocketmq-VERSION/lib once its download is complete, so a clone or
+// worktree whose servers another clone started finds them too.
+func rocketmqLib(root string) (string, error) {
+	hasJars := func(lib string) bool {
+		jars, _ := filepath.Glob(filepath.Join(lib, "rocketmq-broker-*.jar"))
+		return len(jars) > 0
+	}
+	if lib := os.Getenv("INVENTORY_ROCKETMQ_LIB"); lib != "" {
+		if !hasJars(lib) {
+			return "", fmt.Errorf("no RocketMQ jars in $INVENTORY_ROCKETMQ_LIB (%s)", lib)
+		}
+		return lib, nil
+	}
+	name := "rocketmq-" + rocketmqVersion()
+	tried := []string{filepath.Join(root, ".cache", name, "lib")}
+	if hasJars(tried[0]) {
+		return tried[0], nil
+	}
+	if shared := sharedCache(); shared != "" {
+		dir := filepath.Join(shared, name)
+		lib := filepath.Join(dir, "lib")
+		tried = append(tried, lib)
+		if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil && hasJars(lib) {
+			return lib, nil
+		}
+	}
+	return "", fmt.Errorf("no RocketMQ jars in %s (scripts/up.sh install fetches them)", strings.Join(tried, " or "))
+}
 
 // rocketmqBoot is how long a JVM may take to print "boot success".
 const rocketmqBoot = 180 * time.Second
@@ -833,7 +894,8 @@ func ModuleRoot() (string, error) {
 // StartRocketMQ starts a name server on namesrvPort and a broker listening
 // on brokerPort (and brokerPort-2, brokerPort+1; see FreePort) with its store
 // in dir/store, and waits for each to print "boot success". The RocketMQ jars
-// are those scripts/up.sh fetched into .cache/rocketmq-5.3.3/lib, or those in
+// are those scripts/up.sh fetched (see rocketmqLib: the per-user cache, by
+// way of the clone's .cache/rocketmq-VERSION), or those in
 // $INVENTORY_ROCKETMQ_LIB.
 //
 // With advertise empty the broker listens on 127.0.0.1 and tells the name
@@ -846,12 +908,9 @@ func StartRocketMQ(dir string, namesrvPort, brokerPort int, advertise string) (*
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: %w", err)
 	}
-	lib := os.Getenv("INVENTORY_ROCKETMQ_LIB")
-	if lib == "" {
-		lib = filepath.Join(root, ".cache", "rocketmq-"+rocketmqVersion, "lib")
-	}
-	if jars, _ := filepath.Glob(filepath.Join(lib, "rocketmq-broker-*.jar")); len(jars) == 0 {
-		return nil, fmt.Errorf("rocketmq: no RocketMQ jars in %s (run scripts/up.sh rocketmq)", lib)
+	lib, err := rocketmqLib(root)
+	if err != nil {
+		return nil, fmt.Errorf("rocketmq: %w", err)
 	}
 	tmpl, err := os.ReadFile(filepath.Join(root, "scripts", "rocketmq", "broker.conf"))
 	if err != nil {
@@ -901,15 +960,22 @@ func StartRocketMQ(dir string, namesrvPort, brokerPort int, advertise string) (*
 	return q, nil
 }
 
-// javaArgs are scripts/up.sh's java_opts, with this instance's home.
-func (q *RocketMQ) javaArgs(logback, class, conf string) []string {
+// javaOpts are scripts/up.sh's java_opts with home as the RocketMQ home
+// (where the JVM's rocketmqlogs go).
+func javaOpts(home string) []string {
 	return []string{
 		"-Xms128m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m",
 		"--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
 		"--add-opens", "java.base/java.util=ALL-UNNAMED", "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED",
-		"-Drocketmq.home.dir=" + q.home, "-Duser.home=" + q.home,
-		"-Drmq.logback.configurationFile=" + logback, "-cp", q.classpath, class, "-c", conf,
+		"-Drocketmq.home.dir=" + home, "-Duser.home=" + home,
 	}
+}
+
+// javaArgs are the arguments of java for one of this instance's JVMs, as
+// scripts/up.sh starts it, with this instance's home.
+func (q *RocketMQ) javaArgs(logback, class, conf string) []string {
+	return append(javaOpts(q.home),
+		"-Drmq.logback.configurationFile="+logback, "-cp", q.classpath, class, "-c", conf)
 }
 
 // waitBoot waits until the process's log file says "boot success".
