@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory/internal/servers"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/mq"
 )
@@ -297,7 +298,11 @@ func TestRocketMQHandoverOnJoin(t *testing.T) {
 // until then no client can start (nor resolve the topic), so the resume is
 // also measured from the moment the topic is routed again.
 func TestRocketMQResumeAfterBrokerRestart(t *testing.T) {
-	srv := startPrivateRocketMQ(t)
+	// A name server and broker of this test's own, so that killing the
+	// broker touches no other test's.
+	srv, err := servers.StartRocketMQ(t.TempDir(), servers.FreePort(), servers.FreePort(-2, 1), "")
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
 	ns := []string{srv.NameServer()}
 	g := newGroup(t, ns, srv.Broker())
 	g.consumer("A")
@@ -305,8 +310,8 @@ func TestRocketMQResumeAfterBrokerRestart(t *testing.T) {
 	g.settle("A", "B")
 
 	killed := time.Now()
-	srv.StopBroker()
-	srv.StartBroker()
+	require.NoError(t, srv.StopBroker())
+	require.NoError(t, srv.StartBroker())
 	up := time.Now()
 	routed := make(chan time.Time, 1)
 	go func() {

@@ -75,8 +75,9 @@ SQL
 # rocketmq_classpath makes sure the RocketMQ jars are in the per-user
 # shared cache (downloading them once, under a lock, so two clones never
 # fetch into one directory at once) and that this clone's
-# .cache/rocketmq-VERSION points at them, where the tests look (cmd/faults);
-# it prints the classpath.
+# .cache/rocketmq-VERSION points at them, where the private brokers of the
+# tests and make faults look first (internal/servers, which falls back on
+# the shared cache itself); it prints the classpath.
 rocketmq_classpath() {
   local shared="$SHARED_CACHE/rocketmq-$ROCKETMQ_VERSION" dir="$CACHE/rocketmq-$ROCKETMQ_VERSION"
   if [ ! -f "$dir/.complete" ]; then # a link to the shared jars, or a clone's own from before

@@ -105,6 +105,19 @@ func (in *Instance) Running() bool {
 	return in.cmd != nil
 }
 
+// logTail returns the last lines of a log file, for error messages.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return strings.Join(lines, "\n")
+}
+
 // baseEnv is the driver's environment without any INVENTORY_ variable, so
 // only what the scenario sets configures the service.
 func baseEnv() []string {

@@ -32,6 +32,8 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/acme/inventory/internal/servers"
 )
 
 func main() {
@@ -141,7 +143,7 @@ func prepare(ctx context.Context, keep bool, logf func(string, ...any)) (*Lab, e
 	logf("building inventoryd")
 	bin := filepath.Join(dir, "inventoryd")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/inventoryd")
-	if build.Dir, err = moduleRoot(); err != nil {
+	if build.Dir, err = servers.ModuleRoot(); err != nil {
 		cleanup()
 		return nil, err
 	}

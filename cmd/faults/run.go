@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/acme/inventory/internal/faultnet"
+	"github.com/acme/inventory/internal/servers"
 )
 
 // Service timings of every run: short, so timeouts, sweeps and realignment
@@ -38,8 +39,8 @@ const brokerHost = "127.0.0.2"
 type Lab struct {
 	dir    string
 	bin    string
-	db     *MariaDB
-	mq     *RocketMQ
+	db     *servers.MariaDB
+	mq     *servers.RocketMQ
 	toxi   *faultnet.Toxiproxy
 	broker *faultnet.Link // what the broker advertises: 127.0.0.2:port, to 127.0.0.1:port
 
@@ -50,13 +51,13 @@ func startLab(dir, bin string, logf func(string, ...any)) (*Lab, error) {
 	lab := &Lab{dir: dir, bin: bin, toxi: faultnet.New()}
 	var err error
 	t0 := time.Now()
-	if lab.db, err = StartMariaDB(filepath.Join(dir, "mariadb"), freePort()); err != nil {
+	if lab.db, err = servers.StartMariaDB(filepath.Join(dir, "mariadb"), servers.FreePort()); err != nil {
 		return nil, fmt.Errorf("mariadb: %w", err)
 	}
 	logf("mariadb up in %s", time.Since(t0).Round(time.Millisecond))
 	t0 = time.Now()
-	ns, broker := freePort(), freePort(-2, 1)
-	if lab.mq, err = StartRocketMQ(filepath.Join(dir, "rocketmq"), ns, broker, brokerHost); err != nil {
+	ns, broker := servers.FreePort(), servers.FreePort(-2, 1)
+	if lab.mq, err = servers.StartRocketMQ(filepath.Join(dir, "rocketmq"), ns, broker, brokerHost); err != nil {
 		lab.Close()
 		return nil, fmt.Errorf("rocketmq: %w", err)
 	}
@@ -96,9 +97,9 @@ type Run struct {
 	duration time.Duration
 	start    time.Time
 
-	redis   *Redis                    // single-node scenarios: the primary, behind its link
+	redis   *servers.Redis            // single-node scenarios: the primary, behind its link
 	links   map[string]*faultnet.Link // "mariadb", "redis" (single node) and "broker", as the fleet reaches them
-	cluster *RedisCluster
+	cluster *servers.RedisCluster
 	env     []string
 	fleet   []*Instance
 	db      *sql.DB
@@ -215,16 +216,16 @@ func (r *Run) resourceName() string { return "faults_" + strings.ReplaceAll(r.sc
 func (r *Run) setup(ctx context.Context) error {
 	var err error
 	if r.sc.Cluster {
-		ports := [3]int{freePort(10000), freePort(10000), freePort(10000)}
-		if r.cluster, err = StartRedisCluster(filepath.Join(r.dir, "redis-cluster"), ports); err != nil {
+		ports := [3]int{servers.FreePort(10000), servers.FreePort(10000), servers.FreePort(10000)}
+		if r.cluster, err = servers.StartRedisCluster(filepath.Join(r.dir, "redis-cluster"), ports); err != nil {
 			return err
 		}
 		r.env = append(r.env, "INVENTORY_REDIS_CLUSTER="+strings.Join(r.cluster.Addrs(), ","))
 	} else {
-		if r.redis, err = StartRedis(filepath.Join(r.dir, "redis"), freePort()); err != nil {
+		if r.redis, err = servers.StartRedis(filepath.Join(r.dir, "redis"), servers.FreePort()); err != nil {
 			return err
 		}
-		if r.links["redis"], err = r.lab.toxi.Link("redis-"+r.sc.Name, "127.0.0.1:"+strconv.Itoa(freePort()), r.redis.Addr()); err != nil {
+		if r.links["redis"], err = r.lab.toxi.Link("redis-"+r.sc.Name, "127.0.0.1:"+strconv.Itoa(servers.FreePort()), r.redis.Addr()); err != nil {
 			return err
 		}
 		r.env = append(r.env, "INVENTORY_REDIS_URL=redis://"+r.links["redis"].Addr()+"/0")
@@ -233,7 +234,7 @@ func (r *Run) setup(ctx context.Context) error {
 	if err := r.lab.db.CreateDatabase(ctx, database); err != nil {
 		return err
 	}
-	if r.links["mariadb"], err = r.lab.toxi.Link("mariadb-"+r.sc.Name, "127.0.0.1:"+strconv.Itoa(freePort()), r.lab.db.Addr()); err != nil {
+	if r.links["mariadb"], err = r.lab.toxi.Link("mariadb-"+r.sc.Name, "127.0.0.1:"+strconv.Itoa(servers.FreePort()), r.lab.db.Addr()); err != nil {
 		return err
 	}
 	if r.db, err = sql.Open("mysql", r.lab.db.DSN(database)); err != nil {
@@ -256,7 +257,7 @@ func (r *Run) setup(ctx context.Context) error {
 	}
 	var urls []string
 	for i := 0; i < max(1, r.sc.Instances); i++ {
-		in := &Instance{Name: fmt.Sprintf("%s-%d", r.sc.Name, i), Port: freePort(), bin: r.lab.bin, env: r.env,
+		in := &Instance{Name: fmt.Sprintf("%s-%d", r.sc.Name, i), Port: servers.FreePort(), bin: r.lab.bin, env: r.env,
 			log: filepath.Join(r.dir, fmt.Sprintf("inventoryd-%d.log", i))}
 		if err := in.Start(ctx); err != nil {
 			return err

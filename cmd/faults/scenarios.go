@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/acme/inventory/internal/servers"
 	"github.com/acme/inventory/mq"
 )
 
@@ -118,7 +119,7 @@ var scenarios = append([]Scenario{
 		return r.redis.RestartFrom(snap)
 	}},
 	{Name: "redis-failover", Fault: func(ctx context.Context, r *Run) error {
-		replica, err := StartReplica(filepath.Join(r.dir, "replica"), freePort(), r.redis)
+		replica, err := servers.StartReplica(filepath.Join(r.dir, "replica"), servers.FreePort(), r.redis)
 		if err != nil {
 			return err
 		}
@@ -301,8 +302,13 @@ func soldOutClearsEverywhere(ctx context.Context, r *Run, v *Verdict) error {
 
 // infoInt reads one integer field of an INFO answer.
 func infoInt(info, field string) int64 {
-	n, _ := strconv.ParseInt(infoField(info, field), 10, 64)
-	return n
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // sharedWork reads each instance's counters: the consumer group must have

@@ -1,16 +1,30 @@
-package main
-
-// Private servers for fault injection: Redis (single node, replica, three-node
-// cluster), MariaDB and an Apache RocketMQ name server and broker, each started
-// by this process on its own ports and directories, so they can be killed,
-// restarted and rolled back without touching the shared servers that
-// scripts/up.sh starts (6379, 7101-7103, 3306, 9876, 10909-10912), which
-// every function here refuses to use.
+// Package servers starts private servers for the tests and the fault driver
+// (cmd/faults): Redis (a single node, a replica, a three-node Redis
+// Cluster), MariaDB, and an Apache RocketMQ name server and broker. It is
+// the one way Go code starts a server; scripts/up.sh starts the shared ones
+// that `make up` and `make test` use, and internal/testenv connects to those.
 //
-// Every server is started in its own process group (Setpgid) with
-// Pdeathsig=SIGKILL, and killed with its whole group, so nothing outlives a
-// Close or the driver. Each logs its stdout and stderr to a file in its
-// directory.
+// The contract of every server started here:
+//
+//   - It is private: it listens on its own ports (FreePort picks free ones)
+//     and keeps its files in its own directory, so it can be killed,
+//     restarted and rolled back without touching anything else. It never
+//     uses the ports of the shared servers of scripts/up.sh (6379,
+//     7101-7103 and their cluster buses 17101-17103, 3306, 9876,
+//     10909-10912): every start refuses them, and any port that is not free.
+//   - It runs in its own process group (Setpgid), with Pdeathsig=SIGKILL,
+//     and is killed with its whole group (Kill, StopBroker, Close), so
+//     nothing outlives a Close or the process that started it.
+//   - It logs its stdout and stderr to a file in its directory; an error
+//     about a start quotes the end of that log.
+//
+// Close leaves the directories alone: they belong to the caller (a test's
+// t.TempDir, the fault run's directory).
+//
+// RocketMQ is started as scripts/up.sh starts the shared one: from the same
+// jars, with the same JVM options, logback configuration and
+// scripts/rocketmq/broker.conf (see StartRocketMQ).
+package servers
 
 import (
 	"bufio"
@@ -66,13 +80,13 @@ func checkPorts(ports ...int) error {
 	return nil
 }
 
-// freePort returns a port P in [20000, 32000) such that P and P+off for every
-// off are free now: freePort() for Redis, MariaDB, a name server or a proxy,
-// freePort(10000) for a Redis Cluster node (its bus is on P+10000),
-// freePort(-2, 1) for a RocketMQ broker (it also listens on P-2 and P+1).
+// FreePort returns a port P in [20000, 32000) such that P and P+off for every
+// off are free now: FreePort() for Redis, MariaDB, a name server or a proxy,
+// FreePort(10000) for a Redis Cluster node (its bus is on P+10000),
+// FreePort(-2, 1) for a RocketMQ broker (it also listens on P-2 and P+1).
 // It stays below the kernel's ephemeral range, so outgoing connections are
 // unlikely to take the port before the server binds it.
-func freePort(offsets ...int) int {
+func FreePort(offsets ...int) int {
 	for range 2000 {
 		p := 20000 + rand.IntN(12000)
 		ports := []int{p}
@@ -83,7 +97,7 @@ func freePort(offsets ...int) int {
 			return p
 		}
 	}
-	panic("freePort: no free port found")
+	panic("servers.FreePort: no free port found")
 }
 
 // srvProc is one server process, the leader of its own process group.
@@ -790,15 +804,76 @@ type RocketMQ struct {
 	brokerLog    string
 }
 
-// rocketmqVersion is the version scripts/lib.sh installs.
-const rocketmqVersion = "5.3.3"
+// defaultRocketMQVersion is the Apache RocketMQ version scripts/lib.sh
+// installs unless $ROCKETMQ_VERSION says otherwise.
+const defaultRocketMQVersion = "5.3.3"
+
+// rocketmqVersion is the version of the jars scripts/up.sh fetched, as
+// scripts/lib.sh reads it: $ROCKETMQ_VERSION, or defaultRocketMQVersion.
+func rocketmqVersion() string {
+	if v := os.Getenv("ROCKETMQ_VERSION"); v != "" {
+		return v
+	}
+	return defaultRocketMQVersion
+}
+
+// sharedCache is the per-user directory where scripts/up.sh downloads what
+// every clone shares (the RocketMQ jars), as scripts/lib.sh names it:
+// $INVENTORY_SHARED_CACHE, or acme-inventory under $XDG_CACHE_HOME or
+// $HOME/.cache. It is "" when none of these is set.
+func sharedCache() string {
+	if d := os.Getenv("INVENTORY_SHARED_CACHE"); d != "" {
+		return d
+	}
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home := os.Getenv("HOME")
+		if home == "" {
+			return ""
+		}
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "acme-inventory")
+}
+
+// rocketmqLib finds the RocketMQ jars scripts/up.sh fetched:
+// $INVENTORY_ROCKETMQ_LIB when set; else root's .cache/rocketmq-VERSION/lib,
+// which scripts/up.sh makes a link into the per-user cache; else that
+// cache's rocketmq-VERSION/lib once its download is complete, so a clone or
+// worktree whose servers another clone started finds them too.
+func rocketmqLib(root string) (string, error) {
+	hasJars := func(lib string) bool {
+		jars, _ := filepath.Glob(filepath.Join(lib, "rocketmq-broker-*.jar"))
+		return len(jars) > 0
+	}
+	if lib := os.Getenv("INVENTORY_ROCKETMQ_LIB"); lib != "" {
+		if !hasJars(lib) {
+			return "", fmt.Errorf("no RocketMQ jars in $INVENTORY_ROCKETMQ_LIB (%s)", lib)
+		}
+		return lib, nil
+	}
+	name := "rocketmq-" + rocketmqVersion()
+	tried := []string{filepath.Join(root, ".cache", name, "lib")}
+	if hasJars(tried[0]) {
+		return tried[0], nil
+	}
+	if shared := sharedCache(); shared != "" {
+		dir := filepath.Join(shared, name)
+		lib := filepath.Join(dir, "lib")
+		tried = append(tried, lib)
+		if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil && hasJars(lib) {
+			return lib, nil
+		}
+	}
+	return "", fmt.Errorf("no RocketMQ jars in %s (scripts/up.sh install fetches them)", strings.Join(tried, " or "))
+}
 
 // rocketmqBoot is how long a JVM may take to print "boot success".
 const rocketmqBoot = 180 * time.Second
 
-// moduleRoot finds the repository: the nearest directory, from the working
+// ModuleRoot finds the repository: the nearest directory, from the working
 // directory up, with this module's go.mod.
-func moduleRoot() (string, error) {
+func ModuleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -817,9 +892,10 @@ func moduleRoot() (string, error) {
 }
 
 // StartRocketMQ starts a name server on namesrvPort and a broker listening
-// on brokerPort (and brokerPort-2, brokerPort+1; see freePort) with its store
+// on brokerPort (and brokerPort-2, brokerPort+1; see FreePort) with its store
 // in dir/store, and waits for each to print "boot success". The RocketMQ jars
-// are those scripts/up.sh fetched into .cache/rocketmq-5.3.3/lib, or those in
+// are those scripts/up.sh fetched (see rocketmqLib: the per-user cache, by
+// way of the clone's .cache/rocketmq-VERSION), or those in
 // $INVENTORY_ROCKETMQ_LIB.
 //
 // With advertise empty the broker listens on 127.0.0.1 and tells the name
@@ -828,16 +904,13 @@ func moduleRoot() (string, error) {
 // advertise:brokerPort as its address (brokerIP1), which clients then dial:
 // a proxy listening there sits in every client's path to the broker.
 func StartRocketMQ(dir string, namesrvPort, brokerPort int, advertise string) (*RocketMQ, error) {
-	root, err := moduleRoot()
+	root, err := ModuleRoot()
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: %w", err)
 	}
-	lib := os.Getenv("INVENTORY_ROCKETMQ_LIB")
-	if lib == "" {
-		lib = filepath.Join(root, ".cache", "rocketmq-"+rocketmqVersion, "lib")
-	}
-	if jars, _ := filepath.Glob(filepath.Join(lib, "rocketmq-broker-*.jar")); len(jars) == 0 {
-		return nil, fmt.Errorf("rocketmq: no RocketMQ jars in %s (run scripts/up.sh rocketmq)", lib)
+	lib, err := rocketmqLib(root)
+	if err != nil {
+		return nil, fmt.Errorf("rocketmq: %w", err)
 	}
 	tmpl, err := os.ReadFile(filepath.Join(root, "scripts", "rocketmq", "broker.conf"))
 	if err != nil {
@@ -887,15 +960,22 @@ func StartRocketMQ(dir string, namesrvPort, brokerPort int, advertise string) (*
 	return q, nil
 }
 
-// javaArgs are scripts/up.sh's java_opts, with this instance's home.
-func (q *RocketMQ) javaArgs(logback, class, conf string) []string {
+// javaOpts are scripts/up.sh's java_opts with home as the RocketMQ home
+// (where the JVM's rocketmqlogs go).
+func javaOpts(home string) []string {
 	return []string{
 		"-Xms128m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m",
 		"--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
 		"--add-opens", "java.base/java.util=ALL-UNNAMED", "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED",
-		"-Drocketmq.home.dir=" + q.home, "-Duser.home=" + q.home,
-		"-Drmq.logback.configurationFile=" + logback, "-cp", q.classpath, class, "-c", conf,
+		"-Drocketmq.home.dir=" + home, "-Duser.home=" + home,
 	}
+}
+
+// javaArgs are the arguments of java for one of this instance's JVMs, as
+// scripts/up.sh starts it, with this instance's home.
+func (q *RocketMQ) javaArgs(logback, class, conf string) []string {
+	return append(javaOpts(q.home),
+		"-Drmq.logback.configurationFile="+logback, "-cp", q.classpath, class, "-c", conf)
 }
 
 // waitBoot waits until the process's log file says "boot success".
