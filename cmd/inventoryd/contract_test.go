@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory/client"
 	"github.com/acme/inventory/internal/testenv"
 )
 
@@ -38,8 +39,8 @@ func flushRedis(t *testing.T) {
 func TestContractCredentials(t *testing.T) {
 	env, db := realEnv(t)
 	p := start(t, env...)
-	admin := []string{"Authorization", "Bearer " + adminToken}
-	st, body := p.call("PUT", "/v1/skus/TEE", `{"stock":10}`, admin...)
+	ctx := t.Context()
+	st, body := p.answer(p.api.PutSKUWithResponse(ctx, "TEE", nil, client.PutSKUJSONRequestBody{Stock: 10}, client.BearerAuth(adminToken)))
 	require.Equal(t, 200, st, body)
 	count := func() string {
 		var n [3]int
@@ -47,6 +48,8 @@ func TestContractCredentials(t *testing.T) {
 		return fmt.Sprint(n)
 	}
 	before := count()
+	// Raw: every route with a missing, wrong or malformed Authorization, a
+	// bad header rather than a call the checkout backend makes.
 	for _, r := range []struct{ method, path, body string }{
 		{"PUT", "/v1/skus/TEE", `{"stock":1}`},
 		{"POST", "/v1/skus/TEE/adjust", `{"delta":1,"reason":"x"}`},
@@ -79,20 +82,21 @@ func TestContractCredentials(t *testing.T) {
 
 	// Rotation: both configured client credentials work at once.
 	for _, tok := range []string{clientToken, clientToken2} {
-		st, body = p.call("GET", "/v1/skus/TEE", "", "Authorization", "Bearer "+tok)
+		st, body = p.answer(p.api.GetSKUWithResponse(ctx, "TEE", nil, client.BearerAuth(tok)))
 		require.Equal(t, 200, st, body)
 	}
 	// A buyer cannot order, buy or cancel as another.
-	st, body = p.call("POST", "/v1/orders", `{"user_id":"bob","items":[{"sku":"TEE","qty":1}]}`, "X-Buyer-Token", p.buyer("mallory"))
+	bobs := client.CreateOrderJSONRequestBody{UserId: new("bob"), Items: []client.Item{{Sku: "TEE", Qty: 1}}}
+	st, body = p.answer(p.api.CreateOrderWithResponse(ctx, nil, bobs, p.as("mallory")))
 	require.Equal(t, 403, st, body)
-	st, body = p.call("POST", "/v1/seckill/TEE/buy", `{"user_id":"bob"}`, "X-Buyer-Token", p.buyer("mallory"))
+	st, body = p.answer(p.api.SeckillBuyWithResponse(ctx, "TEE", nil, client.SeckillBuyJSONRequestBody{UserId: new("bob")}, p.as("mallory")))
 	require.Equal(t, 403, st, body)
-	st, order := p.call("POST", "/v1/orders", `{"user_id":"bob","items":[{"sku":"TEE","qty":1}]}`)
+	st, order := p.answer(p.api.CreateOrderWithResponse(ctx, nil, bobs, p.as("bob")))
 	require.Equal(t, 201, st, order)
-	st, body = p.call("POST", "/v1/orders/"+order["id"].(string)+"/cancel", "", "X-Buyer-Token", p.buyer("mallory"))
+	st, body = p.answer(p.api.CancelOrderWithResponse(ctx, order["id"].(string), nil, p.as("mallory")))
 	require.Equal(t, 403, st, body)
 	require.Equal(t, "forbidden", errCode(body))
-	st, body = p.call("POST", "/v1/orders/"+order["id"].(string)+"/cancel", "", "X-Buyer-Token", p.buyer("bob"))
+	st, body = p.answer(p.api.CancelOrderWithResponse(ctx, order["id"].(string), nil, p.as("bob")))
 	require.Equal(t, 200, st, body)
 	p.stop()
 	stdout, stderr := p.output()
@@ -126,8 +130,17 @@ func TestContractRefusesWeakSecrets(t *testing.T) {
 func TestContractPerUserLimit(t *testing.T) {
 	env, db := realEnv(t)
 	p := start(t, env...)
-	st, body := p.call("PUT", "/v1/skus/PHONE", `{"stock":100,"per_user_limit":2}`, "Authorization", "Bearer "+adminToken)
+	ctx := t.Context()
+	st, body := p.answer(p.api.PutSKUWithResponse(ctx, "PHONE", nil, client.PutSKUJSONRequestBody{Stock: 100, PerUserLimit: new(int64(2))}, client.BearerAuth(adminToken)))
 	require.Equal(t, 200, st, body)
+	// buy and order are greedy's purchase of one PHONE through either path.
+	buy := func() (int, map[string]any) {
+		return p.answer(p.api.SeckillBuyWithResponse(ctx, "PHONE", nil, client.SeckillBuyJSONRequestBody{UserId: new("greedy")}, p.as("greedy")))
+	}
+	order := func() (int, map[string]any) {
+		one := client.CreateOrderJSONRequestBody{UserId: new("greedy"), Items: []client.Item{{Sku: "PHONE", Qty: 1}}}
+		return p.answer(p.api.CreateOrderWithResponse(ctx, nil, one, p.as("greedy")))
+	}
 
 	var mu sync.Mutex
 	codes := map[int]int{}
@@ -140,9 +153,9 @@ func TestContractPerUserLimit(t *testing.T) {
 			var st int
 			var body map[string]any
 			if i%2 == 0 {
-				st, body = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"greedy"}`)
+				st, body = buy()
 			} else {
-				st, body = p.call("POST", "/v1/orders", `{"user_id":"greedy","items":[{"sku":"PHONE","qty":1}]}`)
+				st, body = order()
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -159,18 +172,17 @@ func TestContractPerUserLimit(t *testing.T) {
 	p.requireSKU(skuView("PHONE", 100, 2, 98, 2))
 
 	flushRedis(t)
-	for _, path := range []string{"/v1/seckill/PHONE/buy", "/v1/orders"} {
-		body := `{"user_id":"greedy"}`
-		if path == "/v1/orders" {
-			body = `{"user_id":"greedy","items":[{"sku":"PHONE","qty":1}]}`
-		}
-		st, got := p.call("POST", path, body)
-		require.Equal(t, 409, st, "%s after the Redis loss: %v", path, got)
+	for _, purchase := range []struct {
+		path string
+		send func() (int, map[string]any)
+	}{{"/v1/seckill/PHONE/buy", buy}, {"/v1/orders", order}} {
+		st, got := purchase.send()
+		require.Equal(t, 409, st, "%s after the Redis loss: %v", purchase.path, got)
 		require.Equal(t, "buyer greedy reached the per-user limit of 2 for PHONE", got["error"].(map[string]any)["message"])
 	}
-	st, body = p.call("POST", "/v1/orders/"+ids[0]+"/cancel", "", "X-Buyer-Token", p.buyer("greedy"))
+	st, body = p.answer(p.api.CancelOrderWithResponse(ctx, ids[0], nil, p.as("greedy")))
 	require.Equal(t, 200, st, body)
-	st, body = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"greedy"}`)
+	st, body = buy()
 	require.Equal(t, 201, st, "the cancelled unit comes back to the buyer's limit: %v", body)
 	var counted int
 	require.NoError(t, db.QueryRow(`SELECT qty FROM buyer_quotas WHERE sku = 'PHONE' AND user_id = 'greedy'`).Scan(&counted))
@@ -186,18 +198,23 @@ func TestContractHTTPConventions(t *testing.T) {
 	// A rate no loaded machine's slowness refills between two requests: one
 	// token (burst 1), the next in 100 s.
 	p := start(t, append(env, "INVENTORY_SECKILL_RATE=0.01")...)
-	st, body := p.call("PUT", "/v1/skus/TEE", `{"stock":100}`, "Authorization", "Bearer "+adminToken)
+	ctx := t.Context()
+	st, body := p.answer(p.api.PutSKUWithResponse(ctx, "TEE", nil, client.PutSKUJSONRequestBody{Stock: 100}, client.BearerAuth(adminToken)))
 	require.Equal(t, 200, st, body)
 
-	h := http.Header{"Authorization": {"Bearer " + clientToken}, "X-Buyer-Token": {p.buyer("alice")}, "X-Request-Id": {"trace-1"}}
-	resp, raw := p.send("POST", "/v1/orders", `{"items":[{"sku":"TEE","qty":1}]}`, h)
-	require.Equal(t, 201, resp.StatusCode, string(raw))
-	require.Regexp(t, `^/v1/orders/[0-9a-f-]{36}$`, resp.Header.Get("Location"))
-	require.Equal(t, "trace-1", resp.Header.Get("X-Request-ID"))
-	st, got := p.call("GET", resp.Header.Get("Location"), "")
+	created, err := p.api.CreateOrderWithResponse(ctx, &client.CreateOrderParams{XRequestID: new("trace-1")},
+		client.CreateOrderJSONRequestBody{Items: []client.Item{{Sku: "TEE", Qty: 1}}}, p.as("alice"))
+	st, order := p.answer(created, err)
+	require.Equal(t, 201, st, order)
+	require.Regexp(t, `^/v1/orders/[0-9a-f-]{36}$`, created.Headers201.Location)
+	require.Equal(t, "trace-1", created.Headers201.XRequestID)
+	// Raw: the Location is followed as a link, not rebuilt from the order's id.
+	st, got := p.call("GET", created.Headers201.Location, "")
 	require.Equal(t, 200, st, got)
 
-	resp, raw = p.send("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"`+strings.Repeat("x", 1<<17)+`"}`, http.Header{"Authorization": {"Bearer " + clientToken}})
+	// Raw: too large a body, a method the path does not have, spoofed
+	// forwarding headers.
+	resp, raw := p.send("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"`+strings.Repeat("x", 1<<17)+`"}`, http.Header{"Authorization": {"Bearer " + clientToken}})
 	require.Equal(t, 413, resp.StatusCode, string(raw))
 	require.Contains(t, string(raw), `"code":"payload_too_large"`)
 	resp, raw = p.send("DELETE", "/v1/orders/x", "", http.Header{"Authorization": {"Bearer " + clientToken}})
@@ -224,21 +241,23 @@ func TestContractHTTPConventions(t *testing.T) {
 func TestContractReplayedCallbackAfterRefundIsQuiet(t *testing.T) {
 	env, _ := realEnv(t)
 	p := start(t, env...)
-	admin := []string{"Authorization", "Bearer " + adminToken}
-	st, body := p.call("PUT", "/v1/skus/TEE", `{"stock":10}`, admin...)
+	ctx := t.Context()
+	admin := client.BearerAuth(adminToken)
+	st, body := p.answer(p.api.PutSKUWithResponse(ctx, "TEE", nil, client.PutSKUJSONRequestBody{Stock: 10}, admin))
 	require.Equal(t, 200, st, body)
-	st, order := p.call("POST", "/v1/orders", `{"user_id":"alice","items":[{"sku":"TEE","qty":2}]}`)
+	st, order := p.answer(p.api.CreateOrderWithResponse(ctx, nil,
+		client.CreateOrderJSONRequestBody{UserId: new("alice"), Items: []client.Item{{Sku: "TEE", Qty: 2}}}, p.as("alice")))
 	require.Equal(t, 201, st, order)
 	id := order["id"].(string)
-	cb := fmt.Sprintf(`{"order_id":%q,"payment_id":"pay-r","status":"SUCCESS"}`, id)
-	st, body = p.call("POST", "/v1/payments/callback", cb, signed(paymentSecret, time.Now(), cb)...)
+	cb := client.PaymentCallbackJSONRequestBody{OrderId: id, PaymentId: "pay-r", Status: client.PaymentCallbackJSONBodyStatusSUCCESS}
+	st, body = p.answer(p.api.PaymentCallbackWithResponse(ctx, signedAt(time.Now()), cb, signedBy(paymentSecret)))
 	require.Equal(t, 200, st, body)
 	p.waitSKU(skuView("TEE", 8, 0, 8, 0), 60*time.Second, "the payment is applied")
-	st, body = p.call("POST", "/v1/orders/"+id+"/refund", "", admin...)
+	st, body = p.answer(p.api.RefundOrderWithResponse(ctx, id, nil, admin))
 	require.Equal(t, 200, st, body)
 	p.waitSKU(skuView("TEE", 10, 0, 10, 0), 60*time.Second, "the refund is applied")
 	for i := 0; i < 3; i++ {
-		st, body = p.call("POST", "/v1/payments/callback", cb, signed(paymentSecret, time.Now(), cb)...)
+		st, body = p.answer(p.api.PaymentCallbackWithResponse(ctx, signedAt(time.Now()), cb, signedBy(paymentSecret)))
 		require.Equal(t, 200, st, body)
 		require.Equal(t, "REFUNDED", body["status"])
 	}
@@ -330,8 +349,9 @@ func (l *lockedBuffer) String() string {
 func TestContractTrustedProxy(t *testing.T) {
 	env, _ := realEnv(t)
 	p := start(t, append(env, "INVENTORY_SECKILL_RATE=1", "INVENTORY_TRUSTED_PROXIES=127.0.0.1")...)
-	st, body := p.call("PUT", "/v1/skus/TEE", `{"stock":100}`, "Authorization", "Bearer "+adminToken)
+	st, body := p.answer(p.api.PutSKUWithResponse(t.Context(), "TEE", nil, client.PutSKUJSONRequestBody{Stock: 100}, client.BearerAuth(adminToken)))
 	require.Equal(t, 200, st, body)
+	// Raw: the proxy's X-Forwarded-For, which the client does not send.
 	codes := map[int]int{}
 	for i := 0; i < 6; i++ {
 		h := http.Header{"Authorization": {"Bearer " + clientToken}, "X-Buyer-Token": {p.buyer(fmt.Sprintf("u%d", i))},

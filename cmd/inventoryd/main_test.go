@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory/client"
 	"github.com/acme/inventory/internal/testenv"
 )
 
@@ -68,18 +68,20 @@ func realEnv(t *testing.T) (env []string, db *sql.DB) {
 func TestServeRealServers(t *testing.T) {
 	env, db := realEnv(t)
 	p := start(t, env...)
-	auth := []string{"Authorization", "Bearer " + adminToken}
+	ctx := t.Context()
+	admin := client.BearerAuth(adminToken)
+	auth := []string{"Authorization", "Bearer " + adminToken} // for raw requests
 
-	st, body := p.call("PUT", "/v1/skus/TEE", `{"stock":10,"per_user_limit":0}`, auth...)
+	st, body := p.answer(p.api.PutSKUWithResponse(ctx, "TEE", nil, client.PutSKUJSONRequestBody{Stock: 10, PerUserLimit: new(int64(0))}, admin))
 	require.Equal(t, 200, st, body)
 	require.Equal(t, skuView("TEE", 10, 0, 10, 0), body)
-	st, _ = p.call("PUT", "/v1/skus/PHONE", `{"stock":2,"per_user_limit":1}`, auth...)
+	st, _ = p.answer(p.api.PutSKUWithResponse(ctx, "PHONE", nil, client.PutSKUJSONRequestBody{Stock: 2, PerUserLimit: new(int64(1))}, admin))
 	require.Equal(t, 200, st)
 
 	// state is what a rejected request must leave untouched.
 	state := func() string {
-		_, tee := p.call("GET", "/v1/skus/TEE", "")
-		_, phone := p.call("GET", "/v1/skus/PHONE", "")
+		_, tee := p.sku("TEE")
+		_, phone := p.sku("PHONE")
 		var orders, outbox, reservations int
 		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM orders`).Scan(&orders))
 		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM stock_outbox`).Scan(&outbox))
@@ -89,46 +91,47 @@ func TestServeRealServers(t *testing.T) {
 
 	// The token API: a deduction holds units (reserved), a replay takes
 	// nothing more, a release gives them back once.
-	st, body = p.call("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":2,"token":"d1"}`)
+	st, body = p.answer(p.api.DeductStockWithResponse(ctx, nil, client.DeductStockJSONRequestBody{Sku: "TEE", Qty: 2, Token: "d1"}))
 	require.Equal(t, 200, st, body)
 	require.Equal(t, map[string]any{"result": 8.0}, body)
 	p.requireSKU(skuView("TEE", 10, 2, 8, 0))
-	st, body = p.call("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":2,"token":"d1"}`)
+	st, body = p.answer(p.api.DeductStockWithResponse(ctx, nil, client.DeductStockJSONRequestBody{Sku: "TEE", Qty: 2, Token: "d1"}))
 	require.Equal(t, 200, st, body)
 	require.Equal(t, map[string]any{"result": 8.0}, body, "a replay returns the same outcome")
 	p.requireSKU(skuView("TEE", 10, 2, 8, 0))
-	st, body = p.call("POST", "/v1/stock/release", `{"sku":"TEE","token":"d1"}`)
+	st, body = p.answer(p.api.ReleaseStockWithResponse(ctx, nil, client.ReleaseStockJSONRequestBody{Sku: "TEE", Token: "d1"}))
 	require.Equal(t, 200, st, body)
 	require.Equal(t, map[string]any{"released": 2.0}, body)
 	p.requireSKU(skuView("TEE", 10, 0, 10, 0))
-	st, body = p.call("POST", "/v1/stock/release", `{"sku":"TEE","token":"d1"}`)
+	st, body = p.answer(p.api.ReleaseStockWithResponse(ctx, nil, client.ReleaseStockJSONRequestBody{Sku: "TEE", Token: "d1"}))
 	require.Equal(t, 200, st, body)
 	require.Equal(t, map[string]any{"released": 0.0}, body)
 	p.requireSKU(skuView("TEE", 10, 0, 10, 0))
 
 	// Deduct, commit: the sale reaches the database through RocketMQ, which
 	// takes the units from on_hand and the reservation from reserved at once.
-	st, body = p.call("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":2,"token":"d2"}`)
+	st, body = p.answer(p.api.DeductStockWithResponse(ctx, nil, client.DeductStockJSONRequestBody{Sku: "TEE", Qty: 2, Token: "d2"}))
 	require.Equal(t, 200, st, body)
 	require.Equal(t, map[string]any{"result": 8.0}, body)
 	p.requireSKU(skuView("TEE", 10, 2, 8, 0))
-	st, body = p.call("POST", "/v1/stock/commit", `{"sku":"TEE","token":"d2"}`)
+	st, body = p.answer(p.api.CommitStockWithResponse(ctx, nil, client.CommitStockJSONRequestBody{Sku: "TEE", Token: "d2"}))
 	require.Equal(t, 200, st, body)
 	require.Equal(t, map[string]any{"committed": 2.0}, body)
-	st, body = p.call("POST", "/v1/stock/commit", `{"sku":"TEE","token":"d2"}`)
+	st, body = p.answer(p.api.CommitStockWithResponse(ctx, nil, client.CommitStockJSONRequestBody{Sku: "TEE", Token: "d2"}))
 	require.Equal(t, 200, st, body)
 	require.Equal(t, map[string]any{"committed": 2.0}, body, "a replayed commit returns the quantity again")
 	p.waitSKU(skuView("TEE", 8, 0, 8, 0), 60*time.Second, "the commit reaches the database through RocketMQ")
-	st, body = p.call("POST", "/v1/stock/release", `{"sku":"TEE","token":"d2"}`)
+	st, body = p.answer(p.api.ReleaseStockWithResponse(ctx, nil, client.ReleaseStockJSONRequestBody{Sku: "TEE", Token: "d2"}))
 	require.Equal(t, 409, st, body)
 	require.Equal(t, "conflict", errCode(body), "a sold reservation cannot be released")
 	p.requireSKU(skuView("TEE", 8, 0, 8, 0))
 
-	st, order := p.call("POST", "/v1/orders", `{"user_id":"alice","items":[{"sku":"TEE","qty":3}]}`, "Idempotency-Key", "k1")
+	aliceOrder := client.CreateOrderJSONRequestBody{UserId: new("alice"), Items: []client.Item{{Sku: "TEE", Qty: 3}}}
+	st, order := p.answer(p.api.CreateOrderWithResponse(ctx, &client.CreateOrderParams{IdempotencyKey: new("k1")}, aliceOrder, p.as("alice")))
 	require.Equal(t, 201, st, order)
 	require.Equal(t, "PENDING", order["status"])
 	id := order["id"].(string)
-	st, again := p.call("POST", "/v1/orders", `{"user_id":"alice","items":[{"sku":"TEE","qty":3}]}`, "Idempotency-Key", "k1")
+	st, again := p.answer(p.api.CreateOrderWithResponse(ctx, &client.CreateOrderParams{IdempotencyKey: new("k1")}, aliceOrder, p.as("alice")))
 	require.Equal(t, 201, st)
 	require.Equal(t, id, again["id"], "the idempotency key returns the same order")
 	p.requireSKU(skuView("TEE", 8, 3, 5, 0))
@@ -136,131 +139,204 @@ func TestServeRealServers(t *testing.T) {
 	// An order's id (or its late-payment token) used as a token-API token
 	// names nothing: the release gives back 0 and the order keeps its units.
 	for _, tok := range []string{id, id + ".late"} {
-		st, body = p.call("POST", "/v1/stock/release", fmt.Sprintf(`{"sku":"TEE","token":%q}`, tok))
+		st, body = p.answer(p.api.ReleaseStockWithResponse(ctx, nil, client.ReleaseStockJSONRequestBody{Sku: "TEE", Token: tok}))
 		require.Equal(t, 200, st, body)
 		require.Equal(t, map[string]any{"released": 0.0}, body, tok)
 		p.requireSKU(skuView("TEE", 8, 3, 5, 0))
 	}
-	st, body = p.call("GET", "/v1/orders/"+id, "")
+	st, body = p.answer(p.api.GetOrderWithResponse(ctx, id, nil))
 	require.Equal(t, 200, st, body)
 	require.Equal(t, "PENDING", body["status"])
 
-	cb := fmt.Sprintf(`{"order_id":%q,"payment_id":"pay-1","status":"SUCCESS"}`, id)
-	hdr := signed(paymentSecret, time.Now(), cb)
-	st, paid := p.call("POST", "/v1/payments/callback", cb, hdr...)
+	// The payment provider's callback, replayed as it was signed.
+	pay := client.PaymentCallbackJSONRequestBody{OrderId: id, PaymentId: "pay-1", Status: client.PaymentCallbackJSONBodyStatusSUCCESS}
+	payAt := signedAt(time.Now())
+	st, paid := p.answer(p.api.PaymentCallbackWithResponse(ctx, payAt, pay, signedBy(paymentSecret)))
 	require.Equal(t, 200, st, paid)
 	require.Equal(t, "PAID", paid["status"])
-	st, replay := p.call("POST", "/v1/payments/callback", cb, hdr...)
+	st, replay := p.answer(p.api.PaymentCallbackWithResponse(ctx, payAt, pay, signedBy(paymentSecret)))
 	require.Equal(t, 200, st, "a replayed callback is answered from the order")
 	require.Equal(t, paid["paid_at"], replay["paid_at"])
 	p.waitSKU(skuView("TEE", 5, 0, 5, 0), 60*time.Second, "the payment reaches the database through RocketMQ")
 
-	st, body = p.call("POST", "/v1/orders/"+id+"/refund", "", auth...)
+	st, body = p.answer(p.api.RefundOrderWithResponse(ctx, id, nil, admin))
 	require.Equal(t, 200, st, body)
 	require.Equal(t, "REFUNDED", body["status"])
 	p.waitSKU(skuView("TEE", 8, 0, 8, 0), 60*time.Second, "the refund restores the database and Redis")
 
-	st, bob := p.call("POST", "/v1/orders", `{"user_id":"bob","items":[{"sku":"TEE","qty":1}]}`)
+	st, bob := p.answer(p.api.CreateOrderWithResponse(ctx, nil, client.CreateOrderJSONRequestBody{UserId: new("bob"), Items: []client.Item{{Sku: "TEE", Qty: 1}}}, p.as("bob")))
 	require.Equal(t, 201, st, bob)
 	p.requireSKU(skuView("TEE", 8, 1, 7, 0))
-	st, body = p.call("POST", "/v1/orders/"+bob["id"].(string)+"/cancel", "", "X-Buyer-Token", p.buyer("bob"))
+	st, body = p.answer(p.api.CancelOrderWithResponse(ctx, bob["id"].(string), nil, p.as("bob")))
 	require.Equal(t, 200, st)
 	require.Equal(t, "CANCELLED", body["status"])
-	st, body = p.call("GET", "/v1/orders/"+bob["id"].(string), "")
+	st, body = p.answer(p.api.GetOrderWithResponse(ctx, bob["id"].(string), nil))
 	require.Equal(t, 200, st)
 	require.Equal(t, "CANCELLED", body["status"])
 	p.requireSKU(skuView("TEE", 8, 0, 8, 0))
 
-	st, _ = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u1"}`)
+	buy := func(sku, user string) (int, map[string]any) {
+		return p.answer(p.api.SeckillBuyWithResponse(ctx, sku, nil, client.SeckillBuyJSONRequestBody{UserId: new(user)}, p.as(user)))
+	}
+	st, _ = buy("PHONE", "u1")
 	require.Equal(t, 201, st)
-	st, body = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u1"}`)
+	st, body = buy("PHONE", "u1")
 	require.Equal(t, 409, st)
 	require.Equal(t, "conflict", errCode(body), "per-user limit")
-	st, _ = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u2"}`)
+	st, _ = buy("PHONE", "u2")
 	require.Equal(t, 201, st)
-	st, body = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u3"}`)
+	st, body = buy("PHONE", "u3")
 	require.Equal(t, 409, st)
 	require.Equal(t, "insufficient_stock", errCode(body), "sold out")
 	p.requireSKU(skuView("PHONE", 2, 2, 0, 1))
-	st, _ = p.call("POST", "/v1/skus/PHONE/adjust", `{"delta":1,"reason":"restock"}`, auth...)
+	st, _ = p.answer(p.api.AdjustSKUWithResponse(ctx, "PHONE", nil, client.AdjustSKUJSONRequestBody{Delta: 1, Reason: "restock"}, admin))
 	require.Equal(t, 200, st)
 	p.requireSKU(skuView("PHONE", 3, 2, 1, 1))
-	st, body = p.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u3"}`)
+	st, body = buy("PHONE", "u3")
 	require.Equal(t, 201, st, "the restock cleared the sold-out flag: %v", body)
 	p.requireSKU(skuView("PHONE", 3, 3, 0, 1))
 
-	// Every documented bad input: its answer, and nothing changed.
+	// Every documented bad input: its answer, and nothing changed. What the
+	// checkout backend (or an operator, or the payment provider) could send
+	// goes through the generated client. What it cannot send by design stays
+	// raw (p.call): a body that is no value of the request's type (malformed
+	// JSON, a wrong type, a missing, unknown or null field, a number past
+	// int64, too large a body), a missing, stale or wrong signature on the
+	// callback, a route the document does not have.
 	before := state()
 	big := `{"sku":"TEE","qty":1,"token":"` + strings.Repeat("x", 70<<10) + `"}`
+	cb := fmt.Sprintf(`{"order_id":%q,"payment_id":"pay-1","status":"SUCCESS"}`, id) // pay's bytes
+	hdr := signed(paymentSecret, time.Now(), cb)
 	stale := signed(paymentSecret, time.Now().Add(-10*time.Minute), cb)
 	wrongSig := []string{"X-Timestamp", hdr[1], "X-Signature", strings.Repeat("ab", 32)}
-	unknownOrder := `{"order_id":"nope","payment_id":"pay-9","status":"SUCCESS"}`
-	maybe := fmt.Sprintf(`{"order_id":%q,"payment_id":"pay-1","status":"MAYBE"}`, id)
+	raw := func(method, path, body string, header ...string) func() (int, map[string]any) {
+		return func() (int, map[string]any) { return p.call(method, path, body, header...) }
+	}
 	cases := []struct {
-		name, method, path, body string
-		header                   []string
-		status                   int
-		code                     string
+		name   string
+		send   func() (int, map[string]any)
+		status int
+		code   string
 	}{
-		{"malformed JSON", "POST", "/v1/stock/deduct", `{"sku":`, nil, 400, "invalid_argument"},
-		{"not an object", "POST", "/v1/stock/deduct", `[1,2]`, nil, 400, "invalid_argument"},
-		{"empty body", "POST", "/v1/stock/deduct", ``, nil, 400, "invalid_argument"},
-		{"trailing data", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"t"} {}`, nil, 400, "invalid_argument"},
-		{"qty as string", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":"1","token":"t"}`, nil, 400, "invalid_argument"},
-		{"qty as float", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1.5,"token":"t"}`, nil, 400, "invalid_argument"},
-		{"negative qty", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":-1,"token":"t"}`, nil, 400, "invalid_argument"},
-		{"zero qty", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":0,"token":"t"}`, nil, 400, "invalid_argument"},
-		{"huge qty", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":99999999999999999999,"token":"t"}`, nil, 400, "invalid_argument"},
-		{"missing token", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1}`, nil, 400, "invalid_argument"},
-		{"unknown field", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"t","x":1}`, nil, 400, "invalid_argument"},
-		{"bad token", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"a b"}`, nil, 400, "invalid_argument"},
-		{"body too large", "POST", "/v1/stock/deduct", big, nil, 413, "payload_too_large"},
-		{"unknown sku", "POST", "/v1/stock/deduct", `{"sku":"NOPE","qty":1,"token":"t"}`, nil, 404, "not_found"},
-		{"unknown sku get", "GET", "/v1/skus/NOPE", ``, nil, 404, "not_found"},
-		{"bad sku in path", "GET", "/v1/skus/BAD%7Bx%7D", ``, nil, 400, "invalid_argument"},
-		{"release: missing token", "POST", "/v1/stock/release", `{"sku":"TEE"}`, nil, 400, "invalid_argument"},
-		{"release: unknown sku", "POST", "/v1/stock/release", `{"sku":"NOPE","token":"t"}`, nil, 404, "not_found"},
-		{"release: bad token", "POST", "/v1/stock/release", `{"sku":"TEE","token":"a b"}`, nil, 400, "invalid_argument"},
-		{"deduct: released token", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":2,"token":"d1"}`, nil, 409, "conflict"},
-		{"deduct: token reused for another qty", "POST", "/v1/stock/deduct", `{"sku":"TEE","qty":3,"token":"d2"}`, nil, 409, "conflict"},
-		{"commit: missing token", "POST", "/v1/stock/commit", `{"sku":"TEE"}`, nil, 400, "invalid_argument"},
-		{"commit: unknown token", "POST", "/v1/stock/commit", `{"sku":"TEE","token":"never"}`, nil, 404, "not_found"},
-		{"commit: released token", "POST", "/v1/stock/commit", `{"sku":"TEE","token":"d1"}`, nil, 409, "conflict"},
-		{"commit: an order's id", "POST", "/v1/stock/commit", fmt.Sprintf(`{"sku":"TEE","token":%q}`, id), nil, 409, "conflict"},
-		{"admin: a client credential", "PUT", "/v1/skus/TEE", `{"stock":1}`, nil, 403, "forbidden"},
-		{"admin: wrong token", "PUT", "/v1/skus/TEE", `{"stock":1}`, []string{"Authorization", "Bearer nope"}, 401, "unauthorized"},
-		{"admin: bad stock", "PUT", "/v1/skus/TEE", `{"stock":-5}`, auth, 400, "invalid_argument"},
-		{"admin: missing stock", "PUT", "/v1/skus/TEE", `{}`, auth, 400, "invalid_argument"},
-		{"admin: below committed", "POST", "/v1/skus/PHONE/adjust", `{"delta":-3,"reason":"x"}`, auth, 409, "conflict"},
-		{"admin: adjust unknown", "POST", "/v1/skus/NOPE/adjust", `{"delta":1,"reason":"x"}`, auth, 404, "not_found"},
-		{"refund: a client credential", "POST", "/v1/orders/" + id + "/refund", ``, nil, 403, "forbidden"},
-		{"refund: not paid", "POST", "/v1/orders/" + id + "/refund", ``, auth, 409, "conflict"},
-		{"order: no items", "POST", "/v1/orders", `{"user_id":"u","items":[]}`, nil, 400, "invalid_argument"},
-		{"order: item without qty", "POST", "/v1/orders", `{"user_id":"u","items":[{"sku":"TEE"}]}`, nil, 400, "invalid_argument"},
-		{"order: huge qty", "POST", "/v1/orders", `{"user_id":"u","items":[{"sku":"TEE","qty":100000}]}`, nil, 400, "invalid_argument"},
-		{"order: no buyer token", "POST", "/v1/orders", `{"items":[{"sku":"TEE","qty":1}]}`, nil, 401, "unauthorized"},
-		{"order: another buyer's user_id", "POST", "/v1/orders", `{"user_id":"bob","items":[{"sku":"TEE","qty":1}]}`, []string{"X-Buyer-Token", p.buyer("mallory")}, 403, "forbidden"},
-		{"order: not enough", "POST", "/v1/orders", `{"user_id":"u","items":[{"sku":"TEE","qty":11}]}`, nil, 409, "insufficient_stock"},
-		{"order: unknown", "GET", "/v1/orders/nope", ``, nil, 404, "not_found"},
-		{"cancel: refunded order", "POST", "/v1/orders/" + id + "/cancel", ``, []string{"X-Buyer-Token", p.buyer("alice")}, 409, "conflict"},
-		{"cancel: another buyer's order", "POST", "/v1/orders/" + id + "/cancel", ``, []string{"X-Buyer-Token", p.buyer("mallory")}, 403, "forbidden"},
-		{"callback: unsigned", "POST", "/v1/payments/callback", cb, nil, 401, "unauthorized"},
-		{"callback: wrong signature", "POST", "/v1/payments/callback", cb, wrongSig, 401, "unauthorized"},
-		{"callback: stale timestamp", "POST", "/v1/payments/callback", cb, stale, 401, "unauthorized"},
-		{"callback: body not signed", "POST", "/v1/payments/callback", cb + " ", hdr, 401, "unauthorized"},
-		{"callback: bad status", "POST", "/v1/payments/callback", maybe, signed(paymentSecret, time.Now(), maybe), 400, "invalid_argument"},
-		{"callback: unknown order", "POST", "/v1/payments/callback", unknownOrder, signed(paymentSecret, time.Now(), unknownOrder), 404, "not_found"},
-		{"seckill: no buyer token", "POST", "/v1/seckill/TEE/buy", `{}`, nil, 401, "unauthorized"},
-		{"seckill: sold out", "POST", "/v1/seckill/PHONE/buy", `{"user_id":"u4"}`, nil, 409, "insufficient_stock"},
-		{"unknown route", "GET", "/v1/nothing", ``, nil, 404, "not_found"},
-		{"admin: null per_user_limit", "PUT", "/v1/skus/PHONE", `{"stock":3,"per_user_limit":null}`, auth, 400, "invalid_argument"},
-		{"adjust: null reference", "POST", "/v1/skus/PHONE/adjust", `{"delta":1,"reason":"x","reference":null}`, auth, 400, "invalid_argument"},
-		{"seckill: null user_id", "POST", "/v1/seckill/PHONE/buy", `{"user_id":null}`, []string{"X-Buyer-Token", p.buyer("u9")}, 400, "invalid_argument"},
-		{"orders: created_to past 9999 in UTC", "GET", "/v1/orders?created_to=9999-12-31T23:00:00-02:00", ``, nil, 400, "invalid_argument"},
-		{"orders: created_from before 0001 in UTC", "GET", "/v1/orders?created_from=0001-01-01T00:00:00%2B01:00", ``, nil, 400, "invalid_argument"},
+		{"malformed JSON", raw("POST", "/v1/stock/deduct", `{"sku":`), 400, "invalid_argument"},
+		{"not an object", raw("POST", "/v1/stock/deduct", `[1,2]`), 400, "invalid_argument"},
+		{"empty body", raw("POST", "/v1/stock/deduct", ``), 400, "invalid_argument"},
+		{"trailing data", raw("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"t"} {}`), 400, "invalid_argument"},
+		{"qty as string", raw("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":"1","token":"t"}`), 400, "invalid_argument"},
+		{"qty as float", raw("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1.5,"token":"t"}`), 400, "invalid_argument"},
+		{"negative qty", func() (int, map[string]any) {
+			return p.answer(p.api.DeductStockWithResponse(ctx, nil, client.DeductStockJSONRequestBody{Sku: "TEE", Qty: -1, Token: "t"}))
+		}, 400, "invalid_argument"},
+		{"zero qty", func() (int, map[string]any) {
+			return p.answer(p.api.DeductStockWithResponse(ctx, nil, client.DeductStockJSONRequestBody{Sku: "TEE", Qty: 0, Token: "t"}))
+		}, 400, "invalid_argument"},
+		{"huge qty", raw("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":99999999999999999999,"token":"t"}`), 400, "invalid_argument"},
+		{"missing token", raw("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1}`), 400, "invalid_argument"},
+		{"unknown field", raw("POST", "/v1/stock/deduct", `{"sku":"TEE","qty":1,"token":"t","x":1}`), 400, "invalid_argument"},
+		{"bad token", func() (int, map[string]any) {
+			return p.answer(p.api.DeductStockWithResponse(ctx, nil, client.DeductStockJSONRequestBody{Sku: "TEE", Qty: 1, Token: "a b"}))
+		}, 400, "invalid_argument"},
+		{"body too large", raw("POST", "/v1/stock/deduct", big), 413, "payload_too_large"},
+		{"unknown sku", func() (int, map[string]any) {
+			return p.answer(p.api.DeductStockWithResponse(ctx, nil, client.DeductStockJSONRequestBody{Sku: "NOPE", Qty: 1, Token: "t"}))
+		}, 404, "not_found"},
+		{"unknown sku get", func() (int, map[string]any) { return p.sku("NOPE") }, 404, "not_found"},
+		{"bad sku in path", func() (int, map[string]any) { return p.sku("BAD{x}") }, 400, "invalid_argument"},
+		{"release: missing token", raw("POST", "/v1/stock/release", `{"sku":"TEE"}`), 400, "invalid_argument"},
+		{"release: unknown sku", func() (int, map[string]any) {
+			return p.answer(p.api.ReleaseStockWithResponse(ctx, nil, client.ReleaseStockJSONRequestBody{Sku: "NOPE", Token: "t"}))
+		}, 404, "not_found"},
+		{"release: bad token", func() (int, map[string]any) {
+			return p.answer(p.api.ReleaseStockWithResponse(ctx, nil, client.ReleaseStockJSONRequestBody{Sku: "TEE", Token: "a b"}))
+		}, 400, "invalid_argument"},
+		{"deduct: released token", func() (int, map[string]any) {
+			return p.answer(p.api.DeductStockWithResponse(ctx, nil, client.DeductStockJSONRequestBody{Sku: "TEE", Qty: 2, Token: "d1"}))
+		}, 409, "conflict"},
+		{"deduct: token reused for another qty", func() (int, map[string]any) {
+			return p.answer(p.api.DeductStockWithResponse(ctx, nil, client.DeductStockJSONRequestBody{Sku: "TEE", Qty: 3, Token: "d2"}))
+		}, 409, "conflict"},
+		{"commit: missing token", raw("POST", "/v1/stock/commit", `{"sku":"TEE"}`), 400, "invalid_argument"},
+		{"commit: unknown token", func() (int, map[string]any) {
+			return p.answer(p.api.CommitStockWithResponse(ctx, nil, client.CommitStockJSONRequestBody{Sku: "TEE", Token: "never"}))
+		}, 404, "not_found"},
+		{"commit: released token", func() (int, map[string]any) {
+			return p.answer(p.api.CommitStockWithResponse(ctx, nil, client.CommitStockJSONRequestBody{Sku: "TEE", Token: "d1"}))
+		}, 409, "conflict"},
+		{"commit: an order's id", func() (int, map[string]any) {
+			return p.answer(p.api.CommitStockWithResponse(ctx, nil, client.CommitStockJSONRequestBody{Sku: "TEE", Token: id}))
+		}, 409, "conflict"},
+		{"admin: a client credential", func() (int, map[string]any) {
+			return p.answer(p.api.PutSKUWithResponse(ctx, "TEE", nil, client.PutSKUJSONRequestBody{Stock: 1}))
+		}, 403, "forbidden"},
+		{"admin: wrong token", func() (int, map[string]any) {
+			return p.answer(p.api.PutSKUWithResponse(ctx, "TEE", nil, client.PutSKUJSONRequestBody{Stock: 1}, client.BearerAuth("nope")))
+		}, 401, "unauthorized"},
+		{"admin: bad stock", func() (int, map[string]any) {
+			return p.answer(p.api.PutSKUWithResponse(ctx, "TEE", nil, client.PutSKUJSONRequestBody{Stock: -5}, admin))
+		}, 400, "invalid_argument"},
+		{"admin: missing stock", raw("PUT", "/v1/skus/TEE", `{}`, auth...), 400, "invalid_argument"},
+		{"admin: below committed", func() (int, map[string]any) {
+			return p.answer(p.api.AdjustSKUWithResponse(ctx, "PHONE", nil, client.AdjustSKUJSONRequestBody{Delta: -3, Reason: "x"}, admin))
+		}, 409, "conflict"},
+		{"admin: adjust unknown", func() (int, map[string]any) {
+			return p.answer(p.api.AdjustSKUWithResponse(ctx, "NOPE", nil, client.AdjustSKUJSONRequestBody{Delta: 1, Reason: "x"}, admin))
+		}, 404, "not_found"},
+		{"refund: a client credential", func() (int, map[string]any) { return p.answer(p.api.RefundOrderWithResponse(ctx, id, nil)) }, 403, "forbidden"},
+		{"refund: not paid", func() (int, map[string]any) { return p.answer(p.api.RefundOrderWithResponse(ctx, id, nil, admin)) }, 409, "conflict"},
+		{"order: no items", func() (int, map[string]any) {
+			return p.answer(p.api.CreateOrderWithResponse(ctx, nil, client.CreateOrderJSONRequestBody{UserId: new("u"), Items: []client.Item{}}, p.as("u")))
+		}, 400, "invalid_argument"},
+		{"order: item without qty", raw("POST", "/v1/orders", `{"user_id":"u","items":[{"sku":"TEE"}]}`), 400, "invalid_argument"},
+		{"order: huge qty", func() (int, map[string]any) {
+			return p.answer(p.api.CreateOrderWithResponse(ctx, nil, client.CreateOrderJSONRequestBody{UserId: new("u"), Items: []client.Item{{Sku: "TEE", Qty: 100000}}}, p.as("u")))
+		}, 400, "invalid_argument"},
+		{"order: no buyer token", func() (int, map[string]any) {
+			return p.answer(p.api.CreateOrderWithResponse(ctx, nil, client.CreateOrderJSONRequestBody{Items: []client.Item{{Sku: "TEE", Qty: 1}}}))
+		}, 401, "unauthorized"},
+		{"order: another buyer's user_id", func() (int, map[string]any) {
+			return p.answer(p.api.CreateOrderWithResponse(ctx, nil, client.CreateOrderJSONRequestBody{UserId: new("bob"), Items: []client.Item{{Sku: "TEE", Qty: 1}}}, p.as("mallory")))
+		}, 403, "forbidden"},
+		{"order: not enough", func() (int, map[string]any) {
+			return p.answer(p.api.CreateOrderWithResponse(ctx, nil, client.CreateOrderJSONRequestBody{UserId: new("u"), Items: []client.Item{{Sku: "TEE", Qty: 11}}}, p.as("u")))
+		}, 409, "insufficient_stock"},
+		{"order: unknown", func() (int, map[string]any) { return p.answer(p.api.GetOrderWithResponse(ctx, "nope", nil)) }, 404, "not_found"},
+		{"cancel: refunded order", func() (int, map[string]any) {
+			return p.answer(p.api.CancelOrderWithResponse(ctx, id, nil, p.as("alice")))
+		}, 409, "conflict"},
+		{"cancel: another buyer's order", func() (int, map[string]any) {
+			return p.answer(p.api.CancelOrderWithResponse(ctx, id, nil, p.as("mallory")))
+		}, 403, "forbidden"},
+		{"callback: unsigned", raw("POST", "/v1/payments/callback", cb), 401, "unauthorized"},
+		{"callback: wrong signature", raw("POST", "/v1/payments/callback", cb, wrongSig...), 401, "unauthorized"},
+		{"callback: stale timestamp", raw("POST", "/v1/payments/callback", cb, stale...), 401, "unauthorized"},
+		{"callback: body not signed", raw("POST", "/v1/payments/callback", cb+" ", hdr...), 401, "unauthorized"},
+		{"callback: bad status", func() (int, map[string]any) {
+			maybe := client.PaymentCallbackJSONRequestBody{OrderId: id, PaymentId: "pay-1", Status: "MAYBE"}
+			return p.answer(p.api.PaymentCallbackWithResponse(ctx, signedAt(time.Now()), maybe, signedBy(paymentSecret)))
+		}, 400, "invalid_argument"},
+		{"callback: unknown order", func() (int, map[string]any) {
+			unknownOrder := client.PaymentCallbackJSONRequestBody{OrderId: "nope", PaymentId: "pay-9", Status: client.PaymentCallbackJSONBodyStatusSUCCESS}
+			return p.answer(p.api.PaymentCallbackWithResponse(ctx, signedAt(time.Now()), unknownOrder, signedBy(paymentSecret)))
+		}, 404, "not_found"},
+		{"seckill: no buyer token", func() (int, map[string]any) {
+			return p.answer(p.api.SeckillBuyWithResponse(ctx, "TEE", nil, client.SeckillBuyJSONRequestBody{}))
+		}, 401, "unauthorized"},
+		{"seckill: sold out", func() (int, map[string]any) { return buy("PHONE", "u4") }, 409, "insufficient_stock"},
+		{"unknown route", raw("GET", "/v1/nothing", ``), 404, "not_found"},
+		{"admin: null per_user_limit", raw("PUT", "/v1/skus/PHONE", `{"stock":3,"per_user_limit":null}`, auth...), 400, "invalid_argument"},
+		{"adjust: null reference", raw("POST", "/v1/skus/PHONE/adjust", `{"delta":1,"reason":"x","reference":null}`, auth...), 400, "invalid_argument"},
+		{"seckill: null user_id", raw("POST", "/v1/seckill/PHONE/buy", `{"user_id":null}`, "X-Buyer-Token", p.buyer("u9")), 400, "invalid_argument"},
+		{"orders: created_to past 9999 in UTC", func() (int, map[string]any) {
+			to := time.Date(9999, 12, 31, 23, 0, 0, 0, time.FixedZone("", -2*60*60)) // 9999-12-31T23:00:00-02:00
+			return p.answer(p.api.ListOrdersWithResponse(ctx, &client.ListOrdersParams{CreatedTo: &to}))
+		}, 400, "invalid_argument"},
+		{"orders: created_from before 0001 in UTC", func() (int, map[string]any) {
+			from := time.Date(1, 1, 1, 0, 0, 0, 0, time.FixedZone("", 60*60)) // 0001-01-01T00:00:00+01:00
+			return p.answer(p.api.ListOrdersWithResponse(ctx, &client.ListOrdersParams{CreatedFrom: &from}))
+		}, 400, "invalid_argument"},
 	}
 	for _, c := range cases {
-		st, body := p.call(c.method, c.path, c.body, c.header...)
+		st, body := c.send()
 		require.Equal(t, c.status, st, "%s: %v", c.name, body)
 		require.Equal(t, c.code, errCode(body), c.name)
 		msg, _ := body["error"].(map[string]any)["message"].(string)
@@ -268,7 +344,8 @@ func TestServeRealServers(t *testing.T) {
 		require.Equal(t, before, state(), "%s changed state", c.name)
 	}
 
-	// A percent-encoded path names the same SKU and order (RFC 3986).
+	// A percent-encoded path names the same SKU and order (RFC 3986): raw,
+	// since the client spells a path one way.
 	st, body = p.call("GET", "/v1/skus/PH%4FNE", "")
 	require.Equal(t, 200, st, body)
 	require.Equal(t, "PHONE", body["sku"])
@@ -276,7 +353,7 @@ func TestServeRealServers(t *testing.T) {
 	require.Equal(t, 200, st, body)
 	require.Equal(t, id, body["id"])
 
-	st, body = p.call("GET", "/readyz", "")
+	st, body = p.answer(p.api.ReadyzWithResponse(ctx, nil))
 	require.Equal(t, 200, st)
 	require.Equal(t, map[string]any{"redis": "ok", "database": "ok", "sync": "ok"}, body)
 	resp, err := http.Get(p.base + "/metrics")
@@ -315,18 +392,20 @@ func TestEmbeddedCheckout(t *testing.T) {
 	admin, secret := exports["ADMIN_TOKEN"], exports["PAYMENT_SECRET"]
 	require.Equal(t, p.base, exports["INVENTORY_URL"])
 
-	st, body := p.call("PUT", "/v1/skus/WALK", `{"stock":5}`, "Authorization", "Bearer "+admin)
+	ctx := t.Context()
+	st, body := p.answer(p.api.PutSKUWithResponse(ctx, "WALK", nil, client.PutSKUJSONRequestBody{Stock: 5}, client.BearerAuth(admin)))
 	require.Equal(t, 200, st, body)
-	st, order := p.call("POST", "/v1/orders", `{"items":[{"sku":"WALK","qty":2}]}`, "X-Buyer-Token", exports["ALICE_TOKEN"])
+	walk := client.CreateOrderJSONRequestBody{Items: []client.Item{{Sku: "WALK", Qty: 2}}}
+	st, order := p.answer(p.api.CreateOrderWithResponse(ctx, nil, walk, client.BuyerToken(exports["ALICE_TOKEN"])))
 	require.Equal(t, 201, st, order)
 	require.Equal(t, "alice", order["user_id"], "the buyer is the one the token names")
 	p.requireSKU(skuView("WALK", 5, 2, 3, 0))
-	cb := fmt.Sprintf(`{"order_id":%q,"payment_id":"walk-pay","status":"SUCCESS"}`, order["id"])
-	st, paid := p.call("POST", "/v1/payments/callback", cb, signed(secret, time.Now(), cb)...)
+	pay := client.PaymentCallbackJSONRequestBody{OrderId: order["id"].(string), PaymentId: "walk-pay", Status: client.PaymentCallbackJSONBodyStatusSUCCESS}
+	st, paid := p.answer(p.api.PaymentCallbackWithResponse(ctx, signedAt(time.Now()), pay, signedBy(secret)))
 	require.Equal(t, 200, st, paid)
 	require.Equal(t, "PAID", paid["status"])
 	p.waitSKU(skuView("WALK", 3, 0, 3, 0), 20*time.Second, "the embedded queue applied the payment to the embedded database")
-	_, demo := p.call("GET", "/v1/skus/DEMO-EBOOK", "")
+	_, demo := p.sku("DEMO-EBOOK")
 	require.Equal(t, true, demo["unlimited"], "demo SKUs are seeded")
 	p.stop()
 }
@@ -358,23 +437,28 @@ func TestTwoNodesAndReconcile(t *testing.T) {
 	env, _ := realEnv(t)
 	a := start(t, append(env, "INVENTORY_INSTANCE=node-a", "INVENTORY_SOLDOUT_TTL=1h")...)
 	b := start(t, append(env, "INVENTORY_INSTANCE=node-b", "INVENTORY_SOLDOUT_TTL=1h")...)
-	auth := []string{"Authorization", "Bearer " + adminToken}
-	st, _ := a.call("PUT", "/v1/skus/PHONE", `{"stock":1}`, auth...)
+	ctx := t.Context()
+	admin := client.BearerAuth(adminToken)
+	st, _ := a.answer(a.api.PutSKUWithResponse(ctx, "PHONE", nil, client.PutSKUJSONRequestBody{Stock: 1}, admin))
 	require.Equal(t, 200, st)
 
-	st, first := a.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u1"}`)
+	// buy is a seckill purchase of PHONE through node p for user.
+	buy := func(p *proc, user string) (int, map[string]any) {
+		return p.answer(p.api.SeckillBuyWithResponse(ctx, "PHONE", nil, client.SeckillBuyJSONRequestBody{UserId: new(user)}, p.as(user)))
+	}
+	st, first := buy(a, "u1")
 	require.Equal(t, 201, st, first)
-	st, _ = a.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u2"}`)
+	st, _ = buy(a, "u2")
 	require.Equal(t, 409, st, "sold out: node A raises its flag")
-	st, body := a.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u3"}`)
+	st, body := buy(a, "u3")
 	require.Equal(t, 409, st)
 	require.Equal(t, "insufficient_stock", errCode(body))
 	require.Contains(t, metrics(t, a), "inventory_seckill_soldout_flag_hits_total 1", "u3 was answered by the flag")
 
-	st, _ = b.call("POST", "/v1/skus/PHONE/adjust", `{"delta":1,"reason":"restock"}`, auth...)
+	st, _ = b.answer(b.api.AdjustSKUWithResponse(ctx, "PHONE", nil, client.AdjustSKUJSONRequestBody{Delta: 1, Reason: "restock"}, admin))
 	require.Equal(t, 200, st)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		if st, _ = a.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u4"}`); st == 201 {
+		if st, _ = buy(a, "u4"); st == 201 {
 			break
 		}
 		require.True(t, time.Now().Before(deadline), "node A's flag was not cleared by node B's restock")
@@ -416,7 +500,6 @@ func TestTwoNodesAndReconcile(t *testing.T) {
 	opt.DB = testenv.RedisDB(t) // the service's database, not flushed
 	svc := redis.NewClient(opt)
 	defer svc.Close()
-	ctx := context.Background()
 	require.Equal(t, "0", svc.HGet(ctx, "inv:{PHONE}:stock", "a").Val(), "Redis holds on_hand - reserved")
 
 	// Redis drifts: 3 units it does not have.
@@ -447,10 +530,10 @@ func TestTwoNodesAndReconcile(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	require.Empty(t, out)
 	c.requireSKU(skuView("PHONE", 2, 2, 0, 0))
-	st, body = c.call("POST", "/v1/seckill/PHONE/buy", `{"user_id":"u5"}`)
+	st, body = buy(c, "u5")
 	require.Equal(t, 409, st, body)
 	require.Equal(t, "insufficient_stock", errCode(body), "the two held units stay held after the loss")
-	st, body = c.call("POST", "/v1/orders/"+first["id"].(string)+"/cancel", "", "X-Buyer-Token", c.buyer("u1"))
+	st, body = c.answer(c.api.CancelOrderWithResponse(ctx, first["id"].(string), nil, c.as("u1")))
 	require.Equal(t, 200, st, body)
 	require.Equal(t, "CANCELLED", body["status"])
 	c.requireSKU(skuView("PHONE", 2, 1, 1, 0))

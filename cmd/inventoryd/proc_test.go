@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory/client"
 	"github.com/acme/inventory/internal/httpapi"
 	"github.com/acme/inventory/internal/identity"
 )
@@ -59,12 +62,17 @@ type proc struct {
 	base string
 	// client and buyerKey are the client credential and buyer-token key the
 	// process was configured with (read from its banner in embedded mode):
-	// call uses them as the checkout backend would.
+	// api and call use them as the checkout backend would.
 	client, buyerKey string
 	mu               sync.Mutex // guards stdout and stderr
 	stdout           bytes.Buffer
 	stderr           bytes.Buffer
 	exited           chan error
+
+	// api is the generated client as the checkout backend holds it: every
+	// call carries the client credential (a call's own BearerAuth, such as
+	// the admin token, replaces it).
+	api *client.ClientWithResponses
 }
 
 // output is everything the process wrote so far (stdout, stderr).
@@ -126,12 +134,27 @@ func start(t *testing.T, env ...string) *proc {
 			p.buyerKey = v
 		}
 	}
+	p.api = p.newAPI()
 	return p
 }
 
+// newAPI is the generated client for this process with the client
+// credential it was configured with (none yet in embedded mode before
+// exports reads the banner's).
+func (p *proc) newAPI() *client.ClientWithResponses {
+	p.t.Helper()
+	var opts []client.ClientOption
+	if p.client != "" {
+		opts = append(opts, client.WithRequestEditorFn(client.BearerAuth(p.client)))
+	}
+	api, err := client.NewClientWithResponses(p.base, opts...)
+	require.NoError(p.t, err)
+	return api
+}
+
 // exports waits for the embedded banner and returns its export lines as a
-// map (INVENTORY_URL, ADMIN_TOKEN, CLIENT_TOKEN, ...), and makes call use
-// the client credential it printed.
+// map (INVENTORY_URL, ADMIN_TOKEN, CLIENT_TOKEN, ...), and makes api and
+// call use the client credential it printed.
 func (p *proc) exports() map[string]string {
 	p.t.Helper()
 	re := regexp.MustCompile(`(?m)^export ([A-Z_]+)=(\S+)$`)
@@ -144,6 +167,7 @@ func (p *proc) exports() map[string]string {
 		return out["BOB_TOKEN"] != ""
 	}, 10*time.Second, 20*time.Millisecond, "the banner prints export lines")
 	p.client = out["CLIENT_TOKEN"]
+	p.api = p.newAPI()
 	return out
 }
 
@@ -153,6 +177,13 @@ func (p *proc) buyer(user string) string {
 	tok, err := identity.Issue(p.buyerKey, user, time.Hour)
 	require.NoError(p.t, err)
 	return tok
+}
+
+// as is the request editor that makes a call act for user: the
+// X-Buyer-Token the storefront signs for that user.
+func (p *proc) as(user string) client.RequestEditorFn {
+	p.t.Helper()
+	return client.BuyerToken(p.buyer(user))
 }
 
 type lockedWriter struct {
@@ -178,10 +209,45 @@ func (p *proc) stop() {
 	}
 }
 
-// call sends a request as the checkout backend would and decodes the JSON
-// answer into a map: with the client credential unless the request carries
-// an Authorization, and, for a body naming a user_id, the buyer token the
-// storefront signs for that user unless it carries one.
+// response is what every method of the generated client answers.
+type response interface {
+	StatusCode() int
+	GetBody() []byte
+}
+
+// answer is a call through the generated client as the assertions read it:
+// its status and its JSON body decoded into a map, so that an assertion
+// compares the whole body the service sent (fields the client's types would
+// drop included). It requires the call to have been answered and, where the
+// document gives that status a JSON body, the client to have decoded it
+// into the document's type (JSON200, JSON409, ...).
+func (p *proc) answer(resp response, err error) (int, map[string]any) {
+	p.t.Helper()
+	require.NoError(p.t, err)
+	st := resp.StatusCode()
+	if typed := reflect.ValueOf(resp).Elem().FieldByName(fmt.Sprintf("JSON%d", st)); typed.IsValid() {
+		require.False(p.t, typed.IsNil(), "the client decodes the %d answer into its type: %s", st, resp.GetBody())
+	}
+	var out map[string]any
+	_ = json.Unmarshal(resp.GetBody(), &out)
+	p.checkMessage(out)
+	return st, out
+}
+
+// checkMessage requires an error answer's message to name no Go package.
+func (p *proc) checkMessage(body map[string]any) {
+	p.t.Helper()
+	if e, ok := body["error"].(map[string]any); ok {
+		require.NotRegexp(p.t, `(^|: )(inventory|stock|order|tokens|mq|identity|app): `, e["message"], "messages carry no Go package names")
+	}
+}
+
+// call sends a request the generated client cannot send (a malformed body,
+// a bad or spoofed header, a path taken as it is rather than built from
+// typed parameters) and decodes the JSON answer into a map: with the client credential
+// unless the request carries an Authorization, and, for a body naming a
+// user_id, the buyer token the storefront signs for that user unless it
+// carries one.
 func (p *proc) call(method, path, body string, header ...string) (int, map[string]any) {
 	p.t.Helper()
 	h := http.Header{}
@@ -200,9 +266,7 @@ func (p *proc) call(method, path, body string, header ...string) (int, map[strin
 	resp, raw := p.send(method, path, body, h)
 	var out map[string]any
 	_ = json.Unmarshal(raw, &out)
-	if e, ok := out["error"].(map[string]any); ok {
-		require.NotRegexp(p.t, `(^|: )(inventory|stock|order|mq|identity|app): `, e["message"], "messages carry no Go package names")
-	}
+	p.checkMessage(out)
 	return resp.StatusCode, out
 }
 
@@ -227,10 +291,16 @@ func skuView(sku string, onHand, reserved, redis, perUserLimit int64) map[string
 		"per_user_limit": float64(perUserLimit)}
 }
 
+// sku is GET /v1/skus/{sku}'s answer.
+func (p *proc) sku(sku string) (int, map[string]any) {
+	p.t.Helper()
+	return p.answer(p.api.GetSKUWithResponse(p.t.Context(), sku, nil))
+}
+
 // requireSKU requires GET /v1/skus/{want["sku"]} to answer want now.
 func (p *proc) requireSKU(want map[string]any) {
 	p.t.Helper()
-	st, got := p.call("GET", "/v1/skus/"+want["sku"].(string), "")
+	st, got := p.sku(want["sku"].(string))
 	require.Equal(p.t, 200, st, got)
 	require.Equal(p.t, want, got)
 }
@@ -242,7 +312,7 @@ func (p *proc) waitSKU(want map[string]any, within time.Duration, msg string) {
 	p.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		st, got := p.call("GET", "/v1/skus/"+want["sku"].(string), "")
+		st, got := p.sku(want["sku"].(string))
 		if st == 200 && reflect.DeepEqual(want, got) {
 			return
 		}
@@ -252,6 +322,29 @@ func (p *proc) waitSKU(want map[string]any, within time.Duration, msg string) {
 			p.t.Fatalf("%s: not reached within %s", msg, within)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// signedAt is a callback's parameters for one signed at time at (see
+// signedBy).
+func signedAt(at time.Time) *client.PaymentCallbackParams {
+	return &client.PaymentCallbackParams{XTimestamp: strconv.FormatInt(at.Unix(), 10)}
+}
+
+// signedBy signs a callback as the payment provider does: X-Signature over
+// the request's X-Timestamp and the body the client sends.
+func signedBy(secret string) client.RequestEditorFn {
+	return func(_ context.Context, req *http.Request) error {
+		body, err := req.GetBody()
+		if err != nil {
+			return err
+		}
+		raw, err := io.ReadAll(body)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("X-Signature", hex.EncodeToString(httpapi.Sign(secret, req.Header.Get("X-Timestamp"), raw)))
+		return nil
 	}
 }
 

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net/url"
 	"os"
 	"os/exec"
@@ -292,6 +295,41 @@ func TestREADMEExamples(t *testing.T) {
 		}
 	}
 	p.stop()
+}
+
+// The README's Go code is compiled code: each ```go block is, as it stands,
+// the body of an Example function of client/example_test.go (which go vet
+// and go test build against the generated client), so a change to the
+// client that breaks the README's example breaks the build.
+func TestREADMEGoExamples(t *testing.T) {
+	readme := readDoc(t, "README.md")
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(readme.text, -1)
+	require.NotEmpty(t, blocks, "the README shows the Go client")
+
+	const examples = "client/example_test.go"
+	src, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(examples)))
+	require.NoError(t, err)
+	fset := token.NewFileSet()
+	file, err := parser.ParseFile(fset, examples, src, 0)
+	require.NoError(t, err)
+	bodies := map[string]bool{}
+	for _, decl := range file.Decls {
+		fn, ok := decl.(*ast.FuncDecl)
+		if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Example") {
+			continue
+		}
+		// The statements between the braces, one tab less indented.
+		body := string(src[fset.Position(fn.Body.Lbrace).Offset+1 : fset.Position(fn.Body.Rbrace).Offset])
+		body = strings.TrimPrefix(body, "\n")
+		lines := strings.Split(body, "\n")
+		for i, l := range lines {
+			lines[i] = strings.TrimPrefix(l, "\t")
+		}
+		bodies[strings.Join(lines, "\n")] = true
+	}
+	for _, b := range blocks {
+		require.True(t, bodies[b[1]], "a ```go block of README.md is not the body of an Example in %s as it stands there:\n%s", examples, b[1])
+	}
 }
 
 // tail is the last n lines of s.
