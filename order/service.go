@@ -240,11 +240,11 @@ func (s *Service) record(ctx context.Context, userID, idemKey string, lines []in
 		req.Rows = append(req.Rows, arbiter.Reservation{Token: id, SKU: l.SKU, OrderID: &o.ID, Qty: l.Qty, State: arbiter.Held,
 			Result: adm[i].Remaining, ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now})
 	}
-	marks, err := s.orders.Write(ctx, req)
+	fences, err := s.orders.Write(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	s.redis.Settle(ctx, lines, adm, marks)
+	s.redis.Settle(ctx, lines, adm, fences)
 	s.cfg.OnCreated(ctx, o)
 	s.count(Pending)
 	return o, nil
@@ -367,11 +367,11 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 			// The order's row lock serialises deliveries of one callback: only
 			// one of them reserves again.
 			token := o.ID + ".late"
-			marks, err := s.reserveLate(tx, o, token)
+			fences, err := s.reserveLate(tx, o, token)
 			if err != nil {
 				return nil, err // refused: rolled back; REFUND_REQUIRED below
 			}
-			chs = arbiter.Changes(lineQty(o), marks, -1)
+			chs = arbiter.Changes(lineQty(o), fences, -1)
 			return s.markPaid(tx, o, paymentID, token)
 		case Cancelled:
 			return s.refundRequired(tx, o, paymentID)
@@ -410,7 +410,7 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 // as COMMITTED reservations under token (Redis follows through Apply),
 // counting them against the buyer's per-user limits again: refused
 // (arbiter.RefusedError, arbiter.OverLimitError) when the stock or the limit is gone.
-func (s *Service) reserveLate(tx *gorm.DB, o *Order, token string) (map[string]arbiter.Mark, error) {
+func (s *Service) reserveLate(tx *gorm.DB, o *Order, token string) (map[string]arbiter.Fence, error) {
 	now := s.now()
 	holds := make([]arbiter.Hold, len(o.Items))
 	for i, it := range o.Items {
@@ -487,7 +487,7 @@ func (s *Service) markPaid(tx *gorm.DB, o *Order, paymentID, token string) (*Ord
 	}
 	commit := arbiter.In(tx).Commit
 	if o.Status != Pending {
-		commit = arbiter.In(tx).DeductLater // a late payment's reservations were made COMMITTED
+		commit = arbiter.In(tx).QueueDeducts // a late payment's reservations were made COMMITTED
 	}
 	if err := commit(token, o.Lines()); err != nil {
 		return nil, err

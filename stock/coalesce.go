@@ -45,7 +45,7 @@ type coalescer struct {
 
 func newCoalescer(rdb redis.UniversalClient, stats *Stats) *coalescer {
 	c := &coalescer{rdb: rdb, stats: stats}
-	c.q = batchq.New(batchq.Config{Flights: maxFlights, MaxBatch: maxPipelined, MaxMinLeft: maxMinLeft}, c.pipeline)
+	c.q = batchq.New(batchq.Config{Flights: maxFlights, MaxBatch: maxPipelined, MaxLeftNeeded: maxMinLeft}, c.pipeline)
 	return c
 }
 

@@ -125,7 +125,7 @@ func insertMovements(ctx context.Context, c *costRig, tx costTx, ids []string, n
 
 // arbitrate is what Reserve runs per batch besides its rows, with its
 // arguments: the limits read, the conditional increment of the hot row, the
-// marks read.
+// fences read.
 func arbitrate(ctx context.Context, _ *costRig, tx costTx, ids []string, _ time.Time) error {
 	rows, err := tx.QueryContext(ctx, `SELECT sku, per_user_limit FROM skus WHERE sku IN (?) AND per_user_limit > 0`, "FLASH")
 	if err != nil {
@@ -172,7 +172,7 @@ func costVariants() []costVariant {
 		{name: "order_items row alone", rows: 1, entries: 1, trips: 3, steps: []costStep{insertItems}},
 		{name: "stock_reservations row alone", rows: 1, entries: 3, trips: 3, steps: []costStep{insertReservations}},
 		{name: "stock_movements row alone", rows: 1, entries: 2, trips: 3, steps: []costStep{insertMovements}},
-		{name: "the hot row alone (limits read, UPDATE, marks read)", rows: 0, entries: 0, trips: 5, steps: []costStep{arbitrate}},
+		{name: "the hot row alone (limits read, UPDATE, fences read)", rows: 0, entries: 0, trips: 5, steps: []costStep{arbitrate}},
 		{name: "the sale as main sent it at 137ab04 (with its order_items row; text; COMMIT, then the empty COMMIT)", rows: 4, entries: 13, trips: 10, steps: before, mode: twoStepTx},
 		{name: "the sale without its order_items row, as text (COMMIT, then the empty COMMIT)", rows: 3, entries: 12, trips: 9, steps: sale, mode: twoStepTx},
 		{name: "a seckill sale as the service sends it now (no order_items row; prepared once on each writer's own connection; one COMMIT)", rows: 3, entries: 12, trips: 8, steps: sale, mode: ownConn},

@@ -42,7 +42,7 @@ type Hold struct {
 // reserved cannot cover it, inventory.ErrUnknownSKU for no such SKU), so the SKU
 // rows, hot in a flash sale, stay locked only until commit. SKUs are locked
 // in sorted order: concurrent writers never deadlock.
-func (a Arbiter) Reserve(holds []Hold) (map[string]Mark, error) {
+func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 	limits, err := a.limits(holds)
 	if err != nil {
 		return nil, err
@@ -82,7 +82,7 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Mark, error) {
 			return nil, RefusedError{sku}
 		}
 	}
-	return readMarks(a.tx, skus)
+	return readFences(a.tx, skus)
 }
 
 // limits reads the per-user limits of the SKUs that holds with a buyer
@@ -185,7 +185,7 @@ func (a Arbiter) Release(token, sku string) (Freed, error) {
 			return Freed{}, err
 		}
 	}
-	marks, err := readMarks(a.tx, skus)
+	fences, err := readFences(a.tx, skus)
 	if err != nil {
 		return Freed{}, err
 	}
@@ -203,13 +203,13 @@ func (a Arbiter) Release(token, sku string) (Freed, error) {
 		}
 		quotas = append(quotas, BuyerUnits{SKU: r.SKU, User: *r.Buyer, Qty: r.Qty})
 	}
-	return Freed{Changes: Changes(give, marks, 1), Units: give, Quotas: quotas}, nil
+	return Freed{Changes: Changes(give, fences, 1), Units: give, Quotas: quotas}, nil
 }
 
-// Forbid records token as released for sku before it ever reserved (a
+// Tombstone records token as released for sku before it ever reserved (a
 // Release that arrived first): a reservation under it later collides with
 // the row and takes nothing.
-func (a Arbiter) Forbid(token, sku string, r Reservation) error {
+func (a Arbiter) Tombstone(token, sku string, r Reservation) error {
 	r.Token, r.SKU, r.State, r.Qty = token, sku, Released, 0
 	return a.tx.Create(&r).Error
 }
@@ -229,12 +229,12 @@ func (a Arbiter) Commit(token string, lines []inventory.Line) error {
 	if res.RowsAffected != int64(len(lines)) {
 		return fmt.Errorf("%w: %d of %d reservations of %s were held", inventory.ErrConflict, res.RowsAffected, len(lines), token)
 	}
-	return a.DeductLater(token, lines)
+	return a.QueueDeducts(token, lines)
 }
 
-// DeductLater writes the DEDUCT outbox rows of committed reservations (a
+// QueueDeducts writes the DEDUCT outbox rows of committed reservations (a
 // late payment's were reserved COMMITTED).
-func (a Arbiter) DeductLater(token string, lines []inventory.Line) error {
+func (a Arbiter) QueueDeducts(token string, lines []inventory.Line) error {
 	return writeOutbox(a.tx, token, lines, OpDeduct)
 }
 
@@ -349,11 +349,11 @@ func (a Arbiter) Settle(skus []string, bySKU map[string][]StockMessage) (Deliver
 		return d, err
 	}
 	if len(restored) > 0 {
-		marks, err := readMarks(a.tx, sortedKeys(restored))
+		fences, err := readFences(a.tx, sortedKeys(restored))
 		if err != nil {
 			return d, err
 		}
-		d.Changes = Changes(restored, marks, 1)
+		d.Changes = Changes(restored, fences, 1)
 	}
 	d.Applied = int64(len(ledger))
 	return d, nil
@@ -480,7 +480,7 @@ func (a Arbiter) Set(sku string, onHand, perUserLimit int64, ifMatch []string) e
 // is a conflict. The record of references is never pruned. With ifMatch,
 // the SKU's version must be one of them (checked after the reference, so a
 // retry is answered as its first application was).
-func (a Arbiter) Restock(sku string, delta int64, reason, reference string, ifMatch []string) (m map[string]Mark, replay bool, err error) {
+func (a Arbiter) Restock(sku string, delta int64, reason, reference string, ifMatch []string) (m map[string]Fence, replay bool, err error) {
 	if reference != "" {
 		if replay, err = a.referenceSeen(sku, delta, reason, reference); err != nil || replay {
 			return nil, replay, err
@@ -507,7 +507,7 @@ func (a Arbiter) Restock(sku string, delta int64, reason, reference string, ifMa
 	if err := a.moved([]Movement{{SKU: sku, Kind: kind, OnHandDelta: delta, Reason: reason, Reference: reference}}); err != nil {
 		return nil, false, err
 	}
-	m, err = readMarks(a.tx, []string{sku})
+	m, err = readFences(a.tx, []string{sku})
 	return m, false, err
 }
 

@@ -8,9 +8,9 @@ import (
 )
 
 // InsertRows writes rows of table in one multi-row INSERT whose SQL is
-// written here, not reflected by GORM field by field: GORM's Create of a
-// group commit's 15 orders spent ~140 µs building the statement, this ~40
-// (the sale's path writes four such INSERTs per commit). cols names the
+// written here, not reflected by GORM field by field, which costs several
+// times more per commit (BenchmarkOrdersInsert; docs/benchmarks.md has the
+// figures). cols names the
 // columns; args holds len(cols) values per row, in that order. It goes
 // through tx.Exec, so GORM's callbacks, logging and error translation see it
 // as any statement.

@@ -141,13 +141,13 @@ type Reservation struct {
 
 func (Reservation) TableName() string { return "stock_reservations" }
 
-// Mark is where a SKU's change of available units landed: its seq, and the
+// Fence is where a SKU's change of available units landed: its seq, and the
 // Redis epoch the database knew then.
-type Mark struct {
+type Fence struct {
 	Seq, Epoch int64
 }
 
-func readMarks(tx *gorm.DB, skus []string) (map[string]Mark, error) {
+func readFences(tx *gorm.DB, skus []string) (map[string]Fence, error) {
 	var rows []struct {
 		SKU        string `gorm:"column:sku"`
 		Seq        int64
@@ -156,9 +156,9 @@ func readMarks(tx *gorm.DB, skus []string) (map[string]Mark, error) {
 	if err := tx.Raw(`SELECT sku, seq, redis_epoch FROM skus WHERE sku IN ?`, skus).Scan(&rows).Error; err != nil {
 		return nil, err
 	}
-	out := make(map[string]Mark, len(rows))
+	out := make(map[string]Fence, len(rows))
 	for _, r := range rows {
-		out[r.SKU] = Mark{Seq: r.Seq, Epoch: r.RedisEpoch}
+		out[r.SKU] = Fence{Seq: r.Seq, Epoch: r.RedisEpoch}
 	}
 	return out, nil
 }
@@ -187,12 +187,12 @@ type Freed struct {
 	Quotas  []BuyerUnits
 }
 
-// Changes turns per-SKU quantities and their marks into Redis changes of
+// Changes turns per-SKU quantities and their fences into Redis changes of
 // sign * qty.
-func Changes(qty map[string]int64, marks map[string]Mark, sign int64) []inventory.Change {
+func Changes(qty map[string]int64, fences map[string]Fence, sign int64) []inventory.Change {
 	out := make([]inventory.Change, 0, len(qty))
 	for _, sku := range sortedKeys(qty) {
-		out = append(out, inventory.Change{SKU: sku, Delta: sign * qty[sku], Seq: marks[sku].Seq})
+		out = append(out, inventory.Change{SKU: sku, Delta: sign * qty[sku], Seq: fences[sku].Seq})
 	}
 	return out
 }

@@ -10,7 +10,7 @@
 // Deadlines: a caller whose context ends while its item is still queued
 // leaves the queue (nothing sent); Send gets its batch's earliest
 // deadline; an item with less time left than a recent successful batch
-// took (at most Config.MaxMinLeft) is not taken into one, where it could
+// took (at most Config.MaxLeftNeeded) is not taken into one, where it could
 // only make the others fail with it, and is answered Config.Late unsent. A
 // caller whose batch is in flight waits for it, past its own deadline if
 // need be: Send's context ends at the batch's deadline.
@@ -31,10 +31,10 @@ type Config struct {
 	// MaxQueued bounds the items waiting; past it Do refuses at once with
 	// Full. 0: unbounded.
 	MaxQueued int
-	// MaxMinLeft caps the time left an item needs to be taken into a batch,
+	// MaxLeftNeeded caps the time left an item needs to be taken into a batch,
 	// so an item with most of its deadline left is always taken however
 	// slow recent batches were.
-	MaxMinLeft time.Duration
+	MaxLeftNeeded time.Duration
 	// Full is Do's error when the queue is full; Late its error for an item
 	// given up unsent (its context ended while queued, or too little of it
 	// was left to be taken). Late nil: the context's own error.
@@ -170,11 +170,11 @@ func (q *Queue[T]) flight() {
 
 // take takes the next batch off the queue, oldest first, answering unsent
 // those whose deadline is nearer than a recent batch took (at most
-// MaxMinLeft), and returns it with its earliest deadline. Called with q.mu
+// MaxLeftNeeded), and returns it with its earliest deadline. Called with q.mu
 // held.
 func (q *Queue[T]) take() ([]*waiter[T], time.Time) {
 	now := time.Now()
-	minLeft := min(time.Duration(q.avgNanos.Load()), q.cfg.MaxMinLeft)
+	minLeft := min(time.Duration(q.avgNanos.Load()), q.cfg.MaxLeftNeeded)
 	batch := make([]*waiter[T], 0, min(len(q.queue), q.cfg.MaxBatch))
 	var earliest time.Time
 	n := 0

@@ -54,7 +54,7 @@ func (g *gatedSend) send(_ context.Context, batch []*item) bool {
 var errFull, errLate = errors.New("full"), errors.New("late")
 
 func config() Config {
-	return Config{Flights: 2, MaxBatch: 8, MaxQueued: 16, MaxMinLeft: 50 * time.Millisecond, Full: errFull, Late: errLate}
+	return Config{Flights: 2, MaxBatch: 8, MaxQueued: 16, MaxLeftNeeded: 50 * time.Millisecond, Full: errFull, Late: errLate}
 }
 
 // holdFlights gates g and has Flights callers take every flight.
@@ -178,7 +178,7 @@ func TestCallerLeavesTheQueueAtItsDeadline(t *testing.T) {
 
 // Send gets the batch's earliest deadline; an item with less time left
 // than a recent batch took is answered Late unsent; however slow recent
-// batches were, an item with more than MaxMinLeft left is taken.
+// batches were, an item with more than MaxLeftNeeded left is taken.
 func TestDeadlinesOfABatch(t *testing.T) {
 	q := New(config(), func(context.Context, []*item) bool { return true })
 	now := time.Now()
@@ -200,10 +200,10 @@ func TestDeadlinesOfABatch(t *testing.T) {
 	require.Empty(t, q.queue)
 
 	q.SetAverage(time.Minute)
-	roomy := w(4, 2*q.cfg.MaxMinLeft)
+	roomy := w(4, 2*q.cfg.MaxLeftNeeded)
 	q.queue = []*waiter[*item]{roomy}
 	batch, _ = q.take()
-	require.Equal(t, []*waiter[*item]{roomy}, batch, "MaxMinLeft caps the time needed")
+	require.Equal(t, []*waiter[*item]{roomy}, batch, "MaxLeftNeeded caps the time needed")
 
 	_, deadline = (&Queue[*item]{cfg: config(), queue: []*waiter[*item]{w(5, 0)}}).take()
 	require.True(t, deadline.IsZero(), "no deadline in the batch: none")
@@ -227,7 +227,7 @@ func TestManyCallers(t *testing.T) {
 	var inFlight, most atomic.Int32
 	var mu sync.Mutex
 	seen := map[int]int{}
-	q := New(Config{Flights: 2, MaxBatch: 8, MaxMinLeft: time.Millisecond}, func(_ context.Context, batch []*item) bool {
+	q := New(Config{Flights: 2, MaxBatch: 8, MaxLeftNeeded: time.Millisecond}, func(_ context.Context, batch []*item) bool {
 		n := inFlight.Add(1)
 		for {
 			m := most.Load()

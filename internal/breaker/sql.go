@@ -43,8 +43,8 @@ type BeginFunc func(ctx context.Context, opts *sql.TxOptions) (Tx, error)
 
 func (f BeginFunc) BeginTx(ctx context.Context, opts *sql.TxOptions) (Tx, error) { return f(ctx, opts) }
 
-// Guarded is a ConnPool of a breaker's (ConnPool's).
-type Guarded interface {
+// GuardedPool is a ConnPool of a breaker's (ConnPool's).
+type GuardedPool interface {
 	gorm.ConnPool
 	// On returns a ConnPool under the same breaker whose transactions
 	// begin with begin instead of on the pool: BEGIN, every statement

@@ -95,7 +95,7 @@ func (c *Catalog) Adjust(ctx context.Context, sku string, delta int64, reason, r
 	if len(reference) > 128 {
 		return nil, inventory.Invalidf("reference must be at most 128 characters")
 	}
-	var m map[string]arbiter.Mark
+	var m map[string]arbiter.Fence
 	replay := false
 	err := arbiter.Transact(ctx, c.db, func(tx *gorm.DB) error {
 		var err error

@@ -44,12 +44,12 @@ func (f Redis) Apply(ctx context.Context, chs []inventory.Change) {
 // from a Redis value that was re-initialised before the reservation
 // committed is taken again from the new value (once: see stock.Store.Apply).
 // In the common case the database's epoch is the admission's and nothing
-// is sent. adm[i] is lines[i]'s admission; marks the database's fence per
+// is sent. adm[i] is lines[i]'s admission; fences the database's fence per
 // SKU after the write.
-func (f Redis) Settle(ctx context.Context, lines []inventory.Line, adm []stock.Admission, marks map[string]arbiter.Mark) {
+func (f Redis) Settle(ctx context.Context, lines []inventory.Line, adm []stock.Admission, fences map[string]arbiter.Fence) {
 	var chs []inventory.Change
 	for i, l := range lines {
-		m := marks[l.SKU]
+		m := fences[l.SKU]
 		// An admission from an unlimited value took nothing, but it is settled
 		// like any other: if the SKU got a limit (Put realigned Redis to a new
 		// epoch) before this reservation committed, the new value did not count

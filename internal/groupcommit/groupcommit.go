@@ -36,10 +36,9 @@ const maxBatch = 64
 // mostly waiting (a round trip per statement, then the log flush), so a
 // second one fills that wait: the next batch writes its rows while the first
 // holds the hot SKU row, and takes that row when the first commits (the SKU
-// update comes last for that reason). Measured with make bench's seckill
-// selling phase (one hot SKU, 64 clients): 1 writer 3270 orders/s, 2 writers
-// 4216-4467, 3 writers 4189, 4 writers 3518 (they queue on the hot row and
-// split the batches smaller).
+// update comes last for that reason). More than two queue on the hot row
+// and split the batches smaller: make bench's seckill selling phase sold
+// most with two (docs/benchmarks.md, "two group commits in flight").
 const writers = 2
 
 // maxQueued bounds the reservations waiting for a group commit: past it a
@@ -92,7 +91,7 @@ type Request struct {
 	Rows  []arbiter.Reservation
 	Buyer string
 
-	marks   map[string]arbiter.Mark
+	fences   map[string]arbiter.Fence
 	err     error
 	unknown bool // the commit was sent and not answered: the rows may exist
 }
@@ -110,7 +109,7 @@ var (
 // queueConfig is the group commit's queue (internal/batchq): up to writers
 // batches of up to maxBatch requests in flight, at most maxQueued waiting.
 func queueConfig() batchq.Config {
-	return batchq.Config{Flights: writers, MaxBatch: maxBatch, MaxQueued: maxQueued, MaxMinLeft: maxMinLeft,
+	return batchq.Config{Flights: writers, MaxBatch: maxBatch, MaxQueued: maxQueued, MaxLeftNeeded: maxMinLeft,
 		Full: errQueueFull, Late: errTooLate}
 }
 
@@ -136,7 +135,7 @@ func New(db *gorm.DB) *Writer {
 	for range writers {
 		c := prepconn.New(sqlDB, prepconn.Config{})
 		var pool gorm.ConnPool = c.ConnPool()
-		if g, ok := db.Statement.ConnPool.(breaker.Guarded); ok {
+		if g, ok := db.Statement.ConnPool.(breaker.GuardedPool); ok {
 			pool = g.On(breaker.BeginFunc(func(ctx context.Context, opts *sql.TxOptions) (breaker.Tx, error) {
 				tx, err := c.BeginTx(ctx, opts)
 				if err != nil {
@@ -203,14 +202,14 @@ func (b *Writer) Stats() *CommitStats { return &b.stats }
 // Write records req and returns when that is committed, refused, or can no
 // longer be written before ctx's deadline (see batcher). Errors wrapping
 // inventory.ErrUnavailable mean nothing was written, except ErrUnknownOutcome.
-func (b *Writer) Write(ctx context.Context, req *Request) (map[string]arbiter.Mark, error) {
+func (b *Writer) Write(ctx context.Context, req *Request) (map[string]arbiter.Fence, error) {
 	if err := b.q.Do(ctx, req); err != nil {
 		return nil, err
 	}
 	if req.unknown {
 		return nil, fmt.Errorf("%w (%v)", ErrUnknownOutcome, req.err)
 	}
-	return req.marks, req.err
+	return req.fences, req.err
 }
 
 // writeBatch writes a batch the queue took, under ctx (its earliest
@@ -250,21 +249,21 @@ const maxMinLeft = 100 * time.Millisecond
 // the pool's); if the database refused it, each request alone. It reports
 // whether the batch's transaction committed.
 func (b *Writer) flush(ctx context.Context, w *writerDB, batch []*Request) bool {
-	marks, unknown, err := b.commit(ctx, w, batch)
+	fences, unknown, err := b.commit(ctx, w, batch)
 	// Only an answer of the database (a SKU that cannot cover the batch's
 	// total, a duplicate, a deadlock) is worth a retry request by request;
 	// a database out of reach or out of time would not answer those either.
 	if err == nil || unknown || breaker.Unreachable(err) || len(batch) == 1 && !arbiter.Retryable(err) {
 		for _, r := range batch {
-			r.marks, r.err, r.unknown = marks, err, unknown
+			r.fences, r.err, r.unknown = fences, err, unknown
 		}
 		return err == nil
 	}
 	for _, r := range batch {
-		r.marks, r.err = arbiter.RetryDeadlock(ctx, func() (map[string]arbiter.Mark, error) {
-			marks, unknown, err := b.commit(ctx, w, []*Request{r})
+		r.fences, r.err = arbiter.RetryDeadlock(ctx, func() (map[string]arbiter.Fence, error) {
+			fences, unknown, err := b.commit(ctx, w, []*Request{r})
 			r.unknown = unknown
-			return marks, err
+			return fences, err
 		})
 	}
 	return false
@@ -272,7 +271,7 @@ func (b *Writer) flush(ctx context.Context, w *writerDB, batch []*Request) bool 
 
 // commit writes batch in one transaction. unknown reports a commit that
 // was sent and not answered.
-func (b *Writer) commit(ctx context.Context, w *writerDB, batch []*Request) (marks map[string]arbiter.Mark, unknown bool, err error) {
+func (b *Writer) commit(ctx context.Context, w *writerDB, batch []*Request) (fences map[string]arbiter.Fence, unknown bool, err error) {
 	wrote := false
 	db := b.db
 	if w != nil {
@@ -280,17 +279,17 @@ func (b *Writer) commit(ctx context.Context, w *writerDB, batch []*Request) (mar
 	}
 	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
-		marks, err = writeTx(tx, batch)
+		fences, err = writeTx(tx, batch)
 		wrote = err == nil
 		return err
 	})
-	return marks, err != nil && wrote, err
+	return fences, err != nil && wrote, err
 }
 
 // writeTx inserts the batch's records (one multi-row INSERT per table),
 // then has the arbiter record the reservations (each counting against its
 // buyer).
-func writeTx(tx *gorm.DB, batch []*Request) (map[string]arbiter.Mark, error) {
+func writeTx(tx *gorm.DB, batch []*Request) (map[string]arbiter.Fence, error) {
 	var tables []*Record // per table, the batch's records as one
 	var holds []arbiter.Hold
 	for _, r := range batch {

@@ -125,10 +125,10 @@ func TestBatcherGroupCommit(t *testing.T) {
 				if i == dupAt {
 					id = "dup"
 				}
-				var marks map[string]arbiter.Mark
-				marks, errs[i] = b.Write(ctx, mk(id))
-				if errs[i] == nil && marks["A"].Seq < 1 {
-					t.Errorf("order %s: no mark of A's change: %v", id, marks)
+				var fences map[string]arbiter.Fence
+				fences, errs[i] = b.Write(ctx, mk(id))
+				if errs[i] == nil && fences["A"].Seq < 1 {
+					t.Errorf("order %s: no mark of A's change: %v", id, fences)
 				}
 			}()
 		}

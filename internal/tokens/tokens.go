@@ -97,7 +97,7 @@ func (s *Service) Reserve(ctx context.Context, sku string, qty int64, token stri
 	now := s.now()
 	row := arbiter.Reservation{Token: key, SKU: sku, Qty: qty, State: arbiter.Held, Result: adm.Remaining,
 		ExpiresAt: now.Add(s.cfg.TTL), CreatedAt: now, UpdatedAt: now}
-	marks, err := s.writer.Write(ctx, &groupcommit.Request{Rows: []arbiter.Reservation{row}})
+	fences, err := s.writer.Write(ctx, &groupcommit.Request{Rows: []arbiter.Reservation{row}})
 	if err != nil {
 		fctx, cancel := stock.FollowUp(ctx)
 		defer cancel()
@@ -109,7 +109,7 @@ func (s *Service) Reserve(ctx context.Context, sku string, qty int64, token stri
 		}
 		return 0, s.redis.Refused(ctx, err)
 	}
-	s.redis.Settle(ctx, []inventory.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, marks)
+	s.redis.Settle(ctx, []inventory.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, fences)
 	return adm.Remaining, nil
 }
 
@@ -168,7 +168,7 @@ func (s *Service) Release(ctx context.Context, sku, token string) (int64, error)
 			return errors.Join(err, inventory.UnknownSKU(sku))
 		}
 		now := s.now()
-		return arbiter.In(tx).Forbid(key, sku, arbiter.Reservation{ExpiresAt: now, CreatedAt: now, UpdatedAt: now})
+		return arbiter.In(tx).Tombstone(key, sku, arbiter.Reservation{ExpiresAt: now, CreatedAt: now, UpdatedAt: now})
 	})
 	if arbiter.IsDuplicate(err) { // a deduction with this token landed meanwhile: release it
 		return s.Release(ctx, sku, token)
