@@ -57,7 +57,7 @@ type TimeoutConfig struct {
 	// Locker takes the sweep's single-runner lock. Required.
 	Locker *lock.Locker
 	// Holds, if set, are swept too: their expired reservations released.
-	Holds Holds
+	Holds  Holds
 	Now    func() time.Time
 	Logger *slog.Logger
 }

@@ -91,7 +91,7 @@ type Request struct {
 	Rows  []arbiter.Reservation
 	Buyer string
 
-	fences   map[string]arbiter.Fence
+	fences  map[string]arbiter.Fence
 	err     error
 	unknown bool // the commit was sent and not answered: the rows may exist
 }
