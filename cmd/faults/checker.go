@@ -8,6 +8,12 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	gormmysql "gorm.io/driver/mysql"
+
+	"github.com/acme/inventory/internal/arbiter"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 )
 
 // Verdict is what the checker found after a scenario settled, read from the
@@ -308,14 +314,21 @@ func check(ctx context.Context, db *sql.DB, redisAvailable func(context.Context,
 
 	// Stuck: nothing pending past its deadline plus the sweep, no hold past
 	// expiry, every stock operation applied.
-	for _, q := range []struct{ what, sql string }{
-		{"orders PENDING past their deadline", `SELECT COUNT(*) FROM orders WHERE status = 'PENDING' AND expires_at < ?`},
-		{"holds HELD past their expiry", `SELECT COUNT(*) FROM stock_reservations WHERE state = 'HELD' AND expires_at < ?`},
-		{"stock operations not applied", `SELECT COUNT(*) FROM stock_outbox WHERE applied_at IS NULL AND created_at < ?`},
-		{"sales committed and never applied", `SELECT COUNT(*) FROM stock_reservations WHERE state = 'COMMITTED' AND updated_at < ?`},
+	before := time.Now().UTC().Add(-ttlPlusSweep)
+	rowsBefore := func(query string) func() (int64, error) {
+		return func() (n int64, err error) { return n, db.QueryRowContext(ctx, query, before).Scan(&n) }
+	}
+	for _, q := range []struct {
+		what  string
+		count func() (int64, error)
+	}{
+		{"orders PENDING past their deadline", rowsBefore(`SELECT COUNT(*) FROM orders WHERE status = 'PENDING' AND expires_at < ?`)},
+		{"holds HELD past their expiry", rowsBefore(`SELECT COUNT(*) FROM stock_reservations WHERE state = 'HELD' AND expires_at < ?`)},
+		{"stock operations not applied", func() (int64, error) { return outboxOf(ctx, db).UnappliedBefore(before) }},
+		{"sales committed and never applied", rowsBefore(`SELECT COUNT(*) FROM stock_reservations WHERE state = 'COMMITTED' AND updated_at < ?`)},
 	} {
-		var n int64
-		if err := db.QueryRowContext(ctx, q.sql, time.Now().UTC().Add(-ttlPlusSweep)).Scan(&n); err != nil {
+		n, err := q.count()
+		if err != nil {
 			return err
 		}
 		if n > 0 {
@@ -367,4 +380,14 @@ func scanSKUs(ctx context.Context, db *sql.DB, q string, add func(*skuState, int
 		}
 		return nil
 	})
+}
+
+// outboxOf is the stock outbox of the database db holds (its owner,
+// internal/arbiter, speaks through GORM).
+func outboxOf(ctx context.Context, db *sql.DB) arbiter.Outbox {
+	g, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: db, SkipInitializeWithVersion: true}), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		panic(err) // an existing connection pool, no version query: nothing can fail
+	}
+	return arbiter.OutboxOf(g.WithContext(ctx))
 }

@@ -297,15 +297,19 @@ func (r *Run) settle(ctx context.Context) (string, error) {
 	}
 	drift := "not run"
 	for {
-		var pending, held, committed, unapplied int64
+		var pending, held, committed int64
 		err := r.db.QueryRowContext(ctx, `SELECT
 			(SELECT COUNT(*) FROM orders WHERE status = 'PENDING'),
 			(SELECT COUNT(*) FROM stock_reservations WHERE state = 'HELD'),
-			(SELECT COUNT(*) FROM stock_reservations WHERE state = 'COMMITTED'),
-			(SELECT COUNT(*) FROM stock_outbox WHERE applied_at IS NULL)`).Scan(&pending, &held, &committed, &unapplied)
+			(SELECT COUNT(*) FROM stock_reservations WHERE state = 'COMMITTED')`).Scan(&pending, &held, &committed)
 		if err != nil {
 			return "", err
 		}
+		outbox, err := outboxOf(ctx, r.db).Counts()
+		if err != nil {
+			return "", err
+		}
+		unapplied := outbox.Unapplied
 		if pending+held+committed+unapplied == 0 {
 			out, _, code, err := runCommand(ctx, r.lab.bin, r.env, "reconcile")
 			if err != nil {
@@ -322,8 +326,7 @@ func (r *Run) settle(ctx context.Context) (string, error) {
 			return drift, nil
 		}
 		if time.Now().After(nextLog) {
-			var unsent int64
-			_ = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL`).Scan(&unsent)
+			unsent := outbox.Unsent
 			r.logf("%s: waiting: %s (%d not yet sent to the broker)", r.sc.Name, drift, unsent)
 			nextLog = time.Now().Add(10 * time.Second)
 		}
@@ -334,9 +337,11 @@ func (r *Run) settle(ctx context.Context) (string, error) {
 // unapplied is the number of stock operations not yet applied (-1 when the
 // database does not answer).
 func (r *Run) unapplied(ctx context.Context) int64 {
-	var n int64 = -1
-	_ = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM stock_outbox WHERE applied_at IS NULL`).Scan(&n)
-	return n
+	c, err := outboxOf(ctx, r.db).Counts()
+	if err != nil {
+		return -1
+	}
+	return c.Unapplied
 }
 
 // redisAvailable reads what Redis holds for sku through the API.

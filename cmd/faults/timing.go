@@ -273,11 +273,12 @@ func round(d time.Duration) time.Duration {
 // through the link): outbox rows sent, ledger rows applied, outbox rows
 // not yet applied.
 func (r *Run) syncCounts(ctx context.Context) (sent, applied, pending int64, err error) {
-	err = r.db.QueryRowContext(ctx, `SELECT
-		(SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NOT NULL),
-		(SELECT COUNT(*) FROM stock_ledger),
-		(SELECT COUNT(*) FROM stock_outbox WHERE applied_at IS NULL)`).Scan(&sent, &applied, &pending)
-	return sent, applied, pending, err
+	c, err := outboxOf(ctx, r.db).Counts()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	err = r.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM stock_ledger`).Scan(&applied)
+	return c.Sent, applied, c.Unapplied, err
 }
 
 // restockAll adds n units to every SKU (recorded like the restocker's),

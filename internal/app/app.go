@@ -376,9 +376,7 @@ func (a *App) degraded(ctx context.Context) map[string]error {
 // backlog older than a minute means messages are not getting out. It reads
 // unsent rows only (an index range), however long the history.
 func (a *App) producerReady(ctx context.Context) error {
-	var n int64
-	err := a.db.WithContext(ctx).Raw(`SELECT COUNT(*) FROM stock_outbox WHERE sent_at IS NULL AND created_at < ?`,
-		time.Now().UTC().Add(-time.Minute)).Scan(&n).Error
+	n, err := arbiter.OutboxOf(a.db.WithContext(ctx)).UnsentBefore(time.Now().UTC().Add(-time.Minute))
 	if err != nil {
 		return err
 	}

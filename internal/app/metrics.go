@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/order"
 )
@@ -77,7 +78,7 @@ const (
 	pendingQuery = `SELECT COUNT(*) FROM orders WHERE status = 'PENDING'`
 	heldQuery    = `SELECT COUNT(*) AS reservations, COALESCE(SUM(qty), 0) AS units
 		FROM stock_reservations WHERE state IN ('HELD', 'COMMITTED')`
-	backlogQuery = `SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM stock_outbox WHERE applied_at IS NULL`
+	backlogQuery = arbiter.BacklogQuery
 )
 
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -100,16 +101,11 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(held.Reservations), "reservations")
 		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(held.Units), "units")
 	}
-	var b struct {
-		N      int64
-		Oldest *time.Time
-	}
-	if err := db.Raw(backlogQuery).
-		Scan(&b).Error; err == nil {
-		ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(b.N))
+	if n, oldest, err := arbiter.OutboxOf(db).Backlog(); err == nil {
+		ch <- prometheus.MustNewConstMetric(backlogDesc, prometheus.GaugeValue, float64(n))
 		lag := 0.0
-		if b.Oldest != nil {
-			lag = time.Since(*b.Oldest).Seconds()
+		if oldest != nil {
+			lag = time.Since(*oldest).Seconds()
 		}
 		ch <- prometheus.MustNewConstMetric(lagDesc, prometheus.GaugeValue, lag)
 	}

@@ -235,21 +235,13 @@ func (a Arbiter) Commit(token string, lines []inventory.Line) error {
 // QueueDeducts writes the DEDUCT outbox rows of committed reservations (a
 // late payment's were reserved COMMITTED).
 func (a Arbiter) QueueDeducts(token string, lines []inventory.Line) error {
-	return writeOutbox(a.tx, token, lines, OpDeduct)
+	return OutboxOf(a.tx).queue(token, lines, OpDeduct)
 }
 
 // Refund promises token's sold lines back to on_hand: RESTORE outbox rows,
 // which the ordered consumer applies (restore) after their deduction.
 func (a Arbiter) Refund(token string, lines []inventory.Line) error {
-	return writeOutbox(a.tx, token, lines, OpRestore)
-}
-
-func writeOutbox(tx *gorm.DB, token string, lines []inventory.Line, op Op) error {
-	rows := make([]OutboxRow, len(lines))
-	for i, l := range lines {
-		rows[i] = OutboxRow{Token: token, SKU: l.SKU, Op: op, Qty: l.Qty}
-	}
-	return tx.Create(&rows).Error
+	return OutboxOf(a.tx).queue(token, lines, OpRestore)
 }
 
 // Settle applies one delivery of the ordered consumer under the SKU rows'

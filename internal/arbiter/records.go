@@ -1,8 +1,9 @@
 // Package arbiter is where the database arbitrates every quantity: the one
 // owner of each statement that changes a SKU's on_hand or reserved, a
 // reservation's state or a buyer's quota (see Arbiter), and the records
-// those statements write. Redis (package stock) admits; this package
-// decides. The order lifecycle (package order), the sync path
+// those statements write, the stock outbox among them (Outbox), and what
+// retention may prune of them (retention.go). Redis (package stock) admits;
+// this package decides. The order lifecycle (package order), the sync path
 // (internal/stocksync) and maintenance (internal/maintenance) say what
 // happened; none of them writes these rows itself.
 package arbiter
@@ -281,10 +282,11 @@ const (
 )
 
 // Movement is one immutable change of a SKU's on_hand and reserved, written in
-// the transaction of the change. Nothing updates or deletes one: a mistake is
-// fixed by a correcting movement, so per SKU the sums of the deltas are
-// on_hand and reserved (counting from the SKU's first movement), and the
-// history is the audit trail.
+// the transaction of the change. Nothing updates one: a mistake is fixed by a
+// correcting movement, so per SKU the sums of the deltas are on_hand and
+// reserved (counting from the SKU's first movement), and the history is the
+// audit trail. The one deletion is retention's, through FoldMovements: old
+// movements become one opening balance with the same sums.
 type Movement struct {
 	ID            int64        `json:"id" gorm:"primaryKey"`
 	SKU           string       `json:"sku" gorm:"column:sku"`

@@ -2,8 +2,6 @@ package maintenance
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -13,10 +11,6 @@ import (
 	"github.com/acme/inventory/internal/job"
 	"github.com/acme/inventory/internal/lock"
 )
-
-// OpeningReason marks the movement that stands for a SKU's pruned history:
-// kind SET, deltas = the sum of the movements it replaced.
-const OpeningReason = "opening balance"
 
 // The retention's defaults.
 const (
@@ -88,10 +82,6 @@ func NewRetention(db *gorm.DB, locker *lock.Locker, cfg RetentionConfig) *Retent
 	return &Retention{db: db, locker: locker, cfg: cfg}
 }
 
-// errConcurrentFold: another node compacted the same movements first (two
-// runs overlapped when a lock expired); this batch rolls back.
-var errConcurrentFold = errors.New("retention: movements folded concurrently")
-
 // Pruned counts what one run removed.
 type Pruned struct {
 	Outbox, Ledger, Movements int64
@@ -123,19 +113,24 @@ func (r *Retention) PruneOnce(ctx context.Context) (Pruned, error) {
 	db := r.db.WithContext(ctx)
 	var err error
 	if p.Outbox, err = r.batches(ctx, func() (int64, error) {
-		// Applied implies delivered, even if the relay stopped before it
-		// marked the row sent (it would only have sent it again).
-		return r.deleteIDs(db, "stock_outbox", `SELECT id FROM stock_outbox
-			WHERE applied_at < ? ORDER BY id LIMIT ?`, cutoff)
+		return arbiter.OutboxOf(db).PruneApplied(cutoff, r.cfg.Batch)
 	}); err != nil {
 		return p, err
 	}
 	if p.Ledger, err = r.batches(ctx, func() (int64, error) {
-		return r.deleteIDs(db, "stock_ledger", `SELECT id FROM stock_ledger WHERE applied_at < ? ORDER BY id LIMIT ?`, cutoff)
+		return arbiter.PruneLedger(db, cutoff, r.cfg.Batch)
 	}); err != nil {
 		return p, err
 	}
-	p.Movements, err = r.batches(ctx, func() (int64, error) { return r.compactMovements(db, cutoff) })
+	p.Movements, err = r.batches(ctx, func() (int64, error) {
+		var folded int64
+		err := db.Transaction(func(tx *gorm.DB) error {
+			var err error
+			folded, err = arbiter.In(tx).FoldMovements(cutoff, r.cfg.Batch)
+			return err
+		})
+		return folded, err
+	})
 	return p, err
 }
 
@@ -151,73 +146,4 @@ func (r *Retention) batches(ctx context.Context, one func() (int64, error)) (int
 		}
 	}
 	return total, ctx.Err()
-}
-
-// deleteIDs deletes the rows of table that query (cutoff, limit) selects.
-// Ids are read first: MariaDB has no LIMIT in an IN subquery, and SQLite no
-// DELETE ... LIMIT.
-func (r *Retention) deleteIDs(db *gorm.DB, table, query string, cutoff time.Time) (int64, error) {
-	var ids []int64
-	if err := db.Raw(query, cutoff, r.cfg.Batch).Scan(&ids).Error; err != nil {
-		return 0, err
-	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	res := db.Exec(fmt.Sprintf("DELETE FROM %s WHERE id IN ?", table), ids)
-	return res.RowsAffected, res.Error
-}
-
-// compactMovements folds up to one batch of movements older than cutoff
-// (opening balances aside) into one opening balance per SKU, in one
-// transaction, and returns how many it folded.
-func (r *Retention) compactMovements(db *gorm.DB, cutoff time.Time) (int64, error) {
-	var folded int64
-	err := db.Transaction(func(tx *gorm.DB) error {
-		var old []arbiter.Movement
-		if err := tx.Where("created_at < ? AND NOT (kind = ? AND reason = ?)", cutoff, arbiter.MoveSet, OpeningReason).
-			Order("id").Limit(r.cfg.Batch).Find(&old).Error; err != nil {
-			return err
-		}
-		bySKU := map[string][]arbiter.Movement{}
-		var skus []string
-		for _, m := range old {
-			if _, ok := bySKU[m.SKU]; !ok {
-				skus = append(skus, m.SKU)
-			}
-			bySKU[m.SKU] = append(bySKU[m.SKU], m)
-		}
-		for _, sku := range skus {
-			ms := bySKU[sku]
-			last := ms[len(ms)-1]
-			// The SKU's earlier opening balance folds in too.
-			var opening []arbiter.Movement
-			if err := tx.Where("sku = ? AND id < ? AND kind = ? AND reason = ?", sku, last.ID, arbiter.MoveSet, OpeningReason).
-				Find(&opening).Error; err != nil {
-				return err
-			}
-			sum := arbiter.Movement{ID: last.ID, SKU: sku, Kind: arbiter.MoveSet, Reason: OpeningReason, CreatedAt: last.CreatedAt}
-			ids := make([]int64, 0, len(ms)+len(opening))
-			for _, m := range append(opening, ms...) {
-				sum.OnHandDelta += m.OnHandDelta
-				sum.ReservedDelta += m.ReservedDelta
-				ids = append(ids, m.ID)
-			}
-			res := tx.Exec(`DELETE FROM stock_movements WHERE id IN ?`, ids)
-			if res.Error != nil {
-				return res.Error
-			}
-			if res.RowsAffected != int64(len(ids)) {
-				// Another run folded some of them first: summing them again
-				// would count them twice.
-				return errConcurrentFold
-			}
-			if err := tx.Create(&sum).Error; err != nil {
-				return err
-			}
-		}
-		folded = int64(len(old))
-		return nil
-	})
-	return folded, err
 }

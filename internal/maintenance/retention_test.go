@@ -68,7 +68,7 @@ func TestRetentionPrunesFinishedHistory(t *testing.T) {
 	ret := maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{Horizon: time.Hour, Batch: 3, Now: time.Now})
 	p, err := ret.PruneOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, int64(0), r.Count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ? AND reason = ?`, sku, maintenance.OpeningReason))
+	require.Equal(t, int64(0), r.Count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ? AND reason = ?`, sku, arbiter.OpeningReason))
 	require.Equal(t, outbox, r.Count(`SELECT COUNT(*) FROM stock_outbox WHERE sku = ?`, sku), "%+v", p)
 
 	// A year later: everything finished goes, in batches of 3.
@@ -85,7 +85,7 @@ func TestRetentionPrunesFinishedHistory(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page.Items, 1)
 	require.Equal(t, arbiter.MoveSet, page.Items[0].Kind)
-	require.Equal(t, maintenance.OpeningReason, page.Items[0].Reason)
+	require.Equal(t, arbiter.OpeningReason, page.Items[0].Reason)
 
 	// History goes on after the opening balance, and a second run folds the
 	// old opening balance with what aged since.

@@ -172,18 +172,11 @@ func (a *Applier) Handle(ctx context.Context, msgs []mq.Message) error {
 }
 
 // markApplied stamps the outbox rows of the delivery's operations (applied,
-// duplicate or anomaly: each is handled) as applied, so the sync backlog is
-// read from the unapplied rows alone. One UPDATE per delivery.
+// duplicate or anomaly: each is handled) as applied, in one UPDATE.
 func markApplied(tx *gorm.DB, skus []string, bySKU map[string][]arbiter.StockMessage) error {
-	var keys [][]any
+	var msgs []arbiter.StockMessage
 	for _, sku := range skus {
-		for _, sm := range bySKU[sku] {
-			keys = append(keys, []any{sm.Token, sm.SKU, sm.Op})
-		}
+		msgs = append(msgs, bySKU[sku]...)
 	}
-	if len(keys) == 0 {
-		return nil
-	}
-	return tx.Exec(`UPDATE stock_outbox SET applied_at = ? WHERE applied_at IS NULL AND (token, sku, op) IN ?`,
-		time.Now().UTC(), keys).Error
+	return arbiter.OutboxOf(tx).MarkApplied(msgs, time.Now().UTC())
 }

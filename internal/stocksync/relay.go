@@ -216,19 +216,15 @@ func (e *SendError) Unwrap() []error { return e.Errs }
 // of it is marked sent then).
 func (r *Relay) round(ctx context.Context) (read, sent int, failed, err error) {
 	held := r.heldSKUs(r.cfg.Now())
-	q := r.db.WithContext(ctx).Where("sent_at IS NULL")
-	if len(held) > 0 {
-		skus := make([]string, 0, min(len(held), maxHeldInQuery))
-		for sku := range held {
-			if len(skus) == maxHeldInQuery {
-				break
-			}
-			skus = append(skus, sku)
+	skip := make([]string, 0, min(len(held), maxHeldInQuery))
+	for sku := range held {
+		if len(skip) == maxHeldInQuery {
+			break
 		}
-		q = q.Where("sku NOT IN ?", skus)
+		skip = append(skip, sku)
 	}
-	var rows []arbiter.OutboxRow
-	if err := q.Order("id").Limit(r.cfg.Batch).Find(&rows).Error; err != nil {
+	rows, err := arbiter.OutboxOf(r.db.WithContext(ctx)).Unsent(skip, r.cfg.Batch)
+	if err != nil {
 		return 0, 0, nil, err
 	}
 	groups := runsBySKU(slices.DeleteFunc(slices.Clone(rows), func(row arbiter.OutboxRow) bool { return held[row.SKU] }))
@@ -286,8 +282,7 @@ func (r *Relay) round(ctx context.Context) (read, sent int, failed, err error) {
 		// cancelling ctx, or every shutdown would send them again.
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		if err := r.db.WithContext(mctx).Model(&arbiter.OutboxRow{}).Where("id IN ?", ids).
-			Update("sent_at", time.Now().UTC()).Error; err != nil {
+		if err := arbiter.OutboxOf(r.db.WithContext(mctx)).MarkSent(ids, time.Now().UTC()); err != nil {
 			return len(rows), 0, nil, fmt.Errorf("relay: marking sent: %w", err)
 		}
 		r.Sent.Add(int64(len(ids)))

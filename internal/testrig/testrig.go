@@ -210,10 +210,9 @@ func (r *Rig) StartPipeline() (stop func()) {
 func (r *Rig) WaitApplied() {
 	r.T.Helper()
 	require.Eventually(r.T, func() bool {
-		return r.Count(`SELECT COUNT(*) FROM stock_outbox ob
-			LEFT JOIN stock_ledger l ON l.token = ob.token AND l.sku = ob.sku AND l.op = ob.op
-			LEFT JOIN stock_anomalies a ON a.token = ob.token AND a.sku = ob.sku AND a.op = ob.op
-			WHERE l.id IS NULL AND a.id IS NULL`) == 0
+		n, err := arbiter.OutboxOf(r.DB).Unsettled()
+		require.NoError(r.T, err)
+		return n == 0
 	}, 90*time.Second, 20*time.Millisecond, "the outbox drains into the ledger")
 }
 
@@ -251,8 +250,8 @@ func (r *Rig) ReservationState(token, sku string) arbiter.ResState {
 // Outbox is every outbox row, in id order, as the message it becomes.
 func (r *Rig) Outbox() []arbiter.StockMessage {
 	r.T.Helper()
-	var rows []arbiter.OutboxRow
-	require.NoError(r.T, r.DB.Order("id").Find(&rows).Error)
+	rows, err := arbiter.OutboxOf(r.DB).Rows()
+	require.NoError(r.T, err)
 	out := make([]arbiter.StockMessage, len(rows))
 	for i, row := range rows {
 		out[i] = arbiter.StockMessage{Token: row.Token, SKU: row.SKU, Op: row.Op, Qty: row.Qty}
