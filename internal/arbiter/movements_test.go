@@ -320,22 +320,3 @@ func TestMovementsRolledBackReservation(t *testing.T) {
 	r.RequireQty("R", 5, 5)
 	requireSums(t, r, cat, "R")
 }
-
-// TestEmbeddedContract runs the arbiter's tests again on the embedded
-// default's stand-ins (SQLite, miniredis, the in-process queue).
-func TestEmbeddedContract(t *testing.T) {
-	testrig.Embedded = true
-	defer func() { testrig.Embedded = false }()
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"MovementsFullLife", TestMovementsFullLife},
-		{"MovementsLatePaymentAndUnlimited", TestMovementsLatePaymentAndUnlimited},
-		{"MovementsReconcileCorrection", TestMovementsReconcileCorrection},
-		{"MovementsConserveUnderRace", TestMovementsConserveUnderRace},
-		{"MovementsRolledBackReservation", TestMovementsRolledBackReservation},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
-}
