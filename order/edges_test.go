@@ -14,7 +14,6 @@ import (
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/testrig"
-	"github.com/acme/inventory/mq"
 )
 
 // Names are exact, byte for byte (docs/SPEC.md section 3): a SKU code that
@@ -165,33 +164,6 @@ func TestAdjustByReferenceOnce(t *testing.T) {
 	r.RequireQty(other, 17, 0)
 	require.Equal(t, [2]int64{130, 0}, r.MovementSums(sku), "one RESTOCK movement per applied reference")
 	r.CheckInvariant(sku)
-}
-
-// A stock message that cannot be decoded is not applied and not dropped: it
-// is an anomaly row (once, however often it is redelivered), which reconcile
-// reports.
-func TestMalformedMessageIsRecorded(t *testing.T) {
-	r := testrig.New(t, testrig.MemoryTransport(t))
-	ctx := context.Background()
-	sku := r.PutSKU("MAL", 10, 0)
-	bad := []mq.Message{
-		{ID: "m1", Key: sku, Body: []byte("not json")},
-		{ID: "m2", Key: sku, Body: []byte(`{"token":"x","sku":"` + sku + `","op":"STEAL","qty":1}`)},
-		{ID: "m3", Key: "??", Body: []byte(`{"token":"x","sku":"no such sku!","op":"DEDUCT","qty":1}`)},
-	}
-	require.NoError(t, r.Applier.Handle(ctx, bad))
-	require.NoError(t, r.Applier.Handle(ctx, bad[:1]), "redelivered")
-	require.EqualValues(t, 3, r.Count(`SELECT COUNT(*) FROM stock_anomalies`), "one row per malformed message")
-	require.EqualValues(t, 3, r.Count(`SELECT COUNT(*) FROM stock_anomalies WHERE op = 'MALFORMED' AND reason LIKE 'malformed%'`))
-	r.RequireQty(sku, 10, 0)
-
-	reports, err := r.Reconciler().Reconcile(ctx, false)
-	require.NoError(t, err)
-	var anomalies int64
-	for _, rep := range reports {
-		anomalies += rep.Anomalies
-	}
-	require.EqualValues(t, 3, anomalies, "reconcile reports every one: %+v", reports)
 }
 
 // Operators writing one SKU under the version they read (If-Match): of many

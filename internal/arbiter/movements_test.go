@@ -1,0 +1,322 @@
+package arbiter_test
+
+// The movement records every quantity change writes (the arbiter's
+// Movement rows), read back through the listing and checked against the
+// SKU's record, on the real MariaDB and Redis.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory"
+	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/catalog"
+	"github.com/acme/inventory/internal/groupcommit"
+	"github.com/acme/inventory/internal/listing"
+	"github.com/acme/inventory/internal/testrig"
+)
+
+// move is a movement without its id and time (asserted separately).
+type move struct {
+	Kind             arbiter.MovementKind
+	OnHand, Reserved int64
+	Reason, Ref      string
+}
+
+// history reads sku's whole history through Movements, a page at a time,
+// checks ids strictly increase and every movement has a time, and returns it.
+func history(t *testing.T, l *listing.Reader, sku string) []move {
+	t.Helper()
+	var out []move
+	var after int64
+	for {
+		p, err := l.Movements(context.Background(), sku, after, listing.MaxPageSize)
+		require.NoError(t, err)
+		for _, m := range p.Items {
+			require.Greater(t, m.ID, after, "ids increase")
+			require.Equal(t, sku, m.SKU)
+			require.False(t, m.CreatedAt.IsZero(), "movement %d has a time", m.ID)
+			after = m.ID
+			out = append(out, move{m.Kind, m.OnHandDelta, m.ReservedDelta, m.Reason, m.Reference})
+		}
+		if p.Next == 0 {
+			return out
+		}
+		require.Equal(t, after, p.Next)
+	}
+}
+
+// requireSums asserts the history adds up to the SKU's record.
+func requireSums(t *testing.T, r *testrig.Rig, cat *catalog.Catalog, sku string) {
+	t.Helper()
+	var onHand, reserved int64
+	for _, m := range history(t, r.Listing, sku) {
+		onHand += m.OnHand
+		reserved += m.Reserved
+	}
+	rec := r.SKU(sku)
+	require.Equal(t, [2]int64{rec.OnHand, rec.Reserved}, [2]int64{onHand, reserved}, "%s: the movements sum to [on_hand, reserved]", sku)
+}
+
+// A SKU's whole life, each change one movement in order, with the sums equal
+// to on_hand and reserved at the end.
+func TestMovementsFullLife(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	cat := r.Catalog
+	redisApplied := r.RedisApplied()
+	r.StartPipeline()
+
+	_, err := cat.Put(ctx, "LIFE", 10, 0)
+	require.NoError(t, err)
+	_, err = cat.Put(ctx, "LIFE", 10, 3) // the limit alone: on_hand does not move, no movement
+	require.NoError(t, err)
+	_, err = cat.Adjust(ctx, "LIFE", 5, " restock ", "po-17")
+	require.NoError(t, err)
+	cancelled, err := r.Orders.Create(ctx, "u1", "", testrig.Line("LIFE", 3))
+	require.NoError(t, err)
+	_, err = r.Orders.Cancel(ctx, cancelled.ID)
+	require.NoError(t, err)
+	paid, err := r.Orders.Create(ctx, "u2", "", testrig.Line("LIFE", 2))
+	require.NoError(t, err)
+	_, err = r.Orders.Pay(ctx, paid.ID, "pay-1")
+	require.NoError(t, err)
+	r.WaitApplied()
+	r.RequireQty("LIFE", 13, 0)
+	_, err = r.Orders.Refund(ctx, paid.ID)
+	require.NoError(t, err)
+	r.WaitApplied()
+	redisApplied(1)
+	_, err = r.Tokens.Reserve(ctx, "LIFE", 1, "tok-1")
+	require.NoError(t, err)
+	released, err := r.Tokens.Release(ctx, "LIFE", "tok-1")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, released)
+	released, err = r.Tokens.Release(ctx, "LIFE", "tok-1") // gives back nothing: no movement
+	require.NoError(t, err)
+	require.EqualValues(t, 0, released)
+	_, err = cat.Adjust(ctx, "LIFE", -4, "shrinkage", "")
+	require.NoError(t, err)
+	_, err = cat.Put(ctx, "LIFE", 20, 3)
+	require.NoError(t, err)
+
+	require.Equal(t, []move{
+		{arbiter.MoveSet, 10, 0, "", ""},
+		{arbiter.MoveRestock, 5, 0, "restock", "po-17"},
+		{arbiter.MoveReserve, 0, 3, "", cancelled.ID},
+		{arbiter.MoveRelease, 0, -3, "", cancelled.ID},
+		{arbiter.MoveReserve, 0, 2, "", paid.ID},
+		{arbiter.MoveSale, -2, -2, "", paid.ID},
+		{arbiter.MoveRefund, 2, 0, "", paid.ID},
+		{arbiter.MoveReserve, 0, 1, "", "token:tok-1"},
+		{arbiter.MoveRelease, 0, -1, "", "token:tok-1"},
+		{arbiter.MoveCorrection, -4, 0, "shrinkage", ""},
+		{arbiter.MoveSet, 9, 0, "", ""},
+	}, history(t, r.Listing, "LIFE"))
+	r.RequireQty("LIFE", 20, 0)
+	requireSums(t, r, cat, "LIFE")
+	r.CheckInvariant("LIFE")
+}
+
+// A late payment re-reserves (RESERVE) under the order's ".late" token; the
+// sale names the order. An unlimited SKU's sale moves reserved only.
+func TestMovementsLatePaymentAndUnlimited(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	cat := r.Catalog
+	r.StartPipeline()
+	_, err := cat.Put(ctx, "LATE", 5, 0)
+	require.NoError(t, err)
+	_, err = cat.Put(ctx, "UNL", inventory.Unlimited, 0)
+	require.NoError(t, err)
+
+	o, err := r.Orders.Create(ctx, "u1", "", []inventory.Line{{SKU: "LATE", Qty: 2}, {SKU: "UNL", Qty: 4}})
+	require.NoError(t, err)
+	r.Clock.Advance(16 * time.Minute)
+	expired, err := r.Orders.Expire(ctx, o.ID)
+	require.NoError(t, err)
+	require.True(t, expired)
+	late, err := r.Orders.Pay(ctx, o.ID, "pay-late")
+	require.NoError(t, err)
+	require.Equal(t, o.ID+".late", late.ReservationToken)
+	r.WaitApplied()
+
+	require.Equal(t, []move{
+		{arbiter.MoveSet, 5, 0, "", ""},
+		{arbiter.MoveReserve, 0, 2, "", o.ID},
+		{arbiter.MoveRelease, 0, -2, "", o.ID},
+		{arbiter.MoveReserve, 0, 2, "", o.ID},
+		{arbiter.MoveSale, -2, -2, "", o.ID},
+	}, history(t, r.Listing, "LATE"))
+	require.Equal(t, []move{
+		{arbiter.MoveSet, -1, 0, "", ""},
+		{arbiter.MoveReserve, 0, 4, "", o.ID},
+		{arbiter.MoveRelease, 0, -4, "", o.ID},
+		{arbiter.MoveReserve, 0, 4, "", o.ID},
+		{arbiter.MoveSale, 0, -4, "", o.ID},
+	}, history(t, r.Listing, "UNL"))
+	requireSums(t, r, cat, "LATE")
+	requireSums(t, r, cat, "UNL")
+	r.RequireQty("LATE", 3, 0)
+	r.RequireQty("UNL", -1, 0)
+}
+
+// Reconcile's repair of reserved is recorded as a CORRECTION of reserved.
+func TestMovementsReconcileCorrection(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	cat := r.Catalog
+	_, err := cat.Put(ctx, "FIX", 10, 0)
+	require.NoError(t, err)
+	o, err := r.Orders.Create(ctx, "u1", "", testrig.Line("FIX", 3))
+	require.NoError(t, err)
+	require.NoError(t, r.DB.Exec(`UPDATE skus SET reserved = 5 WHERE sku = 'FIX'`).Error) // drift outside the service
+	_, err = r.Reconciler().Reconcile(ctx, true)
+	require.NoError(t, err)
+	r.RequireQty("FIX", 10, 3)
+	require.Equal(t, []move{
+		{arbiter.MoveSet, 10, 0, "", ""},
+		{arbiter.MoveReserve, 0, 3, "", o.ID},
+		{arbiter.MoveCorrection, 0, -2, "reconcile: reserved set to the sum of live reservations", ""},
+	}, history(t, r.Listing, "FIX"))
+	_, err = r.Reconciler().Reconcile(ctx, true) // nothing to repair: no movement
+	require.NoError(t, err)
+	require.Len(t, history(t, r.Listing, "FIX"), 3)
+}
+
+// Many orders and token reservations on one SKU at once (group commit
+// batches them): the movements add up to reserved, with one RESERVE per
+// reservation that succeeded and one RELEASE per release that gave units back.
+func TestMovementsConserveUnderRace(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	cat := r.Catalog
+	_, err := cat.Put(ctx, "HOT", 40, 0)
+	require.NoError(t, err)
+
+	var reserved, releases, refused atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, err := r.Orders.Create(ctx, fmt.Sprintf("u%d", i), "", testrig.Line("HOT", 2))
+			switch {
+			case errors.Is(err, inventory.ErrInsufficientStock):
+				refused.Add(1)
+			case err != nil:
+				t.Error(err)
+			default:
+				reserved.Add(1)
+				if i%2 == 0 {
+					if _, err := r.Orders.Cancel(ctx, o.ID); err != nil {
+						t.Error(err)
+					}
+					releases.Add(1)
+				}
+			}
+			tok := fmt.Sprintf("tok-%d", i)
+			_, err = r.Tokens.Reserve(ctx, "HOT", 1, tok)
+			switch {
+			case errors.Is(err, inventory.ErrInsufficientStock):
+				refused.Add(1)
+			case err != nil:
+				t.Error(err)
+			default:
+				reserved.Add(1)
+				if i%3 == 0 {
+					n, err := r.Tokens.Release(ctx, "HOT", tok)
+					if err != nil {
+						t.Error(err)
+					}
+					if n == 1 {
+						releases.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Positive(t, reserved.Load())
+	require.Positive(t, refused.Load(), "more is asked than there is, even net of what goes back")
+
+	counts := map[arbiter.MovementKind]int64{}
+	var sumReserved int64
+	for _, m := range history(t, r.Listing, "HOT") {
+		counts[m.Kind]++
+		sumReserved += m.Reserved
+	}
+	require.Equal(t, r.SKU("HOT").Reserved, sumReserved, "the movements sum to reserved")
+	require.Equal(t, map[arbiter.MovementKind]int64{arbiter.MoveSet: 1, arbiter.MoveReserve: reserved.Load(), arbiter.MoveRelease: releases.Load()}, counts)
+	require.EqualValues(t, reserved.Load(), r.Count(`SELECT COUNT(*) FROM stock_reservations WHERE sku = 'HOT' AND qty > 0`))
+	requireSums(t, r, cat, "HOT")
+	r.CheckInvariant("HOT")
+}
+
+// A reservation the database refuses (Redis admitted it wrongly) rolls back
+// with its movement: alone, and inside a group-committed batch that is then
+// written request by request.
+func TestMovementsRolledBackReservation(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	cat := r.Catalog
+	_, err := cat.Put(ctx, "R", 5, 0)
+	require.NoError(t, err)
+	first, err := r.Orders.Create(ctx, "u1", "", testrig.Line("R", 3))
+	require.NoError(t, err)
+	inflate := func(n int64) {
+		lv, err := r.Stock.Levels(ctx, "R")
+		require.NoError(t, err)
+		// A change the init never saw: Redis gains n units the database lacks.
+		require.NoError(t, r.Stock.Apply(ctx, inventory.Change{SKU: "R", Delta: n, Seq: lv.Seq + 1_000_000}))
+	}
+	inflate(10)
+	_, err = r.Orders.Create(ctx, "u2", "", testrig.Line("R", 4))
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock, "Redis admitted, the database refused")
+	inflate(10)
+	_, err = r.Tokens.Reserve(ctx, "R", 3, "tok-r")
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
+	require.Equal(t, []move{
+		{arbiter.MoveSet, 5, 0, "", ""},
+		{arbiter.MoveReserve, 0, 3, "", first.ID},
+	}, history(t, r.Listing, "R"))
+
+	// A batch that does not fit: 12 requests for the 2 units left.
+	b := r.Commits
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := b.Write(ctx, &groupcommit.Request{Rows: []arbiter.Reservation{{Token: fmt.Sprintf("t.k%d", i), SKU: "R", Qty: 1,
+				State: arbiter.Held, ExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}}})
+			var ref arbiter.RefusedError
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case !errors.As(err, &ref):
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	require.EqualValues(t, 2, ok.Load())
+	h := history(t, r.Listing, "R")
+	require.Len(t, h, 4)
+	for _, m := range h[2:] {
+		require.Equal(t, arbiter.MoveReserve, m.Kind)
+		require.EqualValues(t, 1, m.Reserved)
+		require.Regexp(t, `^token:k\d+$`, m.Ref)
+	}
+	r.RequireQty("R", 5, 5)
+	requireSums(t, r, cat, "R")
+}
