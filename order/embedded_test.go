@@ -23,8 +23,6 @@ func TestEmbeddedContract(t *testing.T) {
 		{"ItemsAreTheReservations", TestItemsAreTheReservations},
 		{"ItemsOfOrdersBeforeReservations", TestItemsOfOrdersBeforeReservations},
 		{"EndToEnd", TestEndToEndMemory},
-		{"CrashBetweenCommitAndSend", TestCrashBetweenCommitAndSend},
-		{"CrashBetweenSendAndMark", TestCrashBetweenSendAndMark},
 		{"KeyLossWithPendingAndUnapplied", TestKeyLossWithPendingAndUnapplied},
 		{"DatabaseRefusesWhatRedisOverAdmits", TestDatabaseRefusesWhatRedisOverAdmits},
 		{"PerUserLimitIsArbitratedByTheDatabase", TestPerUserLimitIsArbitratedByTheDatabase},

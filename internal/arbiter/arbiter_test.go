@@ -112,22 +112,6 @@ func (s *stmts) moves(sku string) []string {
 	return out
 }
 
-// race runs fn(i) for i in [0, n) in n goroutines released together.
-func race(n int, fn func(i int)) {
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			fn(i)
-		}()
-	}
-	close(start)
-	wg.Wait()
-}
-
 // Reserve takes what on_hand - reserved covers and refuses the rest
 // (RefusedError), exactly up to on_hand; a refused transaction, a cart's
 // other lines with it, writes nothing. An unlimited SKU is never refused; a
@@ -178,7 +162,7 @@ func TestReserveRaceNeverOversells(t *testing.T) {
 	s.put("HOT", 10, 0)
 	const n = 40
 	errs := make([]error, n)
-	race(n, func(i int) { _, errs[i] = s.reserve(hold(fmt.Sprintf("k%d", i), "HOT", 1)) })
+	testrig.Race(n, func(i int) { _, errs[i] = s.reserve(hold(fmt.Sprintf("k%d", i), "HOT", 1)) })
 	won := 0
 	for i := range n {
 		if errs[i] == nil {
@@ -244,7 +228,7 @@ func TestReservePerUserQuotaRace(t *testing.T) {
 	s.put("Q", 100, 3)
 	const n = 24
 	errs := make([]error, n)
-	race(n, func(i int) { _, errs[i] = s.reserve(holdBy(fmt.Sprintf("q%d", i), "Q", 1, "u")) })
+	testrig.Race(n, func(i int) { _, errs[i] = s.reserve(holdBy(fmt.Sprintf("q%d", i), "Q", 1, "u")) })
 	won := 0
 	for i := range n {
 		if errs[i] == nil {
@@ -302,7 +286,7 @@ func TestReleaseRaceGivesBackOnce(t *testing.T) {
 	require.NoError(t, err)
 	const n = 16
 	got := make([]arbiter.Freed, n)
-	race(n, func(i int) { got[i] = s.release("t", "") })
+	testrig.Race(n, func(i int) { got[i] = s.release("t", "") })
 	var units int64
 	givers := 0
 	for i := range n {
@@ -421,7 +405,7 @@ func TestSetCreateRace(t *testing.T) {
 	s := newStmts(t)
 	const n = 16
 	errs := make([]error, n)
-	race(n, func(i int) {
+	testrig.Race(n, func(i int) {
 		errs[i] = s.in(func(a arbiter.Arbiter) error { return a.Set("NEW", int64(10+i), 0, nil) })
 	})
 	for i := range n {
@@ -645,7 +629,7 @@ func TestTransactRetriesADeadlockVictim(t *testing.T) {
 		})
 	}
 	errs := make([]error, 2)
-	race(2, func(i int) {
+	testrig.Race(2, func(i int) {
 		if i == 0 {
 			errs[0] = run(0, "X", "Y")
 		} else {

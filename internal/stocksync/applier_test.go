@@ -191,7 +191,7 @@ func TestMalformedMessageIsRecorded(t *testing.T) {
 	require.EqualValues(t, 3, anomalies, "reconcile reports every one: %+v", reports)
 }
 
-// TestEmbeddedContract runs the applier's tests again on the embedded
+// TestEmbeddedContract runs the applier's and the relay's tests again on the embedded
 // default's stand-ins (SQLite, miniredis, the in-process queue).
 func TestEmbeddedContract(t *testing.T) {
 	testrig.Embedded = true
@@ -204,6 +204,8 @@ func TestEmbeddedContract(t *testing.T) {
 		{"ConsumerCrashMidBatch", TestConsumerCrashMidBatch},
 		{"ApplyFollowUpOutlivesShutdown", TestApplyFollowUpOutlivesShutdown},
 		{"MalformedMessageIsRecorded", TestMalformedMessageIsRecorded},
+		{"CrashBetweenCommitAndSend", TestCrashBetweenCommitAndSend},
+		{"CrashBetweenSendAndMark", TestCrashBetweenSendAndMark},
 	} {
 		t.Run(tc.name, tc.fn)
 	}

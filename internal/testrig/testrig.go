@@ -311,3 +311,20 @@ func (r *Rig) Deliver(msgs ...arbiter.StockMessage) {
 	}
 	require.NoError(r.T, r.Applier.Handle(context.Background(), out))
 }
+
+// Race runs fn(0..n-1) in n goroutines released at once, and waits for
+// them: the shape of every race test.
+func Race(n int, fn func(i int)) {
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			fn(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+}

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,22 +66,6 @@ func qtys(r arbiter.SKU) arbiter.SKU {
 	return arbiter.SKU{SKU: r.SKU, OnHand: r.OnHand, Reserved: r.Reserved, PerUserLimit: r.PerUserLimit}
 }
 
-// race runs fn(i) for i in [0, n) in n goroutines released together.
-func race(n int, fn func(i int)) {
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			fn(i)
-		}()
-	}
-	close(start)
-	wg.Wait()
-}
-
 // The token API's own semantics under races (the end of what was order's
 // scenario "the token API cannot touch an order's reservation"): replays of
 // a first reservation, releases racing each other and racing their own
@@ -100,7 +83,7 @@ func TestTokenAPISemantics(t *testing.T) {
 
 	// A first reservation racing its replays: one takes, the others see its
 	// answer or "in progress".
-	race(n, func(i int) { vals[i], errs[i] = s.Tokens.Reserve(ctx, "RAW", 2, "c1") })
+	testrig.Race(n, func(i int) { vals[i], errs[i] = s.Tokens.Reserve(ctx, "RAW", 2, "c1") })
 	took := 0
 	for i := range n {
 		if errs[i] != nil {
@@ -115,7 +98,7 @@ func TestTokenAPISemantics(t *testing.T) {
 	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10, Reserved: 2}, qtys(s.SKU("RAW")))
 	require.EqualValues(t, 8, s.levels("RAW").Available)
 
-	race(n, func(i int) { vals[i], errs[i] = s.Tokens.Reserve(ctx, "RAW", 2, "c1") })
+	testrig.Race(n, func(i int) { vals[i], errs[i] = s.Tokens.Reserve(ctx, "RAW", 2, "c1") })
 	for i := range n {
 		require.NoError(t, errs[i])
 		require.EqualValues(t, 8, vals[i], "a replay returns the first result")
@@ -125,7 +108,7 @@ func TestTokenAPISemantics(t *testing.T) {
 	require.EqualValues(t, arbiter.SKU{SKU: "RAW", OnHand: 10, Reserved: 2}, qtys(s.SKU("RAW")), "replays took nothing")
 	require.EqualValues(t, 8, s.levels("RAW").Available)
 
-	race(n, func(i int) { vals[i], errs[i] = s.Tokens.Release(ctx, "RAW", "c1") })
+	testrig.Race(n, func(i int) { vals[i], errs[i] = s.Tokens.Release(ctx, "RAW", "c1") })
 	var released int64
 	for i := range n {
 		require.NoError(t, errs[i])
@@ -160,7 +143,7 @@ func TestTokenAPISemantics(t *testing.T) {
 	for k := range reserveDone {
 		reserveDone[k] = make(chan struct{})
 	}
-	race(2*pairs, func(i int) {
+	testrig.Race(2*pairs, func(i int) {
 		k := i / 2
 		tok := fmt.Sprintf("x%d", k)
 		if i%2 == 0 {
@@ -218,7 +201,7 @@ func TestTokenAPISemantics(t *testing.T) {
 	left, err := s.Tokens.Reserve(ctx, "RAW", 4, "c3")
 	require.NoError(t, err)
 	require.EqualValues(t, 6, left)
-	race(n, func(i int) { vals[i], errs[i] = s.Tokens.Commit(ctx, "RAW", "c3") })
+	testrig.Race(n, func(i int) { vals[i], errs[i] = s.Tokens.Commit(ctx, "RAW", "c3") })
 	for i := range n {
 		if errs[i] != nil {
 			require.ErrorIs(t, errs[i], inventory.ErrConflict)
@@ -257,7 +240,7 @@ func TestCommitRacesRelease(t *testing.T) {
 		require.NoError(t, err)
 		var cq, rq int64
 		var cerr, rerr error
-		race(2, func(i int) {
+		testrig.Race(2, func(i int) {
 			if i == 0 {
 				cq, cerr = s.Tokens.Commit(ctx, "CR", tok)
 			} else {
@@ -309,7 +292,7 @@ func TestReserveRaceOneWinner(t *testing.T) {
 	r.AddSKU("ONE", 50)
 	const n = 32
 	vals, errs := make([]int64, n), make([]error, n)
-	race(n, func(i int) { vals[i], errs[i] = r.Tokens.Reserve(ctx, "ONE", 3, "tok") })
+	testrig.Race(n, func(i int) { vals[i], errs[i] = r.Tokens.Reserve(ctx, "ONE", 3, "tok") })
 	answered := 0
 	for i := range n {
 		if errs[i] != nil {
@@ -326,7 +309,7 @@ func TestReserveRaceOneWinner(t *testing.T) {
 	require.EqualValues(t, 1, r.movements("ONE", arbiter.MoveReserve))
 
 	// Once the first is recorded every replay is answered, and takes nothing.
-	race(n, func(i int) { vals[i], errs[i] = r.Tokens.Reserve(ctx, "ONE", 3, "tok") })
+	testrig.Race(n, func(i int) { vals[i], errs[i] = r.Tokens.Reserve(ctx, "ONE", 3, "tok") })
 	for i := range n {
 		require.NoError(t, errs[i])
 		require.EqualValues(t, 47, vals[i])
@@ -345,7 +328,7 @@ func TestReserveScarceStockExactWinners(t *testing.T) {
 	r.AddSKU("FEW", 10)
 	const n = 40
 	vals, errs := make([]int64, n), make([]error, n)
-	race(n, func(i int) { vals[i], errs[i] = r.Tokens.Reserve(ctx, "FEW", 1, fmt.Sprintf("k%d", i)) })
+	testrig.Race(n, func(i int) { vals[i], errs[i] = r.Tokens.Reserve(ctx, "FEW", 1, fmt.Sprintf("k%d", i)) })
 	var left []int64
 	for i := range n {
 		if errs[i] != nil {
@@ -376,7 +359,7 @@ func TestCommitRaceOneWinner(t *testing.T) {
 
 	const n = 32
 	vals, errs := make([]int64, n), make([]error, n)
-	race(n, func(i int) { vals[i], errs[i] = r.Tokens.Commit(ctx, "C", "tok") })
+	testrig.Race(n, func(i int) { vals[i], errs[i] = r.Tokens.Commit(ctx, "C", "tok") })
 	committed := 0
 	for i := range n {
 		if errs[i] != nil {
@@ -427,7 +410,7 @@ func TestReleaseRaceOneWinner(t *testing.T) {
 
 	const n = 32
 	vals, errs := make([]int64, n), make([]error, n)
-	race(n, func(i int) { vals[i], errs[i] = r.Tokens.Release(ctx, "R", "tok") })
+	testrig.Race(n, func(i int) { vals[i], errs[i] = r.Tokens.Release(ctx, "R", "tok") })
 	winners := 0
 	for i := range n {
 		require.NoError(t, errs[i])
@@ -604,7 +587,7 @@ func TestReleaseExpiredRacesSweepsAndCommits(t *testing.T) {
 
 	var swept atomic.Int64
 	commitErr := make([]error, holds)
-	race(8+holds/2, func(i int) {
+	testrig.Race(8+holds/2, func(i int) {
 		if i < 8 {
 			n, err := r.Tokens.ReleaseExpired(ctx, 100)
 			if err != nil {

@@ -1,4 +1,4 @@
-package order_test
+package systemtest
 
 // A model-based test of the stock protocol, in the spirit of TigerBeetle's
 // VOPR and Jepsen's model checkers: a seeded random driver runs a long mix of

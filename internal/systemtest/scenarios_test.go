@@ -1,4 +1,4 @@
-package order_test
+package systemtest
 
 // Adversarial scenarios of the reservation protocol ("Redis admits, MySQL
 // arbitrates") against the real servers: MariaDB (a fresh database per test)
@@ -193,21 +193,6 @@ func scenMsg(token, sku string, op arbiter.Op, qty int64) mq.Message {
 	return mq.Message{Key: sku, Body: body, ID: token + "/" + string(op)}
 }
 
-// scenRace runs fn(i) for i in [0, n) in n goroutines released together.
-func scenRace(n int, fn func(i int)) {
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			fn(i)
-		}()
-	}
-	close(start)
-	wg.Wait()
-}
 
 // ---------------------------------------------------------------------------
 // Redis fault injection (go-redis hooks).
@@ -425,7 +410,7 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 	const buyers = 10
 	orders := make([]*order.Order, buyers)
 	errs := make([]error, buyers)
-	scenRace(buyers, func(i int) {
+	testrig.Race(buyers, func(i int) {
 		orders[i], errs[i] = s.Orders.Create(ctx, fmt.Sprintf("b%d", i), "", testrig.Line("OLD", 1))
 	})
 	won := []*order.Order{o1, o2}
@@ -455,7 +440,7 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 
 	// Pay everything: paid never exceeds the stock.
 	stop := s.StartPipeline()
-	scenRace(len(won), func(i int) {
+	testrig.Race(len(won), func(i int) {
 		o, err := s.Orders.Pay(ctx, won[i].ID, "pay-"+won[i].ID)
 		if err != nil || o.Status != order.Paid {
 			t.Errorf("pay %s: %v", won[i].ID, err)
@@ -540,7 +525,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	vals := make([]int64, n)
 
 	// CommitToken with the order's id finds no token reservation.
-	scenRace(n, func(i int) { vals[i], errs[i] = s.Tokens.Commit(ctx, "TOK", o.ID) })
+	testrig.Race(n, func(i int) { vals[i], errs[i] = s.Tokens.Commit(ctx, "TOK", o.ID) })
 	for i := range n {
 		require.ErrorIs(t, errs[i], inventory.ErrNotFound)
 		require.Zero(t, vals[i])
@@ -549,7 +534,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 
 	// ReleaseToken with the order's id releases nothing (it records a
 	// tombstone in the token namespace).
-	scenRace(n, func(i int) { vals[i], errs[i] = s.Tokens.Release(ctx, "TOK", o.ID) })
+	testrig.Race(n, func(i int) { vals[i], errs[i] = s.Tokens.Release(ctx, "TOK", o.ID) })
 	for i := range n {
 		require.NoError(t, errs[i])
 		require.Zero(t, vals[i])
@@ -559,7 +544,7 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 
 	// Reserve with the order's id is a released token now; Redis gets its
 	// admission back.
-	scenRace(n, func(i int) { vals[i], errs[i] = s.Tokens.Reserve(ctx, "TOK", 3, o.ID) })
+	testrig.Race(n, func(i int) { vals[i], errs[i] = s.Tokens.Reserve(ctx, "TOK", 3, o.ID) })
 	for i := range n {
 		require.ErrorIs(t, errs[i], tokens.ErrReleased)
 	}
@@ -575,13 +560,13 @@ func TestScenarioTokenAPICannotTouchOrders(t *testing.T) {
 	s.WaitApplied()
 	require.EqualValues(t, arbiter.SKU{SKU: "TOK", OnHand: 7}, scenQty(s.SKU("TOK")))
 	require.Equal(t, []scenResRow{{"TOK", 3, arbiter.Sold}}, s.resRows(o.ID))
-	scenRace(n, func(i int) { vals[i], errs[i] = s.Tokens.Release(ctx, "TOK", o.ID) })
+	testrig.Race(n, func(i int) { vals[i], errs[i] = s.Tokens.Release(ctx, "TOK", o.ID) })
 	for i := range n {
 		require.NoError(t, errs[i])
 		require.Zero(t, vals[i])
 	}
 	okRefunds := atomic.Int64{}
-	scenRace(n, func(i int) {
+	testrig.Race(n, func(i int) {
 		_, err := s.Orders.Refund(ctx, o.ID)
 		if err == nil {
 			okRefunds.Add(1)
@@ -634,7 +619,7 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 	const carts = 32
 	orders := make([]*order.Order, carts)
 	errs := make([]error, carts)
-	scenRace(carts, func(i int) { orders[i], errs[i] = s.Orders.Create(ctx, fmt.Sprintf("r%d", i), "", cart(1, 1)) })
+	testrig.Race(carts, func(i int) { orders[i], errs[i] = s.Orders.Create(ctx, fmt.Sprintf("r%d", i), "", cart(1, 1)) })
 	fault.failEvery.Store(0)
 	okCount := 0
 	for i := range carts {
@@ -682,7 +667,7 @@ func TestScenarioRedisFailureMidCart(t *testing.T) {
 	const retries = 16
 	ids := make([]string, retries)
 	errs = make([]error, retries)
-	scenRace(retries, func(i int) {
+	testrig.Race(retries, func(i int) {
 		got, err := s.Orders.Create(ctx, "u9", "k1", cart(5, 5))
 		if err != nil {
 			errs[i] = err
@@ -805,7 +790,7 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 	// Put/Adjust below what is reserved (by orders just created) is a
 	// conflict and changes nothing.
 	s.AddSKU("LIM", 10)
-	scenRace(6, func(i int) {
+	testrig.Race(6, func(i int) {
 		if _, err := s.Orders.Create(ctx, fmt.Sprintf("l%d", i), "", testrig.Line("LIM", 1)); err != nil {
 			t.Errorf("create: %v", err)
 		}
@@ -831,7 +816,7 @@ func TestScenarioAdjustRacesColdInit(t *testing.T) {
 	s.AddSKU("RACE", 20)
 	require.EqualValues(t, 20, s.RedisAvailable("RACE"))
 	var bought, shrunk atomic.Int64
-	scenRace(30, func(i int) {
+	testrig.Race(30, func(i int) {
 		if i%3 == 0 {
 			_, err := s.cat.Adjust(ctx, "RACE", -1, "shrinkage", "")
 			switch {
@@ -880,7 +865,7 @@ func TestScenarioAnomalyIsReportedAndRefundCreatesNothing(t *testing.T) {
 
 	// Each forged DEDUCT is delivered by 8 consumers at once.
 	deliver := func(m mq.Message) {
-		scenRace(8, func(int) {
+		testrig.Race(8, func(int) {
 			if err := s.Applier.Handle(ctx, []mq.Message{m}); err != nil {
 				t.Errorf("handle: %v", err)
 			}
@@ -970,7 +955,7 @@ func TestScenarioLatePaymentRace(t *testing.T) {
 	got := make([]*order.Order, n)
 	errs := make([]error, n)
 	pid := func(i int) string { return []string{"pay-A", "pay-B"}[i%2] }
-	scenRace(n, func(i int) { got[i], errs[i] = s.Orders.Pay(ctx, o.ID, pid(i)) })
+	testrig.Race(n, func(i int) { got[i], errs[i] = s.Orders.Pay(ctx, o.ID, pid(i)) })
 	winner := ""
 	for i := range n {
 		if errs[i] == nil {
@@ -1010,7 +995,7 @@ func TestScenarioLatePaymentRace(t *testing.T) {
 	// A late payment whose stock is gone: REFUND_REQUIRED, nothing reserved.
 	_, err = s.Orders.Create(ctx, "u3", "", testrig.Line("GONE", 2))
 	require.NoError(t, err)
-	scenRace(8, func(i int) { got[i], errs[i] = s.Orders.Pay(ctx, og.ID, "pay-G") })
+	testrig.Race(8, func(i int) { got[i], errs[i] = s.Orders.Pay(ctx, og.ID, "pay-G") })
 	for i := range 8 {
 		require.NoError(t, errs[i])
 		require.Equal(t, order.RefundRequired, got[i].Status)
@@ -1024,7 +1009,7 @@ func TestScenarioLatePaymentRace(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.Orders.Cancel(ctx, oc.ID)
 	require.NoError(t, err)
-	scenRace(8, func(i int) { got[i], errs[i] = s.Orders.Pay(ctx, oc.ID, "pay-C") })
+	testrig.Race(8, func(i int) { got[i], errs[i] = s.Orders.Pay(ctx, oc.ID, "pay-C") })
 	for i := range 8 {
 		require.NoError(t, errs[i])
 		require.Equal(t, order.RefundRequired, got[i].Status)
@@ -1079,7 +1064,7 @@ func TestScenarioDoubleKeyLoss(t *testing.T) {
 	var mu sync.Mutex
 	var outcomes []outcome
 	var refused atomic.Int64
-	scenRace(workers, func(w int) {
+	testrig.Race(workers, func(w int) {
 		for i := range perWorker {
 			if flushAt[attempts.Add(1)] {
 				flushes <- struct{}{}
@@ -1236,7 +1221,7 @@ func TestScenarioRandomised(t *testing.T) {
 		t.Errorf("%s: unexpected error: %v", op, err)
 	}
 	var created, okOps, adjustErrAfterCommit atomic.Int64
-	scenRace(workers, func(w int) {
+	testrig.Race(workers, func(w int) {
 		rng := rand.New(rand.NewPCG(seed, uint64(w)))
 		var mine []string // this worker's orders
 		var keys []string // its idempotency keys
