@@ -193,7 +193,6 @@ func scenMsg(token, sku string, op arbiter.Op, qty int64) mq.Message {
 	return mq.Message{Key: sku, Body: body, ID: token + "/" + string(op)}
 }
 
-
 // ---------------------------------------------------------------------------
 // Redis fault injection (go-redis hooks).
 
