@@ -353,17 +353,10 @@ func TestReturnQuotasGivesTheBuyersUnitsBack(t *testing.T) {
 // TestEmbeddedContract runs the follow-ups' tests again on the embedded
 // default's stand-ins (SQLite, miniredis).
 func TestEmbeddedContract(t *testing.T) {
-	testrig.Embedded = true
-	defer func() { testrig.Embedded = false }()
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"SettleTakesAnAdmissionAcrossAReinitOnce", TestSettleTakesAnAdmissionAcrossAReinitOnce},
-		{"RefusedRealignsAndPassesTheRestThrough", TestRefusedRealignsAndPassesTheRestThrough},
-		{"ApplyLandsAfterTheCallerLeft", TestApplyLandsAfterTheCallerLeft},
-		{"ReturnQuotasGivesTheBuyersUnitsBack", TestReturnQuotasGivesTheBuyersUnitsBack},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	testrig.RunEmbedded(t,
+		TestSettleTakesAnAdmissionAcrossAReinitOnce,
+		TestRefusedRealignsAndPassesTheRestThrough,
+		TestApplyLandsAfterTheCallerLeft,
+		TestReturnQuotasGivesTheBuyersUnitsBack,
+	)
 }

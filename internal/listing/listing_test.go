@@ -217,16 +217,9 @@ func TestListOrders(t *testing.T) {
 // TestHistoryEmbedded runs this file's tests on the embedded default's
 // stand-ins (SQLite, miniredis), as TestEmbeddedContract does for the suite.
 func TestHistoryEmbedded(t *testing.T) {
-	testrig.Embedded = true
-	defer func() { testrig.Embedded = false }()
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"MovementsPagination", TestMovementsPagination},
-		{"ListSKUs", TestListSKUs},
-		{"ListOrders", TestListOrders},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	testrig.RunEmbedded(t,
+		TestMovementsPagination,
+		TestListSKUs,
+		TestListOrders,
+	)
 }

@@ -194,19 +194,12 @@ func TestMalformedMessageIsRecorded(t *testing.T) {
 // TestEmbeddedContract runs the applier's and the relay's tests again on the embedded
 // default's stand-ins (SQLite, miniredis, the in-process queue).
 func TestEmbeddedContract(t *testing.T) {
-	testrig.Embedded = true
-	defer func() { testrig.Embedded = false }()
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"ApplyExactlyOnce", TestApplyExactlyOnce},
-		{"ConsumerCrashMidBatch", TestConsumerCrashMidBatch},
-		{"ApplyFollowUpOutlivesShutdown", TestApplyFollowUpOutlivesShutdown},
-		{"MalformedMessageIsRecorded", TestMalformedMessageIsRecorded},
-		{"CrashBetweenCommitAndSend", TestCrashBetweenCommitAndSend},
-		{"CrashBetweenSendAndMark", TestCrashBetweenSendAndMark},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	testrig.RunEmbedded(t,
+		TestApplyExactlyOnce,
+		TestConsumerCrashMidBatch,
+		TestApplyFollowUpOutlivesShutdown,
+		TestMalformedMessageIsRecorded,
+		TestCrashBetweenCommitAndSend,
+		TestCrashBetweenSendAndMark,
+	)
 }

@@ -9,6 +9,9 @@ package testrig
 import (
 	"context"
 	"encoding/json"
+	"reflect"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -327,4 +330,16 @@ func Race(n int, fn func(i int)) {
 	}
 	close(start)
 	wg.Wait()
+}
+
+// RunEmbedded runs tests again on the embedded default's stand-ins (SQLite,
+// miniredis, the in-process queue), each as a subtest named after it, with
+// Embedded set around them: a package's embedded contract.
+func RunEmbedded(t *testing.T, tests ...func(*testing.T)) {
+	Embedded = true
+	defer func() { Embedded = false }()
+	for _, fn := range tests {
+		name := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name()
+		t.Run(strings.TrimPrefix(name[strings.LastIndex(name, ".")+1:], "Test"), fn)
+	}
 }

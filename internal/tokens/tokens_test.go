@@ -687,23 +687,16 @@ func TestTokenArguments(t *testing.T) {
 // TestEmbeddedContract runs the token API's tests again on the embedded
 // default's stand-ins (SQLite, miniredis, the in-process queue).
 func TestEmbeddedContract(t *testing.T) {
-	testrig.Embedded = true
-	defer func() { testrig.Embedded = false }()
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"TokenAPISemantics", TestTokenAPISemantics},
-		{"CommitRacesRelease", TestCommitRacesRelease},
-		{"ReserveRaceOneWinner", TestReserveRaceOneWinner},
-		{"ReserveScarceStockExactWinners", TestReserveScarceStockExactWinners},
-		{"CommitRaceOneWinner", TestCommitRaceOneWinner},
-		{"ReleaseRaceOneWinner", TestReleaseRaceOneWinner},
-		{"ReplaySemantics", TestReplaySemantics},
-		{"ReleaseExpiredReleasesExactlyTheExpired", TestReleaseExpiredReleasesExactlyTheExpired},
-		{"ReleaseExpiredRacesSweepsAndCommits", TestReleaseExpiredRacesSweepsAndCommits},
-		{"TokenArguments", TestTokenArguments},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	testrig.RunEmbedded(t,
+		TestTokenAPISemantics,
+		TestCommitRacesRelease,
+		TestReserveRaceOneWinner,
+		TestReserveScarceStockExactWinners,
+		TestCommitRaceOneWinner,
+		TestReleaseRaceOneWinner,
+		TestReplaySemantics,
+		TestReleaseExpiredReleasesExactlyTheExpired,
+		TestReleaseExpiredRacesSweepsAndCommits,
+		TestTokenArguments,
+	)
 }
