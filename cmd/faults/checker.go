@@ -83,7 +83,7 @@ type skuState struct {
 //
 // redisAvailable is what Redis says is available (the API's
 // redis_available in a run).
-func check(ctx context.Context, db *sql.DB, redisAvailable func(context.Context, string) (int64, error), w *Witness, ttlPlusSweep time.Duration, v *Verdict) error {
+func check(ctx context.Context, db *sql.DB, outbox arbiter.Outbox, redisAvailable func(context.Context, string) (int64, error), w *Witness, ttlPlusSweep time.Duration, v *Verdict) error {
 	skus := map[string]*skuState{}
 	for sku, n := range initialStock {
 		skus[sku] = &skuState{stocked: n}
@@ -324,7 +324,7 @@ func check(ctx context.Context, db *sql.DB, redisAvailable func(context.Context,
 	}{
 		{"orders PENDING past their deadline", rowsBefore(`SELECT COUNT(*) FROM orders WHERE status = 'PENDING' AND expires_at < ?`)},
 		{"holds HELD past their expiry", rowsBefore(`SELECT COUNT(*) FROM stock_reservations WHERE state = 'HELD' AND expires_at < ?`)},
-		{"stock operations not applied", func() (int64, error) { return outboxOf(ctx, db).UnappliedBefore(before) }},
+		{"stock operations not applied", func() (int64, error) { return outbox.UnappliedBefore(before) }},
 		{"sales committed and never applied", rowsBefore(`SELECT COUNT(*) FROM stock_reservations WHERE state = 'COMMITTED' AND updated_at < ?`)},
 	} {
 		n, err := q.count()
@@ -382,12 +382,12 @@ func scanSKUs(ctx context.Context, db *sql.DB, q string, add func(*skuState, int
 	})
 }
 
-// outboxOf is the stock outbox of the database db holds (its owner,
-// internal/arbiter, speaks through GORM).
-func outboxOf(ctx context.Context, db *sql.DB) arbiter.Outbox {
+// outboxDB is db as GORM, opened once per run: the stock outbox's owner,
+// internal/arbiter, speaks through it.
+func outboxDB(db *sql.DB) *gorm.DB {
 	g, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: db, SkipInitializeWithVersion: true}), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		panic(err) // an existing connection pool, no version query: nothing can fail
 	}
-	return arbiter.OutboxOf(g.WithContext(ctx))
+	return g
 }

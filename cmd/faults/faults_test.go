@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -78,7 +79,7 @@ func checkerCountsEachBrokenPromise(t *testing.T, ctx context.Context, r *Run) {
 	verdict := func() *Verdict {
 		t.Helper()
 		v := &Verdict{Scenario: "checker", Drift: "clean"}
-		require.NoError(t, check(ctx, db, redisAvailable, r.witness, time.Second, v))
+		require.NoError(t, check(ctx, db, arbiter.OutboxOf(outboxDB(db).WithContext(ctx)), redisAvailable, r.witness, time.Second, v))
 		return v
 	}
 	clean := verdict()

@@ -14,8 +14,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/faultnet"
 	"github.com/acme/inventory/internal/servers"
+	"gorm.io/gorm"
 )
 
 // Service timings of every run: short, so timeouts, sweeps and realignment
@@ -103,11 +105,13 @@ type Run struct {
 	env     []string
 	fleet   []*Instance
 	db      *sql.DB
-	stats   *Stats
-	client  *Client
-	witness *Witness
-	closers []func() // what a scenario started for itself (a replica)
-	logf    func(string, ...any)
+	// outboxDB is db as GORM, through which the outbox's owner speaks.
+	outboxDB *gorm.DB
+	stats    *Stats
+	client   *Client
+	witness  *Witness
+	closers  []func() // what a scenario started for itself (a replica)
+	logf     func(string, ...any)
 
 	mu     sync.Mutex
 	notes  []string
@@ -184,7 +188,7 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 	if err != nil {
 		return nil, err
 	}
-	if err := check(ctx, r.db, r.redisAvailable, r.witness, orderTTL+sweepInterval+2*time.Second, v); err != nil {
+	if err := check(ctx, r.db, arbiter.OutboxOf(r.outboxDB.WithContext(ctx)), r.redisAvailable, r.witness, orderTTL+sweepInterval+2*time.Second, v); err != nil {
 		return nil, fmt.Errorf("%s: check: %w", sc.Name, err)
 	}
 	for kind, n := range r.witness.refused {
@@ -240,6 +244,7 @@ func (r *Run) setup(ctx context.Context) error {
 	if r.db, err = sql.Open("mysql", r.lab.db.DSN(database)); err != nil {
 		return err
 	}
+	r.outboxDB = outboxDB(r.db)
 	secrets := newSecrets(rand.New(rand.NewPCG(r.seed, 1)))
 	r.env = append(r.env, secrets.env()...)
 	r.env = append(r.env,
@@ -305,7 +310,7 @@ func (r *Run) settle(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		outbox, err := outboxOf(ctx, r.db).Counts()
+		outbox, err := arbiter.OutboxOf(r.outboxDB.WithContext(ctx)).Counts()
 		if err != nil {
 			return "", err
 		}
@@ -337,7 +342,7 @@ func (r *Run) settle(ctx context.Context) (string, error) {
 // unapplied is the number of stock operations not yet applied (-1 when the
 // database does not answer).
 func (r *Run) unapplied(ctx context.Context) int64 {
-	c, err := outboxOf(ctx, r.db).Counts()
+	c, err := arbiter.OutboxOf(r.outboxDB.WithContext(ctx)).Counts()
 	if err != nil {
 		return -1
 	}

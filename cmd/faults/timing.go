@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/acme/inventory/internal/arbiter"
 )
 
 // The thresholds of docs/SPEC.md section 7 (Partitions).
@@ -273,7 +275,7 @@ func round(d time.Duration) time.Duration {
 // through the link): outbox rows sent, ledger rows applied, outbox rows
 // not yet applied.
 func (r *Run) syncCounts(ctx context.Context) (sent, applied, pending int64, err error) {
-	c, err := outboxOf(ctx, r.db).Counts()
+	c, err := arbiter.OutboxOf(r.outboxDB.WithContext(ctx)).Counts()
 	if err != nil {
 		return 0, 0, 0, err
 	}
