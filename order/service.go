@@ -570,11 +570,11 @@ func (s *Service) ExpiredIDs(ctx context.Context, limit int) ([]string, error) {
 var orderColumns = []string{"id", "user_id", "idempotency_key", "status", "reservation_token", "payment_id",
 	"expires_at", "paid_at", "created_at", "updated_at"}
 
-// orderRecord is o's row as the group commit writes it, its SQL written by
-// arbiter.InsertRows rather than reflected by GORM. An order's lines are
-// not written apart: they are its reservations (LoadItems).
+// orderRecord is o's row as the group commit writes it (record sets its
+// times), its SQL written by arbiter.InsertRows rather than reflected by
+// GORM. An order's lines are not written apart: they are its reservations
+// (LoadItems).
 func orderRecord(o *Order) *groupcommit.Record {
-	now := time.Now()
 	return &groupcommit.Record{Table: "orders", Columns: orderColumns, Values: []any{o.ID, o.UserID, o.IdempotencyKey,
-		o.Status, o.ReservationToken, o.PaymentID, o.ExpiresAt, o.PaidAt, arbiter.Stamp(o.CreatedAt, now), arbiter.Stamp(o.UpdatedAt, now)}}
+		o.Status, o.ReservationToken, o.PaymentID, o.ExpiresAt, o.PaidAt, o.CreatedAt, o.UpdatedAt}}
 }

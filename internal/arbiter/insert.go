@@ -36,9 +36,9 @@ func InsertRows(tx *gorm.DB, table string, cols []string, args []any) error {
 	return tx.Exec(b.String(), args...).Error
 }
 
-// Stamp is t, or now when t is zero: what GORM's Create put in a
+// stamp is t, or now when t is zero: what GORM's Create put in a
 // created_at or updated_at left unset.
-func Stamp(t, now time.Time) time.Time {
+func stamp(t, now time.Time) time.Time {
 	if t.IsZero() {
 		return now
 	}
@@ -53,7 +53,7 @@ func insertReservations(tx *gorm.DB, rows []Reservation) error {
 	args := make([]any, 0, len(rows)*len(reservationColumns))
 	for _, r := range rows {
 		args = append(args, r.Token, r.SKU, r.OrderID, r.Buyer, r.Qty, r.State, r.Result, r.ExpiresAt,
-			Stamp(r.CreatedAt, now), Stamp(r.UpdatedAt, now))
+			stamp(r.CreatedAt, now), stamp(r.UpdatedAt, now))
 	}
 	return InsertRows(tx, "stock_reservations", reservationColumns, args)
 }
