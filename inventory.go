@@ -30,6 +30,44 @@ const DefaultMaxQty int64 = 10_000
 // internal/maintenance), for operators; a test there keeps them equal.
 const DefaultTTL = 15 * time.Minute
 
+// MinHold and DefaultMaxHold bound the hold a caller may ask for
+// (hold_seconds when it reserves, seconds when it extends): at least
+// MinHold, and never past the maximum counted from the hold's creation
+// (INVENTORY_MAX_HOLD, DefaultMaxHold unless configured).
+const (
+	MinHold        = 10 * time.Second
+	DefaultMaxHold = 2 * time.Hour
+)
+
+// Holds is a service's hold policy: how long a reservation holds when the
+// caller does not say (Default), and the most it may hold counted from its
+// creation (Max).
+type Holds struct{ Default, Max time.Duration }
+
+// For is the hold a caller asked for (0: the default): ErrInvalidArgument
+// outside [MinHold, Max].
+func (h Holds) For(hold time.Duration) (time.Duration, error) {
+	if hold == 0 {
+		return h.Default, nil
+	}
+	if hold < MinHold || hold > h.Max {
+		return 0, Invalidf("hold_seconds must be between %d and %d", int64(MinHold/time.Second), int64(h.Max/time.Second))
+	}
+	return hold, nil
+}
+
+// Seconds is n seconds as a duration, saturating instead of overflowing
+// (a huge hold_seconds is then refused as too long, not wrapped).
+func Seconds(n int64) time.Duration {
+	if n > int64(1<<63-1)/int64(time.Second) {
+		return 1<<63 - 1
+	}
+	if n < 0 {
+		return -1
+	}
+	return time.Duration(n) * time.Second
+}
+
 var (
 	// ErrInvalidArgument: a SKU, token, quantity or field is malformed;
 	// nothing was touched.
@@ -55,6 +93,8 @@ var (
 	// ErrPrecondition: a write carried the SKU version the caller read
 	// (If-Match) and the SKU has changed since.
 	ErrPrecondition = errors.New("inventory: precondition failed")
+	// ErrForbidden: the caller may not act on this (another buyer's order).
+	ErrForbidden = errors.New("inventory: forbidden")
 )
 
 // UnknownSKU: there is no such SKU. It is ErrNotFound and ErrUnknownSKU
@@ -108,7 +148,17 @@ type InitFunc func(ctx context.Context, sku string, write func(Baseline) error) 
 var (
 	skuPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 	tokenPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	idemPattern  = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
 )
+
+// ValidateIdempotencyKey accepts an Idempotency-Key of 1-128 printable
+// ASCII characters, or none ("").
+func ValidateIdempotencyKey(key string) error {
+	if key != "" && !idemPattern.MatchString(key) {
+		return Invalidf("Idempotency-Key must be 1-128 printable ASCII characters")
+	}
+	return nil
+}
 
 // ValidateSKU accepts 1-64 characters of [A-Za-z0-9._-], starting with a
 // letter or digit (braces would break the Redis Cluster hash tag).

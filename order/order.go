@@ -51,6 +51,7 @@ type Order struct {
 	PaidAt           *time.Time `json:"paid_at,omitempty"`
 	CreatedAt        time.Time  `json:"created_at"`
 	UpdatedAt        time.Time  `json:"updated_at"`
+	ExtendKey        *string    `json:"-"` // the last extension's Idempotency-Key
 	Items            []Item     `json:"items" gorm:"-"` // see loadItems
 }
 
@@ -74,10 +75,7 @@ func (o *Order) Lines() []inventory.Line {
 	return out
 }
 
-var (
-	idPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
-	keyPattern = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
-)
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
 
 // Statuses are every order status.
 var Statuses = []Status{Pending, Paid, Cancelled, Expired, Refunded, RefundRequired}

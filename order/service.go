@@ -24,8 +24,12 @@ import (
 
 // Config tunes a Service.
 type Config struct {
-	// TTL is how long an unpaid order holds its stock. Default 15m.
+	// TTL is how long an unpaid order holds its stock unless the caller
+	// asks for another hold. Default 15m.
 	TTL time.Duration
+	// MaxHold is the longest hold, counted from the order's creation, a
+	// caller may ask for or extend to. Default inventory.DefaultMaxHold.
+	MaxHold time.Duration
 	// Now is the clock. Default time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -34,6 +38,9 @@ type Config struct {
 	// OnFinished is told when an order stopped waiting for its deadline
 	// (paid or cancelled), to unschedule it.
 	OnFinished func(ctx context.Context, o *Order)
+	// OnExtended is told the new deadline of an order whose hold was
+	// extended (the timeout scheduler moves it).
+	OnExtended func(ctx context.Context, id string, deadline time.Time)
 	// OnOutbox is told when outbox rows were committed (wakes the relay).
 	OnOutbox func()
 	// OnExpired is told how long after its deadline each order expired.
@@ -78,11 +85,17 @@ func NewService(db *gorm.DB, st *stock.Store, cfg Config) *Service {
 	if cfg.TTL == 0 {
 		cfg.TTL = inventory.DefaultTTL
 	}
+	if cfg.MaxHold == 0 {
+		cfg.MaxHold = max(inventory.DefaultMaxHold, cfg.TTL)
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.OnExtended == nil {
+		cfg.OnExtended = func(context.Context, string, time.Time) {}
 	}
 	if cfg.OnCreated == nil {
 		cfg.OnCreated = func(context.Context, *Order) {}
@@ -114,6 +127,11 @@ func (s *Service) Close() error {
 }
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Microsecond) }
+
+// Holds is the service's hold policy (the default hold and the maximum).
+func (s *Service) Holds() inventory.Holds {
+	return inventory.Holds{Default: s.cfg.TTL, Max: s.cfg.MaxHold}
+}
 
 // Get returns the order with its items.
 func (s *Service) Get(ctx context.Context, id string) (*Order, error) {
@@ -151,14 +169,27 @@ func (s *Service) find(tx *gorm.DB, forUpdate bool, where string, args ...any) (
 // never reaches the database), the database arbitrates. With an idempotency
 // key, a retry returns the same order (and a different body with the same
 // key conflicts). Order ids are random, never derived from request fields.
+// The order holds its units for the default hold (CreateHold asks for
+// another).
 func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []inventory.Line) (*Order, error) {
+	return s.CreateHold(ctx, userID, idemKey, lines, 0)
+}
+
+// CreateHold is Create with the order holding its units for hold (0: the
+// default), within the service's Holds. A replay answers the first order
+// whatever hold it asks for.
+func (s *Service) CreateHold(ctx context.Context, userID, idemKey string, lines []inventory.Line, hold time.Duration) (*Order, error) {
 	if err := ValidateID("user_id", userID); err != nil {
 		return nil, err
 	}
-	if idemKey != "" && !keyPattern.MatchString(idemKey) {
-		return nil, inventory.Invalidf("Idempotency-Key must be 1-128 printable ASCII characters")
+	hold, err := s.Holds().For(hold)
+	if err != nil {
+		return nil, err
 	}
-	lines, err := s.stock.NormaliseCart(lines)
+	if err := inventory.ValidateIdempotencyKey(idemKey); err != nil {
+		return nil, err
+	}
+	lines, err = s.stock.NormaliseCart(lines)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +205,7 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []in
 	if err != nil {
 		return nil, err
 	}
-	o, err := s.record(ctx, userID, idemKey, lines, adm)
+	o, err := s.record(ctx, userID, idemKey, lines, adm, hold)
 	if err != nil {
 		fctx, cancel := stock.FollowUp(ctx)
 		defer cancel()
@@ -196,10 +227,20 @@ func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []in
 // admits the unit: one Redis round trip per sale. The database counts the
 // limit again as it records the order (the Redis count is a pre-filter).
 func (s *Service) Seckill(ctx context.Context, userID, sku string, limit int64) (*Order, error) {
+	return s.SeckillHold(ctx, userID, sku, limit, 0)
+}
+
+// SeckillHold is Seckill with the order holding its unit for hold (0: the
+// default), within the service's Holds.
+func (s *Service) SeckillHold(ctx context.Context, userID, sku string, limit int64, hold time.Duration) (*Order, error) {
 	if limit <= 0 {
-		return s.Create(ctx, userID, "", []inventory.Line{{SKU: sku, Qty: 1}})
+		return s.CreateHold(ctx, userID, "", []inventory.Line{{SKU: sku, Qty: 1}}, hold)
 	}
 	if err := ValidateID("user_id", userID); err != nil {
+		return nil, err
+	}
+	hold, err := s.Holds().For(hold)
+	if err != nil {
 		return nil, err
 	}
 	lines, err := s.stock.NormaliseCart([]inventory.Line{{SKU: sku, Qty: 1}})
@@ -213,7 +254,7 @@ func (s *Service) Seckill(ctx context.Context, userID, sku string, limit int64) 
 	if err != nil {
 		return nil, err
 	}
-	o, err := s.record(ctx, userID, "", lines, []stock.Admission{adm})
+	o, err := s.record(ctx, userID, "", lines, []stock.Admission{adm}, hold)
 	if err != nil {
 		fctx, cancel := stock.FollowUp(ctx)
 		defer cancel()
@@ -224,13 +265,14 @@ func (s *Service) Seckill(ctx context.Context, userID, sku string, limit int64) 
 	return o, nil
 }
 
-// record writes the order of lines admitted as adm for userID (with its
-// reservations, through the group commit) and settles Redis with what the
-// database recorded. On error nothing was written; the caller undoes adm.
-func (s *Service) record(ctx context.Context, userID, idemKey string, lines []inventory.Line, adm []stock.Admission) (*Order, error) {
+// record writes the order of lines admitted as adm for userID, holding
+// them for hold (with its reservations, through the group commit) and
+// settles Redis with what the database recorded. On error nothing was
+// written; the caller undoes adm.
+func (s *Service) record(ctx context.Context, userID, idemKey string, lines []inventory.Line, adm []stock.Admission, hold time.Duration) (*Order, error) {
 	id := uuid.Must(uuid.NewV7()).String()
 	now := s.now()
-	o := &Order{ID: id, UserID: userID, Status: Pending, ReservationToken: id, ExpiresAt: now.Add(s.cfg.TTL), CreatedAt: now, UpdatedAt: now}
+	o := &Order{ID: id, UserID: userID, Status: Pending, ReservationToken: id, ExpiresAt: now.Add(hold), CreatedAt: now, UpdatedAt: now}
 	if idemKey != "" {
 		o.IdempotencyKey = &idemKey
 	}
@@ -337,6 +379,79 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 		s.cfg.OnExpired(s.now().Sub(o.ExpiresAt))
 	}
 	return o, nil
+}
+
+// Extend moves the deadline of PENDING order id to by from now (never
+// earlier than it is), for its buyer userID ("" for an admin), in one
+// conditional UPDATE: the order must be PENDING, its deadline not passed,
+// and the new one within the maximum hold counted from its creation. An
+// extension racing the timeout is decided by the order's row: the expiry
+// (expires_at <= now) and the extension (expires_at > now) cannot both
+// win, so a released hold is never revived. With an idempotency key, a
+// retry answers the order as the first call left it. Errors:
+// ErrInvalidArgument, ErrNotFound, ErrForbidden (another buyer's order),
+// ErrConflict (not PENDING, past its deadline, past the maximum).
+func (s *Service) Extend(ctx context.Context, id, userID, idemKey string, by time.Duration) (*Order, error) {
+	if err := ValidateID("order id", id); err != nil {
+		return nil, err
+	}
+	if userID != "" {
+		if err := ValidateID("user_id", userID); err != nil {
+			return nil, err
+		}
+	}
+	if err := inventory.ValidateIdempotencyKey(idemKey); err != nil {
+		return nil, err
+	}
+	if by < inventory.MinHold || by > s.cfg.MaxHold {
+		return nil, inventory.Invalidf("seconds must be between %d and %d", int64(inventory.MinHold/time.Second), int64(s.cfg.MaxHold/time.Second))
+	}
+	now := s.now()
+	until := now.Add(by)
+	set := map[string]any{"expires_at": until, "updated_at": now, "extend_key": nil}
+	q := s.db.WithContext(ctx).Model(&Order{}).
+		Where("id = ? AND status = ? AND expires_at > ? AND expires_at < ? AND created_at >= ?",
+			id, Pending, now, until, until.Add(-s.cfg.MaxHold))
+	if userID != "" {
+		q = q.Where("user_id = ?", userID)
+	}
+	if idemKey != "" {
+		set["extend_key"] = idemKey
+		q = q.Where("(extend_key IS NULL OR extend_key <> ?)", idemKey)
+	}
+	res := q.Updates(set)
+	if res.Error != nil {
+		return nil, res.Error
+	}
+	o, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if res.RowsAffected == 1 {
+		s.cfg.OnExtended(ctx, id, until)
+		return o, nil
+	}
+	return o, s.whyNotExtended(o, userID, idemKey, now, until)
+}
+
+// whyNotExtended says why Extend changed nothing, from the order as it is
+// now: nil when the answer is the order as it stands (a replay of the same
+// key, or a deadline already later than asked).
+func (s *Service) whyNotExtended(o *Order, userID, idemKey string, now, until time.Time) error {
+	switch {
+	case userID != "" && o.UserID != userID:
+		return fmt.Errorf("%w: the order belongs to another buyer", inventory.ErrForbidden)
+	case o.Status != Pending:
+		return fmt.Errorf("%w: order %s is %s", inventory.ErrConflict, o.ID, o.Status)
+	case idemKey != "" && o.ExtendKey != nil && *o.ExtendKey == idemKey:
+		return nil // a replay: the deadline its first call set (or a later one)
+	case !o.ExpiresAt.After(now):
+		return fmt.Errorf("%w: order %s's hold ended at %s", inventory.ErrConflict, o.ID, o.ExpiresAt.Format(time.RFC3339))
+	case !o.ExpiresAt.Before(until):
+		return nil // it holds at least that long already
+	}
+	return fmt.Errorf("%w: a hold can last at most %s from the order's creation (%s)", inventory.ErrConflict,
+		s.cfg.MaxHold, o.CreatedAt.Add(s.cfg.MaxHold).Format(time.RFC3339))
 }
 
 // Pay records a successful payment: idempotent by payment id. A PENDING order

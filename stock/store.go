@@ -133,6 +133,12 @@ type Admission struct {
 // "" and keep nothing per reservation in Redis. Errors: ErrInvalidArgument,
 // ErrInsufficientStock, ErrReplay, ErrUnknownSKU, ErrUnavailable.
 func (s *Store) Admit(ctx context.Context, sku string, qty int64, token string) (Admission, error) {
+	return s.AdmitFor(ctx, sku, qty, token, s.cfg.TokenTTL)
+}
+
+// AdmitFor is Admit with token remembered for keep (a hold's length and a
+// margin) instead of Config.TokenTTL.
+func (s *Store) AdmitFor(ctx context.Context, sku string, qty int64, token string, keep time.Duration) (Admission, error) {
 	if err := s.validate(sku, qty); err != nil {
 		return Admission{}, err
 	}
@@ -141,9 +147,16 @@ func (s *Store) Admit(ctx context.Context, sku string, qty int64, token string) 
 	}
 	ttl := int64(0)
 	if token != "" {
-		ttl = s.cfg.TokenTTL.Milliseconds()
+		ttl = max(keep, time.Second).Milliseconds()
 	}
 	return s.admit(ctx, sku, admitKeys(sku, token), []any{qty, ttl})
+}
+
+// KeepToken makes Redis remember token's reservation of sku for keep from
+// now (a hold that was extended). A token Redis forgot stays forgotten: a
+// replay then asks the database, which knows it.
+func (s *Store) KeepToken(ctx context.Context, sku, token string, keep time.Duration) error {
+	return s.rdb.PExpire(ctx, tokenKey(sku, token), max(keep, time.Second)).Err()
 }
 
 // Buyer is a per-user limit an admission counts against.

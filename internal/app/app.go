@@ -125,12 +125,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	a.applier = stocksync.NewApplier(a.db, log)
 	a.Commits = groupcommit.New(a.db)
 	a.Orders = order.NewService(a.db, a.Stock, order.Config{
-		TTL: cfg.OrderTTL, Logger: log, OnOutbox: a.relay.Wake, Writer: a.Commits,
+		TTL: cfg.OrderTTL, MaxHold: cfg.MaxHold, Logger: log, OnOutbox: a.relay.Wake, Writer: a.Commits,
 		OnExpired:  func(late time.Duration) { releaseLatency.Observe(late.Seconds()) },
 		OnCreated:  func(ctx context.Context, o *order.Order) { a.timeouts.Schedule(ctx, o.ID, o.ExpiresAt) },
 		OnFinished: func(ctx context.Context, o *order.Order) { a.timeouts.Unschedule(ctx, o.ID) },
+		OnExtended: func(ctx context.Context, id string, deadline time.Time) { a.timeouts.Schedule(ctx, id, deadline) },
 	})
-	a.Tokens = tokens.New(a.db, a.Stock, a.Commits, tokens.Config{TTL: cfg.OrderTTL, Logger: log, OnOutbox: a.relay.Wake})
+	a.Tokens = tokens.New(a.db, a.Stock, a.Commits, tokens.Config{TTL: cfg.OrderTTL, MaxHold: cfg.MaxHold, Logger: log, OnOutbox: a.relay.Wake})
 	a.timeouts, err = expiry.NewTimeouts(a.Orders, a.rdb, expiry.TimeoutConfig{Logger: log, SweepInterval: cfg.SweepInterval,
 		Locker: a.Stock.Locker(), Holds: a.Tokens})
 	if err != nil {

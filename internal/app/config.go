@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/acme/inventory"
+
 	"github.com/caarlos0/env/v11"
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
@@ -44,6 +46,7 @@ type Config struct {
 	// default the connection's remote address is the client.
 	TrustedProxies  []string      `env:"INVENTORY_TRUSTED_PROXIES" envSeparator:"," help:"CIDRs or addresses whose X-Forwarded-For the seckill rate limit believes"`
 	OrderTTL        time.Duration `env:"INVENTORY_ORDER_TTL" envDefault:"15m" help:"how long an unpaid order holds stock (1s to 168h)"`
+	MaxHold         time.Duration `env:"INVENTORY_MAX_HOLD" envDefault:"2h" help:"the longest hold a checkout may ask for (hold_seconds) or extend to, counted from the hold's creation (at least INVENTORY_ORDER_TTL and 10s, at most 168h)"`
 	SeckillRate     float64       `env:"INVENTORY_SECKILL_RATE" envDefault:"50" help:"seckill requests per second per client address (burst twice that)"`
 	SoldOutTTL      time.Duration `env:"INVENTORY_SOLDOUT_TTL" envDefault:"2s" help:"how long a node answers a sold-out SKU from memory before asking Redis again; cleared on every node at once when stock comes back (100ms to 1h)"`
 	RequestTimeout  time.Duration `env:"INVENTORY_REQUEST_TIMEOUT" envDefault:"1s" help:"every request's deadline: a dependency that has not answered by then gets the request a 503 with Retry-After (10ms to 1m)"`
@@ -133,6 +136,9 @@ func (c Config) ValidateFor(cmd Command) error {
 	}
 	if c.OrderTTL < time.Second || c.OrderTTL > 7*24*time.Hour {
 		return fmt.Errorf("config: INVENTORY_ORDER_TTL must be between 1s and 168h, got %s", c.OrderTTL)
+	}
+	if c.MaxHold != 0 && (c.MaxHold < max(c.OrderTTL, inventory.MinHold) || c.MaxHold > 7*24*time.Hour) { // 0: the default
+		return fmt.Errorf("config: INVENTORY_MAX_HOLD must be between max(INVENTORY_ORDER_TTL, 10s) and 168h, got %s", c.MaxHold)
 	}
 	if c.RequestTimeout != 0 && (c.RequestTimeout < 10*time.Millisecond || c.RequestTimeout > time.Minute) { // 0: the default
 		return fmt.Errorf("config: INVENTORY_REQUEST_TIMEOUT must be between 10ms and 1m, got %s", c.RequestTimeout)

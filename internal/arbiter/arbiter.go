@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/acme/inventory"
 	"gorm.io/gorm"
@@ -150,7 +151,35 @@ func (a Arbiter) takeQuotas(take map[BuyerUnits]int64, limits map[string]int64) 
 // each turns RELEASED conditionally, so two releases racing give back once;
 // reserved goes down by their units, a RELEASE movement each, and their
 // buyers' quotas come back. A reservation that is not HELD is left alone.
-func (a Arbiter) Release(token, sku string) (Freed, error) {
+func (a Arbiter) Release(token, sku string) (Freed, error) { return a.release(token, sku, time.Time{}) }
+
+// ReleaseDue is Release of token's reservation of sku only if its deadline
+// passed by now (the timeout sweep): an extension that committed first
+// keeps the hold, whatever the sweep read before.
+func (a Arbiter) ReleaseDue(token, sku string, now time.Time) (Freed, error) {
+	return a.release(token, sku, now)
+}
+
+// Extend moves the deadline of token's HELD reservation of sku to until,
+// conditionally: its deadline has not passed by now and is before until,
+// it was created no earlier than earliest (the maximum hold), and key
+// (when given) is not the key of the extension that moved it last. It
+// reports whether the row changed; the caller reads why not. A released or
+// expired hold is never revived: ReleaseDue and Extend decide on the same
+// row, one of them first.
+func (a Arbiter) Extend(token, sku string, now, until, earliest time.Time, key string) (bool, error) {
+	set := map[string]any{"expires_at": until, "updated_at": now, "extend_key": nil}
+	q := a.tx.Model(&Reservation{}).Where("token = ? AND sku = ? AND state = ? AND expires_at > ? AND expires_at < ? AND created_at >= ?",
+		token, sku, Held, now, until, earliest)
+	if key != "" {
+		set["extend_key"] = key
+		q = q.Where("(extend_key IS NULL OR extend_key <> ?)", key)
+	}
+	res := q.Updates(set)
+	return res.RowsAffected == 1, res.Error
+}
+
+func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 	q := a.tx.Model(&Reservation{}).Where("token = ?", token) // by primary key; the state is checked below
 	if sku != "" {
 		q = q.Where("sku = ?", sku)
@@ -165,8 +194,11 @@ func (a Arbiter) Release(token, sku string) (Freed, error) {
 		if r.State != Held {
 			continue
 		}
-		res := a.tx.Model(&Reservation{}).Where("token = ? AND sku = ? AND state = ?", r.Token, r.SKU, Held).
-			Update("state", Released)
+		cond := a.tx.Model(&Reservation{}).Where("token = ? AND sku = ? AND state = ?", r.Token, r.SKU, Held)
+		if !due.IsZero() {
+			cond = cond.Where("expires_at <= ?", due)
+		}
+		res := cond.Update("state", Released)
 		if res.Error != nil {
 			return Freed{}, res.Error
 		}

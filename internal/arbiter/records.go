@@ -138,6 +138,9 @@ type Reservation struct {
 	ExpiresAt time.Time
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// ExtendKey is the Idempotency-Key of the extension that moved
+	// ExpiresAt last (token API; nil: none).
+	ExtendKey *string `gorm:"column:extend_key"`
 }
 
 func (Reservation) TableName() string { return "stock_reservations" }

@@ -38,7 +38,8 @@ func (r *rig) node(cfg TimeoutConfig) *node {
 	n := &node{st: st}
 	n.svc = order.NewService(r.db, st, order.Config{TTL: 15 * time.Minute, Now: r.clock.Now,
 		OnCreated:  func(ctx context.Context, o *order.Order) { n.tm.Schedule(ctx, o.ID, o.ExpiresAt) },
-		OnFinished: func(ctx context.Context, o *order.Order) { n.tm.Unschedule(ctx, o.ID) }})
+		OnFinished: func(ctx context.Context, o *order.Order) { n.tm.Unschedule(ctx, o.ID) },
+		OnExtended: func(ctx context.Context, id string, deadline time.Time) { n.tm.Schedule(ctx, id, deadline) }})
 	r.t.Cleanup(func() { _ = n.svc.Close() })
 	commits := groupcommit.New(r.db)
 	r.t.Cleanup(func() { _ = commits.Close() })

@@ -28,14 +28,29 @@ var ErrReleased = errors.New("tokens: reservation already released")
 
 // Config tunes a Service.
 type Config struct {
-	// TTL is how long a reservation holds its units. Default inventory.DefaultTTL.
+	// TTL is how long a reservation holds its units unless the caller asks
+	// for another hold. Default inventory.DefaultTTL.
 	TTL time.Duration
+	// MaxHold is the longest hold, counted from the reservation's creation,
+	// a caller may ask for or extend to. Default inventory.DefaultMaxHold.
+	MaxHold time.Duration
 	// Now is the clock. Default time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
 	// OnOutbox is told when outbox rows were committed (wakes the relay).
 	OnOutbox func()
 }
+
+// Held is a reservation's answer: what Redis had left when it was taken
+// (or inventory.Unlimited), and when its hold ends.
+type Held struct {
+	Result    int64
+	ExpiresAt time.Time
+}
+
+// tokenMargin is how much longer than its hold Redis remembers a token, so
+// a replay within the hold is sent to the database, not admitted again.
+const tokenMargin = time.Minute
 
 // Service runs the token API.
 type Service struct {
@@ -51,6 +66,9 @@ func New(db *gorm.DB, st *stock.Store, w *groupcommit.Writer, cfg Config) *Servi
 	if cfg.TTL == 0 {
 		cfg.TTL = inventory.DefaultTTL
 	}
+	if cfg.MaxHold == 0 {
+		cfg.MaxHold = max(inventory.DefaultMaxHold, cfg.TTL)
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -65,6 +83,11 @@ func New(db *gorm.DB, st *stock.Store, w *groupcommit.Writer, cfg Config) *Servi
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Microsecond) }
 
+// Holds is the service's hold policy (the default hold and the maximum).
+func (s *Service) Holds() inventory.Holds {
+	return inventory.Holds{Default: s.cfg.TTL, Max: s.cfg.MaxHold}
+}
+
 // rawKey validates a token-API request's SKU and token and returns the
 // token's key in the database.
 func rawKey(sku, token string) (string, error) {
@@ -77,26 +100,38 @@ func rawKey(sku, token string) (string, error) {
 	return "t." + token, nil
 }
 
-// Reserve takes qty units of sku for the client's token: Redis admits, the
-// database records a HELD reservation that expires after the order TTL. It
-// returns what Redis had left (or inventory.Unlimited). A replay with the same
-// qty returns the first answer and takes nothing; with another qty it is a
-// conflict; after a release, ErrReleased.
+// Reserve takes qty units of sku for the client's token for the default
+// hold; it returns what Redis had left (or inventory.Unlimited). See
+// ReserveHold.
 func (s *Service) Reserve(ctx context.Context, sku string, qty int64, token string) (int64, error) {
+	h, err := s.ReserveHold(ctx, sku, qty, token, 0)
+	return h.Result, err
+}
+
+// ReserveHold takes qty units of sku for the client's token: Redis admits,
+// the database records a HELD reservation that ends after hold (0: the
+// default; within Holds). A replay with the same qty returns the first
+// answer (and the hold's current end) and takes nothing; with another qty it
+// is a conflict; after a release, ErrReleased.
+func (s *Service) ReserveHold(ctx context.Context, sku string, qty int64, token string, hold time.Duration) (Held, error) {
 	key, err := rawKey(sku, token)
 	if err != nil {
-		return 0, err
+		return Held{}, err
 	}
-	adm, err := s.stock.Admit(ctx, sku, qty, key)
+	hold, err = s.Holds().For(hold)
+	if err != nil {
+		return Held{}, err
+	}
+	adm, err := s.stock.AdmitFor(ctx, sku, qty, key, hold+tokenMargin)
 	if errors.Is(err, inventory.ErrReplay) {
 		return s.replay(ctx, sku, qty, key)
 	}
 	if err != nil {
-		return 0, err
+		return Held{}, err
 	}
 	now := s.now()
 	row := arbiter.Reservation{Token: key, SKU: sku, Qty: qty, State: arbiter.Held, Result: adm.Remaining,
-		ExpiresAt: now.Add(s.cfg.TTL), CreatedAt: now, UpdatedAt: now}
+		ExpiresAt: now.Add(hold), CreatedAt: now, UpdatedAt: now}
 	fences, err := s.writer.Write(ctx, &groupcommit.Request{Rows: []arbiter.Reservation{row}})
 	if err != nil {
 		fctx, cancel := stock.FollowUp(ctx)
@@ -107,28 +142,84 @@ func (s *Service) Reserve(ctx context.Context, sku string, qty int64, token stri
 		if arbiter.IsDuplicate(err) { // Redis forgot the token (a key loss): the database remembers
 			return s.replay(ctx, sku, qty, key)
 		}
-		return 0, s.redis.Refused(ctx, err)
+		return Held{}, s.redis.Refused(ctx, err)
 	}
 	s.redis.Settle(ctx, []inventory.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, fences)
-	return adm.Remaining, nil
+	return Held{Result: adm.Remaining, ExpiresAt: row.ExpiresAt}, nil
 }
 
 // replay answers a token seen before from its database row.
-func (s *Service) replay(ctx context.Context, sku string, qty int64, key string) (int64, error) {
+func (s *Service) replay(ctx context.Context, sku string, qty int64, key string) (Held, error) {
 	var r arbiter.Reservation
 	err := s.db.WithContext(ctx).Take(&r, "token = ? AND sku = ?", key, sku).Error
 	switch {
 	case errors.Is(err, gorm.ErrRecordNotFound):
 		// The first call is still writing (or failed and undid its admission).
-		return 0, fmt.Errorf("%w: a reservation with this token is in progress; retry", inventory.ErrConflict)
+		return Held{}, fmt.Errorf("%w: a reservation with this token is in progress; retry", inventory.ErrConflict)
 	case err != nil:
-		return 0, err
+		return Held{}, err
 	case r.State == arbiter.Released:
-		return 0, ErrReleased
+		return Held{}, ErrReleased
 	case r.Qty != qty:
-		return 0, fmt.Errorf("%w: token was used for %d units, not %d", inventory.ErrConflict, r.Qty, qty)
+		return Held{}, fmt.Errorf("%w: token was used for %d units, not %d", inventory.ErrConflict, r.Qty, qty)
 	}
-	return r.Result, nil
+	return Held{Result: r.Result, ExpiresAt: r.ExpiresAt.UTC()}, nil
+}
+
+// Extend moves the end of the client's HELD reservation to by from now
+// (never earlier than it is), in one conditional UPDATE: the hold must be
+// HELD, not ended, and end within the maximum counted from its creation.
+// An extension racing the timeout sweep either lands before the deadline
+// or is refused: it never revives a released hold. With an idempotency
+// key, a retry answers the end the first call set. Errors:
+// ErrInvalidArgument, ErrNotFound, ErrReleased, ErrConflict.
+func (s *Service) Extend(ctx context.Context, sku, token, idemKey string, by time.Duration) (time.Time, error) {
+	key, err := rawKey(sku, token)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if err := inventory.ValidateIdempotencyKey(idemKey); err != nil {
+		return time.Time{}, err
+	}
+	if by < inventory.MinHold || by > s.cfg.MaxHold {
+		return time.Time{}, inventory.Invalidf("seconds must be between %d and %d", int64(inventory.MinHold/time.Second), int64(s.cfg.MaxHold/time.Second))
+	}
+	now := s.now()
+	until := now.Add(by)
+	ok, err := arbiter.RetryDeadlock(ctx, func() (bool, error) {
+		return arbiter.In(s.db.WithContext(ctx)).Extend(key, sku, now, until, until.Add(-s.cfg.MaxHold), idemKey)
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	if ok {
+		if err := s.stock.KeepToken(ctx, sku, key, by+tokenMargin); err != nil {
+			s.cfg.Logger.Warn("tokens: Redis did not keep an extended token; a replay asks the database", "sku", sku, "err", err)
+		}
+		return until, nil
+	}
+	var r arbiter.Reservation
+	if err := s.db.WithContext(ctx).Take(&r, "token = ? AND sku = ?", key, sku).Error; err != nil {
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return time.Time{}, fmt.Errorf("%w: no reservation of %s with this token", inventory.ErrNotFound, sku)
+		}
+		return time.Time{}, err
+	}
+	end := r.ExpiresAt.UTC()
+	switch {
+	case r.State == arbiter.Released:
+		return time.Time{}, ErrReleased
+	case r.State != arbiter.Held:
+		return time.Time{}, fmt.Errorf("%w: the reservation is committed (sold); its hold is over", inventory.ErrConflict)
+	case idemKey != "" && r.ExtendKey != nil && *r.ExtendKey == idemKey:
+		return end, nil // a replay: the end its first call set (or a later one)
+	case !end.After(now):
+		return time.Time{}, fmt.Errorf("%w: the hold ended at %s", inventory.ErrConflict, end.Format(time.RFC3339))
+	case !end.Before(until):
+		return end, nil // it holds at least that long already
+	}
+	return time.Time{}, fmt.Errorf("%w: a hold can last at most %s from its creation (%s)", inventory.ErrConflict,
+		s.cfg.MaxHold, r.CreatedAt.UTC().Add(s.cfg.MaxHold).Format(time.RFC3339))
 }
 
 // Release gives back what the client's unpaid reservation holds, once:
@@ -216,8 +307,9 @@ func (s *Service) Commit(ctx context.Context, sku, token string) (int64, error) 
 // ReleaseExpired releases the token API's HELD reservations past their
 // deadline (the timeout sweep); it returns how many it released.
 func (s *Service) ReleaseExpired(ctx context.Context, limit int) (int, error) {
+	now := s.now()
 	var rows []arbiter.Reservation
-	if err := s.db.WithContext(ctx).Where("state = ? AND expires_at <= ? AND order_id IS NULL", arbiter.Held, s.now()).
+	if err := s.db.WithContext(ctx).Where("state = ? AND expires_at <= ? AND order_id IS NULL", arbiter.Held, now).
 		Order("expires_at").Limit(limit).Find(&rows).Error; err != nil {
 		return 0, err
 	}
@@ -225,7 +317,8 @@ func (s *Service) ReleaseExpired(ctx context.Context, limit int) (int, error) {
 	for _, r := range rows {
 		var chs []inventory.Change
 		err := arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
-			rel, err := arbiter.In(tx).Release(r.Token, r.SKU) // a commit that won first leaves nothing HELD
+			// A commit or an extension that won first leaves nothing due.
+			rel, err := arbiter.In(tx).ReleaseDue(r.Token, r.SKU, now)
 			chs = rel.Changes
 			return err
 		})
