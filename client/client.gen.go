@@ -206,6 +206,16 @@ type Error struct {
 // ErrorErrorCode defines model for Error.Error.Code.
 type ErrorErrorCode string
 
+// ExtendSeconds The hold's new length from now: at least 10 seconds; the new end
+// may be at most INVENTORY_MAX_HOLD (default 2h) after the hold was
+// made.
+type ExtendSeconds = int64
+
+// HoldSeconds How long the reservation holds its units before it is released
+// (unless paid, committed or cancelled): at least 10 seconds and at
+// most INVENTORY_MAX_HOLD (default 7200). Omitted: the order TTL.
+type HoldSeconds = int64
+
 // ID 1-64 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit (order ids, user ids, payment ids).
 type ID = string
 
@@ -372,6 +382,9 @@ type Token = string
 // Cursor defines model for cursor.
 type Cursor = string
 
+// IdempotencyKey defines model for idempotencyKey.
+type IdempotencyKey = string
+
 // IfMatch defines model for ifMatch.
 type IfMatch = string
 
@@ -502,7 +515,11 @@ type ListOrdersParamsStatus string
 
 // CreateOrderJSONBody defines parameters for CreateOrder.
 type CreateOrderJSONBody struct {
-	Items []Item `json:"items"`
+	// HoldSeconds How long the reservation holds its units before it is released
+	// (unless paid, committed or cancelled): at least 10 seconds and at
+	// most INVENTORY_MAX_HOLD (default 7200). Omitted: the order TTL.
+	HoldSeconds *HoldSeconds `json:"hold_seconds,omitempty"`
+	Items       []Item       `json:"items"`
 
 	// UserId optional; the buyer X-Buyer-Token names
 	UserId *ID `json:"user_id,omitempty"`
@@ -531,6 +548,26 @@ type GetOrderParams struct {
 
 // CancelOrderParams defines parameters for CancelOrder.
 type CancelOrderParams struct {
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
+// ExtendOrderJSONBody defines parameters for ExtendOrder.
+type ExtendOrderJSONBody struct {
+	// Seconds The hold's new length from now: at least 10 seconds; the new end
+	// may be at most INVENTORY_MAX_HOLD (default 2h) after the hold was
+	// made.
+	Seconds ExtendSeconds `json:"seconds"`
+}
+
+// ExtendOrderParams defines parameters for ExtendOrder.
+type ExtendOrderParams struct {
+	// IdempotencyKey 1-128 printable ASCII characters; a retry with the same key answers the first call's deadline.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
 	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
 	// written with the service's log lines about the request. A value that
 	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
@@ -574,6 +611,11 @@ type PaymentCallbackJSONBodyStatus string
 
 // SeckillBuyJSONBody defines parameters for SeckillBuy.
 type SeckillBuyJSONBody struct {
+	// HoldSeconds How long the reservation holds its units before it is released
+	// (unless paid, committed or cancelled): at least 10 seconds and at
+	// most INVENTORY_MAX_HOLD (default 7200). Omitted: the order TTL.
+	HoldSeconds *HoldSeconds `json:"hold_seconds,omitempty"`
+
 	// UserId optional; the buyer X-Buyer-Token names
 	UserId *ID `json:"user_id,omitempty"`
 }
@@ -710,7 +752,11 @@ type CommitStockParams struct {
 
 // DeductStockJSONBody defines parameters for DeductStock.
 type DeductStockJSONBody struct {
-	Qty Qty `json:"qty"`
+	// HoldSeconds How long the reservation holds its units before it is released
+	// (unless paid, committed or cancelled): at least 10 seconds and at
+	// most INVENTORY_MAX_HOLD (default 7200). Omitted: the order TTL.
+	HoldSeconds *HoldSeconds `json:"hold_seconds,omitempty"`
+	Qty         Qty          `json:"qty"`
 
 	// Sku 1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.
 	Sku SKUName `json:"sku"`
@@ -724,6 +770,35 @@ type DeductStockJSONBody struct {
 
 // DeductStockParams defines parameters for DeductStock.
 type DeductStockParams struct {
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
+// ExtendStockJSONBody defines parameters for ExtendStock.
+type ExtendStockJSONBody struct {
+	// Seconds The hold's new length from now: at least 10 seconds; the new end
+	// may be at most INVENTORY_MAX_HOLD (default 2h) after the hold was
+	// made.
+	Seconds ExtendSeconds `json:"seconds"`
+
+	// Sku 1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.
+	Sku SKUName `json:"sku"`
+
+	// Token The client's reservation token: 1-128 characters of A-Z a-z 0-9 . _ : -,
+	// starting with a letter or digit. Token-API reservations live in a
+	// namespace of their own: a token can never name an order's reservation,
+	// even when it is spelled like an order id.
+	Token Token `json:"token"`
+}
+
+// ExtendStockParams defines parameters for ExtendStock.
+type ExtendStockParams struct {
+	// IdempotencyKey 1-128 printable ASCII characters; a retry with the same key answers the first call's deadline.
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+
 	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
 	// written with the service's log lines about the request. A value that
 	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
@@ -755,6 +830,9 @@ type ReleaseStockParams struct {
 // CreateOrderJSONRequestBody defines body for CreateOrder for application/json ContentType.
 type CreateOrderJSONRequestBody CreateOrderJSONBody
 
+// ExtendOrderJSONRequestBody defines body for ExtendOrder for application/json ContentType.
+type ExtendOrderJSONRequestBody ExtendOrderJSONBody
+
 // PaymentCallbackJSONRequestBody defines body for PaymentCallback for application/json ContentType.
 type PaymentCallbackJSONRequestBody PaymentCallbackJSONBody
 
@@ -772,6 +850,9 @@ type CommitStockJSONRequestBody CommitStockJSONBody
 
 // DeductStockJSONRequestBody defines body for DeductStock for application/json ContentType.
 type DeductStockJSONRequestBody DeductStockJSONBody
+
+// ExtendStockJSONRequestBody defines body for ExtendStock for application/json ContentType.
+type ExtendStockJSONRequestBody ExtendStockJSONBody
 
 // ReleaseStockJSONRequestBody defines body for ReleaseStock for application/json ContentType.
 type ReleaseStockJSONRequestBody ReleaseStockJSONBody
@@ -894,7 +975,9 @@ type ClientInterface interface {
 	// 10000). A line of a SKU with a per-user limit counts against the
 	// buyer's limit (409 conflict past it). With an Idempotency-Key, a retry
 	// by the same buyer returns the same order (201); the same key with
-	// other lines is 409 conflict.
+	// other lines is 409 conflict. The order holds its units for
+	// hold_seconds (default: the order TTL) unless paid or cancelled;
+	// POST /v1/orders/{id}/extend moves its deadline.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -909,7 +992,9 @@ type ClientInterface interface {
 	// 10000). A line of a SKU with a per-user limit counts against the
 	// buyer's limit (409 conflict past it). With an Idempotency-Key, a retry
 	// by the same buyer returns the same order (201); the same key with
-	// other lines is 409 conflict.
+	// other lines is 409 conflict. The order holds its units for
+	// hold_seconds (default: the order TTL) unless paid or cancelled;
+	// POST /v1/orders/{id}/extend moves its deadline.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -930,6 +1015,44 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
 	CancelOrder(ctx context.Context, id OrderId, params *CancelOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExtendOrderWithBody Extend a PENDING order's hold.
+	//
+	// The order's deadline (expires_at) becomes `seconds` from now, never
+	// earlier than it already is, and at most INVENTORY_MAX_HOLD after
+	// the order was created. By the buyer who placed the order (a client
+	// credential and that buyer's X-Buyer-Token; another buyer's is 403
+	// forbidden), or by an admin. One conditional UPDATE of the deadline:
+	// an extension racing the timeout either lands before the deadline or
+	// is refused (409), and never revives a released hold. With an
+	// Idempotency-Key, a retry answers the order with the deadline the
+	// first call set. 409 conflict (the message says which) when the
+	// order is not PENDING, its deadline has passed, or the new one is
+	// past the maximum.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+	ExtendOrderWithBody(ctx context.Context, id OrderId, params *ExtendOrderParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExtendOrder Extend a PENDING order's hold.
+	//
+	// The order's deadline (expires_at) becomes `seconds` from now, never
+	// earlier than it already is, and at most INVENTORY_MAX_HOLD after
+	// the order was created. By the buyer who placed the order (a client
+	// credential and that buyer's X-Buyer-Token; another buyer's is 403
+	// forbidden), or by an admin. One conditional UPDATE of the deadline:
+	// an extension racing the timeout either lands before the deadline or
+	// is refused (409), and never revives a released hold. With an
+	// Idempotency-Key, a retry answers the order with the deadline the
+	// first call set. 409 conflict (the message says which) when the
+	// order is not PENDING, its deadline has passed, or the new one is
+	// past the maximum.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+	ExtendOrder(ctx context.Context, id OrderId, params *ExtendOrderParams, body ExtendOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RefundOrder Refund a PAID or REFUND_REQUIRED order (REFUNDED).
 	//
@@ -1122,7 +1245,8 @@ type ClientInterface interface {
 	// DeductStockWithBody Reserve qty units of a SKU under the client's token (HELD until committed, released or expired).
 	//
 	// Redis admits, then the database records a HELD reservation that
-	// expires (is released) after the order TTL unless committed.
+	// expires (is released) after hold_seconds (default: the order TTL)
+	// unless committed; POST /v1/stock/extend moves its end.
 	// Idempotent by (sku, token): a replay with the same qty takes nothing
 	// and answers the first result; with another qty it is 409 conflict; after
 	// the token was released (or expired, or released before it was ever
@@ -1137,7 +1261,8 @@ type ClientInterface interface {
 	// DeductStock Reserve qty units of a SKU under the client's token (HELD until committed, released or expired).
 	//
 	// Redis admits, then the database records a HELD reservation that
-	// expires (is released) after the order TTL unless committed.
+	// expires (is released) after hold_seconds (default: the order TTL)
+	// unless committed; POST /v1/stock/extend moves its end.
 	// Idempotent by (sku, token): a replay with the same qty takes nothing
 	// and answers the first result; with another qty it is 409 conflict; after
 	// the token was released (or expired, or released before it was ever
@@ -1148,6 +1273,40 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/stock/deduct (the `DeductStock` operationId).
 	DeductStock(ctx context.Context, params *DeductStockParams, body DeductStockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExtendStockWithBody Move the end of the token's HELD reservation.
+	//
+	// The hold then ends `seconds` from now, never earlier than it already
+	// does, and at most INVENTORY_MAX_HOLD after the reservation was made.
+	// One conditional UPDATE of the reservation's deadline: an extension
+	// racing the timeout sweep either lands before the deadline or is
+	// refused, and never revives a released hold. With an
+	// Idempotency-Key, a retry answers the end the first call set.
+	// 404 not_found if the token never reserved this SKU; 409 conflict if
+	// the reservation was released or expired, is committed, its hold has
+	// ended, or the new end is past the maximum.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/stock/extend (the `ExtendStock` operationId).
+	ExtendStockWithBody(ctx context.Context, params *ExtendStockParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExtendStock Move the end of the token's HELD reservation.
+	//
+	// The hold then ends `seconds` from now, never earlier than it already
+	// does, and at most INVENTORY_MAX_HOLD after the reservation was made.
+	// One conditional UPDATE of the reservation's deadline: an extension
+	// racing the timeout sweep either lands before the deadline or is
+	// refused, and never revives a released hold. With an
+	// Idempotency-Key, a retry answers the end the first call set.
+	// 404 not_found if the token never reserved this SKU; 409 conflict if
+	// the reservation was released or expired, is committed, its hold has
+	// ended, or the new end is past the maximum.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/stock/extend (the `ExtendStock` operationId).
+	ExtendStock(ctx context.Context, params *ExtendStockParams, body ExtendStockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ReleaseStockWithBody Give back what the token's HELD reservation holds, once.
 	//
@@ -1270,7 +1429,9 @@ func (c *Client) ListOrders(ctx context.Context, params *ListOrdersParams, reqEd
 // 10000). A line of a SKU with a per-user limit counts against the
 // buyer's limit (409 conflict past it). With an Idempotency-Key, a retry
 // by the same buyer returns the same order (201); the same key with
-// other lines is 409 conflict.
+// other lines is 409 conflict. The order holds its units for
+// hold_seconds (default: the order TTL) unless paid or cancelled;
+// POST /v1/orders/{id}/extend moves its deadline.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1295,7 +1456,9 @@ func (c *Client) CreateOrderWithBody(ctx context.Context, params *CreateOrderPar
 // 10000). A line of a SKU with a per-user limit counts against the
 // buyer's limit (409 conflict past it). With an Idempotency-Key, a retry
 // by the same buyer returns the same order (201); the same key with
-// other lines is 409 conflict.
+// other lines is 409 conflict. The order holds its units for
+// hold_seconds (default: the order TTL) unless paid or cancelled;
+// POST /v1/orders/{id}/extend moves its deadline.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1337,6 +1500,64 @@ func (c *Client) GetOrder(ctx context.Context, id OrderId, params *GetOrderParam
 // Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
 func (c *Client) CancelOrder(ctx context.Context, id OrderId, params *CancelOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCancelOrderRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExtendOrderWithBody Extend a PENDING order's hold.
+//
+// The order's deadline (expires_at) becomes `seconds` from now, never
+// earlier than it already is, and at most INVENTORY_MAX_HOLD after
+// the order was created. By the buyer who placed the order (a client
+// credential and that buyer's X-Buyer-Token; another buyer's is 403
+// forbidden), or by an admin. One conditional UPDATE of the deadline:
+// an extension racing the timeout either lands before the deadline or
+// is refused (409), and never revives a released hold. With an
+// Idempotency-Key, a retry answers the order with the deadline the
+// first call set. 409 conflict (the message says which) when the
+// order is not PENDING, its deadline has passed, or the new one is
+// past the maximum.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+func (c *Client) ExtendOrderWithBody(ctx context.Context, id OrderId, params *ExtendOrderParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExtendOrderRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExtendOrder Extend a PENDING order's hold.
+//
+// The order's deadline (expires_at) becomes `seconds` from now, never
+// earlier than it already is, and at most INVENTORY_MAX_HOLD after
+// the order was created. By the buyer who placed the order (a client
+// credential and that buyer's X-Buyer-Token; another buyer's is 403
+// forbidden), or by an admin. One conditional UPDATE of the deadline:
+// an extension racing the timeout either lands before the deadline or
+// is refused (409), and never revives a released hold. With an
+// Idempotency-Key, a retry answers the order with the deadline the
+// first call set. 409 conflict (the message says which) when the
+// order is not PENDING, its deadline has passed, or the new one is
+// past the maximum.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+func (c *Client) ExtendOrder(ctx context.Context, id OrderId, params *ExtendOrderParams, body ExtendOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExtendOrderRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1678,7 +1899,8 @@ func (c *Client) CommitStock(ctx context.Context, params *CommitStockParams, bod
 // DeductStockWithBody Reserve qty units of a SKU under the client's token (HELD until committed, released or expired).
 //
 // Redis admits, then the database records a HELD reservation that
-// expires (is released) after the order TTL unless committed.
+// expires (is released) after hold_seconds (default: the order TTL)
+// unless committed; POST /v1/stock/extend moves its end.
 // Idempotent by (sku, token): a replay with the same qty takes nothing
 // and answers the first result; with another qty it is 409 conflict; after
 // the token was released (or expired, or released before it was ever
@@ -1703,7 +1925,8 @@ func (c *Client) DeductStockWithBody(ctx context.Context, params *DeductStockPar
 // DeductStock Reserve qty units of a SKU under the client's token (HELD until committed, released or expired).
 //
 // Redis admits, then the database records a HELD reservation that
-// expires (is released) after the order TTL unless committed.
+// expires (is released) after hold_seconds (default: the order TTL)
+// unless committed; POST /v1/stock/extend moves its end.
 // Idempotent by (sku, token): a replay with the same qty takes nothing
 // and answers the first result; with another qty it is 409 conflict; after
 // the token was released (or expired, or released before it was ever
@@ -1715,6 +1938,60 @@ func (c *Client) DeductStockWithBody(ctx context.Context, params *DeductStockPar
 // Corresponds with POST /v1/stock/deduct (the `DeductStock` operationId).
 func (c *Client) DeductStock(ctx context.Context, params *DeductStockParams, body DeductStockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeductStockRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExtendStockWithBody Move the end of the token's HELD reservation.
+//
+// The hold then ends `seconds` from now, never earlier than it already
+// does, and at most INVENTORY_MAX_HOLD after the reservation was made.
+// One conditional UPDATE of the reservation's deadline: an extension
+// racing the timeout sweep either lands before the deadline or is
+// refused, and never revives a released hold. With an
+// Idempotency-Key, a retry answers the end the first call set.
+// 404 not_found if the token never reserved this SKU; 409 conflict if
+// the reservation was released or expired, is committed, its hold has
+// ended, or the new end is past the maximum.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/stock/extend (the `ExtendStock` operationId).
+func (c *Client) ExtendStockWithBody(ctx context.Context, params *ExtendStockParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExtendStockRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExtendStock Move the end of the token's HELD reservation.
+//
+// The hold then ends `seconds` from now, never earlier than it already
+// does, and at most INVENTORY_MAX_HOLD after the reservation was made.
+// One conditional UPDATE of the reservation's deadline: an extension
+// racing the timeout sweep either lands before the deadline or is
+// refused, and never revives a released hold. With an
+// Idempotency-Key, a retry answers the end the first call set.
+// 404 not_found if the token never reserved this SKU; 409 conflict if
+// the reservation was released or expired, is committed, its hold has
+// ended, or the new end is past the maximum.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/stock/extend (the `ExtendStock` operationId).
+func (c *Client) ExtendStock(ctx context.Context, params *ExtendStockParams, body ExtendStockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExtendStockRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2225,6 +2502,79 @@ func NewCancelOrderRequest(server string, id OrderId, params *CancelOrderParams)
 			}
 
 			req.Header.Set("X-Request-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewExtendOrderRequest calls the generic ExtendOrder builder with application/json body
+func NewExtendOrderRequest(server string, id OrderId, params *ExtendOrderParams, body ExtendOrderJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewExtendOrderRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewExtendOrderRequestWithBody constructs an http.Request for the ExtendOrder method, with any body, and a specified content type
+func NewExtendOrderRequestWithBody(server string, id OrderId, params *ExtendOrderParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/orders/%s/extend", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.XRequestID != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam1)
 		}
 
 	}
@@ -2893,6 +3243,72 @@ func NewDeductStockRequestWithBody(server string, params *DeductStockParams, con
 	return req, nil
 }
 
+// NewExtendStockRequest calls the generic ExtendStock builder with application/json body
+func NewExtendStockRequest(server string, params *ExtendStockParams, body ExtendStockJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewExtendStockRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewExtendStockRequestWithBody constructs an http.Request for the ExtendStock method, with any body, and a specified content type
+func NewExtendStockRequestWithBody(server string, params *ExtendStockParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stock/extend")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.XRequestID != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewReleaseStockRequest calls the generic ReleaseStock builder with application/json body
 func NewReleaseStockRequest(server string, params *ReleaseStockParams, body ReleaseStockJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3046,7 +3462,9 @@ type ClientWithResponsesInterface interface {
 	// 10000). A line of a SKU with a per-user limit counts against the
 	// buyer's limit (409 conflict past it). With an Idempotency-Key, a retry
 	// by the same buyer returns the same order (201); the same key with
-	// other lines is 409 conflict.
+	// other lines is 409 conflict. The order holds its units for
+	// hold_seconds (default: the order TTL) unless paid or cancelled;
+	// POST /v1/orders/{id}/extend moves its deadline.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3061,7 +3479,9 @@ type ClientWithResponsesInterface interface {
 	// 10000). A line of a SKU with a per-user limit counts against the
 	// buyer's limit (409 conflict past it). With an Idempotency-Key, a retry
 	// by the same buyer returns the same order (201); the same key with
-	// other lines is 409 conflict.
+	// other lines is 409 conflict. The order holds its units for
+	// hold_seconds (default: the order TTL) unless paid or cancelled;
+	// POST /v1/orders/{id}/extend moves its deadline.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3086,6 +3506,44 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/orders/{id}/cancel (the `CancelOrder` operationId).
 	CancelOrderWithResponse(ctx context.Context, id OrderId, params *CancelOrderParams, reqEditors ...RequestEditorFn) (*CancelOrderResponse, error)
+
+	// ExtendOrderWithBodyWithResponse Extend a PENDING order's hold.
+	//
+	// The order's deadline (expires_at) becomes `seconds` from now, never
+	// earlier than it already is, and at most INVENTORY_MAX_HOLD after
+	// the order was created. By the buyer who placed the order (a client
+	// credential and that buyer's X-Buyer-Token; another buyer's is 403
+	// forbidden), or by an admin. One conditional UPDATE of the deadline:
+	// an extension racing the timeout either lands before the deadline or
+	// is refused (409), and never revives a released hold. With an
+	// Idempotency-Key, a retry answers the order with the deadline the
+	// first call set. 409 conflict (the message says which) when the
+	// order is not PENDING, its deadline has passed, or the new one is
+	// past the maximum.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+	ExtendOrderWithBodyWithResponse(ctx context.Context, id OrderId, params *ExtendOrderParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExtendOrderResponse, error)
+
+	// ExtendOrderWithResponse Extend a PENDING order's hold.
+	//
+	// The order's deadline (expires_at) becomes `seconds` from now, never
+	// earlier than it already is, and at most INVENTORY_MAX_HOLD after
+	// the order was created. By the buyer who placed the order (a client
+	// credential and that buyer's X-Buyer-Token; another buyer's is 403
+	// forbidden), or by an admin. One conditional UPDATE of the deadline:
+	// an extension racing the timeout either lands before the deadline or
+	// is refused (409), and never revives a released hold. With an
+	// Idempotency-Key, a retry answers the order with the deadline the
+	// first call set. 409 conflict (the message says which) when the
+	// order is not PENDING, its deadline has passed, or the new one is
+	// past the maximum.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+	ExtendOrderWithResponse(ctx context.Context, id OrderId, params *ExtendOrderParams, body ExtendOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*ExtendOrderResponse, error)
 
 	// RefundOrderWithResponse Refund a PAID or REFUND_REQUIRED order (REFUNDED).
 	//
@@ -3286,7 +3744,8 @@ type ClientWithResponsesInterface interface {
 	// DeductStockWithBodyWithResponse Reserve qty units of a SKU under the client's token (HELD until committed, released or expired).
 	//
 	// Redis admits, then the database records a HELD reservation that
-	// expires (is released) after the order TTL unless committed.
+	// expires (is released) after hold_seconds (default: the order TTL)
+	// unless committed; POST /v1/stock/extend moves its end.
 	// Idempotent by (sku, token): a replay with the same qty takes nothing
 	// and answers the first result; with another qty it is 409 conflict; after
 	// the token was released (or expired, or released before it was ever
@@ -3301,7 +3760,8 @@ type ClientWithResponsesInterface interface {
 	// DeductStockWithResponse Reserve qty units of a SKU under the client's token (HELD until committed, released or expired).
 	//
 	// Redis admits, then the database records a HELD reservation that
-	// expires (is released) after the order TTL unless committed.
+	// expires (is released) after hold_seconds (default: the order TTL)
+	// unless committed; POST /v1/stock/extend moves its end.
 	// Idempotent by (sku, token): a replay with the same qty takes nothing
 	// and answers the first result; with another qty it is 409 conflict; after
 	// the token was released (or expired, or released before it was ever
@@ -3312,6 +3772,40 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/stock/deduct (the `DeductStock` operationId).
 	DeductStockWithResponse(ctx context.Context, params *DeductStockParams, body DeductStockJSONRequestBody, reqEditors ...RequestEditorFn) (*DeductStockResponse, error)
+
+	// ExtendStockWithBodyWithResponse Move the end of the token's HELD reservation.
+	//
+	// The hold then ends `seconds` from now, never earlier than it already
+	// does, and at most INVENTORY_MAX_HOLD after the reservation was made.
+	// One conditional UPDATE of the reservation's deadline: an extension
+	// racing the timeout sweep either lands before the deadline or is
+	// refused, and never revives a released hold. With an
+	// Idempotency-Key, a retry answers the end the first call set.
+	// 404 not_found if the token never reserved this SKU; 409 conflict if
+	// the reservation was released or expired, is committed, its hold has
+	// ended, or the new end is past the maximum.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/stock/extend (the `ExtendStock` operationId).
+	ExtendStockWithBodyWithResponse(ctx context.Context, params *ExtendStockParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExtendStockResponse, error)
+
+	// ExtendStockWithResponse Move the end of the token's HELD reservation.
+	//
+	// The hold then ends `seconds` from now, never earlier than it already
+	// does, and at most INVENTORY_MAX_HOLD after the reservation was made.
+	// One conditional UPDATE of the reservation's deadline: an extension
+	// racing the timeout sweep either lands before the deadline or is
+	// refused, and never revives a released hold. With an
+	// Idempotency-Key, a retry answers the end the first call set.
+	// 404 not_found if the token never reserved this SKU; 409 conflict if
+	// the reservation was released or expired, is committed, its hold has
+	// ended, or the new end is past the maximum.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/stock/extend (the `ExtendStock` operationId).
+	ExtendStockWithResponse(ctx context.Context, params *ExtendStockParams, body ExtendStockJSONRequestBody, reqEditors ...RequestEditorFn) (*ExtendStockResponse, error)
 
 	// ReleaseStockWithBodyWithResponse Give back what the token's HELD reservation holds, once.
 	//
@@ -4018,6 +4512,154 @@ func (r CancelOrderResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CancelOrderResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ExtendOrderResponse200Headers the declared response headers of an HTTP 200 response for ExtendOrder
+type ExtendOrderResponse200Headers struct {
+	XRequestID string
+}
+
+// ExtendOrderResponse400Headers the declared response headers of an HTTP 400 response for ExtendOrder
+type ExtendOrderResponse400Headers struct {
+	XRequestID string
+}
+
+// ExtendOrderResponse401Headers the declared response headers of an HTTP 401 response for ExtendOrder
+type ExtendOrderResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// ExtendOrderResponse403Headers the declared response headers of an HTTP 403 response for ExtendOrder
+type ExtendOrderResponse403Headers struct {
+	XRequestID string
+}
+
+// ExtendOrderResponse404Headers the declared response headers of an HTTP 404 response for ExtendOrder
+type ExtendOrderResponse404Headers struct {
+	XRequestID string
+}
+
+// ExtendOrderResponse409Headers the declared response headers of an HTTP 409 response for ExtendOrder
+type ExtendOrderResponse409Headers struct {
+	XRequestID string
+}
+
+// ExtendOrderResponse413Headers the declared response headers of an HTTP 413 response for ExtendOrder
+type ExtendOrderResponse413Headers struct {
+	XRequestID string
+}
+
+// ExtendOrderResponse503Headers the declared response headers of an HTTP 503 response for ExtendOrder
+type ExtendOrderResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type ExtendOrderResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Order
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *BuyerUnauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Error
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *OrderNotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExtendOrderResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ExtendOrderResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExtendOrderResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ExtendOrderResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExtendOrderResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ExtendOrderResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ExtendOrderResponse413Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExtendOrderResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExtendOrderResponse) GetJSON200() *Order {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ExtendOrderResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ExtendOrderResponse) GetJSON401() *BuyerUnauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ExtendOrderResponse) GetJSON403() *Error {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ExtendOrderResponse) GetJSON404() *OrderNotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ExtendOrderResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r ExtendOrderResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ExtendOrderResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ExtendOrderResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExtendOrderResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExtendOrderResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExtendOrderResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5267,7 +5909,8 @@ type DeductStockResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *struct {
-		Result int64 `json:"result"`
+		ExpiresAt time.Time `json:"expires_at"`
+		Result    int64     `json:"result"`
 	}
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *BadRequest
@@ -5299,7 +5942,8 @@ type DeductStockResponse struct {
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r DeductStockResponse) GetJSON200() *struct {
-	Result int64 `json:"result"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Result    int64     `json:"result"`
 } {
 	return r.JSON200
 }
@@ -5357,6 +6001,144 @@ func (r DeductStockResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r DeductStockResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ExtendStockResponse200Headers the declared response headers of an HTTP 200 response for ExtendStock
+type ExtendStockResponse200Headers struct {
+	XRequestID string
+}
+
+// ExtendStockResponse400Headers the declared response headers of an HTTP 400 response for ExtendStock
+type ExtendStockResponse400Headers struct {
+	XRequestID string
+}
+
+// ExtendStockResponse401Headers the declared response headers of an HTTP 401 response for ExtendStock
+type ExtendStockResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// ExtendStockResponse404Headers the declared response headers of an HTTP 404 response for ExtendStock
+type ExtendStockResponse404Headers struct {
+	XRequestID string
+}
+
+// ExtendStockResponse409Headers the declared response headers of an HTTP 409 response for ExtendStock
+type ExtendStockResponse409Headers struct {
+	XRequestID string
+}
+
+// ExtendStockResponse413Headers the declared response headers of an HTTP 413 response for ExtendStock
+type ExtendStockResponse413Headers struct {
+	XRequestID string
+}
+
+// ExtendStockResponse503Headers the declared response headers of an HTTP 503 response for ExtendStock
+type ExtendStockResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type ExtendStockResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ExtendStockResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ExtendStockResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExtendStockResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ExtendStockResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ExtendStockResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ExtendStockResponse413Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ExtendStockResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ExtendStockResponse) GetJSON200() *struct {
+	ExpiresAt time.Time `json:"expires_at"`
+} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ExtendStockResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ExtendStockResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ExtendStockResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ExtendStockResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r ExtendStockResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ExtendStockResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ExtendStockResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExtendStockResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExtendStockResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExtendStockResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5585,7 +6367,9 @@ func (c *ClientWithResponses) ListOrdersWithResponse(ctx context.Context, params
 // 10000). A line of a SKU with a per-user limit counts against the
 // buyer's limit (409 conflict past it). With an Idempotency-Key, a retry
 // by the same buyer returns the same order (201); the same key with
-// other lines is 409 conflict.
+// other lines is 409 conflict. The order holds its units for
+// hold_seconds (default: the order TTL) unless paid or cancelled;
+// POST /v1/orders/{id}/extend moves its deadline.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5606,7 +6390,9 @@ func (c *ClientWithResponses) CreateOrderWithBodyWithResponse(ctx context.Contex
 // 10000). A line of a SKU with a per-user limit counts against the
 // buyer's limit (409 conflict past it). With an Idempotency-Key, a retry
 // by the same buyer returns the same order (201); the same key with
-// other lines is 409 conflict.
+// other lines is 409 conflict. The order holds its units for
+// hold_seconds (default: the order TTL) unless paid or cancelled;
+// POST /v1/orders/{id}/extend moves its deadline.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5648,6 +6434,56 @@ func (c *ClientWithResponses) CancelOrderWithResponse(ctx context.Context, id Or
 		return nil, err
 	}
 	return ParseCancelOrderResponse(rsp)
+}
+
+// ExtendOrderWithBodyWithResponse Extend a PENDING order's hold.
+//
+// The order's deadline (expires_at) becomes `seconds` from now, never
+// earlier than it already is, and at most INVENTORY_MAX_HOLD after
+// the order was created. By the buyer who placed the order (a client
+// credential and that buyer's X-Buyer-Token; another buyer's is 403
+// forbidden), or by an admin. One conditional UPDATE of the deadline:
+// an extension racing the timeout either lands before the deadline or
+// is refused (409), and never revives a released hold. With an
+// Idempotency-Key, a retry answers the order with the deadline the
+// first call set. 409 conflict (the message says which) when the
+// order is not PENDING, its deadline has passed, or the new one is
+// past the maximum.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+func (c *ClientWithResponses) ExtendOrderWithBodyWithResponse(ctx context.Context, id OrderId, params *ExtendOrderParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExtendOrderResponse, error) {
+	rsp, err := c.ExtendOrderWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExtendOrderResponse(rsp)
+}
+
+// ExtendOrderWithResponse Extend a PENDING order's hold.
+//
+// The order's deadline (expires_at) becomes `seconds` from now, never
+// earlier than it already is, and at most INVENTORY_MAX_HOLD after
+// the order was created. By the buyer who placed the order (a client
+// credential and that buyer's X-Buyer-Token; another buyer's is 403
+// forbidden), or by an admin. One conditional UPDATE of the deadline:
+// an extension racing the timeout either lands before the deadline or
+// is refused (409), and never revives a released hold. With an
+// Idempotency-Key, a retry answers the order with the deadline the
+// first call set. 409 conflict (the message says which) when the
+// order is not PENDING, its deadline has passed, or the new one is
+// past the maximum.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/orders/{id}/extend (the `ExtendOrder` operationId).
+func (c *ClientWithResponses) ExtendOrderWithResponse(ctx context.Context, id OrderId, params *ExtendOrderParams, body ExtendOrderJSONRequestBody, reqEditors ...RequestEditorFn) (*ExtendOrderResponse, error) {
+	rsp, err := c.ExtendOrder(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExtendOrderResponse(rsp)
 }
 
 // RefundOrderWithResponse Refund a PAID or REFUND_REQUIRED order (REFUNDED).
@@ -5933,7 +6769,8 @@ func (c *ClientWithResponses) CommitStockWithResponse(ctx context.Context, param
 // DeductStockWithBodyWithResponse Reserve qty units of a SKU under the client's token (HELD until committed, released or expired).
 //
 // Redis admits, then the database records a HELD reservation that
-// expires (is released) after the order TTL unless committed.
+// expires (is released) after hold_seconds (default: the order TTL)
+// unless committed; POST /v1/stock/extend moves its end.
 // Idempotent by (sku, token): a replay with the same qty takes nothing
 // and answers the first result; with another qty it is 409 conflict; after
 // the token was released (or expired, or released before it was ever
@@ -5954,7 +6791,8 @@ func (c *ClientWithResponses) DeductStockWithBodyWithResponse(ctx context.Contex
 // DeductStockWithResponse Reserve qty units of a SKU under the client's token (HELD until committed, released or expired).
 //
 // Redis admits, then the database records a HELD reservation that
-// expires (is released) after the order TTL unless committed.
+// expires (is released) after hold_seconds (default: the order TTL)
+// unless committed; POST /v1/stock/extend moves its end.
 // Idempotent by (sku, token): a replay with the same qty takes nothing
 // and answers the first result; with another qty it is 409 conflict; after
 // the token was released (or expired, or released before it was ever
@@ -5970,6 +6808,52 @@ func (c *ClientWithResponses) DeductStockWithResponse(ctx context.Context, param
 		return nil, err
 	}
 	return ParseDeductStockResponse(rsp)
+}
+
+// ExtendStockWithBodyWithResponse Move the end of the token's HELD reservation.
+//
+// The hold then ends `seconds` from now, never earlier than it already
+// does, and at most INVENTORY_MAX_HOLD after the reservation was made.
+// One conditional UPDATE of the reservation's deadline: an extension
+// racing the timeout sweep either lands before the deadline or is
+// refused, and never revives a released hold. With an
+// Idempotency-Key, a retry answers the end the first call set.
+// 404 not_found if the token never reserved this SKU; 409 conflict if
+// the reservation was released or expired, is committed, its hold has
+// ended, or the new end is past the maximum.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/stock/extend (the `ExtendStock` operationId).
+func (c *ClientWithResponses) ExtendStockWithBodyWithResponse(ctx context.Context, params *ExtendStockParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExtendStockResponse, error) {
+	rsp, err := c.ExtendStockWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExtendStockResponse(rsp)
+}
+
+// ExtendStockWithResponse Move the end of the token's HELD reservation.
+//
+// The hold then ends `seconds` from now, never earlier than it already
+// does, and at most INVENTORY_MAX_HOLD after the reservation was made.
+// One conditional UPDATE of the reservation's deadline: an extension
+// racing the timeout sweep either lands before the deadline or is
+// refused, and never revives a released hold. With an
+// Idempotency-Key, a retry answers the end the first call set.
+// 404 not_found if the token never reserved this SKU; 409 conflict if
+// the reservation was released or expired, is committed, its hold has
+// ended, or the new end is past the maximum.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/stock/extend (the `ExtendStock` operationId).
+func (c *ClientWithResponses) ExtendStockWithResponse(ctx context.Context, params *ExtendStockParams, body ExtendStockJSONRequestBody, reqEditors ...RequestEditorFn) (*ExtendStockResponse, error) {
+	rsp, err := c.ExtendStock(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExtendStockResponse(rsp)
 }
 
 // ReleaseStockWithBodyWithResponse Give back what the token's HELD reservation holds, once.
@@ -6714,6 +7598,178 @@ func ParseCancelOrderResponse(rsp *http.Response) (*CancelOrderResponse, error) 
 		response.Headers409 = &headers
 	case rsp.StatusCode == 503:
 		var headers CancelOrderResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseExtendOrderResponse parses an HTTP response from a ExtendOrderWithResponse call
+func ParseExtendOrderResponse(rsp *http.Response) (*ExtendOrderResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExtendOrderResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Order
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest BuyerUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest OrderNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExtendOrderResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ExtendOrderResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExtendOrderResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ExtendOrderResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExtendOrderResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers ExtendOrderResponse409Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers ExtendOrderResponse413Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExtendOrderResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8165,7 +9221,8 @@ func ParseDeductStockResponse(rsp *http.Response) (*DeductStockResponse, error) 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest struct {
-			Result int64 `json:"result"`
+			ExpiresAt time.Time `json:"expires_at"`
+			Result    int64     `json:"result"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
@@ -8286,6 +9343,163 @@ func ParseDeductStockResponse(rsp *http.Response) (*DeductStockResponse, error) 
 		response.Headers413 = &headers
 	case rsp.StatusCode == 503:
 		var headers DeductStockResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseExtendStockResponse parses an HTTP response from a ExtendStockWithResponse call
+func ParseExtendStockResponse(rsp *http.Response) (*ExtendStockResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExtendStockResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			ExpiresAt time.Time `json:"expires_at"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ExtendStockResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ExtendStockResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ExtendStockResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ExtendStockResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers ExtendStockResponse409Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers ExtendStockResponse413Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 503:
+		var headers ExtendStockResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

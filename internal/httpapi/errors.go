@@ -56,6 +56,7 @@ var codes = []struct {
 	{inventory.ErrInsufficientStock, http.StatusConflict, "insufficient_stock"},
 	{inventory.ErrConflict, http.StatusConflict, "conflict"},
 	{inventory.ErrPrecondition, http.StatusPreconditionFailed, "precondition_failed"},
+	{inventory.ErrForbidden, http.StatusForbidden, "forbidden"},
 	{tokens.ErrReleased, http.StatusConflict, "conflict"},
 	{inventory.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{breaker.ErrOpen, http.StatusServiceUnavailable, "unavailable"},
@@ -125,7 +126,7 @@ func (s *Server) answer(err error) (int, errorBody) {
 // the sentinels' names that the answer's code already says.
 var (
 	pkgPrefixes  = []string{"inventory: ", "stock: ", "order: ", "tokens: ", "mq: ", "identity: ", "app: "}
-	codePrefixes = []string{"invalid argument: ", "conflict: ", "not found: "}
+	codePrefixes = []string{"invalid argument: ", "conflict: ", "not found: ", "forbidden: "}
 )
 
 // userMessage is err's text for a client: what went wrong, without the

@@ -163,9 +163,11 @@ func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
 	v1.POST("/stock/deduct", s.deduct, client)
 	v1.POST("/stock/commit", s.commit, client)
 	v1.POST("/stock/release", s.release, client)
+	v1.POST("/stock/extend", s.extendHold, client)
 	v1.POST("/orders", s.createOrder, client)
 	v1.GET("/orders/:id", s.getOrder, client)
 	v1.POST("/orders/:id/cancel", s.cancelOrder, client)
+	v1.POST("/orders/:id/extend", s.extendOrder, client)
 	v1.POST("/orders/:id/refund", s.refundOrder, admin)
 	v1.POST("/payments/callback", s.paymentCallback)
 	s.listingRoutes(v1, client, admin)
@@ -425,6 +427,7 @@ func (s *Server) deduct(c echo.Context) error {
 		SKU   *string `json:"sku"`
 		Qty   *int64  `json:"qty"`
 		Token *string `json:"token"`
+		Hold  *int64  `json:"hold_seconds"`
 	}
 	if err := bind(c, &req); err != nil {
 		return err
@@ -432,12 +435,69 @@ func (s *Server) deduct(c echo.Context) error {
 	if err := required(map[string]bool{"sku": req.SKU != nil, "qty": req.Qty != nil, "token": req.Token != nil}); err != nil {
 		return err
 	}
-	n, err := s.tokens.Reserve(c.Request().Context(), *req.SKU, *req.Qty, *req.Token)
-	s.cfg.Metrics.deduction(err, n)
+	hold, err := holdParam(req.Hold)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]int64{"result": n})
+	h, err := s.tokens.ReserveHold(c.Request().Context(), *req.SKU, *req.Qty, *req.Token, hold)
+	s.cfg.Metrics.deduction(err, h.Result)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, deducted{Result: h.Result, ExpiresAt: h.ExpiresAt})
+}
+
+type deducted struct {
+	Result    int64     `json:"result"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// holdParam is hold_seconds as a duration (nil: 0, the default hold); the
+// services check it against their bounds.
+func holdParam(seconds *int64) (time.Duration, error) {
+	if seconds == nil {
+		return 0, nil
+	}
+	if *seconds <= 0 {
+		return 0, badRequest("hold_seconds must be a positive number of seconds")
+	}
+	return inventory.Seconds(*seconds), nil
+}
+
+// secondsParam is an extension's required {"seconds"} as a duration.
+func secondsParam(seconds *int64) (time.Duration, error) {
+	if err := required(map[string]bool{"seconds": seconds != nil}); err != nil {
+		return 0, err
+	}
+	if *seconds <= 0 {
+		return 0, badRequest("seconds must be a positive number of seconds")
+	}
+	return inventory.Seconds(*seconds), nil
+}
+
+// extendHold moves the end of a token-API hold: {"sku","token","seconds"},
+// with an optional Idempotency-Key.
+func (s *Server) extendHold(c echo.Context) error {
+	var req struct {
+		SKU     *string `json:"sku"`
+		Token   *string `json:"token"`
+		Seconds *int64  `json:"seconds"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if err := required(map[string]bool{"sku": req.SKU != nil, "token": req.Token != nil}); err != nil {
+		return err
+	}
+	by, err := secondsParam(req.Seconds)
+	if err != nil {
+		return err
+	}
+	until, err := s.tokens.Extend(c.Request().Context(), *req.SKU, *req.Token, c.Request().Header.Get("Idempotency-Key"), by)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]time.Time{"expires_at": until})
 }
 
 // tokenReq reads the {"sku","token"} body of commit and release.
@@ -496,11 +556,16 @@ func (s *Server) createOrder(c echo.Context) error {
 	var req struct {
 		UserID *string   `json:"user_id"`
 		Items  []itemReq `json:"items"`
+		Hold   *int64    `json:"hold_seconds"`
 	}
 	if err := bind(c, &req); err != nil {
 		return err
 	}
 	if err := required(map[string]bool{"items": req.Items != nil}); err != nil {
+		return err
+	}
+	hold, err := holdParam(req.Hold)
+	if err != nil {
 		return err
 	}
 	user, err := s.buyer(c, req.UserID)
@@ -514,7 +579,7 @@ func (s *Server) createOrder(c echo.Context) error {
 		}
 		lines[i] = inventory.Line{SKU: *it.SKU, Qty: *it.Qty}
 	}
-	o, err := s.orders.Create(c.Request().Context(), user, c.Request().Header.Get("Idempotency-Key"), lines)
+	o, err := s.orders.CreateHold(c.Request().Context(), user, c.Request().Header.Get("Idempotency-Key"), lines, hold)
 	s.cfg.Metrics.deduction(err, 0)
 	if err != nil {
 		return err
@@ -555,6 +620,37 @@ func (s *Server) cancelOrder(c echo.Context) error {
 		}
 	}
 	o, err := s.orders.Cancel(ctx, id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, o)
+}
+
+// extendOrder moves an unpaid order's deadline: {"seconds"} from now, for
+// the buyer who placed it (X-Buyer-Token) or an admin, with an optional
+// Idempotency-Key.
+func (s *Server) extendOrder(c echo.Context) error {
+	id, err := pathParam(c, "id")
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Seconds *int64 `json:"seconds"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	by, err := secondsParam(req.Seconds)
+	if err != nil {
+		return err
+	}
+	user := "" // an admin may extend any order
+	if !isAdmin(c) {
+		if user, err = s.buyer(c, nil); err != nil {
+			return err
+		}
+	}
+	o, err := s.orders.Extend(c.Request().Context(), id, user, c.Request().Header.Get("Idempotency-Key"), by)
 	if err != nil {
 		return err
 	}
@@ -647,6 +743,7 @@ func (s *Server) seckill(c echo.Context) error {
 	}
 	var req struct {
 		UserID *string `json:"user_id"`
+		Hold   *int64  `json:"hold_seconds"`
 	}
 	body, err := readBody(c)
 	if err != nil {
@@ -665,6 +762,10 @@ func (s *Server) seckill(c echo.Context) error {
 		s.cfg.Metrics.soldOutFlag.Inc()
 		return c.JSONBlob(http.StatusConflict, s.soldOutBody(sku))
 	}
+	hold, err := holdParam(req.Hold)
+	if err != nil {
+		return err
+	}
 	user, err := s.buyer(c, req.UserID)
 	if err != nil {
 		return err
@@ -674,7 +775,7 @@ func (s *Server) seckill(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	o, err := s.orders.Seckill(ctx, user, sku, limit)
+	o, err := s.orders.SeckillHold(ctx, user, sku, limit, hold)
 	s.cfg.Metrics.deduction(err, 0)
 	if err != nil {
 		if errors.Is(err, inventory.ErrInsufficientStock) {

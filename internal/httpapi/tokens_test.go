@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/app"
 	"github.com/acme/inventory/internal/httpapi"
 )
@@ -68,6 +69,27 @@ func pay(t *testing.T, a *app.App, id, paymentID string) (int, string) {
 	return call(t, storefront(t, a), "POST", "/v1/payments/callback", body, "X-Timestamp", ts, "X-Signature", sig)
 }
 
+// expectHeld asserts a deduction's 200: exactly result, and a hold that
+// ends the default order TTL after the first call of its token (between
+// when this call began and ended, or earlier for a replay).
+func expectHeld(t *testing.T, h http.Handler, body string, result int64) {
+	t.Helper()
+	before := time.Now()
+	code, got := call(t, h, "POST", "/v1/stock/deduct", body)
+	after := time.Now()
+	require.Equal(t, 200, code, "%s -> %s", body, got)
+	var ans struct {
+		Result    *int64     `json:"result"`
+		ExpiresAt *time.Time `json:"expires_at"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(got), &ans))
+	require.NotNil(t, ans.Result, got)
+	require.Equal(t, result, *ans.Result, got)
+	require.NotNil(t, ans.ExpiresAt, got)
+	require.False(t, ans.ExpiresAt.After(after.Add(inventory.DefaultTTL)), "hold ends %s, after the TTL", ans.ExpiresAt)
+	require.True(t, ans.ExpiresAt.After(before.Add(inventory.DefaultTTL-time.Minute)), "hold ends %s, long before the TTL", ans.ExpiresAt)
+}
+
 func orderOf(t *testing.T, body string) map[string]any {
 	t.Helper()
 	var o map[string]any
@@ -86,9 +108,9 @@ func TestTokenAPI(t *testing.T) {
 	get(200, skuBody(sku, 100, 0, 100, 100, 0))
 
 	// Deduct, then replays.
-	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":2,"token":"tok-a"}`, 200, `{"result":98}`)
+	expectHeld(t, h, `{"sku":"DEMO-TSHIRT","qty":2,"token":"tok-a"}`, 98)
 	get(200, skuBody(sku, 100, 2, 98, 98, 0))
-	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":2,"token":"tok-a"}`, 200, `{"result":98}`)
+	expectHeld(t, h, `{"sku":"DEMO-TSHIRT","qty":2,"token":"tok-a"}`, 98)
 	get(200, skuBody(sku, 100, 2, 98, 98, 0))
 	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":3,"token":"tok-a"}`, 409,
 		errBody("conflict", "token was used for 2 units, not 3"))
@@ -105,11 +127,11 @@ func TestTokenAPI(t *testing.T) {
 		return sameJSON(got, skuBody(sku, 98, 0, 98, 98, 0))
 	}, 10*time.Second, 20*time.Millisecond, "the committed units leave on_hand once")
 	expect(t, h, "POST", "/v1/stock/commit", `{"sku":"DEMO-TSHIRT","token":"tok-a"}`, 200, `{"committed":2}`)
-	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":2,"token":"tok-a"}`, 200, `{"result":98}`)
+	expectHeld(t, h, `{"sku":"DEMO-TSHIRT","qty":2,"token":"tok-a"}`, 98)
 	get(200, skuBody(sku, 98, 0, 98, 98, 0))
 
 	// Deduct then release: once.
-	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":2,"token":"tok-b"}`, 200, `{"result":96}`)
+	expectHeld(t, h, `{"sku":"DEMO-TSHIRT","qty":2,"token":"tok-b"}`, 96)
 	get(200, skuBody(sku, 98, 2, 96, 96, 0))
 	expect(t, h, "POST", "/v1/stock/release", `{"sku":"DEMO-TSHIRT","token":"tok-b"}`, 200, `{"released":2}`)
 	get(200, skuBody(sku, 98, 0, 98, 98, 0))
@@ -195,7 +217,7 @@ func TestTokenAPILongestToken(t *testing.T) {
 	h := storefront(t, embeddedApp(t))
 	for _, n := range []int{1, 126, 127, 128} {
 		tok := strings.Repeat("k", n)
-		expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":1,"token":"`+tok+`"}`, 200, `{"result":99}`)
+		expectHeld(t, h, `{"sku":"DEMO-TSHIRT","qty":1,"token":"`+tok+`"}`, 99)
 		expect(t, h, "POST", "/v1/stock/release", `{"sku":"DEMO-TSHIRT","token":"`+tok+`"}`, 200, `{"released":1}`)
 	}
 	code, body := call(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":1,"token":"`+strings.Repeat("k", 129)+`"}`)
@@ -205,8 +227,8 @@ func TestTokenAPILongestToken(t *testing.T) {
 // Deducting from an unlimited SKU answers -1; an unknown SKU is 404.
 func TestDeductUnlimitedAndUnknown(t *testing.T) {
 	h := storefront(t, embeddedApp(t))
-	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-EBOOK","qty":5,"token":"e1"}`, 200, `{"result":-1}`)
-	expect(t, h, "POST", "/v1/stock/deduct", `{"sku":"DEMO-EBOOK","qty":5,"token":"e1"}`, 200, `{"result":-1}`)
+	expectHeld(t, h, `{"sku":"DEMO-EBOOK","qty":5,"token":"e1"}`, -1)
+	expectHeld(t, h, `{"sku":"DEMO-EBOOK","qty":5,"token":"e1"}`, -1)
 	code, body := call(t, h, "POST", "/v1/stock/deduct", `{"sku":"NOPE","qty":1,"token":"e2"}`)
 	require.Equal(t, 404, code, body)
 	require.Contains(t, body, `"code":"not_found"`)
