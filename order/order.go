@@ -51,7 +51,7 @@ type Order struct {
 	PaidAt           *time.Time `json:"paid_at,omitempty"`
 	CreatedAt        time.Time  `json:"created_at"`
 	UpdatedAt        time.Time  `json:"updated_at"`
-	ExtendKey        *string    `json:"-"` // the last extension's Idempotency-Key
+	ExtendKey        *string    `json:"-"`              // the last extension's Idempotency-Key
 	Items            []Item     `json:"items" gorm:"-"` // see loadItems
 }
 
