@@ -78,6 +78,10 @@ var (
 // mbHorizon is the retention horizon of the model run.
 const mbHorizon = 24 * time.Hour
 
+// mbMaxHold is the rig's maximum hold (the default): a hold may end at most
+// this long after it was made.
+const mbMaxHold = inventory.DefaultMaxHold
+
 // mbRestored is what the model calls a SOLD reservation whose refund was
 // applied. The database may name it RESTORED, or leave it SOLD.
 const mbRestored arbiter.ResState = "RESTORED"
@@ -107,6 +111,10 @@ type mbRes struct {
 	order   string // "" for the token API
 	expires time.Time
 	result  int64 // what the first Reserve answered (token API)
+	// created and extKey: when a token-API hold was made, and the
+	// Idempotency-Key of the extension that moved it last.
+	created time.Time
+	extKey  string
 }
 
 type mbOrder struct {
@@ -116,6 +124,8 @@ type mbOrder struct {
 	token          string // the reservation token: id, or id + ".late"
 	payment        string
 	expires        time.Time
+	created        time.Time
+	extKey         string // the last extension's Idempotency-Key
 }
 
 type mbMsg struct {
@@ -419,8 +429,8 @@ func (m *mbModel) selfCheck() error {
 
 // newOrder records an order the service created for user (an idempotency
 // key, lines normalised), PENDING until expires.
-func (m *mbModel) newOrder(id, user, key string, lines []inventory.Line, expires time.Time) *mbOrder {
-	o := &mbOrder{id: id, user: user, idem: key, lines: lines, token: id, expires: expires}
+func (m *mbModel) newOrder(id, user, key string, lines []inventory.Line, created, expires time.Time) *mbOrder {
+	o := &mbOrder{id: id, user: user, idem: key, lines: lines, token: id, created: created, expires: expires}
 	m.orders[id] = o
 	m.orderList = append(m.orderList, o)
 	m.setStatus(o, order.Pending)
@@ -545,10 +555,45 @@ func (m *mbModel) reserveOutcomes(k mbKey, qty int64) mbSet {
 	return want
 }
 
+// extendOutcome is what an extension of o's hold to until (at now, by
+// user, "" for an admin, with key) answers, and whether it moves the
+// deadline: the order's conditional UPDATE, then Extend's reading of why it
+// did not apply.
+func (m *mbModel) extendOutcome(o *mbOrder, user, key string, now, until time.Time) (string, bool) {
+	switch {
+	case user != "" && user != o.user:
+		return "forbidden", false
+	case o.status != order.Pending:
+		return "conflict", false
+	case o.expires.After(now) && o.expires.Before(until) && !until.After(o.created.Add(mbMaxHold)) && (key == "" || key != o.extKey):
+		return "ok", true
+	case key != "" && key == o.extKey, o.expires.After(now) && !o.expires.Before(until):
+		return "ok", false // a replay, or a deadline already as late
+	}
+	return "conflict", false // past the deadline, or past the maximum hold
+}
+
+// extendHoldOutcome is extendOutcome for a token-API hold under k.
+func (m *mbModel) extendHoldOutcome(k mbKey, key string, now, until time.Time) (string, bool) {
+	switch r := m.res[k]; {
+	case r == nil:
+		return "notfound", false
+	case r.state == arbiter.Released:
+		return "released", false
+	case r.state != arbiter.Held:
+		return "conflict", false
+	case r.expires.After(now) && r.expires.Before(until) && !until.After(r.created.Add(mbMaxHold)) && (key == "" || key != r.extKey):
+		return "ok", true
+	case key != "" && key == r.extKey, r.expires.After(now) && !r.expires.Before(until):
+		return "ok", false
+	}
+	return "conflict", false
+}
+
 // reserve records a new token-API reservation that answered result.
-func (m *mbModel) reserve(k mbKey, qty, result int64, expires time.Time) {
+func (m *mbModel) reserve(k mbKey, qty, result int64, created, expires time.Time) {
 	s := m.skus[k.sku]
-	m.addRes(k, &mbRes{qty: qty, state: arbiter.Held, expires: expires, result: result})
+	m.addRes(k, &mbRes{qty: qty, state: arbiter.Held, created: created, expires: expires, result: result})
 	m.tokenHeld = append(m.tokenHeld, k)
 	s.reserved += qty
 	m.tokenKey[k] = s.limited() && !m.stale[k.sku]
@@ -674,6 +719,8 @@ func mbClass(err error) string {
 		return "insufficient"
 	case errors.Is(err, inventory.ErrConflict):
 		return "conflict"
+	case errors.Is(err, inventory.ErrForbidden):
+		return "forbidden"
 	case errors.Is(err, inventory.ErrNotFound):
 		return "notfound"
 	case errors.Is(err, inventory.ErrInvalidArgument):
@@ -758,6 +805,8 @@ var mbOps = []mbOp{
 	{"release", 5, (*mbDriver).release},
 	{"pay", 12, (*mbDriver).pay},
 	{"cancel", 5, (*mbDriver).cancel},
+	{"extend", 4, (*mbDriver).extend},
+	{"extendHold", 3, (*mbDriver).extendHold},
 	{"refund", 5, (*mbDriver).refund},
 	{"spelling", 1, (*mbDriver).otherSpelling},
 	{"expire", 3, (*mbDriver).expire},
@@ -993,8 +1042,9 @@ func (d *mbDriver) pickIdem() string {
 func (d *mbDriver) order(what, user, key string, raw []inventory.Line) {
 	lines := mbNormalise(raw)
 	want, prior := d.m.createOutcomes(user, key, lines)
-	o, err := d.r.Orders.Create(d.ctx, user, key, raw)
-	if d.expect(fmt.Sprintf("%s user=%s key=%q %v", what, user, key, lines), err, want) != "ok" {
+	hold := d.pickHold()
+	o, err := d.r.Orders.CreateHold(d.ctx, user, key, raw, hold)
+	if d.expect(fmt.Sprintf("%s user=%s key=%q %v hold=%s", what, user, key, lines, hold), err, want) != "ok" {
 		return
 	}
 	if prior != nil {
@@ -1004,12 +1054,30 @@ func (d *mbDriver) order(what, user, key string, raw []inventory.Line) {
 		}
 		return
 	}
-	d.created(o, user, key, lines)
+	d.created(o, user, key, lines, hold)
 }
 
-// created checks an order the service created and records it.
-func (d *mbDriver) created(o *order.Order, user, key string, lines []inventory.Line) {
-	expires := d.now().Add(testrig.TTL)
+// pickHold is a hold to ask for: mostly none (the default), else a short
+// flash-sale hold, a long checkout one, or the longest allowed.
+func (d *mbDriver) pickHold() time.Duration {
+	switch n := d.rng.IntN(8); {
+	case n < 5:
+		return 0
+	case n == 5:
+		return 2 * time.Minute
+	case n == 6:
+		return 40 * time.Minute
+	}
+	return mbMaxHold
+}
+
+// created checks an order the service created, holding its units for hold
+// (0: the default), and records it.
+func (d *mbDriver) created(o *order.Order, user, key string, lines []inventory.Line, hold time.Duration) {
+	if hold == 0 {
+		hold = testrig.TTL
+	}
+	expires := d.now().Add(hold)
 	if o.Status != order.Pending || !slices.Equal(o.Lines(), lines) || o.UserID != user || !o.ExpiresAt.Equal(expires) {
 		d.failf("created order %s is %s %v of %s expiring %s; the model has PENDING %v of %s expiring %s",
 			o.ID, o.Status, o.Lines(), o.UserID, o.ExpiresAt, lines, user, expires)
@@ -1018,7 +1086,7 @@ func (d *mbDriver) created(o *order.Order, user, key string, lines []inventory.L
 		d.failf("order id %s given twice", o.ID)
 	}
 	d.note("  order %s", o.ID)
-	d.touchOrder(d.m.newOrder(o.ID, user, key, lines, expires))
+	d.touchOrder(d.m.newOrder(o.ID, user, key, lines, d.now(), expires))
 }
 
 func (d *mbDriver) seckill() {
@@ -1032,9 +1100,10 @@ func (d *mbDriver) seckill() {
 	if limit > 0 {
 		want = d.m.seckillOutcomes(user, sku)
 	}
-	o, err := d.r.Orders.Seckill(d.ctx, user, sku, limit)
-	if d.expect(fmt.Sprintf("seckill user=%s %s limit=%d", user, sku, limit), err, want) == "ok" {
-		d.created(o, user, "", lines)
+	hold := d.pickHold()
+	o, err := d.r.Orders.SeckillHold(d.ctx, user, sku, limit, hold)
+	if d.expect(fmt.Sprintf("seckill user=%s %s limit=%d hold=%s", user, sku, limit, hold), err, want) == "ok" {
+		d.created(o, user, "", lines, hold)
 	}
 }
 
@@ -1082,6 +1151,80 @@ func (d *mbDriver) cancel() {
 		d.failf("cancel %s answered %s", o.id, got.Status)
 	}
 	d.m.cancel(o)
+}
+
+// extend moves an order's deadline: by its buyer, an admin or another
+// buyer, with no key, a fresh key or the last extension's (a retry), for a
+// hold that fits, is shorter than the order has, or passes the maximum.
+func (d *mbDriver) extend() {
+	o := d.pickOrder(order.Pending, order.Pending, order.Expired)
+	if o == nil {
+		return
+	}
+	user := o.user
+	switch n := d.rng.IntN(10); {
+	case n == 0:
+		user = ""
+	case n == 1:
+		user = d.pick(mbUsers)
+	}
+	key := d.pickExtKey(o.extKey)
+	by := []time.Duration{time.Minute, 10 * time.Minute, 30 * time.Minute, mbMaxHold}[d.rng.IntN(4)]
+	now := d.now()
+	want, moves := d.m.extendOutcome(o, user, key, now, now.Add(by))
+	got, err := d.r.Orders.Extend(d.ctx, o.id, user, key, by)
+	d.touchOrder(o)
+	if d.expect(fmt.Sprintf("extend %s (%s, ends %s) by %q key=%q +%s", o.id, o.status, o.expires, user, key, by), err, mbWant(want)) != "ok" {
+		return
+	}
+	if moves {
+		o.expires, o.extKey = now.Add(by), key
+	}
+	if !got.ExpiresAt.Equal(o.expires) {
+		d.failf("extend answered a deadline %s, the model %s", got.ExpiresAt, o.expires)
+	}
+}
+
+// pickExtKey is an extension's Idempotency-Key: none, a fresh one, or last
+// (a retry of the extension that moved the hold last).
+func (d *mbDriver) pickExtKey(last string) string {
+	switch n := d.rng.IntN(5); {
+	case n < 2:
+		return ""
+	case n < 4 || last == "":
+		return d.fresh("ext")
+	}
+	return last
+}
+
+// extendHold moves a token-API hold's end, as extend does an order's.
+func (d *mbDriver) extendHold() {
+	sku, token := d.pickTokenKey()
+	if n := len(d.m.tokenHeld); n > 0 && d.rng.IntN(2) == 0 {
+		k := d.m.tokenHeld[d.rng.IntN(n)]
+		sku, token = k.sku, strings.TrimPrefix(k.token, "t.")
+	}
+	k := mbKey{"t." + token, sku}
+	last := ""
+	if r := d.m.res[k]; r != nil {
+		last = r.extKey
+	}
+	key := d.pickExtKey(last)
+	by := []time.Duration{time.Minute, 10 * time.Minute, 30 * time.Minute, mbMaxHold}[d.rng.IntN(4)]
+	now := d.now()
+	want, moves := d.m.extendHoldOutcome(k, key, now, now.Add(by))
+	end, err := d.r.Tokens.Extend(d.ctx, sku, token, key, by)
+	d.touchedTokens[k.token] = true
+	if d.expect(fmt.Sprintf("extend hold %s token=%s key=%q +%s", sku, token, key, by), err, mbWant(want)) != "ok" {
+		return
+	}
+	r := d.m.res[k]
+	if moves {
+		r.expires, r.extKey = now.Add(by), key
+	}
+	if !end.Equal(r.expires) {
+		d.failf("extend answered an end %s, the model %s", end, r.expires)
+	}
 }
 
 // refund refunds an order at any age: its deduction may be pending, applied,
@@ -1171,21 +1314,28 @@ func (d *mbDriver) reserve() {
 		qty = row.qty // a replay
 	}
 	want := d.m.reserveOutcomes(k, qty)
-	got, err := d.r.Tokens.Reserve(d.ctx, sku, qty, token)
+	hold := d.pickHold()
+	held, err := d.r.Tokens.ReserveHold(d.ctx, sku, qty, token, hold)
+	got := held.Result
 	d.touchedTokens[k.token] = true
-	if d.expect(fmt.Sprintf("reserve %s qty=%d token=%s", sku, qty, token), err, want) != "ok" {
+	if d.expect(fmt.Sprintf("reserve %s qty=%d token=%s hold=%s", sku, qty, token, hold), err, want) != "ok" {
 		return
 	}
+	if hold == 0 {
+		hold = testrig.TTL
+	}
 	switch {
-	case row != nil && got != row.result:
-		d.failf("a replay of token %s answered %d, the first reservation %d", token, got, row.result)
+	case row != nil && (got != row.result || !held.ExpiresAt.Equal(row.expires)):
+		d.failf("a replay of token %s answered %d ending %s, the first reservation %d ending %s", token, got, held.ExpiresAt, row.result, row.expires)
+	case row == nil && !held.ExpiresAt.Equal(d.now().Add(hold)):
+		d.failf("reserve answered a hold ending %s, the model %s", held.ExpiresAt, d.now().Add(hold))
 	case row != nil:
 		return
 	case d.m.stale[sku]: // what Redis had left is anyone's guess
 	case s.limited() && got != s.available()-qty, !s.limited() && got != inventory.Unlimited:
 		d.failf("reserve answered %d left, the model has %d available before taking %d", got, s.available(), qty)
 	}
-	d.m.reserve(k, qty, got, d.now().Add(testrig.TTL))
+	d.m.reserve(k, qty, got, d.now(), d.now().Add(hold))
 }
 
 func (d *mbDriver) commit() {
@@ -1613,7 +1763,7 @@ func (d *mbDriver) checkQuotas() {
 // checkReservations compares the reservations of tokens (all if nil).
 func (d *mbDriver) checkReservations(tokens map[string]bool) {
 	d.t.Helper()
-	query := `SELECT token, sku, qty, state, COALESCE(buyer, ''), COALESCE(order_id, '') FROM stock_reservations`
+	query := `SELECT token, sku, qty, state, COALESCE(buyer, ''), COALESCE(order_id, ''), expires_at FROM stock_reservations`
 	if tokens != nil {
 		query += ` WHERE token IN ?`
 	}
@@ -1621,7 +1771,8 @@ func (d *mbDriver) checkReservations(tokens map[string]bool) {
 	d.rows(query, tokens, func(r *sql.Rows) error {
 		var token, sku, state, buyer, order string
 		var qty int64
-		if err := r.Scan(&token, &sku, &qty, &state, &buyer, &order); err != nil {
+		var expires time.Time
+		if err := r.Scan(&token, &sku, &qty, &state, &buyer, &order, &expires); err != nil {
 			return err
 		}
 		if tokens != nil && !tokens[token] { // another spelling
@@ -1630,38 +1781,49 @@ func (d *mbDriver) checkReservations(tokens map[string]bool) {
 		if m := d.m.res[mbKey{token, sku}]; m != nil && m.state == mbRestored && (state == string(arbiter.Sold) || state == string(mbRestored)) {
 			state = string(mbRestored) // whatever a refund leaves
 		}
-		got[token+"/"+sku] = fmt.Sprintf("qty=%d %s buyer=%q order=%q", qty, state, buyer, order)
+		got[token+"/"+sku] = fmt.Sprintf("qty=%d %s buyer=%q order=%q", qty, state, buyer, order) + holdEnd(order, state, expires)
 		return nil
 	})
 	for k, r := range d.m.res {
 		if tokens == nil || tokens[k.token] {
-			want[k.token+"/"+k.sku] = fmt.Sprintf("qty=%d %s buyer=%q order=%q", r.qty, r.state, r.buyer, r.order)
+			want[k.token+"/"+k.sku] = fmt.Sprintf("qty=%d %s buyer=%q order=%q", r.qty, r.state, r.buyer, r.order) +
+				holdEnd(r.order, string(r.state), r.expires)
 		}
 	}
 	d.diff("reservations", got, want)
 }
 
+// holdEnd is a HELD token-API reservation's end as the checks compare it
+// (an order's hold ends at the order's deadline, compared with the order).
+func holdEnd(order, state string, expires time.Time) string {
+	if order != "" || state != string(arbiter.Held) {
+		return ""
+	}
+	return " ends " + expires.UTC().Format(time.RFC3339Nano)
+}
+
 // checkOrders compares the orders ids (all if nil).
 func (d *mbDriver) checkOrders(ids map[string]bool) {
 	d.t.Helper()
-	query := `SELECT id, status, COALESCE(payment_id, ''), reservation_token FROM orders`
+	query := `SELECT id, status, COALESCE(payment_id, ''), reservation_token, expires_at FROM orders`
 	if ids != nil {
 		query += ` WHERE id IN ?`
 	}
 	got, want := map[string]string{}, map[string]string{}
 	d.rows(query, ids, func(r *sql.Rows) error {
 		var id, status, pay, token string
-		if err := r.Scan(&id, &status, &pay, &token); err != nil {
+		var expires time.Time
+		if err := r.Scan(&id, &status, &pay, &token, &expires); err != nil {
 			return err
 		}
 		if ids == nil || ids[id] {
-			got[id] = fmt.Sprintf("%s payment=%q token=%s", status, pay, token)
+			got[id] = fmt.Sprintf("%s payment=%q token=%s ends %s", status, pay, token, expires.UTC().Format(time.RFC3339Nano))
 		}
 		return nil
 	})
 	for id, o := range d.m.orders {
 		if ids == nil || ids[id] {
-			want[id] = fmt.Sprintf("%s payment=%q token=%s", o.status, o.payment, o.token)
+			want[id] = fmt.Sprintf("%s payment=%q token=%s ends %s", o.status, o.payment, o.token, o.expires.UTC().Format(time.RFC3339Nano))
 		}
 	}
 	d.diff("orders", got, want)
