@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
@@ -191,4 +192,25 @@ func TestExtensionRacesTheTimeout(t *testing.T) {
 	t.Logf("extension won %d, expiry won %d", wins[0], wins[1])
 	r.RequireQty(sku, 2*n, 2*pending)
 	r.CheckInvariant(sku)
+}
+
+// What an extension costs the database: one conditional UPDATE decides it
+// (the only write, one round trip, no transaction), and the answer (the
+// whole order) is read back with its lines: three statements in all.
+func TestExtensionStatements(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	sku := r.PutSKU("EXTN", 10, 0)
+	o, err := r.Orders.Create(ctx, "u1", "", testrig.Line(sku, 1))
+	require.NoError(t, err)
+	var writes int64
+	name := "count-writes:" + t.Name()
+	require.NoError(t, r.DB.Callback().Update().Before("gorm:update").Register(name, func(*gorm.DB) { writes++ }))
+	defer func() { _ = r.DB.Callback().Update().Remove(name) }()
+	n := countStatements(t, r.DB, func() {
+		_, err = r.Orders.Extend(ctx, o.ID, "u1", "k", time.Hour)
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n, "the UPDATE, then the order and its lines")
+	require.EqualValues(t, 1, writes)
 }
