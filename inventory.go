@@ -95,6 +95,12 @@ var (
 	ErrPrecondition = errors.New("inventory: precondition failed")
 	// ErrForbidden: the caller may not act on this (another buyer's order).
 	ErrForbidden = errors.New("inventory: forbidden")
+	// ErrNotStarted: a campaign's sale has not opened yet; nothing was
+	// taken (HTTP 409 sale_not_started, with Retry-After).
+	ErrNotStarted = errors.New("inventory: sale not started")
+	// ErrEnded: a campaign's sale is over; nothing was taken (HTTP 409
+	// sale_ended).
+	ErrEnded = errors.New("inventory: sale ended")
 )
 
 // UnknownSKU: there is no such SKU. It is ErrNotFound and ErrUnknownSKU
