@@ -5,7 +5,6 @@ package mq_test
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"sort"
 	"strconv"
 	"strings"
@@ -172,13 +171,7 @@ func queueKeys(queues int) []string {
 	var keys []string
 	for i := 0; len(keys) < queues*keysPerQueue; i++ {
 		k := fmt.Sprintf("SKU-%d", i)
-		h := fnv.New32a()
-		h.Write([]byte(k))
-		q := int(h.Sum32()) % queues
-		if q < 0 {
-			q = -q
-		}
-		if count[q] < keysPerQueue {
+		if q := mq.QueueOf(k, queues); count[q] < keysPerQueue {
 			count[q]++
 			keys = append(keys, k)
 		}

@@ -164,6 +164,15 @@ func TestRocketMQTakeoverAfterKill(t *testing.T) {
 	a := g.childConsumer("A")
 	g.consumer("B")
 	g.settle("A", "B")
+	// Who holds what, as make faults reads it to pick its victim.
+	owners, err := mq.QueueOwners(context.Background(), g.ns, g.topic, g.name)
+	require.NoError(t, err)
+	held := map[string]int{}
+	for _, cid := range owners {
+		_, inst, _ := strings.Cut(cid, "@")
+		held[inst]++
+	}
+	require.Equal(t, map[string]int{g.topic + "_A": handoverQueues / 2, g.topic + "_B": handoverQueues / 2}, held)
 
 	killed := time.Now()
 	a.kill()
