@@ -5,7 +5,6 @@ package mq_test
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,42 +60,64 @@ func newLedger(t *testing.T, keys []string) *ledger {
 
 func (l *ledger) handler(name string) mq.Handler {
 	return func(_ context.Context, msgs []mq.Message) error {
-		l.mu.Lock()
-		for _, m := range msgs {
-			if other := l.busy[m.Key]; other != "" && other != name {
-				l.t.Errorf("key %s applied by %s and %s at the same time", m.Key, other, name)
-			}
-			l.busy[m.Key] = name
-		}
-		l.mu.Unlock()
+		l.begin(name, msgs)
 		// The work of a transaction: long enough that an overlap would be seen.
 		time.Sleep(2 * time.Millisecond)
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		for _, m := range msgs {
-			key, s, _ := strings.Cut(string(m.Body), ":")
-			n, err := strconv.Atoi(s)
-			if err != nil || key != m.Key {
-				l.t.Errorf("bad message %q (key %q)", m.Body, m.Key)
-				continue
-			}
-			switch want := l.next[key]; {
-			case n < want:
-				l.dups++
-			case n == want:
-				l.next[key]++
-				if l.by[n] == nil {
-					l.by[n] = map[string]bool{}
-				}
-				l.by[n][name] = true
-			default:
-				l.t.Errorf("key %s: %s got message %d while %d is not applied yet (lost or out of order)", key, name, n, want)
-			}
-			delete(l.busy, m.Key)
-		}
-		close(l.ch)
-		l.ch = make(chan struct{})
+		l.apply(name, msgs)
 		return nil
+	}
+}
+
+// begin records that consumer name started applying msgs.
+func (l *ledger) begin(name string, msgs []mq.Message) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range msgs {
+		if other := l.busy[m.Key]; other != "" && other != name {
+			l.t.Errorf("key %s applied by %s and %s at the same time", m.Key, other, name)
+		}
+		l.busy[m.Key] = name
+	}
+}
+
+// apply records that consumer name applied msgs (the transaction committed).
+func (l *ledger) apply(name string, msgs []mq.Message) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range msgs {
+		key, s, _ := strings.Cut(string(m.Body), ":")
+		n, err := strconv.Atoi(s)
+		if err != nil || key != m.Key {
+			l.t.Errorf("bad message %q (key %q)", m.Body, m.Key)
+			continue
+		}
+		switch want := l.next[key]; {
+		case n < want:
+			l.dups++
+		case n == want:
+			l.next[key]++
+			if l.by[n] == nil {
+				l.by[n] = map[string]bool{}
+			}
+			l.by[n][name] = true
+		default:
+			l.t.Errorf("key %s: %s got message %d while %d is not applied yet (lost or out of order)", key, name, n, want)
+		}
+		delete(l.busy, m.Key)
+	}
+	close(l.ch)
+	l.ch = make(chan struct{})
+}
+
+// abort forgets the batches consumer name had begun and not applied: it
+// died, and its transactions with it.
+func (l *ledger) abort(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, who := range l.busy {
+		if who == name {
+			delete(l.busy, k)
+		}
 	}
 }
 
@@ -150,13 +171,7 @@ func queueKeys(queues int) []string {
 	var keys []string
 	for i := 0; len(keys) < queues*keysPerQueue; i++ {
 		k := fmt.Sprintf("SKU-%d", i)
-		h := fnv.New32a()
-		h.Write([]byte(k))
-		q := int(h.Sum32()) % queues
-		if q < 0 {
-			q = -q
-		}
-		if count[q] < keysPerQueue {
+		if q := mq.QueueOf(k, queues); count[q] < keysPerQueue {
 			count[q]++
 			keys = append(keys, k)
 		}

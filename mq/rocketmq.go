@@ -35,9 +35,10 @@ type RocketMQConfig struct {
 	Retry time.Duration
 	// HandoverWait bounds how long a consumer given a queue in a rebalance
 	// retries its lock while the previous owner finishes its batch and
-	// releases it (default 10s); after that the client retries at its next
-	// rebalance (every 20 s), as it does when the owner died and the broker
-	// must let its lock expire.
+	// releases it, or while the lock of an owner that died lapses on the
+	// broker (BrokerLockLifetime) (default 10s); after that the client
+	// retries at its next rebalance (every 20 s), as it does with a broker
+	// whose locks live longer (the default 60 s).
 	HandoverWait time.Duration
 	// BrokerCheck is how often a consumer asks the brokers whether they still
 	// know it, to resume at once after a broker restart (default 500ms).
@@ -140,9 +141,12 @@ func (r *RocketProducer) Close() error {
 
 // RocketConsumer is an orderly push consumer (clustering mode): each queue is
 // locked to one consumer of the group and delivered in order. Around the
-// client it hands queues over promptly when nodes join or leave (see
-// queueGuard), and it replaces its client when a broker restarted and no
-// longer knows it (see watch).
+// client it hands queues over promptly when nodes join or leave, keeps its
+// queue locks alive and applies a queue only while its lock holds, so that a
+// node that died loses its queues within seconds (see queueGuard), and it
+// replaces its client when a broker restarted and no longer knows it (see
+// watch). The handler's context is cancelled when the consumer closes, or
+// when the lock of the batch's queue can no longer be counted on.
 type RocketConsumer struct {
 	cfg   RocketMQConfig
 	h     Handler
@@ -221,9 +225,11 @@ func (r *RocketConsumer) newClient(gen int) (rocketmq.PushConsumer, error) {
 		if !ok {
 			return consumer.SuspendCurrentQueueAMoment, errors.New("mq: delivery without its queue")
 		}
-		if !r.guard.begin(gen, oc.MQ) {
-			// The queue is no longer this node's (or the batch before it, of
-			// the client this one replaced, is still being applied).
+		hctx, ok := r.guard.begin(r.ctx, gen, oc.MQ)
+		if !ok {
+			// The queue is no longer this node's, its lock was not renewed
+			// in time (or the batch before it, of the client this one
+			// replaced, is still being applied).
 			return consumer.SuspendCurrentQueueAMoment, nil
 		}
 		defer r.guard.end(oc.MQ)
@@ -231,7 +237,7 @@ func (r *RocketConsumer) newClient(gen int) (rocketmq.PushConsumer, error) {
 		for i, m := range ext {
 			msgs[i] = Message{Key: m.GetShardingKey(), Body: m.Body, ID: m.MsgId}
 		}
-		if err := r.h(r.ctx, msgs); err != nil {
+		if err := r.h(hctx, msgs); err != nil {
 			return consumer.SuspendCurrentQueueAMoment, err
 		}
 		return consumer.ConsumeSuccess, nil
@@ -256,8 +262,12 @@ func (r *RocketConsumer) Start() error {
 		err = r.c.Start()
 		r.started = err == nil
 		if r.started {
-			r.watched.Add(1)
+			r.watched.Add(2)
 			go r.watch()
+			go func() {
+				defer r.watched.Done()
+				r.guard.keepLocks(r.done)
+			}()
 		}
 	})
 	return err

@@ -3,6 +3,7 @@ package mq
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -17,7 +18,9 @@ import (
 //
 // In orderly mode a consumer applies a queue only while the broker holds
 // that queue's lock for it (LOCK_BATCH_MQ; the client renews it every 20 s,
-// the broker lets it lapse after 60 s, rocketmq.broker.rebalance.lockMaxLiveTime).
+// the broker lets it lapse after rocketmq.broker.rebalance.lockMaxLiveTime,
+// 60 s by default; ours run with BrokerLockLifetime, and the guard renews
+// the locks itself: see below).
 // rocketmq-client-go v2.1.2 never gives a lock back when a rebalance takes a
 // queue away from it (pushConsumer.removeUnnecessaryMessageQueue, "TODO
 // orderly"), so the node the queue goes to cannot lock it until the lock
@@ -36,7 +39,30 @@ import (
 //
 // One queue is therefore never applied by two nodes at once: the new owner
 // can lock it only after the old one stopped applying it (or after the
-// broker's lock expiry, as before, if the old one died).
+// broker's lock expiry if the old one died).
+//
+// A node that dies (SIGKILL, OOM, panic) never gives its locks back: the
+// broker drops it from the group as soon as its connections close and the
+// nodes that stay rebalance at once, but they can lock its queues only when
+// the locks lapse. With the broker's default lifetime that stalled the dead
+// node's queues for 50-80 s; our brokers run with BrokerLockLifetime (1 s),
+// and the guard keeps its own locks alive and obeys them:
+//
+//   - it renews the locks of the queues it owns every lockRenew (the client
+//     does every 20 s, far beyond a 1 s lifetime);
+//   - a batch of a queue is admitted only until lockValid after the last
+//     granted lock request of that queue was sent (the broker stamped the lock
+//     when it received the request, later), and a batch in flight has its
+//     context cancelled at that moment unless a renewal pushed it further,
+//     or at once when the broker says another client holds the lock. A node
+//     that is slow rather than dead (a long pause, a partition from the
+//     broker) therefore stops applying a queue lockMargin before the broker
+//     can give its lock to another node, which then waits 3 s more before its
+//     first pull of that queue (the client's delay for a queue it just locked).
+//
+// A broker with a longer lifetime (the default 60 s) is safe, only slow to
+// hand a dead node's queues over; a shorter one than BrokerLockLifetime is
+// not: the guard would go on applying a queue whose lock may have lapsed.
 type queueGuard struct {
 	nameServers []string
 	wait        time.Duration // HandoverWait
@@ -47,31 +73,72 @@ type queueGuard struct {
 	// given the queue back and locked it again.
 	relMu sync.Mutex
 
-	mu       sync.Mutex
-	idle     *sync.Cond // broadcast when a batch ends or ownership changes
-	gen      int        // the client instance whose batches are accepted
-	owned    map[primitive.MessageQueue]bool
-	busy     map[primitive.MessageQueue]bool
-	closed   bool
-	cid      string               // the client's id, as the broker knows it
-	group    string               // the consumer group, as the broker knows it
-	addrs    map[string]string    // broker name -> master address
-	lease    map[string]time.Time // broker name -> until when batches of its queues are admitted
-	leaseTTL time.Duration
-	routedAt time.Time // when the route was last read
+	mu    sync.Mutex
+	idle  *sync.Cond // broadcast when a batch ends or ownership changes
+	gen   int        // the client instance whose batches are accepted
+	owned map[primitive.MessageQueue]bool
+	busy  map[primitive.MessageQueue]*batch // the batch in flight of each queue
+	// lockedUntil is until when batches of each queue may run (see
+	// queueGuard): lockFor after the last granted lock request was sent.
+	lockedUntil map[primitive.MessageQueue]time.Time
+	lockFor     time.Duration
+	closed      bool
+	cid         string               // the client's id, as the broker knows it
+	group       string               // the consumer group, as the broker knows it
+	addrs       map[string]string    // broker name -> master address
+	lease       map[string]time.Time // broker name -> until when batches of its queues are admitted
+	leaseTTL    time.Duration
+	routedAt    time.Time // when the route was last read
 }
 
 func newQueueGuard(nameServers []string, wait, leaseTTL time.Duration) *queueGuard {
 	g := &queueGuard{nameServers: nameServers, wait: wait, stop: make(chan struct{}), leaseTTL: leaseTTL,
-		owned: map[primitive.MessageQueue]bool{}, busy: map[primitive.MessageQueue]bool{},
+		owned: map[primitive.MessageQueue]bool{}, busy: map[primitive.MessageQueue]*batch{},
+		lockedUntil: map[primitive.MessageQueue]time.Time{}, lockFor: lockValid,
 		addrs: map[string]string{}, lease: map[string]time.Time{}}
 	g.idle = sync.NewCond(&g.mu)
 	return g
 }
 
-// begin admits a batch of q from client instance gen: only while q is this
-// node's and no other batch of q is in flight (one from an instance being
-// replaced). A batch begin refuses is not applied and comes back later.
+// BrokerLockLifetime is how long a broker keeps a queue lock its holder does
+// not renew: the value of rocketmq.broker.rebalance.lockMaxLiveTime (a JVM
+// system property, in milliseconds) that scripts/up.sh, internal/servers and
+// docker-compose.yml give the broker, and the least a broker of this service
+// may have (docs/operations.md).
+const BrokerLockLifetime = time.Second
+
+// The guard's own lock keeping (see queueGuard).
+const (
+	// lockRenew is how often the locks of owned queues are renewed.
+	lockRenew = 200 * time.Millisecond
+	// lockMargin is how long before the broker could let a lock lapse the
+	// guard stops applying its queue: for a transaction cancelled at that
+	// moment to end.
+	lockMargin = 300 * time.Millisecond
+	// lockValid is how long after a granted lock request was sent its queue
+	// may be applied.
+	lockValid = BrokerLockLifetime - lockMargin
+)
+
+// errLockLapsed and errLockLost cancel a batch whose queue's lock this node
+// can no longer count on.
+var (
+	errLockLapsed = errors.New("mq: the queue's lock was not renewed in time: it may have lapsed on the broker")
+	errLockLost   = errors.New("mq: the broker gave the queue's lock to another consumer")
+)
+
+// batch is a batch in flight: its context is cancelled when its queue's lock
+// can no longer be counted on.
+type batch struct {
+	cancel context.CancelCauseFunc
+	timer  *time.Timer // cancels at the queue's lockedUntil; reset by renewals
+}
+
+// begin admits a batch of q from client instance gen and returns the context
+// it runs under (derived from parent): only while q is this node's and no
+// other batch of q is in flight (one from an instance being replaced), and
+// while q's lock is valid (see queueGuard). A batch begin refuses is not
+// applied and comes back later.
 //
 // It also needs a lease on q's broker: the broker listed this client among
 // the group's consumers in a check sent less than leaseTTL ago. After a
@@ -82,21 +149,91 @@ func newQueueGuard(nameServers []string, wait, leaseTTL time.Duration) *queueGua
 // have started (a broker takes seconds to start, and a new client pulls 3 s
 // after it locked a queue). The same holds when this node is cut off from
 // the broker while the broker lets its locks expire.
-func (g *queueGuard) begin(gen int, q primitive.MessageQueue) bool {
+func (g *queueGuard) begin(parent context.Context, gen int, q primitive.MessageQueue) (context.Context, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.closed || gen != g.gen || !g.owned[q] || g.busy[q] || time.Now().After(g.lease[q.BrokerName]) {
-		return false
+	now := time.Now()
+	if g.closed || gen != g.gen || !g.owned[q] || g.busy[q] != nil || now.After(g.lease[q.BrokerName]) || !now.Before(g.lockedUntil[q]) {
+		return nil, false
 	}
-	g.busy[q] = true
-	return true
+	ctx, cancel := context.WithCancelCause(parent)
+	g.busy[q] = &batch{cancel: cancel, timer: time.AfterFunc(g.lockedUntil[q].Sub(now), func() { cancel(errLockLapsed) })}
+	return ctx, true
 }
 
 func (g *queueGuard) end(q primitive.MessageQueue) {
 	g.mu.Lock()
+	if b := g.busy[q]; b != nil {
+		b.timer.Stop()
+		b.cancel(nil)
+	}
 	delete(g.busy, q)
 	g.idle.Broadcast()
 	g.mu.Unlock()
+}
+
+// locked records the answer to a lock request for qs sent at sent: the
+// queues granted may be applied until lockFor after it; those the broker
+// refused (it answered, and another client holds them) not at all, and a
+// batch of them in flight is cancelled.
+func (g *queueGuard) locked(sent time.Time, qs []primitive.MessageQueue, granted, answered map[primitive.MessageQueue]bool) {
+	until := sent.Add(g.lockFor)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, q := range qs {
+		b := g.busy[q]
+		switch {
+		case granted[q]:
+			if until.After(g.lockedUntil[q]) {
+				g.lockedUntil[q] = until
+				if b != nil {
+					b.timer.Reset(time.Until(until))
+				}
+			}
+		case answered[q]:
+			delete(g.lockedUntil, q)
+			if b != nil {
+				b.cancel(errLockLost)
+			}
+		}
+	}
+}
+
+// keepLocks renews the locks of the queues this node owns every lockRenew,
+// until done or close.
+func (g *queueGuard) keepLocks(done <-chan struct{}) {
+	t := time.NewTicker(lockRenew)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-g.stop:
+			return
+		case <-t.C:
+		}
+		g.renewLocks()
+	}
+}
+
+// renewLocks sends one lock request for the queues owned, under relMu so
+// that it never lands after the unlock of a queue this node just lost.
+func (g *queueGuard) renewLocks() {
+	g.relMu.Lock()
+	defer g.relMu.Unlock()
+	g.mu.Lock()
+	group, cid := g.group, g.cid
+	qs := slices.Collect(maps.Keys(g.owned))
+	g.mu.Unlock()
+	if cid == "" || len(qs) == 0 {
+		return
+	}
+	// Past BrokerLockLifetime an answer can no longer extend anything.
+	ctx, cancel := context.WithTimeout(context.Background(), BrokerLockLifetime)
+	defer cancel()
+	sent := time.Now()
+	granted, answered, _ := g.locks(ctx, reqLockBatchMQ, group, cid, qs)
+	g.locked(sent, qs, granted, answered)
 }
 
 // retire stops accepting batches of the current client instance (it is
@@ -108,6 +245,7 @@ func (g *queueGuard) retire() int {
 	defer g.mu.Unlock()
 	g.gen++
 	clear(g.owned)
+	clear(g.lockedUntil)
 	g.idle.Broadcast()
 	return g.gen
 }
@@ -142,12 +280,6 @@ func (g *queueGuard) current(gen int) bool {
 	return gen == g.gen && !g.closed
 }
 
-func (g *queueGuard) identity() (group, cid string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.group, g.cid
-}
-
 // allocate is the allocation strategy of client instance gen: the client's
 // own (AllocateByAveragely), plus the handover of the queues it moves.
 func (g *queueGuard) allocate(gen int) consumer.AllocateStrategy {
@@ -177,6 +309,7 @@ func (g *queueGuard) allocate(gen int) consumer.AllocateStrategy {
 			if q.Topic == topic && !mine[q] {
 				lost = append(lost, q)
 				delete(g.owned, q)
+				delete(g.lockedUntil, q)
 			}
 		}
 		for q := range mine {
@@ -207,7 +340,7 @@ var releaseRetries = []time.Duration{0, 250 * time.Millisecond, 500 * time.Milli
 // as it is still not this node's.
 func (g *queueGuard) release(q primitive.MessageQueue) {
 	g.mu.Lock()
-	for g.busy[q] && !g.owned[q] {
+	for g.busy[q] != nil && !g.owned[q] {
 		g.idle.Wait()
 	}
 	g.mu.Unlock()
@@ -229,7 +362,7 @@ func (g *queueGuard) unlockReleased(qs []primitive.MessageQueue) bool {
 	g.mu.Lock()
 	var free []primitive.MessageQueue
 	for _, q := range qs {
-		if !g.owned[q] && !g.busy[q] {
+		if !g.owned[q] && g.busy[q] == nil {
 			free = append(free, q)
 		}
 	}
@@ -240,7 +373,7 @@ func (g *queueGuard) unlockReleased(qs []primitive.MessageQueue) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	_, _ = g.locks(ctx, reqUnlockBatchMQ, group, cid, free)
+	_, _, _ = g.locks(ctx, reqUnlockBatchMQ, group, cid, free)
 	return true
 }
 
@@ -257,8 +390,12 @@ func (g *queueGuard) acquire(gen int, group, cid string, qs []primitive.MessageQ
 	pending := qs
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		locked, _ := g.locks(ctx, reqLockBatchMQ, group, cid, pending)
+		sent := time.Now()
+		locked, answered, _ := g.locks(ctx, reqLockBatchMQ, group, cid, pending)
 		cancel()
+		if g.current(gen) {
+			g.locked(sent, pending, locked, answered)
+		}
 		pending = slices.DeleteFunc(pending, func(q primitive.MessageQueue) bool { return locked[q] })
 		if len(pending) == 0 || time.Now().After(deadline) || !g.current(gen) {
 			return
@@ -285,13 +422,14 @@ type lockBatchBody struct {
 }
 
 // locks sends LOCK_BATCH_MQ or UNLOCK_BATCH_MQ for qs, one request per
-// broker, and returns the queues a lock request was granted.
-func (g *queueGuard) locks(ctx context.Context, code int, group, cid string, qs []primitive.MessageQueue) (map[primitive.MessageQueue]bool, error) {
+// broker, and returns the queues a lock request was granted, and the queues
+// whose broker answered.
+func (g *queueGuard) locks(ctx context.Context, code int, group, cid string, qs []primitive.MessageQueue) (granted, answered map[primitive.MessageQueue]bool, _ error) {
 	byBroker := map[string][]primitive.MessageQueue{}
 	for _, q := range qs {
 		byBroker[q.BrokerName] = append(byBroker[q.BrokerName], q)
 	}
-	granted := map[primitive.MessageQueue]bool{}
+	granted, answered = map[primitive.MessageQueue]bool{}, map[primitive.MessageQueue]bool{}
 	var lastErr error
 	for name, mqs := range byBroker {
 		addr, err := g.brokerAddr(ctx, name, mqs[0].Topic)
@@ -301,7 +439,7 @@ func (g *queueGuard) locks(ctx context.Context, code int, group, cid string, qs 
 		}
 		body, err := json.Marshal(lockBatchBody{ConsumerGroup: group, ClientID: cid, MQs: mqs})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rc, remark, resp, err := call(ctx, addr, code, nil, body)
 		if err == nil && rc != resSuccess {
@@ -323,9 +461,12 @@ func (g *queueGuard) locks(ctx context.Context, code int, group, cid string, qs 
 			for _, q := range ok.MQs {
 				granted[q] = true
 			}
+			for _, q := range mqs {
+				answered[q] = true
+			}
 		}
 	}
-	return granted, lastErr
+	return granted, answered, lastErr
 }
 
 // brokerAddr is the master address of broker name, from the route of topic.

@@ -1,6 +1,7 @@
 package mq
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"io"
@@ -82,6 +83,12 @@ func (b *lockBroker) serve(conn net.Conn) {
 	_, _ = conn.Write(append(append(out, resp...), body...))
 }
 
+// admit is begin for a batch whose context does not matter.
+func admit(g *queueGuard, gen int, q primitive.MessageQueue) bool {
+	_, ok := g.begin(context.Background(), gen, q)
+	return ok
+}
+
 // waitHolder waits until q is held by cid.
 func (b *lockBroker) waitHolder(t *testing.T, q primitive.MessageQueue, cid string) {
 	t.Helper()
@@ -116,6 +123,7 @@ func TestGuardHandsQueuesOverAfterTheBatchInFlight(t *testing.T) {
 	broker := newLockBroker(t)
 	guard := func() *queueGuard {
 		g := newQueueGuard(nil, time.Minute, time.Hour)
+		g.lockFor = time.Hour // no renewals in this test
 		g.addrs["b"] = broker.ln.Addr().String()
 		g.renew("b", time.Now())
 		t.Cleanup(g.close)
@@ -132,8 +140,8 @@ func TestGuardHandsQueuesOverAfterTheBatchInFlight(t *testing.T) {
 	for _, q := range qs {
 		require.Equal(t, "A", broker.holderOf(*q))
 	}
-	require.True(t, a.begin(0, q3), "a batch of q3 in flight on A")
-	require.False(t, a.begin(0, q3), "one batch of a queue at a time")
+	require.True(t, admit(a, 0, q3), "a batch of q3 in flight on A")
+	require.False(t, admit(a, 0, q3), "one batch of a queue at a time")
 
 	bDone := make(chan []*primitive.MessageQueue)
 	go func() { bDone <- b.allocate(0)("g", "B", qs, []string{"A", "B"}) }()
@@ -141,13 +149,13 @@ func TestGuardHandsQueuesOverAfterTheBatchInFlight(t *testing.T) {
 
 	broker.waitHolder(t, q2, "B") // q2 had nothing in flight: handed over at once
 	require.Equal(t, "A", broker.holderOf(q3), "q3 stays A's while its batch runs")
-	require.False(t, a.begin(0, q2), "A no longer applies q2")
+	require.False(t, admit(a, 0, q2), "A no longer applies q2")
 	select {
 	case <-bDone:
 		t.Fatal("B's rebalance returned before it held q3")
 	default:
 	}
-	require.True(t, a.begin(0, q0))
+	require.True(t, admit(a, 0, q0))
 	a.end(q0)
 
 	a.end(q3)
@@ -158,13 +166,13 @@ func TestGuardHandsQueuesOverAfterTheBatchInFlight(t *testing.T) {
 		t.Fatal("B never got q3")
 	}
 	require.Equal(t, "B", broker.holderOf(q3))
-	require.False(t, a.begin(0, q3))
-	require.True(t, b.begin(0, q3))
+	require.False(t, admit(a, 0, q3))
+	require.True(t, admit(b, 0, q3))
 	b.end(q3)
 
 	// A client being replaced (gen 0 retired) has its batches refused.
 	require.Equal(t, 1, b.retire())
-	require.False(t, b.begin(0, q2))
+	require.False(t, admit(b, 0, q2))
 }
 
 // A batch is admitted only under a lease on its queue's broker: a check
@@ -174,18 +182,86 @@ func TestGuardHandsQueuesOverAfterTheBatchInFlight(t *testing.T) {
 func TestGuardAppliesOnlyUnderALease(t *testing.T) {
 	broker := newLockBroker(t)
 	g := newQueueGuard(nil, time.Minute, time.Hour)
+	g.lockFor = time.Hour // no renewals in this test
 	g.addrs["b"] = broker.ln.Addr().String()
 	t.Cleanup(g.close)
 	q := primitive.MessageQueue{Topic: "t", BrokerName: "b", QueueId: 0}
 	require.Len(t, g.allocate(0)("g", "A", []*primitive.MessageQueue{&q}, []string{"A"}), 1)
-	require.False(t, g.begin(0, q), "no check has found the client registered yet")
+	require.False(t, admit(g, 0, q), "no check has found the client registered yet")
 
 	g.renew("b", time.Now())
-	require.True(t, g.begin(0, q))
+	require.True(t, admit(g, 0, q))
 	g.end(q)
 
 	g.lease["b"] = time.Now().Add(-time.Millisecond) // the lease ran out: no check succeeded since
-	require.False(t, g.begin(0, q))
+	require.False(t, admit(g, 0, q))
 	g.renew("b", time.Now().Add(-2*time.Hour)) // a check older than the lease renews nothing
-	require.False(t, g.begin(0, q))
+	require.False(t, admit(g, 0, q))
+}
+
+// A node applies a queue only while it can count on the queue's lock: a
+// batch in flight runs on while renewals are granted, is cancelled when
+// lockFor has passed since the last granted renewal was sent (the broker
+// cannot be reached: a partition, or a pause longer than the lock's life),
+// and at once when the broker says another client holds the lock. After
+// either, no batch of the queue is admitted until a renewal is granted.
+func TestGuardAppliesOnlyWhileItsLockHolds(t *testing.T) {
+	broker := newLockBroker(t)
+	const lockFor = 500 * time.Millisecond
+	g := newQueueGuard(nil, time.Minute, time.Hour)
+	g.lockFor = lockFor
+	g.addrs["b"] = broker.ln.Addr().String()
+	g.renew("b", time.Now())
+	t.Cleanup(g.close)
+	q := primitive.MessageQueue{Topic: "t", BrokerName: "b", QueueId: 0}
+	require.Len(t, g.allocate(0)("g", "A", []*primitive.MessageQueue{&q}, []string{"A"}), 1)
+
+	// Renewed: a batch runs on past lockFor.
+	ctx, ok := g.begin(context.Background(), 0, q)
+	require.True(t, ok)
+	for range 4 {
+		time.Sleep(lockFor / 2)
+		g.renewLocks()
+	}
+	require.NoError(t, ctx.Err(), "renewed every lockFor/2: the batch goes on")
+	g.end(q)
+	require.ErrorIs(t, context.Cause(ctx), context.Canceled, "ended")
+
+	// Another client holds the lock (the broker let ours lapse while this
+	// node was paused): the batch in flight is cancelled at the answer.
+	ctx, ok = g.begin(context.Background(), 0, q)
+	require.True(t, ok)
+	broker.mu.Lock()
+	broker.holder[q] = "B"
+	broker.mu.Unlock()
+	g.renewLocks()
+	require.ErrorIs(t, context.Cause(ctx), errLockLost)
+	g.end(q)
+	require.False(t, admit(g, 0, q), "the lock is B's")
+	broker.mu.Lock()
+	delete(broker.holder, q)
+	broker.mu.Unlock()
+	g.renewLocks()
+	require.True(t, admit(g, 0, q), "granted again")
+	g.end(q)
+
+	// The broker cannot be reached: the batch in flight is cancelled lockFor
+	// after the last granted request was sent, not later.
+	before := time.Now()
+	g.renewLocks()
+	after := time.Now()
+	g.mu.Lock()
+	until := g.lockedUntil[q]
+	g.mu.Unlock()
+	require.False(t, until.Before(before.Add(lockFor)) || until.After(after.Add(lockFor)),
+		"valid until lockFor after the request was sent")
+	ctx, ok = g.begin(context.Background(), 0, q)
+	require.True(t, ok)
+	require.NoError(t, broker.ln.Close())
+	g.renewLocks() // unanswered: changes nothing
+	<-ctx.Done()
+	require.ErrorIs(t, context.Cause(ctx), errLockLapsed)
+	require.False(t, time.Now().Before(until), "cancelled at the lock's end, not before")
+	g.end(q)
+	require.False(t, admit(g, 0, q), "no batch without a valid lock")
 }

@@ -101,10 +101,15 @@ rocketmq_classpath() {
   echo "$dir/lib/*"
 }
 
+# rocketmq.broker.rebalance.lockMaxLiveTime: a queue lock its consumer stops
+# renewing (it died) lapses after 1 s instead of 60 s, so another node takes
+# its queues over within seconds; the consumer renews its locks every 200 ms
+# and relies on this lifetime (mq.BrokerLockLifetime, docs/operations.md).
 java_opts() {
   echo -Xms128m -Xmx512m -XX:MaxDirectMemorySize=256m \
     --add-opens java.base/java.nio=ALL-UNNAMED --add-opens java.base/jdk.internal.ref=ALL-UNNAMED \
     --add-opens java.base/java.util=ALL-UNNAMED --add-exports java.base/sun.nio.ch=ALL-UNNAMED \
+    -Drocketmq.broker.rebalance.lockMaxLiveTime=1000 \
     -Drocketmq.home.dir="$CACHE/rocketmq-home" -Duser.home="$CACHE/rocketmq-home"
 }
 

@@ -34,7 +34,7 @@ type Verdict struct {
 
 	Timing         Timing   // the answers' times
 	Timed          bool     // the timing thresholds are verdicts in this scenario
-	TimingProblems []string // every threshold missed (Timed scenarios)
+	TimingProblems []string // every threshold missed (Timed scenarios, and a takeover wherever measured)
 }
 
 func (v *Verdict) problem(format string, args ...any) {

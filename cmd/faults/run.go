@@ -113,10 +113,11 @@ type Run struct {
 	closers  []func() // what a scenario started for itself (a replica)
 	logf     func(string, ...any)
 
-	mu     sync.Mutex
-	notes  []string
-	dark   *Dark   // the blackhole the fault made, if any
-	phases []Phase // the stretches with a link slowed down
+	mu       sync.Mutex
+	notes    []string
+	dark     *Dark     // the blackhole the fault made, if any
+	phases   []Phase   // the stretches with a link slowed down
+	takeover *Takeover // the consumer node killed for its queues' takeover, if any
 }
 
 // note records what the fault injector did, with the time into the run.
@@ -200,12 +201,14 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 	}
 	v.Ops, v.FiveXX = r.stats.ops, r.stats.fiveXX()
 	r.mu.Lock()
-	dark, phases := r.dark, r.phases
+	dark, phases, takeover := r.dark, r.phases, r.takeover
 	r.mu.Unlock()
 	v.Timing, v.Timed = measure(r.stats.snapshot(), dark, phases), sc.Timed
+	v.Timing.Takeover = takeover
 	if v.Timed {
 		v.judge()
 	}
+	v.judgeTakeover() // a verdict wherever it is measured
 	if sc.Inspect != nil {
 		sc.Inspect(ctx, r, v)
 	}

@@ -36,6 +36,23 @@ type Scenario struct {
 	Inspect func(ctx context.Context, r *Run, v *Verdict)
 }
 
+// killRandomly SIGKILLs a random instance and restarts it 0.2-1 s later,
+// again and again until fraction until of the run.
+func (r *Run) killRandomly(ctx context.Context, until float64) (int, error) {
+	kills := 0
+	for time.Since(r.start) < time.Duration(until*float64(r.duration)) && ctx.Err() == nil {
+		in := r.fleet[r.rng.IntN(len(r.fleet))]
+		in.Kill()
+		kills++
+		sleep(ctx, time.Duration(200+r.rng.IntN(800))*time.Millisecond)
+		if err := in.Start(ctx); err != nil {
+			return kills, err
+		}
+		sleep(ctx, time.Duration(500+r.rng.IntN(1500))*time.Millisecond)
+	}
+	return kills, nil
+}
+
 var scenarios = append([]Scenario{
 	{Name: "redis-restart", Fault: func(ctx context.Context, r *Run) error {
 		r.at(ctx, 0.35)
@@ -141,20 +158,21 @@ var scenarios = append([]Scenario{
 		return nil
 	}},
 	{Name: "kill-inventoryd", Instances: 2, Quick: true, Fault: func(ctx context.Context, r *Run) error {
+		// SIGKILLs restarted at once (the node comes back under its
+		// instance name, so with its queue locks), then one that stays
+		// down until the other node applies the dead one's queues (the
+		// takeover, timed), then more quick ones.
 		r.at(ctx, 0.1)
-		kills := 0
-		for time.Since(r.start) < time.Duration(0.85*float64(r.duration)) && ctx.Err() == nil {
-			in := r.fleet[r.rng.IntN(len(r.fleet))]
-			in.Kill()
-			kills++
-			sleep(ctx, time.Duration(200+r.rng.IntN(800))*time.Millisecond)
-			if err := in.Start(ctx); err != nil {
-				return err
-			}
-			sleep(ctx, time.Duration(500+r.rng.IntN(1500))*time.Millisecond)
+		kills, err := r.killRandomly(ctx, 0.3)
+		if err != nil {
+			return err
 		}
-		r.note("%d SIGKILLs of a random instance mid-checkout and mid-payment, each restarted", kills)
-		return nil
+		if err := r.killForTakeover(ctx); err != nil {
+			return err
+		}
+		more, err := r.killRandomly(ctx, 0.85)
+		r.note("%d SIGKILLs of a random instance mid-checkout and mid-payment, each restarted within 1 s", kills+more)
+		return err
 	}},
 	{Name: "broker-stop", Instances: 2, MinDuration: 50 * time.Second, Fault: func(ctx context.Context, r *Run) error {
 		r.at(ctx, 0.15)

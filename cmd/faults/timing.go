@@ -47,6 +47,7 @@ type Timing struct {
 	GaveUp      int64 // requests without an answer after more than answerLimit (the client gave up, or the run ended under them)
 	Dark        *DarkTiming
 	Phases      []PhaseTiming
+	Takeover    *Takeover // a consumer node killed and kept down (judged in every scenario)
 }
 
 // Phase is a stretch of the run with a link slowed down: what was done and
@@ -140,9 +141,6 @@ func measure(samples []sample, dark *Dark, phases []Phase) Timing {
 			switch s.status {
 			case 0:
 				d.OpenUnanswered++
-			default:
-				d.Served++
-				d.ServedSlowest = max(d.ServedSlowest, s.latency())
 			case http.StatusServiceUnavailable:
 				d.Open++
 				if s.latency() > d.OpenSlowest {
@@ -151,6 +149,9 @@ func measure(samples []sample, dark *Dark, phases []Phase) Timing {
 				if s.latency() > openLimit {
 					d.OpenOver++
 				}
+			default:
+				d.Served++
+				d.ServedSlowest = max(d.ServedSlowest, s.latency())
 			}
 		}
 		if success(s) && !s.end.Before(dark.Heal) && (first.IsZero() || s.end.Before(first)) {
@@ -233,6 +234,9 @@ func (v *Verdict) timingLines() []string {
 	for _, p := range t.Phases {
 		lines = append(lines, fmt.Sprintf("%s (%s): answers to requests sent then %d, slowest %s%s, slower than %s: %d",
 			p.What, round(p.To.Sub(p.From)), p.Answers, round(p.Slowest), of(p.SlowestWhat), answerLimit, p.Over))
+	}
+	if t.Takeover != nil {
+		lines = append(lines, t.Takeover.line())
 	}
 	d := t.Dark
 	if d == nil {

@@ -58,3 +58,25 @@ func TestMeasure(t *testing.T) {
 	assert.Empty(t, calm.TimingProblems)
 	assert.True(t, calm.Passed())
 }
+
+// The takeover of a killed consumer node's queues is a verdict in any
+// scenario that measured one: within syncLimit, or a timing problem.
+func TestTakeoverIsJudged(t *testing.T) {
+	for _, c := range []struct {
+		tk       *Takeover
+		problems int
+	}{
+		{nil, 0},
+		{&Takeover{Victim: "a", Resumed: 4200 * time.Millisecond}, 0},
+		{&Takeover{Victim: "a", Resumed: 5100 * time.Millisecond}, 1},
+		{&Takeover{Victim: "a", Resumed: -1, MeasuredUntil: time.Minute, Pending: 12}, 1},
+		{&Takeover{Victim: "a", Resumed: -1, MeasuredUntil: time.Minute}, 1}, // nothing to measure
+	} {
+		v := &Verdict{Timing: Timing{Takeover: c.tk}}
+		v.judgeTakeover()
+		assert.Len(t, v.TimingProblems, c.problems, "%+v: %v", c.tk, v.TimingProblems)
+		if c.tk != nil {
+			assert.Contains(t, v.timingLines()[1], "SIGKILLed")
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package servers
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/mq"
 )
 
 // The private brokers run what scripts/up.sh runs for the shared one. These
@@ -116,4 +119,22 @@ func TestBrokerJarsWhereScriptsUpPutsThem(t *testing.T) {
 	t.Setenv("INVENTORY_ROCKETMQ_LIB", t.TempDir())
 	_, err = rocketmqLib(root)
 	require.ErrorContains(t, err, "INVENTORY_ROCKETMQ_LIB")
+}
+
+// Every broker this repository starts (scripts/up.sh's, these private ones,
+// docker-compose.yml's) lets a queue lock lapse after the lifetime the
+// consumer relies on (mq.BrokerLockLifetime): a longer one would only slow
+// a takeover, a shorter one would let a slow node apply a queue another
+// already took.
+func TestBrokerLockLifetimeAsTheConsumerExpects(t *testing.T) {
+	want := fmt.Sprintf("-Drocketmq.broker.rebalance.lockMaxLiveTime=%d", mq.BrokerLockLifetime.Milliseconds())
+	require.Contains(t, javaOpts("/h"), want)
+	root, err := ModuleRoot()
+	require.NoError(t, err)
+	compose, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+	require.NoError(t, err)
+	_, broker, ok := strings.Cut(string(compose), "\n  rocketmq-broker:\n")
+	require.True(t, ok, "docker-compose.yml has a rocketmq-broker service")
+	broker, _, _ = strings.Cut(broker, "\n\n")
+	require.Contains(t, broker, want, "docker-compose.yml's broker")
 }

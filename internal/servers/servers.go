@@ -961,12 +961,15 @@ func StartRocketMQ(dir string, namesrvPort, brokerPort int, advertise string) (*
 }
 
 // javaOpts are scripts/up.sh's java_opts with home as the RocketMQ home
-// (where the JVM's rocketmqlogs go).
+// (where the JVM's rocketmqlogs go). The broker's queue locks live
+// mq.BrokerLockLifetime (1 s) instead of 60 s, so a consumer that died loses
+// its queues within seconds.
 func javaOpts(home string) []string {
 	return []string{
 		"-Xms128m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m",
 		"--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
 		"--add-opens", "java.base/java.util=ALL-UNNAMED", "--add-exports", "java.base/sun.nio.ch=ALL-UNNAMED",
+		"-Drocketmq.broker.rebalance.lockMaxLiveTime=1000",
 		"-Drocketmq.home.dir=" + home, "-Duser.home=" + home,
 	}
 }
