@@ -43,6 +43,12 @@ type Hold struct {
 // reserved cannot cover it, inventory.ErrUnknownSKU for no such SKU), so the SKU
 // rows, hot in a flash sale, stay locked only until commit. SKUs are locked
 // in sorted order: concurrent writers never deadlock.
+//
+// A hold whose row names a campaign is a campaign sale: its units come from
+// the campaign's pool (see takeFromPools: the window, by the database's
+// clock, and the pool's units; CampaignRefusedError), not from the SKU's
+// available units, and it counts against the campaign's per-user limit,
+// not the SKU's. Its fence is keyed by CampaignToken(id).
 func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 	limits, err := a.limits(holds)
 	if err != nil {
@@ -50,20 +56,30 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 	}
 	rows := make([]Reservation, len(holds))
 	want := map[string]int64{}
+	fromPool, skuOf := map[string]int64{}, map[string]string{}
 	take := map[BuyerUnits]int64{}
+	var plain []Reservation // the rows that move the SKU's reserved
 	for i, h := range holds {
 		rows[i] = h.Row
 		rows[i].Buyer = nil
-		if h.Buyer != "" && limits[h.Row.SKU] > 0 {
-			rows[i].Buyer = &holds[i].Buyer
-			take[BuyerUnits{SKU: h.Row.SKU, User: h.Buyer}] += h.Row.Qty
+		quota := h.Row.SKU
+		if c := h.Row.CampaignID; c != nil {
+			quota = campaignQuota(*c)
+			fromPool[*c] += h.Row.Qty
+			skuOf[*c] = h.Row.SKU
+		} else {
+			want[h.Row.SKU] += h.Row.Qty
+			plain = append(plain, rows[i])
 		}
-		want[h.Row.SKU] += h.Row.Qty
+		if h.Buyer != "" && limits[quota] > 0 {
+			rows[i].Buyer = &holds[i].Buyer
+			take[BuyerUnits{SKU: quota, User: h.Buyer}] += h.Row.Qty
+		}
 	}
 	if err := insertReservations(a.tx, rows); err != nil {
 		return nil, err
 	}
-	if err := a.moved(reservationMovements(rows, MoveReserve, 1)); err != nil {
+	if err := a.moved(reservationMovements(plain, MoveReserve, 1)); err != nil {
 		return nil, err
 	}
 	if err := a.takeQuotas(take, limits); err != nil {
@@ -83,20 +99,36 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 			return nil, RefusedError{sku}
 		}
 	}
-	return readFences(a.tx, skus)
+	fences, err := readFences(a.tx, skus)
+	if err != nil || len(fromPool) == 0 {
+		return fences, err
+	}
+	pools, err := a.takeFromPools(fromPool, skuOf)
+	if err != nil {
+		return nil, err
+	}
+	for id, f := range pools {
+		fences[CampaignToken(id)] = Fence{Seq: f.Seq, Epoch: f.Epoch}
+	}
+	return fences, nil
 }
 
 // limits reads the per-user limits of the SKUs that holds with a buyer
 // name; SKUs without a limit are absent. One read, only when a buyer counts.
 func (a Arbiter) limits(holds []Hold) (map[string]int64, error) {
-	var skus []string
+	var skus, campaigns []string
 	for _, h := range holds {
-		if h.Buyer != "" {
+		switch {
+		case h.Buyer == "":
+		case h.Row.CampaignID != nil:
+			campaigns = append(campaigns, *h.Row.CampaignID)
+		default:
 			skus = append(skus, h.Row.SKU)
 		}
 	}
-	if len(skus) == 0 {
-		return nil, nil
+	limits, err := a.campaignLimits(campaigns)
+	if err != nil || len(skus) == 0 {
+		return limits, err
 	}
 	slices.Sort(skus)
 	var rows []struct {
@@ -107,7 +139,9 @@ func (a Arbiter) limits(holds []Hold) (map[string]int64, error) {
 		slices.Compact(skus)).Scan(&rows).Error; err != nil {
 		return nil, err
 	}
-	limits := make(map[string]int64, len(rows))
+	if limits == nil {
+		limits = make(map[string]int64, len(rows))
+	}
 	for _, r := range rows {
 		limits[r.SKU] = r.PerUserLimit
 	}
@@ -207,8 +241,20 @@ func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 			released = append(released, r)
 		}
 	}
+	toSKU, pools, err := a.returnToPools(released)
+	if err != nil {
+		return Freed{}, err
+	}
+	give = map[string]int64{}
+	for _, r := range toSKU {
+		give[r.SKU] += r.Qty
+	}
+	quotas, campQuotas, err := a.returnQuotas(released)
+	if err != nil {
+		return Freed{}, err
+	}
 	if len(give) == 0 {
-		return Freed{Units: give}, nil
+		return Freed{Units: give, Campaigns: pools, CampaignQuotas: campQuotas}, nil
 	}
 	skus := sortedKeys(give)
 	for _, sku := range skus {
@@ -221,21 +267,32 @@ func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 	if err != nil {
 		return Freed{}, err
 	}
-	if err := a.moved(reservationMovements(released, MoveRelease, -1)); err != nil {
+	if err := a.moved(reservationMovements(toSKU, MoveRelease, -1)); err != nil {
 		return Freed{}, err
 	}
-	var quotas []BuyerUnits
+	return Freed{Changes: Changes(give, fences, 1), Units: give, Quotas: quotas, Campaigns: pools, CampaignQuotas: campQuotas}, nil
+}
+
+// returnQuotas gives released reservations' units back to their buyers'
+// quotas: a SKU's, or a campaign's for a campaign sale.
+func (a Arbiter) returnQuotas(released []Reservation) (skus []BuyerUnits, campaigns []CampaignUnits, err error) {
 	for _, r := range released {
 		if r.Buyer == nil {
 			continue
 		}
-		if err := a.tx.Exec(`UPDATE buyer_quotas SET qty = qty - ? WHERE sku = ? AND user_id = ?`,
-			r.Qty, r.SKU, *r.Buyer).Error; err != nil {
-			return Freed{}, err
+		key := r.SKU
+		if r.CampaignID != nil {
+			key = campaignQuota(*r.CampaignID)
+			campaigns = append(campaigns, CampaignUnits{ID: *r.CampaignID, SKU: r.SKU, User: *r.Buyer, Qty: r.Qty})
+		} else {
+			skus = append(skus, BuyerUnits{SKU: r.SKU, User: *r.Buyer, Qty: r.Qty})
 		}
-		quotas = append(quotas, BuyerUnits{SKU: r.SKU, User: *r.Buyer, Qty: r.Qty})
+		if err := a.tx.Exec(`UPDATE buyer_quotas SET qty = qty - ? WHERE sku = ? AND user_id = ?`,
+			r.Qty, key, *r.Buyer).Error; err != nil {
+			return nil, nil, err
+		}
 	}
-	return Freed{Changes: Changes(give, fences, 1), Units: give, Quotas: quotas}, nil
+	return skus, campaigns, nil
 }
 
 // Tombstone records token as released for sku before it ever reserved (a

@@ -29,5 +29,9 @@ func TestEmbeddedContract(t *testing.T) {
 		TestRestock,
 		TestFixReserved,
 		TestNewEpochAndInitFunc,
+		TestCampaignCarvesItsAllotment,
+		TestCampaignWindowIsTheDatabases,
+		TestCampaignSalesRace,
+		TestCampaignReleaseAndEnd,
 	)
 }

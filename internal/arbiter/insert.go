@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -47,15 +48,26 @@ func stamp(t, now time.Time) time.Time {
 
 var reservationColumns = []string{"token", "sku", "order_id", "buyer", "qty", "state", "result", "expires_at", "created_at", "updated_at"}
 
+// campaignReservationColumns are reservationColumns and campaign_id: a
+// batch with no campaign sale keeps the statement it always had.
+var campaignReservationColumns = append(slices.Clip(reservationColumns), "campaign_id")
+
 // insertReservations writes rows in one multi-row INSERT.
 func insertReservations(tx *gorm.DB, rows []Reservation) error {
 	now := time.Now()
-	args := make([]any, 0, len(rows)*len(reservationColumns))
+	cols := reservationColumns
+	if slices.ContainsFunc(rows, func(r Reservation) bool { return r.CampaignID != nil }) {
+		cols = campaignReservationColumns
+	}
+	args := make([]any, 0, len(rows)*len(cols))
 	for _, r := range rows {
 		args = append(args, r.Token, r.SKU, r.OrderID, r.Buyer, r.Qty, r.State, r.Result, r.ExpiresAt,
 			stamp(r.CreatedAt, now), stamp(r.UpdatedAt, now))
+		if len(cols) > len(reservationColumns) {
+			args = append(args, r.CampaignID)
+		}
 	}
-	return InsertRows(tx, "stock_reservations", reservationColumns, args)
+	return InsertRows(tx, "stock_reservations", cols, args)
 }
 
 var movementColumns = []string{"sku", "kind", "on_hand_delta", "reserved_delta", "reason", "reference", "created_at"}

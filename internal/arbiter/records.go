@@ -141,6 +141,9 @@ type Reservation struct {
 	// ExtendKey is the Idempotency-Key of the extension that moved
 	// ExpiresAt last (token API; nil: none).
 	ExtendKey *string `gorm:"column:extend_key"`
+	// CampaignID names the campaign whose pool this sale came from (and
+	// the pool itself); nil outside campaigns.
+	CampaignID *string `gorm:"column:campaign_id"`
 }
 
 func (Reservation) TableName() string { return "stock_reservations" }
@@ -189,6 +192,18 @@ type Freed struct {
 	Changes []inventory.Change
 	Units   map[string]int64
 	Quotas  []BuyerUnits
+	// Campaigns are the units that went back to live campaigns' pools
+	// (not to their SKUs), and CampaignQuotas the campaign limits' counts
+	// given back.
+	Campaigns      []CampaignChange
+	CampaignQuotas []CampaignUnits
+}
+
+// CampaignUnits is a quantity of a campaign's sales counted against User's
+// per-campaign limit.
+type CampaignUnits struct {
+	ID, SKU, User string
+	Qty           int64
 }
 
 // Changes turns per-SKU quantities and their fences into Redis changes of
@@ -342,6 +357,9 @@ func reservationMovements(rows []Reservation, kind MovementKind, sign int64) []M
 func tokenRef(token string) string {
 	if tok, ok := strings.CutPrefix(token, "t."); ok {
 		return "token:" + tok
+	}
+	if id, ok := strings.CutPrefix(token, "c:"); ok {
+		return "campaign:" + id
 	}
 	return strings.TrimSuffix(token, ".late")
 }
