@@ -2,6 +2,7 @@ package stock
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +25,12 @@ import (
 // answers every caller in it; the others wait. Alone, a caller sends at
 // once: a pipeline of one, no wait. No timer, no goroutine.
 //
+// On a Redis Cluster each master has a queue (and flights) of its own,
+// chosen by the master the admission's slot is on: a pipeline goes to one
+// node, so a node that stops answering holds up only the admissions it
+// would have answered, never those of the other nodes queued behind or
+// with them.
+//
 // Deadlines: a caller whose context ends while it is still queued leaves
 // (nothing was sent, nothing taken); a pipeline is sent under the earliest
 // deadline of its callers, and an admission with less time left than a
@@ -39,14 +46,52 @@ const (
 // coalescer sends admissions in pipelines (see above).
 type coalescer struct {
 	rdb   redis.UniversalClient
-	q     *batchq.Queue[*admitCall]
+	q     *batchq.Queue[*admitCall] // a single Redis's; a cluster's while its masters are unknown
 	stats *Stats
+
+	cluster *redis.ClusterClient // nil: a single Redis
+	masters sync.Map             // on a cluster: master address -> *batchq.Queue[*admitCall]
 }
 
 func newCoalescer(rdb redis.UniversalClient, stats *Stats) *coalescer {
 	c := &coalescer{rdb: rdb, stats: stats}
-	c.q = batchq.New(batchq.Config{Flights: maxFlights, MaxBatch: maxPipelined, MaxLeftNeeded: maxMinLeft}, c.pipeline)
+	c.cluster, _ = rdb.(*redis.ClusterClient)
+	c.q = c.newQueue()
 	return c
+}
+
+func (c *coalescer) newQueue() *batchq.Queue[*admitCall] {
+	return batchq.New(batchq.Config{Flights: maxFlights, MaxBatch: maxPipelined, MaxLeftNeeded: maxMinLeft}, c.pipeline)
+}
+
+// queue is the queue of the admission whose first key is key: the queue of
+// the master its slot is on (go-redis's cached view of the cluster), or
+// the one queue of a single Redis.
+func (c *coalescer) queue(ctx context.Context, key string) *batchq.Queue[*admitCall] {
+	if c.cluster == nil {
+		return c.q
+	}
+	node, err := c.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return c.q // no view of the cluster yet: the command finds its node itself
+	}
+	addr := node.Options().Addr
+	if q, ok := c.masters.Load(addr); ok {
+		return q.(*batchq.Queue[*admitCall])
+	}
+	q, _ := c.masters.LoadOrStore(addr, c.newQueue())
+	return q.(*batchq.Queue[*admitCall])
+}
+
+// queued is how many admissions wait in the queues (for tests).
+func (c *coalescer) queued() int {
+	_, n := c.q.Load()
+	c.masters.Range(func(_, q any) bool {
+		_, m := q.(*batchq.Queue[*admitCall]).Load()
+		n += m
+		return true
+	})
+	return n
 }
 
 // admitCall is one deduction script call: its keys and arguments, and once
@@ -62,7 +107,7 @@ type admitCall struct {
 // admissions of other callers (see coalescer), and returns its answer.
 func (c *coalescer) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
 	call := &admitCall{keys: keys, args: args}
-	if err := c.q.Do(ctx, call); err != nil {
+	if err := c.queue(ctx, keys[0]).Do(ctx, call); err != nil {
 		return nil, err
 	}
 	return call.res, call.err

@@ -2,6 +2,7 @@ package stock
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/inventory/internal/testenv"
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -85,10 +87,7 @@ func (g *gate) release() {
 	close(g.open)
 }
 
-func queued(s *Store) int {
-	_, n := s.admits.q.Load()
-	return n
-}
+func queued(s *Store) int { return s.admits.queued() }
 
 func TestAdmissionsQueuedMeanwhileGoInOnePipeline(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, rdb redis.UniversalClient) {
@@ -190,4 +189,64 @@ func TestPipelineAfterTheScriptCacheIsFlushed(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.EqualValues(t, 100-1-40, levels(t, s, "HOT").Available)
+}
+
+// keyGate holds, while shut, every pipeline that carries a command on key:
+// one cluster master that has stopped answering, the others answering.
+type keyGate struct {
+	gate
+	key string
+}
+
+func (g *keyGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if g.shut.Load() && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return slices.Contains(c.Args(), any(g.key)) }) {
+			g.entered <- struct{}{}
+			<-g.open
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// On a Redis Cluster admissions queue per master: with every flight of one
+// master's queue held (its node stopped answering), an admission of a SKU
+// on another master is sent and answered while they are held, not queued
+// behind them.
+func TestAdmissionsQueuePerClusterMaster(t *testing.T) {
+	rdb := testenv.RedisCluster(t)
+	ctx := context.Background()
+	master := func(sku string) string {
+		m, err := rdb.MasterForKey(ctx, stockKey(sku))
+		require.NoError(t, err)
+		return m.Options().Addr
+	}
+	other := "OTHER-0"
+	for i := 1; master(other) == master("HOT"); i++ {
+		other = fmt.Sprintf("OTHER-%d", i)
+	}
+	s := newStore(t, rdb, newFakeDB(map[string]int64{"HOT": 100, other: 100}))
+	require.NoError(t, s.EnsureInit(ctx, "HOT"))
+	require.NoError(t, s.EnsureInit(ctx, other))
+	g := &keyGate{gate: gate{entered: make(chan struct{}, 64), open: make(chan struct{})}, key: stockKey("HOT")}
+	rdb.AddHook(g)
+	held := holdFlights(t, &g.gate, s, "HOT")
+
+	answered := make(chan Result, 1)
+	go func() {
+		a, err := s.Admit(ctx, other, 1, "")
+		answered <- Result{a, err}
+	}()
+	select {
+	case r := <-answered:
+		require.NoError(t, r.Err)
+		require.Equal(t, int64(99), r.Remaining)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the admission of %s (master %s) waited behind the held flights of HOT's master %s", other, master(other), master("HOT"))
+	}
+	g.release()
+	for range maxFlights {
+		r := <-held
+		require.NoError(t, r.Err)
+	}
+	require.Equal(t, 0, queued(s))
 }

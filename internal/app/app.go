@@ -82,8 +82,12 @@ type App struct {
 	server     *httpapi.Server
 
 	// The breakers guard Redis and the database (in real mode: the
-	// embedded stand-ins live in the process and are never cut off).
+	// embedded stand-ins live in the process and are never cut off). On a
+	// Redis Cluster, redisShards has a breaker per node instead, so one
+	// node's trouble refuses only the requests that need that node;
+	// redisBreaker is then unused.
 	redisBreaker, dbBreaker *breaker.Breaker
+	redisShards             *breaker.Shards
 
 	httpSrv *http.Server
 	ln      net.Listener
@@ -236,9 +240,11 @@ func (a *App) openReal(ctx context.Context) error {
 // driver-level timeouts bound what no context does.
 func (a *App) openStores(ctx context.Context) error {
 	if len(a.Cfg.RedisCluster) > 0 {
-		a.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: a.Cfg.RedisCluster, PoolSize: 256,
+		cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: a.Cfg.RedisCluster, PoolSize: 256,
 			DialTimeout: redisTimeout, ReadTimeout: redisTimeout, WriteTimeout: redisTimeout, PoolTimeout: redisTimeout,
 			ContextTimeoutEnabled: true})
+		a.redisShards = breaker.RedisCluster(cluster, "redis", breaker.Settings{OnChange: a.breakerChanged})
+		a.rdb = cluster
 	} else {
 		opt, err := redis.ParseURL(a.Cfg.RedisURL)
 		if err != nil {
@@ -251,8 +257,8 @@ func (a *App) openStores(ctx context.Context) error {
 		opt.PoolTimeout = cmp.Or(opt.PoolTimeout, redisTimeout)
 		opt.ContextTimeoutEnabled = true
 		a.rdb = redis.NewClient(opt)
+		a.rdb.AddHook(a.redisBreaker.RedisHook())
 	}
-	a.rdb.AddHook(a.redisBreaker.RedisHook())
 	mc, err := mysql.ParseDSN(a.Cfg.MySQLDSN)
 	if err != nil {
 		return fmt.Errorf("INVENTORY_MYSQL_DSN: %w", err)
@@ -358,19 +364,35 @@ func (a *App) publishStockBack(sku string) {
 }
 
 // ready is what the API needs: Redis and the database. A dependency whose
-// breaker is open is reported as such without being asked.
+// breaker is open is reported as such without being asked. A Redis Cluster
+// is needed as long as one of its masters answers: a node whose every
+// breaker is closed but one still sells the SKUs of the others, and every
+// node of the fleet shares the cluster, so taking nodes out of the load
+// balancer for one shard would refuse the sales of every shard.
 func (a *App) ready(ctx context.Context) map[string]error {
-	return map[string]error{"redis": a.redisBreaker.Check(ctx), "database": a.dbBreaker.Check(ctx)}
+	redisErr := func() error {
+		if a.redisShards != nil {
+			return a.redisShards.Check(ctx)
+		}
+		return a.redisBreaker.Check(ctx)
+	}
+	return map[string]error{"redis": redisErr(), "database": a.dbBreaker.Check(ctx)}
 }
 
-// degraded is what the API can do without: the sync to the broker. Orders
-// and reservations keep being taken and recorded while it is down; their
-// outbox rows go out when it is back.
+// degraded is what the API can do without: the sync to the broker, and on
+// a Redis Cluster some of its shards (redis_shards names those whose
+// breaker is open: their SKUs are answered 503, the others sell). Orders
+// and reservations keep being taken and recorded while the broker is down;
+// their outbox rows go out when it is back.
 func (a *App) degraded(ctx context.Context) map[string]error {
 	if a.memq != nil {
 		return map[string]error{"sync": nil}
 	}
-	return map[string]error{"sync": a.producerReady(ctx)}
+	out := map[string]error{"sync": a.producerReady(ctx)}
+	if a.redisShards != nil {
+		out["redis_shards"] = a.redisShards.Err()
+	}
+	return out
 }
 
 // producerReady checks the relay's path to the broker: an unsent outbox

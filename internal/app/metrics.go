@@ -20,10 +20,16 @@ var releaseLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 // registerDomainMetrics exposes the components' own counters, and gauges read
 // from the database at scrape time.
 func registerDomainMetrics(reg prometheus.Registerer, a *App) {
-	for _, b := range []*breaker.Breaker{a.redisBreaker, a.dbBreaker} {
+	type errer interface{ Err() error }
+	deps := map[string]errer{"redis": a.redisBreaker, "database": a.dbBreaker}
+	if a.redisShards != nil {
+		deps["redis"] = a.redisShards // 1 while any shard's is open
+		reg.MustRegister(shardsCollector{a.redisShards})
+	}
+	for name, b := range deps {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inventory_dependency_circuit_open",
-			Help:        "1 while the dependency's circuit breaker is open or half-open (requests that need it fail fast), 0 while closed.",
-			ConstLabels: prometheus.Labels{"dependency": b.Name()}},
+			Help:        "1 while the dependency's circuit breaker is open or half-open (requests that need it fail fast), 0 while closed; on a Redis Cluster, 1 while any shard's is.",
+			ConstLabels: prometheus.Labels{"dependency": name}},
 			func() float64 {
 				if b.Err() != nil {
 					return 1
@@ -122,5 +128,25 @@ func (c transitionsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- trans
 func (c transitionsCollector) Collect(ch chan<- prometheus.Metric) {
 	for status, n := range c.orders.Transitions() {
 		ch <- prometheus.MustNewConstMetric(transitionsDesc, prometheus.CounterValue, float64(n), string(status))
+	}
+}
+
+// shardsCollector reports each Redis Cluster node's breaker (the nodes
+// callers asked within breaker.ShardIdle), labelled with its address.
+type shardsCollector struct{ shards *breaker.Shards }
+
+var shardOpenDesc = prometheus.NewDesc("inventory_redis_shard_circuit_open",
+	"1 while the circuit breaker of a Redis Cluster node is open or half-open (requests for its slots fail fast, the other nodes' still sell), 0 while closed.",
+	[]string{"shard"}, nil)
+
+func (c shardsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- shardOpenDesc }
+
+func (c shardsCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, b := range c.shards.Breakers() {
+		open := 0.0
+		if b.Err() != nil {
+			open = 1
+		}
+		ch <- prometheus.MustNewConstMetric(shardOpenDesc, prometheus.GaugeValue, open, b.Shard())
 	}
 }

@@ -63,13 +63,17 @@ type Settings struct {
 	Probe func(ctx context.Context) error
 	// ProbeTimeout bounds a probe. Default DefaultOpen.
 	ProbeTimeout time.Duration
-	// OnChange is told every change of state ("closed", "open", "half-open").
+	// OnChange is told every change of state ("closed", "open",
+	// "half-open"), with what the breaker guards ("redis", or "redis shard
+	// ADDR" for a shard's breaker).
 	OnChange func(dependency, from, to string)
 }
 
-// Breaker is one dependency's circuit breaker.
+// Breaker is one dependency's circuit breaker, or one shard's of a sharded
+// dependency (see RedisCluster).
 type Breaker struct {
 	name         string
+	shard        string // "" for a whole dependency
 	cb           *gobreaker.TwoStepCircuitBreaker[struct{}]
 	probe        func(ctx context.Context) error
 	probeTimeout time.Duration
@@ -80,7 +84,11 @@ type Breaker struct {
 type probeKey struct{}
 
 // New returns the breaker of the dependency called name.
-func New(name string, s Settings) *Breaker {
+func New(name string, s Settings) *Breaker { return newBreaker(name, "", s) }
+
+// newBreaker returns the breaker of shard (an address) of the dependency
+// called name, or of the whole dependency when shard is "".
+func newBreaker(name, shard string, s Settings) *Breaker {
 	if s.Trip == 0 {
 		s.Trip = DefaultTrip
 	}
@@ -91,8 +99,10 @@ func New(name string, s Settings) *Breaker {
 		s.ProbeTimeout = DefaultOpen
 	}
 	trip := s.Trip
-	return &Breaker{name: name, probe: s.Probe, probeTimeout: s.ProbeTimeout, cb: gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        name,
+	b := &Breaker{name: name, shard: shard, probe: s.Probe, probeTimeout: s.ProbeTimeout}
+	label := b.label()
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        label,
 		MaxRequests: 1,
 		Timeout:     s.Open,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= trip },
@@ -101,16 +111,30 @@ func New(name string, s Settings) *Breaker {
 		},
 		// A caller that went away says nothing about the dependency.
 		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) },
-		OnStateChange: func(name string, from, to gobreaker.State) {
+		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if s.OnChange != nil {
-				s.OnChange(name, from.String(), to.String())
+				s.OnChange(label, from.String(), to.String())
 			}
 		},
-	})}
+	})
+	return b
 }
 
 // Name is the dependency's name.
 func (b *Breaker) Name() string { return b.name }
+
+// Shard is the address of the shard the breaker guards, "" when it guards
+// the whole dependency.
+func (b *Breaker) Shard() string { return b.shard }
+
+// label names what the breaker guards in errors and logs: "redis", or
+// "redis shard 127.0.0.1:7102".
+func (b *Breaker) label() string {
+	if b.shard == "" {
+		return b.name
+	}
+	return b.name + " shard " + b.shard
+}
 
 // State is "closed", "open" or "half-open".
 func (b *Breaker) State() string { return b.cb.State().String() }
@@ -120,7 +144,7 @@ func (b *Breaker) Err() error {
 	if b.cb.State() == gobreaker.StateClosed {
 		return nil
 	}
-	return &OpenError{Dependency: b.name}
+	return &OpenError{Dependency: b.label()}
 }
 
 // Check reports whether the dependency answers (readiness): the OpenError
@@ -144,11 +168,11 @@ func (b *Breaker) Allow(ctx context.Context) (done func(error), err error) {
 	}
 	if b.probe != nil && b.cb.State() == gobreaker.StateHalfOpen {
 		b.startProbe()
-		return nil, &OpenError{Dependency: b.name}
+		return nil, &OpenError{Dependency: b.label()}
 	}
 	done, err = b.cb.Allow()
 	if err != nil {
-		return nil, &OpenError{Dependency: b.name}
+		return nil, &OpenError{Dependency: b.label()}
 	}
 	return done, nil
 }
