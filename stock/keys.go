@@ -12,8 +12,19 @@ import "strconv"
 //	                              (only so a replay is sent to the database)
 //	inv:{SKU}:initlock    string  the cold-init lock (token-owned)
 //	inv:{SKU}:buyers      hash    user -> units bought, for per-user limits
+//	inv:{SKU}:c:ID        hash    campaign ID's pool (a flash sale's allotment of the
+//	                              SKU): a, e, s as the stock hash (a >= 0, the units
+//	                              the campaign has left; e and s fence it against the
+//	                              pool's reservation row) and its window, o = opens
+//	                              (starts_at) and z = closes (ends_at), unix ms;
+//	                              absent = not initialised
+//	inv:{SKU}:cb:ID       hash    user -> units bought in campaign ID (its per-user limit)
+//	inv:{SKU}:ci:ID       string  campaign ID's cold-init lock (token-owned)
 //
-// Redis keeps no per-reservation state for orders: the database does.
+// A campaign's keys carry its SKU's hash tag (one slot with the SKU). Its ID
+// has a SKU's alphabet (no colon, no brace), so no campaign key is another's
+// or a token's. Redis keeps no per-reservation state for orders: the
+// database does.
 //
 // The keys that belong to no SKU are named here too, so one file lists every
 // key the service writes:
@@ -31,6 +42,10 @@ func stockKey(sku string) string        { return skuTag(sku) + "stock" }
 func tokenKey(sku, token string) string { return skuTag(sku) + "t:" + token }
 func initLockKey(sku string) string     { return skuTag(sku) + "initlock" }
 func buyersKey(sku string) string       { return skuTag(sku) + "buyers" }
+
+func campaignKey(c Campaign) string         { return skuTag(c.SKU) + "c:" + c.ID }
+func campaignBuyersKey(c Campaign) string   { return skuTag(c.SKU) + "cb:" + c.ID }
+func campaignInitLockKey(c Campaign) string { return skuTag(c.SKU) + "ci:" + c.ID }
 
 // admitKeys are the deduction script's KEYS: without a token, the stock key
 // twice (the script then keeps no token key).

@@ -16,26 +16,41 @@ const (
 	resCounted        = -5 // the change is already in Redis's value
 	resClamped        = -6 // the change would take Redis below zero: realign
 	resOverLimit      = -7 // the buyer would pass the per-user limit
+	resNotStarted     = -8 // a campaign's window has not opened
+	resEnded          = -9 // a campaign's window has closed
 )
 
 // deductScript admits a reservation: it checks and takes qty units at once,
 // and, for a buyer under a per-user limit, counts them against the limit in
-// the same call (one round trip per sale).
+// the same call (one round trip per sale). KEYS[1] is a SKU's stock hash or
+// a campaign's pool (the same fields, plus its window o and z): a hash with
+// a window admits only while ARGV[6] is inside [o, z).
 //
-//	KEYS[1] stock  KEYS[2] token key (or KEYS[1] again: no token to remember)
+//	KEYS[1] stock or campaign pool
+//	KEYS[2] token key (or KEYS[1] again: no token to remember)
 //	KEYS[3] buyers hash (only with a per-user limit)
 //	ARGV[1] qty (> 0)  ARGV[2] token key TTL, ms (0: no token key)
 //	ARGV[3] buyer  ARGV[4] limit  ARGV[5] buyers hash TTL, ms (with KEYS[3])
+//	ARGV[6] now, unix ms (the caller's clock; only read when the hash has a window)
 //
-// Returns {r, epoch}: r is -3 not initialised, -2 not enough (nothing taken),
-// -1 unlimited (nothing taken; the buyer's units are counted), -4 the token
-// was seen before (nothing taken: the database has the answer), -7 the buyer
-// would pass the limit (nothing taken or counted), or n >= 0, the units left
-// after taking; epoch is the initialisation the units were taken from.
+// Returns {r, epoch}: r is -3 not initialised, -8 the window has not opened
+// (now < o), -9 it has closed (now >= z), -2 not enough (nothing taken), -1
+// unlimited (nothing taken; the buyer's units are counted), -4 the token was
+// seen before (nothing taken: the database has the answer), -7 the buyer
+// would pass the limit, or n >= 0, the units left after taking; epoch is the
+// initialisation the units were taken from. -8, -9, -7, -4 and -2 take and
+// count nothing. The checks run in that order: initialised, window, limit,
+// token, stock. A SKU's hash has no window, so for a SKU the window costs
+// two more fields in the one HMGET and nothing else.
 var deductScript = redis.NewScript(`
-local v = redis.call('HMGET', KEYS[1], 'a', 'e')
+local v = redis.call('HMGET', KEYS[1], 'a', 'e', 'o', 'z')
 if not v[1] then return {-3, 0} end
 local a, e = tonumber(v[1]), tonumber(v[2])
+if v[3] then
+  local now = tonumber(ARGV[6]) or 0
+  if now < tonumber(v[3]) then return {-8, e} end
+  if now >= tonumber(v[4]) then return {-9, e} end
+end
 local q = tonumber(ARGV[1])
 local b = KEYS[3]
 if b and tonumber(redis.call('HGET', b, ARGV[3]) or '0') + q > tonumber(ARGV[4]) then return {-7, e} end
@@ -57,7 +72,7 @@ return {left, e}
 // undoScript gives back units a deduction took whose reservation the database
 // refused or never recorded.
 //
-//	KEYS[1] stock  KEYS[2] token key (or KEYS[1] again)
+//	KEYS[1] stock or campaign pool  KEYS[2] token key (or KEYS[1] again)
 //	ARGV[1] qty  ARGV[2] epoch the deduction returned
 //
 // The units go back only into the initialisation they were taken from: after a
@@ -72,9 +87,10 @@ return redis.call('HINCRBY', KEYS[1], 'a', ARGV[1])
 `)
 
 // applyScript brings a change of available units the database committed
-// into Redis, exactly once.
+// into Redis, exactly once: of a SKU, or of a campaign's pool (the pool's
+// row has its own seq and epoch, fencing its Redis copy the same way).
 //
-//	KEYS[1] stock
+//	KEYS[1] stock or campaign pool
 //	ARGV[1] delta  ARGV[2] the database seq of the change
 //	ARGV[3] epoch of the deduction this change stands for, or 0 (none)
 //
@@ -101,12 +117,15 @@ redis.call('HSET', KEYS[1], 'a', n)
 return n
 `)
 
-// initScript writes a SKU's level read from the database.
+// initScript writes a SKU's level, or a campaign pool's, read from the
+// database.
 //
-//	KEYS[1] stock
+//	KEYS[1] stock or campaign pool
 //	ARGV[1] available (-1 unlimited)  ARGV[2] epoch  ARGV[3] database seq
 //	ARGV[4] "cold" (only if absent: the double check, atomic with the write)
 //	        or "force" (realign: replace whatever Redis has)
+//	ARGV[5] ARGV[6] a campaign's window: opens and closes, unix ms (a SKU
+//	        passes neither, and its hash never has a window)
 //
 // Returns {1, value} when it wrote, {0, current} when a cold init found the
 // key already there.
@@ -115,14 +134,18 @@ if ARGV[4] == 'cold' then
   local cur = redis.call('HGET', KEYS[1], 'a')
   if cur then return {0, tonumber(cur)} end
 end
-redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3])
+if ARGV[6] then
+  redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3], 'o', ARGV[5], 'z', ARGV[6])
+else
+  redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3])
+end
 return {1, tonumber(ARGV[1])}
 `)
 
-// quotaScript gives back qty of a user's per-SKU purchase limit (the
-// deduction script counts purchases).
+// quotaScript gives back qty of a user's per-SKU (or per-campaign)
+// purchase limit (the deduction script counts purchases).
 //
-//	KEYS[1] buyers (hash user -> units bought)
+//	KEYS[1] buyers or campaign buyers (hash user -> units bought)
 //	ARGV[1] user  ARGV[2] qty to give back
 //
 // The hash is a pre-filter (the database records the limit), so it expires

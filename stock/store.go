@@ -22,6 +22,10 @@ import (
 type Config struct {
 	// Init reads a SKU's level from the database (cold init and realign).
 	Init inventory.InitFunc
+	// InitCampaign reads a campaign pool's baseline from the database (its
+	// cold init and realign). Optional: without it the campaign methods
+	// answer errNoCampaigns.
+	InitCampaign CampaignInitFunc
 	// TokenTTL is how long a token-API reservation's token is remembered in
 	// Redis, so a replay goes to the database instead of taking units again.
 	// Default 16m (the hold TTL).
@@ -42,6 +46,10 @@ type Config struct {
 	// OnStockBack is told when units of a SKU may have come back (a release,
 	// a positive adjustment, a realign), so sold-out flags on every node can clear.
 	OnStockBack func(sku string)
+	// OnCampaignBack is told when units of a campaign's pool may have come
+	// back (an undo, a release into the pool, a realign). A campaign's units
+	// are not the SKU's: OnStockBack is not told of them.
+	OnCampaignBack func(Campaign)
 	// OneCallPerAdmission sends each admission in a round trip of its own
 	// instead of pipelining concurrent ones together (coalesce.go): what the
 	// benchmarks' "one call per request" variants measure.
@@ -72,6 +80,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.OnStockBack == nil {
 		c.OnStockBack = func(string) {}
+	}
+	if c.OnCampaignBack == nil {
+		c.OnCampaignBack = func(Campaign) {}
 	}
 	if c.TokenTTL < time.Second || c.MaxQty < 1 || c.InitWait <= 0 || c.LockTTL < 100*time.Millisecond {
 		return fmt.Errorf("stock: invalid config (TokenTTL %s, MaxQty %d, InitWait %s, LockTTL %s)",
@@ -149,7 +160,7 @@ func (s *Store) AdmitFor(ctx context.Context, sku string, qty int64, token strin
 	if token != "" {
 		ttl = max(keep, time.Second).Milliseconds()
 	}
-	return s.admit(ctx, sku, admitKeys(sku, token), []any{qty, ttl})
+	return s.admit(ctx, pool{sku: sku}, admitKeys(sku, token), []any{qty, ttl})
 }
 
 // KeepToken makes Redis remember token's reservation of sku for keep from
@@ -182,27 +193,28 @@ func (s *Store) AdmitBuyer(ctx context.Context, sku string, qty int64, b Buyer) 
 		return Admission{}, inventory.Invalidf("a per-user limit must be positive")
 	}
 	keys := append(admitKeys(sku, ""), buyersKey(sku))
-	return s.admit(ctx, sku, keys, []any{qty, 0, b.User, b.Limit, s.cfg.QuotaTTL.Milliseconds()})
+	return s.admit(ctx, pool{sku: sku}, keys, []any{qty, 0, b.User, b.Limit, s.cfg.QuotaTTL.Milliseconds()})
 }
 
-// admit runs the deduction script, initialising a cold SKU first.
-func (s *Store) admit(ctx context.Context, sku string, keys []string, args []any) (Admission, error) {
+// admit runs the deduction script on p's key (keys[0]), initialising p
+// first if it is cold.
+func (s *Store) admit(ctx context.Context, p pool, keys []string, args []any) (Admission, error) {
 	// A key can be lost again right after it was initialised (FLUSHALL in a
 	// loop); three rounds bound the work.
 	for round := 0; round < 3; round++ {
 		res, err := s.deduct(ctx, keys, args)
 		if err != nil {
-			return Admission{}, fmt.Errorf("stock: deduct %s: %w", sku, err)
+			return Admission{}, fmt.Errorf("stock: deduct %s: %w", p, err)
 		}
 		if res[0] == resNotInitialised {
-			if err := s.ensureInit(ctx, sku); err != nil {
+			if err := s.ensurePool(ctx, p); err != nil {
 				return Admission{}, err
 			}
 			continue
 		}
-		return s.admission(sku, res[0], res[1])
+		return s.admission(p.String(), res[0], res[1])
 	}
-	return Admission{}, fmt.Errorf("%w: %s keeps losing its key", inventory.ErrUnavailable, sku)
+	return Admission{}, fmt.Errorf("%w: %s keeps losing its key", inventory.ErrUnavailable, p)
 }
 
 // deduct runs the deduction script once: in a pipeline with other callers'
@@ -279,16 +291,20 @@ func (s *Store) AdmitMany(ctx context.Context, reqs []Request) []Result {
 }
 
 // admission turns a deduct script result (other than -3) into Admit's
-// answer, and counts it.
-func (s *Store) admission(sku string, r, epoch int64) (Admission, error) {
+// answer, and counts it; name is the SKU (or the campaign) for errors.
+func (s *Store) admission(name string, r, epoch int64) (Admission, error) {
 	switch r {
 	case resInsufficient:
 		s.stats.Insufficient.Add(1)
-		return Admission{}, fmt.Errorf("%w: %s", inventory.ErrInsufficientStock, sku)
+		return Admission{}, fmt.Errorf("%w: %s", inventory.ErrInsufficientStock, name)
 	case resReplay:
 		return Admission{}, inventory.ErrReplay
 	case resOverLimit:
-		return Admission{}, fmt.Errorf("%w: %s", inventory.ErrOverLimit, sku)
+		return Admission{}, fmt.Errorf("%w: %s", inventory.ErrOverLimit, name)
+	case resNotStarted: // only a campaign's pool has a window
+		return Admission{}, fmt.Errorf("%w: %s", inventory.ErrNotStarted, name)
+	case resEnded:
+		return Admission{}, fmt.Errorf("%w: %s", inventory.ErrEnded, name)
 	case resUnlimited:
 		s.stats.Unlimited.Add(1)
 		return Admission{Remaining: inventory.Unlimited, Epoch: epoch}, nil
@@ -418,16 +434,21 @@ func (s *Store) EnsureInit(ctx context.Context, sku string) error {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return err
 	}
+	return s.warm(ctx, pool{sku: sku})
+}
+
+// warm initialises p from the database if Redis does not have it.
+func (s *Store) warm(ctx context.Context, p pool) error {
 	// The first check of the double check: a warm key costs one EXISTS, not
 	// a lock round.
-	n, err := s.rdb.Exists(ctx, stockKey(sku)).Result()
+	n, err := s.rdb.Exists(ctx, p.key()).Result()
 	if err != nil {
 		return fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
 	}
 	if n == 1 {
 		return nil
 	}
-	return s.ensureInit(ctx, sku)
+	return s.ensurePool(ctx, p)
 }
 
 // Realign replaces sku's Redis value with the database's, under the init
@@ -439,16 +460,21 @@ func (s *Store) Realign(ctx context.Context, sku string) error {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return err
 	}
-	held, err := s.locker.Obtain(ctx, initLockKey(sku), s.cfg.LockTTL, s.cfg.InitWait)
+	return s.realign(ctx, pool{sku: sku})
+}
+
+// realign replaces p's Redis value with the database's, under p's init lock.
+func (s *Store) realign(ctx context.Context, p pool) error {
+	held, err := s.locker.Obtain(ctx, p.lockKey(), s.cfg.LockTTL, s.cfg.InitWait)
 	if err != nil {
-		return fmt.Errorf("%w: init lock for %s: %v", inventory.ErrUnavailable, sku, err)
+		return fmt.Errorf("%w: init lock for %s: %v", inventory.ErrUnavailable, p, err)
 	}
-	defer s.releaseLock(ctx, sku, held)
+	defer s.releaseLock(ctx, p, held)
 	s.stats.Realigns.Add(1)
-	if err := s.write(ctx, sku, "force"); err != nil {
+	if err := s.writePool(ctx, p, "force"); err != nil {
 		return err
 	}
-	s.cfg.OnStockBack(sku)
+	s.back(p)
 	return nil
 }
 
@@ -518,15 +544,68 @@ func (s *Store) validate(sku string, qty int64) error {
 	return inventory.ValidateQty(qty, s.cfg.MaxQty)
 }
 
-// ensureInit initialises a cold SKU. Callers in this process share one
+// pool names one Redis value a Store initialises from the database: a
+// SKU's stock hash (campaign "") or a campaign's pool. The cold init (its
+// singleflight, lock and double check), the realign and the admission's
+// retry after -3 are written once, over pools.
+type pool struct{ sku, campaign string }
+
+func (p pool) key() string {
+	if p.campaign == "" {
+		return stockKey(p.sku)
+	}
+	return campaignKey(p.asCampaign())
+}
+
+func (p pool) lockKey() string {
+	if p.campaign == "" {
+		return initLockKey(p.sku)
+	}
+	return campaignInitLockKey(p.asCampaign())
+}
+
+func (p pool) asCampaign() Campaign { return Campaign{ID: p.campaign, SKU: p.sku} }
+
+// String names p in errors: the SKU, or the campaign.
+func (p pool) String() string {
+	if p.campaign == "" {
+		return p.sku
+	}
+	return p.asCampaign().String()
+}
+
+// writePool reads p's baseline through its init callback and writes it to
+// Redis while the database row is locked; mode is "cold" or "force".
+func (s *Store) writePool(ctx context.Context, p pool, mode string) error {
+	if p.campaign == "" {
+		return s.write(ctx, p.sku, mode)
+	}
+	return s.writeCampaign(ctx, p.asCampaign(), mode)
+}
+
+// back tells whoever listens that units of p may have come back.
+func (s *Store) back(p pool) {
+	if p.campaign == "" {
+		s.cfg.OnStockBack(p.sku)
+		return
+	}
+	s.cfg.OnCampaignBack(p.asCampaign())
+}
+
+// ensureInit initialises a cold SKU (see ensurePool).
+func (s *Store) ensureInit(ctx context.Context, sku string) error {
+	return s.ensurePool(ctx, pool{sku: sku})
+}
+
+// ensurePool initialises a cold pool. Callers in this process share one
 // attempt (singleflight); across processes one caller takes the init lock and
 // the others wait for the key, not the database.
-func (s *Store) ensureInit(ctx context.Context, sku string) error {
-	ch := s.inits.DoChan(sku, func() (any, error) {
+func (s *Store) ensurePool(ctx context.Context, p pool) error {
+	ch := s.inits.DoChan(p.key(), func() (any, error) {
 		// Detached: one caller's cancellation must not fail the others.
 		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.InitWait+s.cfg.LockTTL)
 		defer cancel()
-		return nil, s.initCold(ictx, sku)
+		return nil, s.initCold(ictx, p)
 	})
 	select {
 	case r := <-ch:
@@ -536,15 +615,16 @@ func (s *Store) ensureInit(ctx context.Context, sku string) error {
 	}
 }
 
-func (s *Store) initCold(ctx context.Context, sku string) error {
+func (s *Store) initCold(ctx context.Context, p pool) error {
 	giveUp := time.Now().Add(s.cfg.InitWait)
+	key := p.key()
 	for {
-		held, err := s.locker.Obtain(ctx, initLockKey(sku), s.cfg.LockTTL, 0)
+		held, err := s.locker.Obtain(ctx, p.lockKey(), s.cfg.LockTTL, 0)
 		if err == nil {
-			defer s.releaseLock(ctx, sku, held)
+			defer s.releaseLock(ctx, p, held)
 			// Check again under the lock; the script checks a third time,
 			// atomically with the write.
-			n, err := s.rdb.Exists(ctx, stockKey(sku)).Result()
+			n, err := s.rdb.Exists(ctx, key).Result()
 			if err != nil {
 				return fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
 			}
@@ -552,22 +632,22 @@ func (s *Store) initCold(ctx context.Context, sku string) error {
 				return nil
 			}
 			s.stats.ColdInits.Add(1)
-			return s.write(ctx, sku, "cold")
+			return s.writePool(ctx, p, "cold")
 		}
 		if !errors.Is(err, lock.ErrNotObtained) {
-			return fmt.Errorf("%w: init lock for %s: %v", inventory.ErrUnavailable, sku, err)
+			return fmt.Errorf("%w: init lock for %s: %v", inventory.ErrUnavailable, p, err)
 		}
 		// Someone else is initialising: wait for the key, not the database.
 		s.stats.InitWaits.Add(1)
 		if time.Now().After(giveUp) {
-			return fmt.Errorf("%w: %s is being initialised elsewhere", inventory.ErrUnavailable, sku)
+			return fmt.Errorf("%w: %s is being initialised elsewhere", inventory.ErrUnavailable, p)
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %v", inventory.ErrUnavailable, ctx.Err())
 		case <-time.After(5*time.Millisecond + rand.N(20*time.Millisecond)):
 		}
-		n, err := s.rdb.Exists(ctx, stockKey(sku)).Result()
+		n, err := s.rdb.Exists(ctx, key).Result()
 		if err != nil {
 			return fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
 		}
@@ -577,9 +657,13 @@ func (s *Store) initCold(ctx context.Context, sku string) error {
 	}
 }
 
-func (s *Store) releaseLock(ctx context.Context, sku string, held *lock.Lock) {
+func (s *Store) releaseLock(ctx context.Context, p pool, held *lock.Lock) {
 	if err := held.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, lock.ErrNotHeld) {
-		s.cfg.Logger.Warn("stock: releasing init lock", "sku", sku, "err", err)
+		if p.campaign == "" {
+			s.cfg.Logger.Warn("stock: releasing init lock", "sku", p.sku, "err", err)
+		} else {
+			s.cfg.Logger.Warn("stock: releasing init lock", "sku", p.sku, "campaign", p.campaign, "err", err)
+		}
 	}
 }
 

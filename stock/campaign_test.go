@@ -1,0 +1,571 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory"
+	"github.com/acme/inventory/internal/testenv"
+)
+
+// fakeCampaigns plays the database behind InitCampaign: per campaign its
+// pool row (units left, seq, epoch) and window. mu is the pool's row lock:
+// the init holds it while Redis is written.
+type fakeCampaigns struct {
+	mu    sync.Mutex
+	pools map[string]*fakePool // by campaign ID
+	calls atomic.Int64
+	delay time.Duration
+}
+
+type fakePool struct {
+	left, seq, epoch int64
+	opens, closes    time.Time
+}
+
+func newFakeCampaigns(pools map[string]*fakePool) *fakeCampaigns {
+	return &fakeCampaigns{pools: pools}
+}
+
+func (f *fakeCampaigns) init(ctx context.Context, c Campaign, write func(CampaignBaseline) error) error {
+	f.calls.Add(1)
+	if f.delay > 0 {
+		time.Sleep(f.delay)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.pools[c.ID]
+	if !ok {
+		return fmt.Errorf("campaign %s: %w", c.ID, inventory.ErrNotFound)
+	}
+	p.epoch = 1 + rand.Int64N(1<<52)
+	return write(CampaignBaseline{
+		Baseline: inventory.Baseline{Available: p.left, Epoch: p.epoch, Seq: p.seq},
+		Opens:    p.opens, Closes: p.closes,
+	})
+}
+
+func newCampaignStore(t *testing.T, rdb redis.UniversalClient, f *fakeCampaigns) *Store {
+	t.Helper()
+	s, err := NewStore(rdb, Config{Init: newFakeDB(map[string]int64{}).init, InitCampaign: f.init,
+		LockTTL: 2 * time.Second, InitWait: 5 * time.Second})
+	require.NoError(t, err)
+	return s
+}
+
+// window is a campaign window of an hour that opened at opens, to the
+// millisecond (what Redis keeps).
+func window(opens time.Time) (time.Time, time.Time) {
+	opens = time.UnixMilli(opens.UnixMilli())
+	return opens, opens.Add(time.Hour)
+}
+
+// campaignLevels reads c's pool, which must be in Redis.
+func campaignLevels(t *testing.T, s *Store, c Campaign) CampaignLevels {
+	t.Helper()
+	lv, err := s.CampaignLevels(context.Background(), c)
+	require.NoError(t, err)
+	require.True(t, lv.Initialised, "%s is in Redis", c)
+	return lv
+}
+
+// bought is what the hash key holds for user ("none": nothing).
+func bought(t *testing.T, rdb redis.UniversalClient, key, user string) string {
+	t.Helper()
+	v, err := rdb.HGet(context.Background(), key, user).Result()
+	if errors.Is(err, redis.Nil) {
+		return "none"
+	}
+	require.NoError(t, err)
+	return v
+}
+
+// The deduction script's answers on a campaign's pool: the window is checked
+// after "not initialised" and before the limit and the stock; outside it
+// nothing is taken or counted. A SKU's hash has no window, whatever now the
+// caller passes.
+func TestCampaignScriptCodes(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		c := Campaign{ID: "C1", SKU: "S"}
+		const o, z = 1_000_000, 2_000_000
+		run := func(now, limit int64) []int64 {
+			keys := []string{campaignKey(c), campaignKey(c)}
+			args := []any{1, 0, "", 0, 0, now}
+			if limit > 0 {
+				keys = append(keys, campaignBuyersKey(c))
+				args = []any{1, 0, "u1", limit, 60_000, now}
+			}
+			r, err := deductScript.Run(ctx, rdb, keys, args...).Int64Slice()
+			require.NoError(t, err)
+			return r
+		}
+		require.Equal(t, []int64{-3, 0}, run(o, 0), "not initialised")
+		r, err := initScript.Run(ctx, rdb, []string{campaignKey(c)}, 2, 7, 4, "cold", o, z).Int64Slice()
+		require.NoError(t, err)
+		require.Equal(t, []int64{1, 2}, r)
+		h, err := rdb.HGetAll(ctx, campaignKey(c)).Result()
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"a": "2", "e": "7", "s": "4", "o": "1000000", "z": "2000000"}, h)
+
+		require.Equal(t, []int64{-8, 7}, run(o-1, 0), "one millisecond before the opening")
+		require.Equal(t, []int64{-8, 7}, run(0, 0))
+		require.Equal(t, []int64{-9, 7}, run(z, 0), "the close is not in the window")
+		require.Equal(t, []int64{-9, 7}, run(z+1, 0))
+		require.Equal(t, []int64{1, 7}, run(o, 0), "the opening is")
+		require.Equal(t, []int64{0, 7}, run(z-1, 2), "with a limit")
+		// The window before the limit: the buyer (1 of 1 bought) is told the
+		// sale is over, not that he reached the limit.
+		require.Equal(t, []int64{-9, 7}, run(z, 1))
+		require.Equal(t, []int64{-8, 7}, run(o-1, 1))
+		require.Equal(t, []int64{-7, 7}, run(o, 1), "the limit before the stock")
+		require.Equal(t, []int64{-2, 7}, run(o, 5), "sold out")
+		require.Equal(t, "1", bought(t, rdb, campaignBuyersKey(c), "u1"), "refusals counted nothing")
+
+		// A SKU's hash has no window: the sixth argument is never read.
+		require.NoError(t, rdb.HSet(ctx, stockKey("S"), "a", 2, "e", 9, "s", 0).Err())
+		var got [][]int64
+		for _, now := range []int64{0, z, 1 << 50, o - 1} {
+			r, err := deductScript.Run(ctx, rdb, admitKeys("S", ""), 1, 0, "", 0, 0, now).Int64Slice()
+			require.NoError(t, err)
+			got = append(got, r)
+		}
+		require.Equal(t, [][]int64{{1, 9}, {0, 9}, {-2, 9}, {-2, 9}}, got, "the SKU's two units, whatever the time")
+	})
+}
+
+// A burst before the opening, at the close and after it takes nothing,
+// counts nothing and reaches the database once: the cold init of the first
+// caller (the burst shares it), none after.
+func TestCampaignWindowBurst(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		opens, closes := window(time.Now().Add(time.Hour))
+		f := newFakeCampaigns(map[string]*fakePool{
+			"EARLY": {left: 300, opens: opens, closes: closes},
+			"LATE":  {left: 300, opens: opens, closes: closes},
+		})
+		f.delay = 20 * time.Millisecond // a slow read widens the cold race
+		s := newCampaignStore(t, rdb, f)
+		burst := func(c Campaign, now time.Time, want error) {
+			t.Helper()
+			var wrong atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 200 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var b *Buyer
+					if i%2 == 0 { // half with a per-user limit
+						b = &Buyer{User: fmt.Sprintf("u%d", i%7), Limit: 1}
+					}
+					_, err := s.AdmitCampaign(ctx, c, 1, b, now)
+					if !errors.Is(err, want) {
+						wrong.Add(1)
+						t.Errorf("at %s: %v, want %v", now, err, want)
+					}
+				}()
+			}
+			wg.Wait()
+			require.Zero(t, wrong.Load())
+			require.EqualValues(t, 300, campaignLevels(t, s, c).Available, "nothing taken")
+			n, err := rdb.Exists(ctx, campaignBuyersKey(c)).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "no buyer counted")
+		}
+		early := Campaign{ID: "EARLY", SKU: "PHONE"}
+		burst(early, opens.Add(-time.Millisecond), inventory.ErrNotStarted)
+		require.EqualValues(t, 1, f.calls.Load(), "a cold burst before the opening: one init")
+		late := Campaign{ID: "LATE", SKU: "PHONE"}
+		burst(late, closes, inventory.ErrEnded)
+		require.EqualValues(t, 2, f.calls.Load(), "a cold burst at the close: one init")
+		burst(early, closes.Add(time.Minute), inventory.ErrEnded)
+		burst(late, opens.Add(-time.Hour), inventory.ErrNotStarted)
+		require.EqualValues(t, 2, f.calls.Load(), "warm pools: the database never asked")
+		require.Zero(t, s.Stats().Deducted.Load()+s.Stats().Insufficient.Load())
+
+		// The window's edges: the opening is in it, the close is not.
+		_, err := s.AdmitCampaign(ctx, early, 1, nil, opens)
+		require.NoError(t, err)
+		_, err = s.AdmitCampaign(ctx, early, 1, nil, closes.Add(-time.Millisecond))
+		require.NoError(t, err)
+		require.EqualValues(t, 298, campaignLevels(t, s, early).Available)
+	})
+}
+
+// Inside the window no unit is admitted twice: 64 buyers × 20 attempts on a
+// pool of 300 are answered exactly 300 times yes, with the units left
+// 299..0 each once, and the rest sold out.
+func TestCampaignNoOverAdmission(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		opens, closes := window(time.Now().Add(-time.Minute))
+		f := newFakeCampaigns(map[string]*fakePool{"SALE": {left: 300, seq: 3, opens: opens, closes: closes}})
+		s := newCampaignStore(t, rdb, f)
+		c := Campaign{ID: "SALE", SKU: "PHONE"}
+		var mu sync.Mutex
+		var left []int64
+		var soldOut atomic.Int64
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 20 {
+					adm, err := s.AdmitCampaign(ctx, c, 1, nil, time.Now())
+					switch {
+					case err == nil:
+						mu.Lock()
+						left = append(left, adm.Remaining)
+						mu.Unlock()
+					case errors.Is(err, inventory.ErrInsufficientStock):
+						soldOut.Add(1)
+					default:
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		require.Len(t, left, 300, "exactly the pool")
+		slices.Sort(left)
+		for i, n := range left {
+			require.EqualValues(t, i, n, "the units left, 0..299, each once")
+		}
+		require.EqualValues(t, 64*20-300, soldOut.Load())
+		require.EqualValues(t, 0, campaignLevels(t, s, c).Available)
+		require.EqualValues(t, 1, f.calls.Load())
+		require.Positive(t, s.Stats().Pipelines.Load(), "campaign admissions go through the coalescer")
+	})
+}
+
+// A buyer's per-campaign limit is counted with the take, in one script
+// call: one buyer in many tabs gets exactly the limit; the campaign's count
+// is its own (the SKU's buyers hash is not touched); a give-back reopens it.
+func TestCampaignBuyerLimit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		opens, closes := window(time.Now().Add(-time.Minute))
+		f := newFakeCampaigns(map[string]*fakePool{"SALE": {left: 100, opens: opens, closes: closes}})
+		s := newCampaignStore(t, rdb, f)
+		c := Campaign{ID: "SALE", SKU: "PHONE"}
+		u1 := &Buyer{User: "u1", Limit: 2}
+		var wins atomic.Int64
+		var wg sync.WaitGroup
+		for range 48 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := s.AdmitCampaign(ctx, c, 1, u1, time.Now())
+				switch {
+				case err == nil:
+					wins.Add(1)
+				case !errors.Is(err, inventory.ErrOverLimit):
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		require.EqualValues(t, 2, wins.Load(), "exactly the limit")
+		require.EqualValues(t, 98, campaignLevels(t, s, c).Available, "only the admitted units were taken")
+		require.Equal(t, "2", bought(t, rdb, campaignBuyersKey(c), "u1"))
+		require.Equal(t, "none", bought(t, rdb, buyersKey("PHONE"), "u1"), "the SKU's limit is another count")
+		ttl, err := rdb.PTTL(ctx, campaignBuyersKey(c)).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttl, 23*time.Hour)
+
+		// One round trip per sale, the limit included.
+		cmds := testenv.CountCommands(rdb)
+		adm, err := s.AdmitCampaign(ctx, c, 2, &Buyer{User: "u2", Limit: 2}, time.Now())
+		require.NoError(t, err)
+		require.EqualValues(t, 96, adm.Remaining)
+		require.EqualValues(t, 1, cmds.Load(), "limit and pool in one call")
+
+		_, err = s.AdmitCampaign(ctx, c, 1, &Buyer{User: "u2", Limit: 2}, time.Now())
+		require.ErrorIs(t, err, inventory.ErrOverLimit)
+		require.NoError(t, s.ReturnCampaignQuota(ctx, c, "u1", 1))
+		_, err = s.AdmitCampaign(ctx, c, 1, u1, time.Now())
+		require.NoError(t, err, "a failed purchase gives its quota back")
+		require.Equal(t, "2", bought(t, rdb, campaignBuyersKey(c), "u1"))
+		_, err = s.AdmitCampaign(ctx, c, 1, nil, time.Now())
+		require.NoError(t, err, "no buyer: no limit")
+		require.EqualValues(t, 94, campaignLevels(t, s, c).Available)
+	})
+}
+
+// An admission the database refused goes back into the initialisation it
+// was taken from only; the buyer's count goes back whatever the epoch.
+func TestCampaignUndoOnlyIntoItsEpoch(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		opens, closes := window(time.Now().Add(-time.Minute))
+		f := newFakeCampaigns(map[string]*fakePool{"SALE": {left: 10, opens: opens, closes: closes}})
+		var back []Campaign
+		s, err := NewStore(rdb, Config{Init: newFakeDB(map[string]int64{}).init, InitCampaign: f.init,
+			OnCampaignBack: func(c Campaign) { back = append(back, c) },
+			OnStockBack:    func(sku string) { t.Errorf("a campaign's units are not %s's", sku) }})
+		require.NoError(t, err)
+		c := Campaign{ID: "SALE", SKU: "PHONE"}
+		u1 := &Buyer{User: "u1", Limit: 5}
+		a1, err := s.AdmitCampaign(ctx, c, 2, u1, time.Now())
+		require.NoError(t, err)
+		a2, err := s.AdmitCampaign(ctx, c, 3, u1, time.Now())
+		require.NoError(t, err)
+		require.Equal(t, f.pools["SALE"].epoch, a1.Epoch, "the admission names its initialisation")
+		require.NoError(t, s.UndoCampaign(ctx, c, 2, a1, u1))
+		require.EqualValues(t, 7, campaignLevels(t, s, c).Available, "same epoch: given back")
+		require.Equal(t, "3", bought(t, rdb, campaignBuyersKey(c), "u1"))
+		require.Equal(t, []Campaign{c}, back)
+
+		require.NoError(t, s.RealignCampaign(ctx, c)) // the database never recorded a2: 10
+		lv := campaignLevels(t, s, c)
+		require.EqualValues(t, 10, lv.Available)
+		require.NotEqual(t, a2.Epoch, lv.Epoch, "a realign is a new epoch")
+		require.NoError(t, s.UndoCampaign(ctx, c, 3, a2, u1))
+		require.EqualValues(t, 10, campaignLevels(t, s, c).Available, "another epoch: nothing given back")
+		require.Equal(t, "none", bought(t, rdb, campaignBuyersKey(c), "u1"), "the count went back all the same")
+
+		a3, err := s.AdmitCampaign(ctx, c, 1, nil, time.Now())
+		require.NoError(t, err)
+		require.NoError(t, b.Flush(ctx, rdb))
+		require.NoError(t, s.UndoCampaign(ctx, c, 1, a3, nil))
+		n, err := rdb.Exists(ctx, campaignKey(c)).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "an undo never recreates a lost pool")
+	})
+}
+
+// A committed change of the pool is brought in exactly once, fenced by the
+// pool's seq and epoch as a SKU's is.
+func TestCampaignApplyFenced(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		opens, closes := window(time.Now().Add(-time.Minute))
+		f := newFakeCampaigns(map[string]*fakePool{"SALE": {left: 10, seq: 5, opens: opens, closes: closes}})
+		s := newCampaignStore(t, rdb, f)
+		c := Campaign{ID: "SALE", SKU: "PHONE"}
+		require.NoError(t, s.WarmCampaign(ctx, c))
+		lv := campaignLevels(t, s, c)
+		require.Equal(t, CampaignLevels{Initialised: true, Available: 10, Epoch: f.pools["SALE"].epoch, Seq: 5,
+			Opens: opens, Closes: closes}, lv)
+
+		// Changes the init already read (seq <= 5): skipped.
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: 1, Seq: 5}))
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{SKU: "PHONE", Delta: 1, Seq: 3}))
+		require.EqualValues(t, 10, campaignLevels(t, s, c).Available, "counted by the init")
+		// A unit released back into the live campaign after it: added, once.
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: 1, Seq: 6}))
+		require.EqualValues(t, 11, campaignLevels(t, s, c).Available)
+		// A reservation taken from this initialisation: already in the value;
+		// from an older one: taken again.
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -1, Seq: 7, Epoch: lv.Epoch}))
+		require.EqualValues(t, 11, campaignLevels(t, s, c).Available)
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -1, Seq: 8, Epoch: lv.Epoch + 1}))
+		require.EqualValues(t, 10, campaignLevels(t, s, c).Available)
+
+		// Below zero: the pool is realigned from the database.
+		f.pools["SALE"].left, f.pools["SALE"].seq = 4, 9
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -50, Seq: 9}))
+		lv = campaignLevels(t, s, c)
+		require.EqualValues(t, 4, lv.Available)
+		require.EqualValues(t, 9, lv.Seq)
+		require.EqualValues(t, 2, f.calls.Load())
+
+		require.ErrorIs(t, s.ApplyCampaign(ctx, c, inventory.Change{SKU: "OTHER", Delta: 1, Seq: 10}), inventory.ErrInvalidArgument)
+		require.EqualValues(t, 4, campaignLevels(t, s, c).Available)
+		require.NoError(t, b.Flush(ctx, rdb))
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: 3, Seq: 99}))
+		n, err := rdb.Exists(ctx, campaignKey(c)).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "an apply never recreates a lost pool")
+	})
+}
+
+// A cold pool under a burst on four nodes is initialised once; a pool Redis
+// lost is initialised again from the database on the next admission;
+// warming a warm pool asks nothing; a realign reads a changed window; a
+// campaign the database does not have is not found.
+func TestCampaignColdInit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		opens, closes := window(time.Now().Add(-time.Minute))
+		f := newFakeCampaigns(map[string]*fakePool{"SALE": {left: 500, seq: 1, opens: opens, closes: closes}})
+		f.delay = 50 * time.Millisecond // a slow database read widens the race
+		c := Campaign{ID: "SALE", SKU: "PHONE"}
+		var took, soldOut atomic.Int64
+		var wg sync.WaitGroup
+		for range 4 { // four Stores: four processes' worth of state
+			s := newCampaignStore(t, rdb, f)
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 10 {
+						_, err := s.AdmitCampaign(ctx, c, 1, nil, time.Now())
+						switch {
+						case err == nil:
+							took.Add(1)
+						case errors.Is(err, inventory.ErrInsufficientStock):
+							soldOut.Add(1)
+						default:
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		require.EqualValues(t, 1, f.calls.Load(), "exactly one cold init reached the database")
+		require.EqualValues(t, 500, took.Load())
+		require.EqualValues(t, 140, soldOut.Load())
+
+		s := newCampaignStore(t, rdb, f)
+		require.NoError(t, s.WarmCampaign(ctx, c))
+		require.EqualValues(t, 1, f.calls.Load(), "warming a warm pool asks nothing")
+
+		// Redis loses everything; the database recorded 493 of the sales and
+		// gave 7 back to the pool meanwhile.
+		f.pools["SALE"].left, f.pools["SALE"].seq = 7, 501
+		require.NoError(t, b.Flush(ctx, rdb))
+		adm, err := s.AdmitCampaign(ctx, c, 1, nil, time.Now())
+		require.NoError(t, err)
+		require.EqualValues(t, 6, adm.Remaining, "re-initialised from the callback")
+		require.EqualValues(t, 2, f.calls.Load())
+		lv := campaignLevels(t, s, c)
+		require.Equal(t, f.pools["SALE"].epoch, lv.Epoch)
+		require.EqualValues(t, 501, lv.Seq)
+
+		require.NoError(t, b.Flush(ctx, rdb))
+		require.NoError(t, s.WarmCampaign(ctx, c))
+		require.EqualValues(t, 3, f.calls.Load(), "warming a cold pool initialises it")
+		require.EqualValues(t, 7, campaignLevels(t, s, c).Available)
+
+		// The database moved the opening an hour later: a realign brings the
+		// new window, and the pool is closed again until then.
+		f.pools["SALE"].opens, f.pools["SALE"].closes = window(time.Now().Add(time.Hour))
+		require.NoError(t, s.RealignCampaign(ctx, c))
+		lv = campaignLevels(t, s, c)
+		require.Equal(t, f.pools["SALE"].opens, lv.Opens)
+		require.Equal(t, f.pools["SALE"].closes, lv.Closes)
+		_, err = s.AdmitCampaign(ctx, c, 1, nil, time.Now())
+		require.ErrorIs(t, err, inventory.ErrNotStarted)
+
+		_, err = s.AdmitCampaign(ctx, Campaign{ID: "NOPE", SKU: "PHONE"}, 1, nil, time.Now())
+		require.ErrorIs(t, err, inventory.ErrNotFound)
+		lv, err = s.CampaignLevels(ctx, Campaign{ID: "NOPE", SKU: "PHONE"})
+		require.NoError(t, err)
+		require.False(t, lv.Initialised)
+	})
+}
+
+// A database that answers a pool Redis cannot hold (negative units, an empty
+// window) is refused as unavailable, and nothing is written.
+func TestCampaignBadBaseline(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		opens, closes := window(time.Now())
+		f := newFakeCampaigns(map[string]*fakePool{
+			"NEG":   {left: -1, opens: opens, closes: closes},
+			"EMPTY": {left: 5, opens: opens, closes: opens},
+			"NONE":  {left: 5},
+		})
+		s := newCampaignStore(t, rdb, f)
+		for _, id := range []string{"NEG", "EMPTY", "NONE"} {
+			c := Campaign{ID: id, SKU: "PHONE"}
+			_, err := s.AdmitCampaign(ctx, c, 1, nil, time.Now())
+			require.ErrorIs(t, err, inventory.ErrUnavailable, id)
+			n, err := rdb.Exists(ctx, campaignKey(c)).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, id)
+		}
+	})
+}
+
+// Bad input touches nothing: neither Redis nor the database; a Store
+// without InitCampaign refuses every campaign method.
+func TestCampaignBadInput(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		opens, closes := window(time.Now().Add(-time.Minute))
+		f := newFakeCampaigns(map[string]*fakePool{"SALE": {left: 5, opens: opens, closes: closes}})
+		s := newCampaignStore(t, rdb, f)
+		good := Campaign{ID: "SALE", SKU: "PHONE"}
+		now := time.Now()
+		for _, c := range []Campaign{{ID: "", SKU: "PHONE"}, {ID: "a:b", SKU: "PHONE"}, {ID: "a{b}", SKU: "PHONE"},
+			{ID: "SALE", SKU: ""}, {ID: "SALE", SKU: "P{X}"}, {ID: string(make([]byte, 65)), SKU: "PHONE"}} {
+			_, err := s.AdmitCampaign(ctx, c, 1, nil, now)
+			require.ErrorIs(t, err, inventory.ErrInvalidArgument, "%+v", c)
+			require.ErrorIs(t, s.WarmCampaign(ctx, c), inventory.ErrInvalidArgument)
+			require.ErrorIs(t, s.RealignCampaign(ctx, c), inventory.ErrInvalidArgument)
+			require.ErrorIs(t, s.UndoCampaign(ctx, c, 1, Admission{Epoch: 1}, nil), inventory.ErrInvalidArgument)
+			require.ErrorIs(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: 1, Seq: 1}), inventory.ErrInvalidArgument)
+			require.ErrorIs(t, s.ReturnCampaignQuota(ctx, c, "u1", 1), inventory.ErrInvalidArgument)
+			_, err = s.CampaignLevels(ctx, c)
+			require.ErrorIs(t, err, inventory.ErrInvalidArgument)
+		}
+		for _, qty := range []int64{0, -1, inventory.DefaultMaxQty + 1} {
+			_, err := s.AdmitCampaign(ctx, good, qty, nil, now)
+			require.ErrorIs(t, err, inventory.ErrInvalidArgument, "qty %d", qty)
+		}
+		_, err := s.AdmitCampaign(ctx, good, 1, nil, time.Time{})
+		require.ErrorIs(t, err, inventory.ErrInvalidArgument, "no time")
+		for _, b := range []Buyer{{User: "bad user", Limit: 1}, {User: "", Limit: 1}, {User: "u1", Limit: 0}} {
+			_, err := s.AdmitCampaign(ctx, good, 1, &b, now)
+			require.ErrorIs(t, err, inventory.ErrInvalidArgument, "%+v", b)
+			require.ErrorIs(t, s.UndoCampaign(ctx, good, 1, Admission{Epoch: 1}, &b), inventory.ErrInvalidArgument)
+		}
+		require.Zero(t, f.calls.Load(), "no init was attempted")
+		keys, err := rdb.Keys(ctx, "*").Result() // a cluster client asks one node; the others are checked below
+		require.NoError(t, err)
+		require.Empty(t, keys, "Redis was not touched")
+		for _, k := range []string{campaignKey(good), campaignBuyersKey(good), campaignInitLockKey(good)} {
+			n, err := rdb.Exists(ctx, k).Result()
+			require.NoError(t, err)
+			require.Zero(t, n, k)
+		}
+
+		bare := newStore(t, rdb, newFakeDB(map[string]int64{"PHONE": 5}))
+		_, err = bare.AdmitCampaign(ctx, good, 1, nil, now)
+		require.ErrorIs(t, err, errNoCampaigns)
+		require.ErrorIs(t, bare.WarmCampaign(ctx, good), errNoCampaigns)
+	})
+}
+
+// A SKU and its campaign are two pools: admissions of one never take from
+// the other, and the SKU answers as before while its campaign is refused.
+func TestCampaignAndSKUAreApart(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		opens, closes := window(time.Now().Add(time.Hour))
+		f := newFakeCampaigns(map[string]*fakePool{"SALE": {left: 5, opens: opens, closes: closes}})
+		db := newFakeDB(map[string]int64{"PHONE": 10})
+		s, err := NewStore(rdb, Config{Init: db.init, InitCampaign: f.init})
+		require.NoError(t, err)
+		c := Campaign{ID: "SALE", SKU: "PHONE"}
+		_, err = s.AdmitCampaign(ctx, c, 1, nil, time.Now())
+		require.ErrorIs(t, err, inventory.ErrNotStarted)
+		a, err := s.Admit(ctx, "PHONE", 3, "")
+		require.NoError(t, err)
+		require.EqualValues(t, 7, a.Remaining)
+		_, err = s.AdmitBuyer(ctx, "PHONE", 1, Buyer{User: "u1", Limit: 1})
+		require.NoError(t, err)
+		adm, err := s.AdmitCampaign(ctx, c, 2, &Buyer{User: "u1", Limit: 2}, opens)
+		require.NoError(t, err, "the SKU's limit is not the campaign's")
+		require.EqualValues(t, 3, adm.Remaining)
+		require.EqualValues(t, 6, levels(t, s, "PHONE").Available)
+		require.EqualValues(t, 1, db.calls.Load())
+		require.EqualValues(t, 1, f.calls.Load())
+	})
+}
