@@ -19,6 +19,30 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for CampaignState.
+const (
+	CampaignStateENDED     CampaignState = "ENDED"
+	CampaignStateLIVE      CampaignState = "LIVE"
+	CampaignStateSCHEDULED CampaignState = "SCHEDULED"
+	CampaignStateSOLDOUT   CampaignState = "SOLD_OUT"
+)
+
+// Valid indicates whether the value is a known member of the CampaignState enum.
+func (e CampaignState) Valid() bool {
+	switch e {
+	case CampaignStateENDED:
+		return true
+	case CampaignStateLIVE:
+		return true
+	case CampaignStateSCHEDULED:
+		return true
+	case CampaignStateSOLDOUT:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ErrorErrorCode.
 const (
 	ErrorErrorCodeConflict           ErrorErrorCode = "conflict"
@@ -31,6 +55,8 @@ const (
 	ErrorErrorCodePayloadTooLarge    ErrorErrorCode = "payload_too_large"
 	ErrorErrorCodePreconditionFailed ErrorErrorCode = "precondition_failed"
 	ErrorErrorCodeRateLimited        ErrorErrorCode = "rate_limited"
+	ErrorErrorCodeSaleEnded          ErrorErrorCode = "sale_ended"
+	ErrorErrorCodeSaleNotStarted     ErrorErrorCode = "sale_not_started"
 	ErrorErrorCodeUnauthorized       ErrorErrorCode = "unauthorized"
 	ErrorErrorCodeUnavailable        ErrorErrorCode = "unavailable"
 )
@@ -57,6 +83,10 @@ func (e ErrorErrorCode) Valid() bool {
 	case ErrorErrorCodePreconditionFailed:
 		return true
 	case ErrorErrorCodeRateLimited:
+		return true
+	case ErrorErrorCodeSaleEnded:
+		return true
+	case ErrorErrorCodeSaleNotStarted:
 		return true
 	case ErrorErrorCodeUnauthorized:
 		return true
@@ -192,6 +222,46 @@ func (e PaymentCallbackJSONBodyStatus) Valid() bool {
 		return false
 	}
 }
+
+// Campaign defines model for Campaign.
+type Campaign struct {
+	Allotment int64     `json:"allotment"`
+	EndsAt    time.Time `json:"ends_at"`
+
+	// Held units in unpaid orders
+	Held int64 `json:"held"`
+
+	// HoldSeconds how long a campaign order holds its unit (0 the order TTL)
+	HoldSeconds int64 `json:"hold_seconds"`
+
+	// Id 1-60 characters of A-Z a-z 0-9 . _ -, compared byte for byte.
+	Id CampaignID `json:"id"`
+
+	// Now the server's time of this answer (the countdown's reference)
+	Now time.Time `json:"now"`
+
+	// PerUserLimit units one buyer may buy in this campaign (0 none)
+	PerUserLimit int64 `json:"per_user_limit"`
+
+	// Remaining units the campaign can still sell (0 once ended; the rest returned to the SKU)
+	Remaining int64 `json:"remaining"`
+
+	// Sku 1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.
+	Sku SKUName `json:"sku"`
+
+	// Sold units paid for
+	Sold     int64     `json:"sold"`
+	StartsAt time.Time `json:"starts_at"`
+
+	// State by the server's clock at `now`; the database's clock decides each sale
+	State CampaignState `json:"state"`
+}
+
+// CampaignState by the server's clock at `now`; the database's clock decides each sale
+type CampaignState string
+
+// CampaignID 1-60 characters of A-Z a-z 0-9 . _ -, compared byte for byte.
+type CampaignID = string
 
 // Error defines model for Error.
 type Error struct {
@@ -379,6 +449,9 @@ type SKUPage struct {
 // even when it is spelled like an order id.
 type Token = string
 
+// CampaignId 1-60 characters of A-Z a-z 0-9 . _ -, compared byte for byte.
+type CampaignId = CampaignID
+
 // Cursor defines model for cursor.
 type Cursor = string
 
@@ -477,6 +550,79 @@ type GetOpenAPIParams struct {
 
 // ReadyzParams defines parameters for Readyz.
 type ReadyzParams struct {
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
+// GetCampaignParams defines parameters for GetCampaign.
+type GetCampaignParams struct {
+	IfNoneMatch *string `json:"If-None-Match,omitempty"`
+
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
+// PutCampaignJSONBody defines parameters for PutCampaign.
+type PutCampaignJSONBody struct {
+	Allotment int64 `json:"allotment"`
+
+	// EndsAt after starts_at and in the future, at most 90 days after starts_at
+	EndsAt time.Time `json:"ends_at"`
+
+	// HoldSeconds How long the reservation holds its units before it is released
+	// (unless paid, committed or cancelled): at least 10 seconds and at
+	// most INVENTORY_MAX_HOLD (default 7200). Omitted: the order TTL.
+	HoldSeconds  *HoldSeconds `json:"hold_seconds,omitempty"`
+	PerUserLimit *int64       `json:"per_user_limit,omitempty"`
+
+	// Sku 1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.
+	Sku      SKUName   `json:"sku"`
+	StartsAt time.Time `json:"starts_at"`
+}
+
+// PutCampaignParams defines parameters for PutCampaign.
+type PutCampaignParams struct {
+	// IfMatch Write only if the SKU is still at one of these versions (the ETag of
+	// an earlier answer), or, with *, only if it exists: otherwise 412
+	// precondition_failed and nothing changes. Entity tags are compared
+	// strongly, so a weak tag (W/"...") never matches. An adjust retried
+	// under a reference already applied is answered as its first call was,
+	// whatever the version now.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
+// BuyCampaignJSONBody defines parameters for BuyCampaign.
+type BuyCampaignJSONBody struct {
+	// UserId optional; the buyer X-Buyer-Token names
+	UserId *ID `json:"user_id,omitempty"`
+}
+
+// BuyCampaignParams defines parameters for BuyCampaign.
+type BuyCampaignParams struct {
+	// IdempotencyKey 1-128 printable ASCII characters, scoped to the buyer.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
+// EndCampaignParams defines parameters for EndCampaign.
+type EndCampaignParams struct {
 	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
 	// written with the service's log lines about the request. A value that
 	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
@@ -827,6 +973,12 @@ type ReleaseStockParams struct {
 	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
 }
 
+// PutCampaignJSONRequestBody defines body for PutCampaign for application/json ContentType.
+type PutCampaignJSONRequestBody PutCampaignJSONBody
+
+// BuyCampaignJSONRequestBody defines body for BuyCampaign for application/json ContentType.
+type BuyCampaignJSONRequestBody BuyCampaignJSONBody
+
 // CreateOrderJSONRequestBody defines body for CreateOrder for application/json ContentType.
 type CreateOrderJSONRequestBody CreateOrderJSONBody
 
@@ -957,6 +1109,89 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, params *ReadyzParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetCampaign A campaign's countdown and counts, cheap enough for every product page to poll.
+	//
+	// Served from each node's memory, at most 0.5 s old (state and now
+	// are as of the answer). A weak ETag names what the page shows (not
+	// the clock): If-None-Match answers 304 until it changes.
+	// Cache-Control max-age=1.
+	//
+	// Corresponds with GET /v1/campaigns/{id} (the `GetCampaign` operationId).
+	GetCampaign(ctx context.Context, id CampaignId, params *GetCampaignParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutCampaignWithBody Create or change a flash-sale campaign.
+	//
+	// Creating carves the allotment out of the SKU's available units as
+	// one arbitrated reservation: regular sales of the SKU can never take
+	// campaign units (409 insufficient_stock when the SKU cannot cover
+	// it). 409 conflict: another campaign of the SKU overlaps the window,
+	// the allotment is below what the campaign sold and holds, the SKU
+	// changes, or the campaign ended. If-Match like a SKU's (the ETag of
+	// an earlier answer). The campaign's pool is written to Redis at once
+	// (the warm-up), so the first buyers find it there.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/campaigns/{id} (the `PutCampaign` operationId).
+	PutCampaignWithBody(ctx context.Context, id CampaignId, params *PutCampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutCampaign Create or change a flash-sale campaign.
+	//
+	// Creating carves the allotment out of the SKU's available units as
+	// one arbitrated reservation: regular sales of the SKU can never take
+	// campaign units (409 insufficient_stock when the SKU cannot cover
+	// it). 409 conflict: another campaign of the SKU overlaps the window,
+	// the allotment is below what the campaign sold and holds, the SKU
+	// changes, or the campaign ended. If-Match like a SKU's (the ETag of
+	// an earlier answer). The campaign's pool is written to Redis at once
+	// (the warm-up), so the first buyers find it there.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/campaigns/{id} (the `PutCampaign` operationId).
+	PutCampaign(ctx context.Context, id CampaignId, params *PutCampaignParams, body PutCampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// BuyCampaignWithBody Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
+	//
+	// For the buyer X-Buyer-Token names. Redis checks the window, the
+	// buyer's campaign limit and the pool first, so a burst before the
+	// opening or after the end takes nothing and never reaches the
+	// database; the database's clock decides again as it records the
+	// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+	// sale_ended, insufficient_stock (sold out), conflict (the buyer's
+	// campaign limit, or an Idempotency-Key reused). With an
+	// Idempotency-Key a retry answers the same order.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/campaigns/{id}/buy (the `BuyCampaign` operationId).
+	BuyCampaignWithBody(ctx context.Context, id CampaignId, params *BuyCampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// BuyCampaign Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
+	//
+	// For the buyer X-Buyer-Token names. Redis checks the window, the
+	// buyer's campaign limit and the pool first, so a burst before the
+	// opening or after the end takes nothing and never reaches the
+	// database; the database's clock decides again as it records the
+	// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+	// sale_ended, insufficient_stock (sold out), conflict (the buyer's
+	// campaign limit, or an Idempotency-Key reused). With an
+	// Idempotency-Key a retry answers the same order.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/campaigns/{id}/buy (the `BuyCampaign` operationId).
+	BuyCampaign(ctx context.Context, id CampaignId, params *BuyCampaignParams, body BuyCampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// EndCampaign End a campaign now; the unsold rest returns to the SKU in one movement.
+	//
+	// Holds still live return to the SKU when they are released or
+	// expire, not to the ended campaign. Ending an ended campaign answers
+	// it as it is. No request body is read.
+	//
+	// Corresponds with POST /v1/campaigns/{id}/end (the `EndCampaign` operationId).
+	EndCampaign(ctx context.Context, id CampaignId, params *EndCampaignParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListOrders List orders, newest first, a page at a time.
 	//
@@ -1392,6 +1627,149 @@ func (c *Client) GetOpenAPI(ctx context.Context, params *GetOpenAPIParams, reqEd
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *Client) Readyz(ctx context.Context, params *ReadyzParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReadyzRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetCampaign A campaign's countdown and counts, cheap enough for every product page to poll.
+//
+// Served from each node's memory, at most 0.5 s old (state and now
+// are as of the answer). A weak ETag names what the page shows (not
+// the clock): If-None-Match answers 304 until it changes.
+// Cache-Control max-age=1.
+//
+// Corresponds with GET /v1/campaigns/{id} (the `GetCampaign` operationId).
+func (c *Client) GetCampaign(ctx context.Context, id CampaignId, params *GetCampaignParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetCampaignRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutCampaignWithBody Create or change a flash-sale campaign.
+//
+// Creating carves the allotment out of the SKU's available units as
+// one arbitrated reservation: regular sales of the SKU can never take
+// campaign units (409 insufficient_stock when the SKU cannot cover
+// it). 409 conflict: another campaign of the SKU overlaps the window,
+// the allotment is below what the campaign sold and holds, the SKU
+// changes, or the campaign ended. If-Match like a SKU's (the ETag of
+// an earlier answer). The campaign's pool is written to Redis at once
+// (the warm-up), so the first buyers find it there.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/campaigns/{id} (the `PutCampaign` operationId).
+func (c *Client) PutCampaignWithBody(ctx context.Context, id CampaignId, params *PutCampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutCampaignRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutCampaign Create or change a flash-sale campaign.
+//
+// Creating carves the allotment out of the SKU's available units as
+// one arbitrated reservation: regular sales of the SKU can never take
+// campaign units (409 insufficient_stock when the SKU cannot cover
+// it). 409 conflict: another campaign of the SKU overlaps the window,
+// the allotment is below what the campaign sold and holds, the SKU
+// changes, or the campaign ended. If-Match like a SKU's (the ETag of
+// an earlier answer). The campaign's pool is written to Redis at once
+// (the warm-up), so the first buyers find it there.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/campaigns/{id} (the `PutCampaign` operationId).
+func (c *Client) PutCampaign(ctx context.Context, id CampaignId, params *PutCampaignParams, body PutCampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutCampaignRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// BuyCampaignWithBody Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
+//
+// For the buyer X-Buyer-Token names. Redis checks the window, the
+// buyer's campaign limit and the pool first, so a burst before the
+// opening or after the end takes nothing and never reaches the
+// database; the database's clock decides again as it records the
+// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+// sale_ended, insufficient_stock (sold out), conflict (the buyer's
+// campaign limit, or an Idempotency-Key reused). With an
+// Idempotency-Key a retry answers the same order.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/campaigns/{id}/buy (the `BuyCampaign` operationId).
+func (c *Client) BuyCampaignWithBody(ctx context.Context, id CampaignId, params *BuyCampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewBuyCampaignRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// BuyCampaign Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
+//
+// For the buyer X-Buyer-Token names. Redis checks the window, the
+// buyer's campaign limit and the pool first, so a burst before the
+// opening or after the end takes nothing and never reaches the
+// database; the database's clock decides again as it records the
+// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+// sale_ended, insufficient_stock (sold out), conflict (the buyer's
+// campaign limit, or an Idempotency-Key reused). With an
+// Idempotency-Key a retry answers the same order.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/campaigns/{id}/buy (the `BuyCampaign` operationId).
+func (c *Client) BuyCampaign(ctx context.Context, id CampaignId, params *BuyCampaignParams, body BuyCampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewBuyCampaignRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// EndCampaign End a campaign now; the unsold rest returns to the SKU in one movement.
+//
+// Holds still live return to the SKU when they are released or
+// expire, not to the ended campaign. Ending an ended campaign answers
+// it as it is. No request body is read.
+//
+// Corresponds with POST /v1/campaigns/{id}/end (the `EndCampaign` operationId).
+func (c *Client) EndCampaign(ctx context.Context, id CampaignId, params *EndCampaignParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewEndCampaignRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2194,6 +2572,261 @@ func NewReadyzRequest(server string, params *ReadyzParams) (*http.Request, error
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetCampaignRequest constructs an http.Request for the GetCampaign method
+func NewGetCampaignRequest(server string, id CampaignId, params *GetCampaignParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/campaigns/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfNoneMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-None-Match", *params.IfNoneMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-None-Match", headerParam0)
+		}
+
+		if params.XRequestID != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPutCampaignRequest calls the generic PutCampaign builder with application/json body
+func NewPutCampaignRequest(server string, id CampaignId, params *PutCampaignParams, body PutCampaignJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutCampaignRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewPutCampaignRequestWithBody constructs an http.Request for the PutCampaign method, with any body, and a specified content type
+func NewPutCampaignRequestWithBody(server string, id CampaignId, params *PutCampaignParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/campaigns/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+		if params.XRequestID != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewBuyCampaignRequest calls the generic BuyCampaign builder with application/json body
+func NewBuyCampaignRequest(server string, id CampaignId, params *BuyCampaignParams, body BuyCampaignJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewBuyCampaignRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewBuyCampaignRequestWithBody constructs an http.Request for the BuyCampaign method, with any body, and a specified content type
+func NewBuyCampaignRequestWithBody(server string, id CampaignId, params *BuyCampaignParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/campaigns/%s/buy", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+		if params.XRequestID != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewEndCampaignRequest constructs an http.Request for the EndCampaign method
+func NewEndCampaignRequest(server string, id CampaignId, params *EndCampaignParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/campaigns/%s/end", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -3443,6 +4076,93 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	ReadyzWithResponse(ctx context.Context, params *ReadyzParams, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
 
+	// GetCampaignWithResponse A campaign's countdown and counts, cheap enough for every product page to poll.
+	//
+	// Served from each node's memory, at most 0.5 s old (state and now
+	// are as of the answer). A weak ETag names what the page shows (not
+	// the clock): If-None-Match answers 304 until it changes.
+	// Cache-Control max-age=1.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/campaigns/{id} (the `GetCampaign` operationId).
+	GetCampaignWithResponse(ctx context.Context, id CampaignId, params *GetCampaignParams, reqEditors ...RequestEditorFn) (*GetCampaignResponse, error)
+
+	// PutCampaignWithBodyWithResponse Create or change a flash-sale campaign.
+	//
+	// Creating carves the allotment out of the SKU's available units as
+	// one arbitrated reservation: regular sales of the SKU can never take
+	// campaign units (409 insufficient_stock when the SKU cannot cover
+	// it). 409 conflict: another campaign of the SKU overlaps the window,
+	// the allotment is below what the campaign sold and holds, the SKU
+	// changes, or the campaign ended. If-Match like a SKU's (the ETag of
+	// an earlier answer). The campaign's pool is written to Redis at once
+	// (the warm-up), so the first buyers find it there.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/campaigns/{id} (the `PutCampaign` operationId).
+	PutCampaignWithBodyWithResponse(ctx context.Context, id CampaignId, params *PutCampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutCampaignResponse, error)
+
+	// PutCampaignWithResponse Create or change a flash-sale campaign.
+	//
+	// Creating carves the allotment out of the SKU's available units as
+	// one arbitrated reservation: regular sales of the SKU can never take
+	// campaign units (409 insufficient_stock when the SKU cannot cover
+	// it). 409 conflict: another campaign of the SKU overlaps the window,
+	// the allotment is below what the campaign sold and holds, the SKU
+	// changes, or the campaign ended. If-Match like a SKU's (the ETag of
+	// an earlier answer). The campaign's pool is written to Redis at once
+	// (the warm-up), so the first buyers find it there.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/campaigns/{id} (the `PutCampaign` operationId).
+	PutCampaignWithResponse(ctx context.Context, id CampaignId, params *PutCampaignParams, body PutCampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*PutCampaignResponse, error)
+
+	// BuyCampaignWithBodyWithResponse Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
+	//
+	// For the buyer X-Buyer-Token names. Redis checks the window, the
+	// buyer's campaign limit and the pool first, so a burst before the
+	// opening or after the end takes nothing and never reaches the
+	// database; the database's clock decides again as it records the
+	// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+	// sale_ended, insufficient_stock (sold out), conflict (the buyer's
+	// campaign limit, or an Idempotency-Key reused). With an
+	// Idempotency-Key a retry answers the same order.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/campaigns/{id}/buy (the `BuyCampaign` operationId).
+	BuyCampaignWithBodyWithResponse(ctx context.Context, id CampaignId, params *BuyCampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*BuyCampaignResponse, error)
+
+	// BuyCampaignWithResponse Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
+	//
+	// For the buyer X-Buyer-Token names. Redis checks the window, the
+	// buyer's campaign limit and the pool first, so a burst before the
+	// opening or after the end takes nothing and never reaches the
+	// database; the database's clock decides again as it records the
+	// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+	// sale_ended, insufficient_stock (sold out), conflict (the buyer's
+	// campaign limit, or an Idempotency-Key reused). With an
+	// Idempotency-Key a retry answers the same order.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/campaigns/{id}/buy (the `BuyCampaign` operationId).
+	BuyCampaignWithResponse(ctx context.Context, id CampaignId, params *BuyCampaignParams, body BuyCampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*BuyCampaignResponse, error)
+
+	// EndCampaignWithResponse End a campaign now; the unsold rest returns to the SKU in one movement.
+	//
+	// Holds still live return to the SKU when they are released or
+	// expire, not to the ended campaign. Ending an ended campaign answers
+	// it as it is. No request body is read.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/campaigns/{id}/end (the `EndCampaign` operationId).
+	EndCampaignWithResponse(ctx context.Context, id CampaignId, params *EndCampaignParams, reqEditors ...RequestEditorFn) (*EndCampaignResponse, error)
+
 	// ListOrdersWithResponse List orders, newest first, a page at a time.
 	//
 	// Filters combine (AND); each filter given must be given once and
@@ -4031,6 +4751,571 @@ func (r ReadyzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetCampaignResponse200Headers the declared response headers of an HTTP 200 response for GetCampaign
+type GetCampaignResponse200Headers struct {
+	CacheControl *string
+	ETag         *string
+	XRequestID   string
+}
+
+// GetCampaignResponse304Headers the declared response headers of an HTTP 304 response for GetCampaign
+type GetCampaignResponse304Headers struct {
+	ETag       *string
+	XRequestID string
+}
+
+// GetCampaignResponse400Headers the declared response headers of an HTTP 400 response for GetCampaign
+type GetCampaignResponse400Headers struct {
+	XRequestID string
+}
+
+// GetCampaignResponse401Headers the declared response headers of an HTTP 401 response for GetCampaign
+type GetCampaignResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// GetCampaignResponse404Headers the declared response headers of an HTTP 404 response for GetCampaign
+type GetCampaignResponse404Headers struct {
+	XRequestID string
+}
+
+// GetCampaignResponse503Headers the declared response headers of an HTTP 503 response for GetCampaign
+type GetCampaignResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type GetCampaignResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Campaign
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetCampaignResponse200Headers
+	// Headers304 the parsed response headers for an HTTP 304 response
+	Headers304 *GetCampaignResponse304Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetCampaignResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetCampaignResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetCampaignResponse404Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetCampaignResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetCampaignResponse) GetJSON200() *Campaign {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetCampaignResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetCampaignResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetCampaignResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetCampaignResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetCampaignResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetCampaignResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetCampaignResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetCampaignResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutCampaignResponse200Headers the declared response headers of an HTTP 200 response for PutCampaign
+type PutCampaignResponse200Headers struct {
+	ETag       *string
+	XRequestID string
+}
+
+// PutCampaignResponse400Headers the declared response headers of an HTTP 400 response for PutCampaign
+type PutCampaignResponse400Headers struct {
+	XRequestID string
+}
+
+// PutCampaignResponse401Headers the declared response headers of an HTTP 401 response for PutCampaign
+type PutCampaignResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// PutCampaignResponse403Headers the declared response headers of an HTTP 403 response for PutCampaign
+type PutCampaignResponse403Headers struct {
+	XRequestID string
+}
+
+// PutCampaignResponse404Headers the declared response headers of an HTTP 404 response for PutCampaign
+type PutCampaignResponse404Headers struct {
+	XRequestID string
+}
+
+// PutCampaignResponse409Headers the declared response headers of an HTTP 409 response for PutCampaign
+type PutCampaignResponse409Headers struct {
+	XRequestID string
+}
+
+// PutCampaignResponse412Headers the declared response headers of an HTTP 412 response for PutCampaign
+type PutCampaignResponse412Headers struct {
+	XRequestID string
+}
+
+// PutCampaignResponse413Headers the declared response headers of an HTTP 413 response for PutCampaign
+type PutCampaignResponse413Headers struct {
+	XRequestID string
+}
+
+// PutCampaignResponse503Headers the declared response headers of an HTTP 503 response for PutCampaign
+type PutCampaignResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type PutCampaignResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Campaign
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *SKUNotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON412 the response for an HTTP 412 `application/json` response
+	JSON412 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PutCampaignResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *PutCampaignResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PutCampaignResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PutCampaignResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *PutCampaignResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *PutCampaignResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *PutCampaignResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *PutCampaignResponse413Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PutCampaignResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutCampaignResponse) GetJSON200() *Campaign {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PutCampaignResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PutCampaignResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PutCampaignResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PutCampaignResponse) GetJSON404() *SKUNotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r PutCampaignResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON412 returns the response for an HTTP 412 `application/json` response
+func (r PutCampaignResponse) GetJSON412() *Error {
+	return r.JSON412
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r PutCampaignResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PutCampaignResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PutCampaignResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutCampaignResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutCampaignResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutCampaignResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// BuyCampaignResponse201Headers the declared response headers of an HTTP 201 response for BuyCampaign
+type BuyCampaignResponse201Headers struct {
+	Location   string
+	XRequestID string
+}
+
+// BuyCampaignResponse400Headers the declared response headers of an HTTP 400 response for BuyCampaign
+type BuyCampaignResponse400Headers struct {
+	XRequestID string
+}
+
+// BuyCampaignResponse401Headers the declared response headers of an HTTP 401 response for BuyCampaign
+type BuyCampaignResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// BuyCampaignResponse403Headers the declared response headers of an HTTP 403 response for BuyCampaign
+type BuyCampaignResponse403Headers struct {
+	XRequestID string
+}
+
+// BuyCampaignResponse404Headers the declared response headers of an HTTP 404 response for BuyCampaign
+type BuyCampaignResponse404Headers struct {
+	XRequestID string
+}
+
+// BuyCampaignResponse409Headers the declared response headers of an HTTP 409 response for BuyCampaign
+type BuyCampaignResponse409Headers struct {
+	RetryAfter *int
+	XRequestID string
+}
+
+// BuyCampaignResponse413Headers the declared response headers of an HTTP 413 response for BuyCampaign
+type BuyCampaignResponse413Headers struct {
+	XRequestID string
+}
+
+// BuyCampaignResponse429Headers the declared response headers of an HTTP 429 response for BuyCampaign
+type BuyCampaignResponse429Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+// BuyCampaignResponse503Headers the declared response headers of an HTTP 503 response for BuyCampaign
+type BuyCampaignResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type BuyCampaignResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *OrderCreated
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *BuyerUnauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimited
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *BuyCampaignResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *BuyCampaignResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *BuyCampaignResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *BuyCampaignResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *BuyCampaignResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *BuyCampaignResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *BuyCampaignResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *BuyCampaignResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *BuyCampaignResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r BuyCampaignResponse) GetJSON201() *OrderCreated {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r BuyCampaignResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r BuyCampaignResponse) GetJSON401() *BuyerUnauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r BuyCampaignResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r BuyCampaignResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r BuyCampaignResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r BuyCampaignResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r BuyCampaignResponse) GetJSON429() *RateLimited {
+	return r.JSON429
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r BuyCampaignResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r BuyCampaignResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r BuyCampaignResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r BuyCampaignResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r BuyCampaignResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// EndCampaignResponse200Headers the declared response headers of an HTTP 200 response for EndCampaign
+type EndCampaignResponse200Headers struct {
+	ETag       *string
+	XRequestID string
+}
+
+// EndCampaignResponse400Headers the declared response headers of an HTTP 400 response for EndCampaign
+type EndCampaignResponse400Headers struct {
+	XRequestID string
+}
+
+// EndCampaignResponse401Headers the declared response headers of an HTTP 401 response for EndCampaign
+type EndCampaignResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// EndCampaignResponse403Headers the declared response headers of an HTTP 403 response for EndCampaign
+type EndCampaignResponse403Headers struct {
+	XRequestID string
+}
+
+// EndCampaignResponse404Headers the declared response headers of an HTTP 404 response for EndCampaign
+type EndCampaignResponse404Headers struct {
+	XRequestID string
+}
+
+// EndCampaignResponse503Headers the declared response headers of an HTTP 503 response for EndCampaign
+type EndCampaignResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type EndCampaignResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Campaign
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *EndCampaignResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *EndCampaignResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *EndCampaignResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *EndCampaignResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *EndCampaignResponse404Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *EndCampaignResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r EndCampaignResponse) GetJSON200() *Campaign {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r EndCampaignResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r EndCampaignResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r EndCampaignResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r EndCampaignResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r EndCampaignResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r EndCampaignResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r EndCampaignResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r EndCampaignResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r EndCampaignResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -6342,6 +7627,129 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, params *Re
 	return ParseReadyzResponse(rsp)
 }
 
+// GetCampaignWithResponse A campaign's countdown and counts, cheap enough for every product page to poll.
+//
+// Served from each node's memory, at most 0.5 s old (state and now
+// are as of the answer). A weak ETag names what the page shows (not
+// the clock): If-None-Match answers 304 until it changes.
+// Cache-Control max-age=1.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/campaigns/{id} (the `GetCampaign` operationId).
+func (c *ClientWithResponses) GetCampaignWithResponse(ctx context.Context, id CampaignId, params *GetCampaignParams, reqEditors ...RequestEditorFn) (*GetCampaignResponse, error) {
+	rsp, err := c.GetCampaign(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetCampaignResponse(rsp)
+}
+
+// PutCampaignWithBodyWithResponse Create or change a flash-sale campaign.
+//
+// Creating carves the allotment out of the SKU's available units as
+// one arbitrated reservation: regular sales of the SKU can never take
+// campaign units (409 insufficient_stock when the SKU cannot cover
+// it). 409 conflict: another campaign of the SKU overlaps the window,
+// the allotment is below what the campaign sold and holds, the SKU
+// changes, or the campaign ended. If-Match like a SKU's (the ETag of
+// an earlier answer). The campaign's pool is written to Redis at once
+// (the warm-up), so the first buyers find it there.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/campaigns/{id} (the `PutCampaign` operationId).
+func (c *ClientWithResponses) PutCampaignWithBodyWithResponse(ctx context.Context, id CampaignId, params *PutCampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutCampaignResponse, error) {
+	rsp, err := c.PutCampaignWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutCampaignResponse(rsp)
+}
+
+// PutCampaignWithResponse Create or change a flash-sale campaign.
+//
+// Creating carves the allotment out of the SKU's available units as
+// one arbitrated reservation: regular sales of the SKU can never take
+// campaign units (409 insufficient_stock when the SKU cannot cover
+// it). 409 conflict: another campaign of the SKU overlaps the window,
+// the allotment is below what the campaign sold and holds, the SKU
+// changes, or the campaign ended. If-Match like a SKU's (the ETag of
+// an earlier answer). The campaign's pool is written to Redis at once
+// (the warm-up), so the first buyers find it there.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/campaigns/{id} (the `PutCampaign` operationId).
+func (c *ClientWithResponses) PutCampaignWithResponse(ctx context.Context, id CampaignId, params *PutCampaignParams, body PutCampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*PutCampaignResponse, error) {
+	rsp, err := c.PutCampaign(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutCampaignResponse(rsp)
+}
+
+// BuyCampaignWithBodyWithResponse Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
+//
+// For the buyer X-Buyer-Token names. Redis checks the window, the
+// buyer's campaign limit and the pool first, so a burst before the
+// opening or after the end takes nothing and never reaches the
+// database; the database's clock decides again as it records the
+// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+// sale_ended, insufficient_stock (sold out), conflict (the buyer's
+// campaign limit, or an Idempotency-Key reused). With an
+// Idempotency-Key a retry answers the same order.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/campaigns/{id}/buy (the `BuyCampaign` operationId).
+func (c *ClientWithResponses) BuyCampaignWithBodyWithResponse(ctx context.Context, id CampaignId, params *BuyCampaignParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*BuyCampaignResponse, error) {
+	rsp, err := c.BuyCampaignWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseBuyCampaignResponse(rsp)
+}
+
+// BuyCampaignWithResponse Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
+//
+// For the buyer X-Buyer-Token names. Redis checks the window, the
+// buyer's campaign limit and the pool first, so a burst before the
+// opening or after the end takes nothing and never reaches the
+// database; the database's clock decides again as it records the
+// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+// sale_ended, insufficient_stock (sold out), conflict (the buyer's
+// campaign limit, or an Idempotency-Key reused). With an
+// Idempotency-Key a retry answers the same order.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/campaigns/{id}/buy (the `BuyCampaign` operationId).
+func (c *ClientWithResponses) BuyCampaignWithResponse(ctx context.Context, id CampaignId, params *BuyCampaignParams, body BuyCampaignJSONRequestBody, reqEditors ...RequestEditorFn) (*BuyCampaignResponse, error) {
+	rsp, err := c.BuyCampaign(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseBuyCampaignResponse(rsp)
+}
+
+// EndCampaignWithResponse End a campaign now; the unsold rest returns to the SKU in one movement.
+//
+// Holds still live return to the SKU when they are released or
+// expire, not to the ended campaign. Ending an ended campaign answers
+// it as it is. No request body is read.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/campaigns/{id}/end (the `EndCampaign` operationId).
+func (c *ClientWithResponses) EndCampaignWithResponse(ctx context.Context, id CampaignId, params *EndCampaignParams, reqEditors ...RequestEditorFn) (*EndCampaignResponse, error) {
+	rsp, err := c.EndCampaign(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEndCampaignResponse(rsp)
+}
+
 // ListOrdersWithResponse List orders, newest first, a page at a time.
 //
 // Filters combine (AND); each filter given must be given once and
@@ -7046,6 +8454,712 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 		response.Headers200 = &headers
 	case rsp.StatusCode == 503:
 		var headers ReadyzResponse503Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetCampaignResponse parses an HTTP response from a GetCampaignWithResponse call
+func ParseGetCampaignResponse(rsp *http.Response) (*GetCampaignResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetCampaignResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Campaign
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case rsp.StatusCode == 304:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetCampaignResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 304:
+		var headers GetCampaignResponse304Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers304 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetCampaignResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetCampaignResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetCampaignResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetCampaignResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutCampaignResponse parses an HTTP response from a PutCampaignWithResponse call
+func ParsePutCampaignResponse(rsp *http.Response) (*PutCampaignResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutCampaignResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Campaign
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest SKUNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PutCampaignResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers PutCampaignResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers PutCampaignResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PutCampaignResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers PutCampaignResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers PutCampaignResponse409Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers PutCampaignResponse412Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers PutCampaignResponse413Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 503:
+		var headers PutCampaignResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseBuyCampaignResponse parses an HTTP response from a BuyCampaignWithResponse call
+func ParseBuyCampaignResponse(rsp *http.Response) (*BuyCampaignResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &BuyCampaignResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest OrderCreated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest BuyerUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers BuyCampaignResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers BuyCampaignResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers BuyCampaignResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers BuyCampaignResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers BuyCampaignResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers BuyCampaignResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers BuyCampaignResponse413Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers BuyCampaignResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers BuyCampaignResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseEndCampaignResponse parses an HTTP response from a EndCampaignWithResponse call
+func ParseEndCampaignResponse(rsp *http.Response) (*EndCampaignResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &EndCampaignResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Campaign
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers EndCampaignResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers EndCampaignResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers EndCampaignResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers EndCampaignResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers EndCampaignResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 503:
+		var headers EndCampaignResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
 		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {

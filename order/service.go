@@ -265,11 +265,95 @@ func (s *Service) SeckillHold(ctx context.Context, userID, sku string, limit int
 	return o, nil
 }
 
+// CampaignSale is what a campaign buy needs of its campaign: which pool,
+// the per-user limit (0: none) and the hold its orders get (0: the
+// service's default).
+type CampaignSale struct {
+	ID, SKU string
+	Limit   int64
+	Hold    time.Duration
+}
+
+// BuyCampaign places a one-unit order of campaign c for userID at now (the
+// node's clock, which Redis checks the window against; the database's clock
+// decides as it records the sale): Redis admits from the campaign's pool
+// (a request outside the window or past the buyer's limit is refused there
+// and never reaches the database), then the database records the order and
+// moves the unit from the pool to it. With an idempotency key, a retry
+// answers the same order. Errors: inventory.ErrNotStarted, ErrEnded,
+// ErrInsufficientStock, ErrConflict (the buyer's limit, or a key reused),
+// ErrNotFound, ErrUnavailable.
+func (s *Service) BuyCampaign(ctx context.Context, userID, idemKey string, c CampaignSale, now time.Time) (*Order, error) {
+	if err := ValidateID("user_id", userID); err != nil {
+		return nil, err
+	}
+	if err := inventory.ValidateIdempotencyKey(idemKey); err != nil {
+		return nil, err
+	}
+	hold, err := s.Holds().For(c.Hold)
+	if err != nil {
+		return nil, err
+	}
+	lines := []inventory.Line{{SKU: c.SKU, Qty: 1}}
+	if idemKey != "" {
+		if o, err := s.byIdempotencyKey(ctx, userID, idemKey); err == nil {
+			return sameOrder(o, lines)
+		} else if !errors.Is(err, inventory.ErrNotFound) {
+			return nil, err
+		}
+	}
+	pool := stock.Campaign{ID: c.ID, SKU: c.SKU}
+	var buyer *stock.Buyer
+	if c.Limit > 0 {
+		buyer = &stock.Buyer{User: userID, Limit: c.Limit}
+	}
+	adm, err := s.stock.AdmitCampaign(ctx, pool, 1, buyer, now)
+	if errors.Is(err, inventory.ErrOverLimit) {
+		return nil, fmt.Errorf("%w: buyer %s reached the limit of %d in campaign %s", inventory.ErrConflict, userID, c.Limit, c.ID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	o, err := s.recordFrom(ctx, userID, idemKey, lines, []int64{adm.Remaining}, hold, &c.ID, func(fences map[string]arbiter.Fence) {
+		s.redis.SettleCampaign(ctx, pool, 1, adm, fences[arbiter.CampaignToken(c.ID)])
+	})
+	if err != nil {
+		fctx, cancel := stock.FollowUp(ctx)
+		defer cancel()
+		if uerr := s.stock.UndoCampaign(fctx, pool, 1, adm, buyer); uerr != nil {
+			s.cfg.Logger.Warn("undoing a campaign admission failed; the realign repairs it", "campaign", c.ID, "err", uerr)
+		}
+		if arbiter.IsDuplicate(err) && idemKey != "" {
+			winner, gerr := s.byIdempotencyKey(ctx, userID, idemKey)
+			if gerr != nil {
+				return nil, gerr
+			}
+			return sameOrder(winner, lines)
+		}
+		return nil, s.redis.RefusedCampaign(ctx, pool, err)
+	}
+	return o, nil
+}
+
 // record writes the order of lines admitted as adm for userID, holding
 // them for hold (with its reservations, through the group commit) and
 // settles Redis with what the database recorded. On error nothing was
 // written; the caller undoes adm.
 func (s *Service) record(ctx context.Context, userID, idemKey string, lines []inventory.Line, adm []stock.Admission, hold time.Duration) (*Order, error) {
+	results := make([]int64, len(adm))
+	for i, a := range adm {
+		results[i] = a.Remaining
+	}
+	return s.recordFrom(ctx, userID, idemKey, lines, results, hold, nil, func(fences map[string]arbiter.Fence) {
+		s.redis.Settle(ctx, lines, adm, fences)
+	})
+}
+
+// recordFrom is record, the lines drawn from campaign's pool (nil: from
+// their SKUs), results[i] what Redis had left after admitting lines[i],
+// settle bringing Redis to what the database recorded.
+func (s *Service) recordFrom(ctx context.Context, userID, idemKey string, lines []inventory.Line, results []int64, hold time.Duration,
+	campaign *string, settle func(map[string]arbiter.Fence)) (*Order, error) {
 	id := uuid.Must(uuid.NewV7()).String()
 	now := s.now()
 	o := &Order{ID: id, UserID: userID, Status: Pending, ReservationToken: id, ExpiresAt: now.Add(hold), CreatedAt: now, UpdatedAt: now}
@@ -280,13 +364,13 @@ func (s *Service) record(ctx context.Context, userID, idemKey string, lines []in
 	for i, l := range lines {
 		o.Items = append(o.Items, Item{OrderID: id, SKU: l.SKU, Qty: l.Qty})
 		req.Rows = append(req.Rows, arbiter.Reservation{Token: id, SKU: l.SKU, OrderID: &o.ID, Qty: l.Qty, State: arbiter.Held,
-			Result: adm[i].Remaining, ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now})
+			Result: results[i], ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now, CampaignID: campaign})
 	}
 	fences, err := s.orders.Write(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	s.redis.Settle(ctx, lines, adm, fences)
+	settle(fences)
 	s.cfg.OnCreated(ctx, o)
 	s.count(Pending)
 	return o, nil
@@ -371,6 +455,7 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	}
 	s.redis.Apply(ctx, rel.Changes)
 	s.redis.ReturnQuotas(ctx, rel.Quotas)
+	s.redis.ApplyCampaigns(ctx, rel.Campaigns, rel.CampaignQuotas)
 	s.count(to)
 	if to == Cancelled {
 		s.cfg.OnFinished(ctx, o)

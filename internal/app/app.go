@@ -32,6 +32,7 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/breaker"
+	"github.com/acme/inventory/internal/campaign"
 	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/expiry"
 	"github.com/acme/inventory/internal/followup"
@@ -67,6 +68,8 @@ type App struct {
 	Orders  *order.Service
 	Catalog *catalog.Catalog
 	Tokens  *tokens.Service
+	// Campaigns runs the flash-sale campaigns.
+	Campaigns *campaign.Service
 	// Commits is the group commit that orders and token reservations share.
 	Commits *groupcommit.Writer
 	// Reconciler compares and repairs Redis and the database (reconcile).
@@ -117,10 +120,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 
 	a.soldOut = httpapi.NewSoldOut(cmp.Or(cfg.SoldOutTTL, DefaultSoldOutTTL), nil)
 	a.Stock, err = stock.NewStore(a.rdb, stock.Config{
-		Init:        arbiter.InitFunc(a.db),
-		TokenTTL:    cfg.OrderTTL + time.Minute,
-		Logger:      log,
-		OnStockBack: a.publishStockBack,
+		Init:         arbiter.InitFunc(a.db),
+		InitCampaign: campaign.InitFunc(a.db),
+		TokenTTL:     cfg.OrderTTL + time.Minute,
+		Logger:       log,
+		OnStockBack:  a.publishStockBack,
 	})
 	if err != nil {
 		return nil, err
@@ -142,6 +146,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 		return nil, err
 	}
 	a.Catalog = catalog.New(a.db, a.Stock, log)
+	a.Campaigns = campaign.New(a.db, a.Stock, a.Orders, campaign.Config{Logger: log})
 	a.Reconciler = maintenance.NewReconciler(a.db, a.Stock, log)
 	a.realigner = maintenance.NewRealigner(a.Reconciler, a.Stock.Locker(), cfg.RealignInterval, log)
 	a.retention = maintenance.NewRetention(a.db, a.Stock.Locker(), maintenance.RetentionConfig{
@@ -177,7 +182,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 		AdminToken: a.Cfg.AdminToken, ClientTokens: a.Cfg.ClientTokens, Buyers: buyers,
 		PaymentSecret: a.Cfg.PaymentSecret, TrustedProxies: proxies, SeckillRate: cfg.SeckillRate, RequestTimeout: cfg.RequestTimeout,
 		Ready: a.ready, Degraded: a.degraded, Gatherer: reg, Metrics: httpapi.NewMetrics(reg), Logger: log,
-	}, httpapi.Services{Orders: a.Orders, Catalog: a.Catalog, Tokens: a.Tokens, Listing: listing.New(a.db)}, a.soldOut)
+	}, httpapi.Services{Orders: a.Orders, Catalog: a.Catalog, Tokens: a.Tokens, Listing: listing.New(a.db), Campaigns: a.Campaigns}, a.soldOut)
 	return a, nil
 }
 
@@ -204,7 +209,8 @@ func OpenStores(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err 
 		return nil, err
 	}
 	a.Stock, err = stock.NewStore(a.rdb, stock.Config{
-		Init: arbiter.InitFunc(a.db), TokenTTL: cfg.OrderTTL + time.Minute, Logger: log, OnStockBack: a.publishStockBack,
+		Init: arbiter.InitFunc(a.db), InitCampaign: campaign.InitFunc(a.db), TokenTTL: cfg.OrderTTL + time.Minute, Logger: log,
+		OnStockBack: a.publishStockBack,
 	})
 	if err != nil {
 		return nil, err

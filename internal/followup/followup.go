@@ -100,3 +100,61 @@ func (f Redis) ReturnQuotas(ctx context.Context, quotas []arbiter.BuyerUnits) {
 		}
 	}
 }
+
+// SettleCampaign is Settle for an admission of qty from campaign c's pool:
+// f is the pool's fence the database returned.
+func (f Redis) SettleCampaign(ctx context.Context, c stock.Campaign, qty int64, adm stock.Admission, fence arbiter.Fence) {
+	if fence.Epoch == adm.Epoch {
+		return
+	}
+	ctx, cancel := stock.FollowUp(ctx)
+	defer cancel()
+	ch := inventory.Change{SKU: c.SKU, Delta: -qty, Seq: fence.Seq, Epoch: adm.Epoch}
+	if err := f.Stock.ApplyCampaign(ctx, c, ch); err != nil {
+		f.Log.Warn("bringing a campaign sale into Redis failed; the realign repairs it", "campaign", c.ID, "err", err)
+	}
+}
+
+// RefusedCampaign is Refused for a campaign sale: the database's reason
+// (not started, ended, sold out) is the caller's answer, and when Redis had
+// admitted a sale the pool could not cover, the pool is realigned.
+func (f Redis) RefusedCampaign(ctx context.Context, c stock.Campaign, err error) error {
+	var r arbiter.CampaignRefusedError
+	if !errors.As(err, &r) {
+		var limit arbiter.OverLimitError
+		if errors.As(err, &limit) {
+			return fmt.Errorf("%w: buyer %s reached the limit of %d in campaign %s", inventory.ErrConflict, limit.User, limit.Limit, c.ID)
+		}
+		return fmt.Errorf("order: write: %w", err)
+	}
+	if errors.Is(r.Err, inventory.ErrInsufficientStock) {
+		f.Log.Warn("the database refused what Redis admitted from a campaign; realigning", "campaign", c.ID)
+		fctx, cancel := stock.FollowUp(ctx)
+		defer cancel()
+		if rerr := f.Stock.RealignCampaign(fctx, c); rerr != nil {
+			f.Log.Warn("realign failed; the periodic realign retries", "campaign", c.ID, "err", rerr)
+		}
+	}
+	return r.Err
+}
+
+// ApplyCampaigns brings units a release gave back to live campaigns' pools
+// into Redis, and the campaign limits' counts given back.
+func (f Redis) ApplyCampaigns(ctx context.Context, chs []arbiter.CampaignChange, quotas []arbiter.CampaignUnits) {
+	if len(chs) == 0 && len(quotas) == 0 {
+		return
+	}
+	ctx, cancel := stock.FollowUp(ctx)
+	defer cancel()
+	for _, c := range chs {
+		if err := f.Stock.ApplyCampaign(ctx, stock.Campaign{ID: c.ID, SKU: c.SKU},
+			inventory.Change{SKU: c.SKU, Delta: c.Delta, Seq: c.Seq}); err != nil {
+			f.Log.Warn("bringing a campaign's units back into Redis failed; the realign repairs it", "campaign", c.ID, "err", err)
+		}
+	}
+	for _, q := range quotas {
+		if err := f.Stock.ReturnCampaignQuota(ctx, stock.Campaign{ID: q.ID, SKU: q.SKU}, q.User, q.Qty); err != nil {
+			f.Log.Warn("giving a buyer's campaign quota back in Redis failed", "campaign", q.ID, "err", err)
+		}
+	}
+}

@@ -57,6 +57,8 @@ var codes = []struct {
 	{inventory.ErrConflict, http.StatusConflict, "conflict"},
 	{inventory.ErrPrecondition, http.StatusPreconditionFailed, "precondition_failed"},
 	{inventory.ErrForbidden, http.StatusForbidden, "forbidden"},
+	{inventory.ErrNotStarted, http.StatusConflict, "sale_not_started"},
+	{inventory.ErrEnded, http.StatusConflict, "sale_ended"},
 	{tokens.ErrReleased, http.StatusConflict, "conflict"},
 	{inventory.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 	{breaker.ErrOpen, http.StatusServiceUnavailable, "unavailable"},

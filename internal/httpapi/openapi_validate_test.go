@@ -67,7 +67,7 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 // statusCodes are the error codes each error status may carry (info.description).
 var statusCodes = map[int][]string{
 	400: {"invalid_argument"}, 401: {"unauthorized"}, 403: {"forbidden"}, 404: {"not_found"},
-	405: {"method_not_allowed"}, 409: {"conflict", "insufficient_stock"}, 412: {"precondition_failed"}, 413: {"payload_too_large"},
+	405: {"method_not_allowed"}, 409: {"conflict", "insufficient_stock", "sale_not_started", "sale_ended"}, 412: {"precondition_failed"}, 413: {"payload_too_large"},
 	429: {"rate_limited"}, 500: {"internal"}, 503: {"unavailable"},
 }
 

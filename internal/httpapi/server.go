@@ -28,6 +28,7 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/breaker"
+	"github.com/acme/inventory/internal/campaign"
 	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/identity"
 	"github.com/acme/inventory/internal/listing"
@@ -83,6 +84,7 @@ type Server struct {
 	cfg     Config
 	orders  *order.Service
 	catalog *catalog.Catalog
+	camps   *campaign.Service
 	tokens  *tokens.Service
 	listing *listing.Reader
 	soldOut *SoldOut
@@ -102,10 +104,11 @@ type cachedLimit struct {
 
 // Services are the domain services the routes call.
 type Services struct {
-	Orders  *order.Service
-	Catalog *catalog.Catalog
-	Tokens  *tokens.Service
-	Listing *listing.Reader
+	Orders    *order.Service
+	Catalog   *catalog.Catalog
+	Tokens    *tokens.Service
+	Listing   *listing.Reader
+	Campaigns *campaign.Service
 }
 
 func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
@@ -139,7 +142,7 @@ func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
-	s := &Server{cfg: cfg, orders: svc.Orders, catalog: svc.Catalog, tokens: svc.Tokens, listing: svc.Listing, soldOut: soldOut, log: cfg.Logger}
+	s := &Server{cfg: cfg, orders: svc.Orders, catalog: svc.Catalog, tokens: svc.Tokens, listing: svc.Listing, camps: svc.Campaigns, soldOut: soldOut, log: cfg.Logger}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
@@ -179,6 +182,10 @@ func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
 		ErrorHandler:        func(echo.Context, error) error { return rateLimited(limits.retryAfter()) },
 	})
 	v1.POST("/seckill/:sku/buy", s.seckill, client, limiter)
+	v1.PUT("/campaigns/:id", s.putCampaign, admin)
+	v1.GET("/campaigns/:id", s.getCampaign, client)
+	v1.POST("/campaigns/:id/buy", s.buyCampaign, client, limiter)
+	v1.POST("/campaigns/:id/end", s.endCampaign, admin)
 	s.e = e
 	return s
 }

@@ -1,0 +1,326 @@
+// Package campaign runs flash-sale campaigns (docs/SPEC.md section 5): an
+// allotment of one SKU sold within a window. The database holds each
+// campaign and its pool (internal/arbiter: the carve-out, the sale under
+// the database's clock, the end); Redis admits (stock: the window and the
+// pool checked at Redis speed); the order lifecycle records each sale as
+// an order (order.Service.BuyCampaign). This package puts, reads, ends and
+// sells campaigns, and keeps each campaign's view in memory for the product
+// pages that poll it.
+package campaign
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/acme/inventory"
+	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/followup"
+	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/stock"
+)
+
+// States of a campaign as GET answers it.
+const (
+	Scheduled = "SCHEDULED"
+	Live      = "LIVE"
+	SoldOut   = "SOLD_OUT"
+	Ended     = "ENDED"
+)
+
+// Staleness is how old a campaign's view may be when it is answered: each
+// node reads a campaign's counts at most this often, however many product
+// pages poll it.
+const Staleness = 500 * time.Millisecond
+
+// View is a campaign as its product page and its admin see it.
+type View struct {
+	ID           string    `json:"id"`
+	SKU          string    `json:"sku"`
+	State        string    `json:"state"`
+	Allotment    int64     `json:"allotment"`
+	Sold         int64     `json:"sold"`
+	Held         int64     `json:"held"`
+	Remaining    int64     `json:"remaining"`
+	StartsAt     time.Time `json:"starts_at"`
+	EndsAt       time.Time `json:"ends_at"`
+	PerUserLimit int64     `json:"per_user_limit"`
+	HoldSeconds  int64     `json:"hold_seconds"`
+	Now          time.Time `json:"now"`
+	// Version is the campaign's entity tag (If-Match on PUT).
+	Version string `json:"-"`
+}
+
+// Spec is what an admin puts.
+type Spec struct {
+	SKU          string
+	Allotment    int64
+	StartsAt     time.Time
+	EndsAt       time.Time
+	PerUserLimit int64
+	HoldSeconds  int64
+}
+
+// Config tunes a Service.
+type Config struct {
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Service runs campaigns.
+type Service struct {
+	db     *gorm.DB
+	st     *stock.Store
+	orders *order.Service
+	redis  followup.Redis
+	cfg    Config
+
+	mu    sync.Mutex
+	views map[string]cached
+}
+
+type cached struct {
+	v    View
+	read time.Time
+}
+
+// New is the campaign service on db and st, selling through orders.
+func New(db *gorm.DB, st *stock.Store, orders *order.Service, cfg Config) *Service {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{db: db, st: st, orders: orders, redis: followup.Redis{Stock: st, Log: cfg.Logger}, cfg: cfg,
+		views: map[string]cached{}}
+}
+
+// InitFunc reads a campaign's pool for its Redis copy (stock's cold init and
+// realign), under the pool's row lock, with a new epoch.
+func InitFunc(db *gorm.DB) stock.CampaignInitFunc {
+	return func(ctx context.Context, c stock.Campaign, write func(stock.CampaignBaseline) error) error {
+		return arbiter.Transact(ctx, db, func(tx *gorm.DB) error {
+			camp, b, err := arbiter.In(tx).CampaignBaseline(c.ID)
+			if err != nil {
+				return err
+			}
+			if camp.SKU != c.SKU {
+				return fmt.Errorf("%w: campaign %s sells %s, not %s", inventory.ErrNotFound, c.ID, camp.SKU, c.SKU)
+			}
+			return write(stock.CampaignBaseline{Baseline: b, Opens: camp.StartsAt, Closes: camp.EndsAt})
+		})
+	}
+}
+
+func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Microsecond) }
+
+// idPattern is a campaign id: a SKU's alphabet (its Redis keys carry no
+// colon or brace), short enough that "c:" + id names its quota.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,59}$`)
+
+// ValidateID checks a campaign id.
+func ValidateID(id string) error {
+	if !idPattern.MatchString(id) {
+		return inventory.Invalidf("campaign id must be 1-60 characters of A-Z a-z 0-9 . _ -, got %q", inventory.Truncate(id))
+	}
+	return nil
+}
+
+// maxWindow bounds a campaign's window: a flash sale, not a catalog.
+const maxWindow = 90 * 24 * time.Hour
+
+func (s *Service) validate(id string, spec Spec, now time.Time) error {
+	if err := ValidateID(id); err != nil {
+		return err
+	}
+	if err := inventory.ValidateSKU(spec.SKU); err != nil {
+		return err
+	}
+	switch {
+	case spec.Allotment < 1 || spec.Allotment > arbiter.MaxStock:
+		return inventory.Invalidf("allotment must be between 1 and %d", int64(arbiter.MaxStock))
+	case spec.StartsAt.IsZero() || spec.EndsAt.IsZero():
+		return inventory.Invalidf("starts_at and ends_at are required")
+	case !spec.EndsAt.After(spec.StartsAt):
+		return inventory.Invalidf("ends_at must be after starts_at")
+	case spec.EndsAt.Sub(spec.StartsAt) > maxWindow:
+		return inventory.Invalidf("a campaign's window is at most %s", maxWindow)
+	case !spec.EndsAt.After(now):
+		return inventory.Invalidf("ends_at must be in the future")
+	case spec.PerUserLimit < 0 || spec.PerUserLimit > inventory.DefaultMaxQty:
+		return inventory.Invalidf("per_user_limit must be between 0 (none) and %d", inventory.DefaultMaxQty)
+	}
+	if spec.HoldSeconds != 0 {
+		if _, err := s.orders.Holds().For(inventory.Seconds(spec.HoldSeconds)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Put creates campaign id or changes it (ifMatch: its version must be one
+// of them, "*" any). The allotment is carved out of the SKU's available
+// units (inventory.ErrInsufficientStock when they cannot cover it). Refused
+// with inventory.ErrConflict: an overlapping campaign of the SKU, an
+// allotment below what is sold and held, a change of the SKU, a change of
+// an ended campaign. Redis's copy of the pool is then written from the
+// database (the warm-up: the first buyers find it there).
+func (s *Service) Put(ctx context.Context, id string, spec Spec, ifMatch []string) (View, error) {
+	now := s.now()
+	if err := s.validate(id, spec, now); err != nil {
+		return View{}, err
+	}
+	c := arbiter.Campaign{ID: id, SKU: spec.SKU, Allotment: spec.Allotment, StartsAt: spec.StartsAt.UTC().Truncate(time.Microsecond),
+		EndsAt: spec.EndsAt.UTC().Truncate(time.Microsecond), PerUserLimit: spec.PerUserLimit, HoldSeconds: spec.HoldSeconds}
+	var chs []inventory.Change
+	err := arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
+		var err error
+		chs, _, err = arbiter.In(tx).PutCampaign(c, ifMatch, now)
+		return err
+	})
+	var refused arbiter.RefusedError
+	if errors.As(err, &refused) {
+		return View{}, fmt.Errorf("%w: %s has fewer than the allotment's units available", inventory.ErrInsufficientStock, spec.SKU)
+	}
+	if err != nil {
+		return View{}, err
+	}
+	s.redis.Apply(ctx, chs)
+	s.sync(ctx, stock.Campaign{ID: id, SKU: spec.SKU})
+	return s.read(ctx, id)
+}
+
+// sync writes the pool's Redis copy from the database (a new epoch, the
+// window as it is now); a failure is logged: the next admission's cold
+// init or the realign writes it.
+func (s *Service) sync(ctx context.Context, c stock.Campaign) {
+	s.forget(c.ID)
+	fctx, cancel := stock.FollowUp(ctx)
+	defer cancel()
+	if err := s.st.RealignCampaign(fctx, c); err != nil {
+		s.cfg.Logger.Warn("writing a campaign's pool to Redis failed; its first admission does", "campaign", c.ID, "err", err)
+	}
+}
+
+func (s *Service) forget(id string) {
+	s.mu.Lock()
+	delete(s.views, id)
+	s.mu.Unlock()
+}
+
+// Get is campaign id's view, read from the database at most every
+// Staleness per node (its state and now as of the answer).
+func (s *Service) Get(ctx context.Context, id string) (View, error) {
+	if err := ValidateID(id); err != nil {
+		return View{}, err
+	}
+	s.mu.Lock()
+	c, ok := s.views[id]
+	s.mu.Unlock()
+	if ok && s.cfg.Now().Sub(c.read) < Staleness {
+		return s.stated(c.v), nil
+	}
+	return s.read(ctx, id)
+}
+
+// read reads campaign id's view from the database and keeps it.
+func (s *Service) read(ctx context.Context, id string) (View, error) {
+	read := s.cfg.Now()
+	var c arbiter.Campaign
+	if err := s.db.WithContext(ctx).Take(&c, "id = ?", id).Error; err != nil {
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return View{}, fmt.Errorf("%w: no campaign %s", inventory.ErrNotFound, id)
+		}
+		return View{}, err
+	}
+	n, err := arbiter.CountCampaign(s.db.WithContext(ctx), id)
+	if err != nil {
+		return View{}, err
+	}
+	v := View{ID: c.ID, SKU: c.SKU, Allotment: c.Allotment, Sold: n.Sold, Held: n.Held, Remaining: n.Left,
+		StartsAt: c.StartsAt.UTC(), EndsAt: c.EndsAt.UTC(), PerUserLimit: c.PerUserLimit, HoldSeconds: c.HoldSeconds,
+		Version: c.Version()}
+	if n.Ended {
+		v.Remaining, v.State = 0, Ended
+	}
+	s.mu.Lock()
+	s.views[id] = cached{v: v, read: read}
+	s.mu.Unlock()
+	return s.stated(v), nil
+}
+
+// stated is v with its state and now as of this moment (the window's
+// edges pass between two reads of the counts).
+func (s *Service) stated(v View) View {
+	v.Now = s.now()
+	switch {
+	case v.State == Ended || !v.Now.Before(v.EndsAt):
+		v.State = Ended
+	case v.Now.Before(v.StartsAt):
+		v.State = Scheduled
+	case v.Remaining == 0:
+		v.State = SoldOut
+	default:
+		v.State = Live
+	}
+	return v
+}
+
+// End ends campaign id now: its window closes and the unsold rest returns
+// to the SKU in one movement. Ending an ended campaign changes nothing.
+func (s *Service) End(ctx context.Context, id string) (View, error) {
+	if err := ValidateID(id); err != nil {
+		return View{}, err
+	}
+	var freed arbiter.Freed
+	var sku string
+	err := arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
+		var err error
+		if freed, err = arbiter.In(tx).EndCampaign(id, s.now()); err != nil {
+			return err
+		}
+		return tx.Model(&arbiter.Campaign{}).Where("id = ?", id).Pluck("sku", &sku).Error
+	})
+	if err != nil {
+		return View{}, err
+	}
+	s.redis.Apply(ctx, freed.Changes)
+	s.sync(ctx, stock.Campaign{ID: id, SKU: sku})
+	return s.read(ctx, id)
+}
+
+// NotStarted is a buy before the opening: the answer says when it opens.
+type NotStarted struct{ StartsAt, Now time.Time }
+
+func (e NotStarted) Error() string {
+	return fmt.Sprintf("the sale opens at %s", e.StartsAt.Format(time.RFC3339))
+}
+
+func (e NotStarted) Unwrap() error { return inventory.ErrNotStarted }
+
+// Buy sells one unit of campaign id to userID as a PENDING order (with
+// idemKey, a retry answers the same order). Before the opening it answers
+// NotStarted (inventory.ErrNotStarted), after the end inventory.ErrEnded,
+// sold out inventory.ErrInsufficientStock, past the buyer's limit
+// inventory.ErrConflict: Redis decides these without the database, which
+// decides again, by its own clock, as it records the sale.
+func (s *Service) Buy(ctx context.Context, id, userID, idemKey string) (*order.Order, error) {
+	v, err := s.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	o, err := s.orders.BuyCampaign(ctx, userID, idemKey, order.CampaignSale{ID: v.ID, SKU: v.SKU, Limit: v.PerUserLimit,
+		Hold: inventory.Seconds(v.HoldSeconds)}, now)
+	if errors.Is(err, inventory.ErrNotStarted) {
+		return nil, NotStarted{StartsAt: v.StartsAt, Now: now}
+	}
+	return o, err
+}

@@ -1,0 +1,152 @@
+package httpapi
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/acme/inventory/internal/campaign"
+)
+
+// campaignParam is the campaign id in the path, decoded once and checked.
+func campaignParam(c echo.Context) (string, error) {
+	id, err := pathParam(c, "id")
+	if err != nil {
+		return "", err
+	}
+	return id, campaign.ValidateID(id)
+}
+
+// putCampaign creates or changes a campaign (admin; If-Match like SKUs).
+func (s *Server) putCampaign(c echo.Context) error {
+	id, err := campaignParam(c)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		SKU          *string    `json:"sku"`
+		Allotment    *int64     `json:"allotment"`
+		StartsAt     *time.Time `json:"starts_at"`
+		EndsAt       *time.Time `json:"ends_at"`
+		PerUserLimit *int64     `json:"per_user_limit"`
+		HoldSeconds  *int64     `json:"hold_seconds"`
+	}
+	if err := bind(c, &req); err != nil {
+		return err
+	}
+	if err := required(map[string]bool{"sku": req.SKU != nil, "allotment": req.Allotment != nil,
+		"starts_at": req.StartsAt != nil, "ends_at": req.EndsAt != nil}); err != nil {
+		return err
+	}
+	spec := campaign.Spec{SKU: *req.SKU, Allotment: *req.Allotment, StartsAt: *req.StartsAt, EndsAt: *req.EndsAt}
+	if req.PerUserLimit != nil {
+		spec.PerUserLimit = *req.PerUserLimit
+	}
+	if req.HoldSeconds != nil {
+		if *req.HoldSeconds <= 0 {
+			return badRequest("hold_seconds must be a positive number of seconds")
+		}
+		spec.HoldSeconds = *req.HoldSeconds
+	}
+	ifMatch, err := ifMatch(c)
+	if err != nil {
+		return err
+	}
+	v, err := s.camps.Put(c.Request().Context(), id, spec, ifMatch)
+	if err != nil {
+		return err
+	}
+	return campaignAnswer(c, v, false)
+}
+
+// getCampaign is the product page's countdown: served from memory (at most
+// campaign.Staleness old), with an ETag of what changed and a short
+// Cache-Control.
+func (s *Server) getCampaign(c echo.Context) error {
+	id, err := campaignParam(c)
+	if err != nil {
+		return err
+	}
+	v, err := s.camps.Get(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return campaignAnswer(c, v, true)
+}
+
+// campaignAnswer writes v. For a client read (poll), its ETag names the
+// state and the counts (not the clock), so a page that polls gets 304 until
+// something it shows changes.
+func campaignAnswer(c echo.Context, v campaign.View, poll bool) error {
+	h := c.Response().Header()
+	if !poll {
+		h.Set("ETag", `"`+v.Version+`"`)
+		return c.JSON(http.StatusOK, v)
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%d|%d|%d|%d|%s|%s", v.Version, v.State, v.Allotment, v.Sold, v.Held, v.Remaining,
+		v.StartsAt.Format(time.RFC3339Nano), v.EndsAt.Format(time.RFC3339Nano)))
+	tag := `W/"` + hex.EncodeToString(sum[:8]) + `"`
+	h.Set("ETag", tag)
+	h.Set("Cache-Control", "max-age=1")
+	if inm := c.Request().Header.Get("If-None-Match"); inm != "" && bytes.Contains([]byte(inm), []byte(tag)) {
+		return c.NoContent(http.StatusNotModified)
+	}
+	return c.JSON(http.StatusOK, v)
+}
+
+// buyCampaign sells one unit of a campaign to the buyer X-Buyer-Token
+// names (a body is optional; user_id in it must be that buyer).
+func (s *Server) buyCampaign(c echo.Context) error {
+	id, err := campaignParam(c)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		UserID *string `json:"user_id"`
+	}
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	if b := bytes.TrimSpace(body); len(b) > 0 && string(b) != "{}" {
+		if err := decodeJSON(body, &req); err != nil {
+			return err
+		}
+	}
+	user, err := s.buyer(c, req.UserID)
+	if err != nil {
+		return err
+	}
+	o, err := s.camps.Buy(c.Request().Context(), id, user, c.Request().Header.Get("Idempotency-Key"))
+	s.cfg.Metrics.deduction(err, 0)
+	var early campaign.NotStarted
+	if errors.As(err, &early) {
+		wait := max(1, int64((early.StartsAt.Sub(early.Now)+time.Second-1)/time.Second))
+		return &apiError{status: http.StatusConflict, code: "sale_not_started", msg: early.Error(),
+			header: [2]string{"Retry-After", strconv.FormatInt(wait, 10)}}
+	}
+	if err != nil {
+		return err
+	}
+	return created(c, o)
+}
+
+// endCampaign ends a campaign now (admin).
+func (s *Server) endCampaign(c echo.Context) error {
+	id, err := campaignParam(c)
+	if err != nil {
+		return err
+	}
+	v, err := s.camps.End(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return campaignAnswer(c, v, false)
+}
