@@ -22,6 +22,7 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/campaign"
 	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/groupcommit"
 	"github.com/acme/inventory/internal/listing"
@@ -58,6 +59,7 @@ type Rig struct {
 	Orders    *order.Service
 	Tokens    *tokens.Service
 	Catalog   *catalog.Catalog
+	Campaigns *campaign.Service
 	Listing   *listing.Reader
 	Commits   *groupcommit.Writer
 	Applier   *stocksync.Applier
@@ -109,7 +111,7 @@ func Assemble(t testing.TB, tr Transport, db *gorm.DB, rdb *redis.Client, opts O
 	if opts.WrapInit != nil {
 		init = opts.WrapInit(init)
 	}
-	cfg := stock.Config{Init: init}
+	cfg := stock.Config{Init: init, InitCampaign: campaign.InitFunc(db)}
 	if opts.Stock != nil {
 		opts.Stock(&cfg)
 	}
@@ -134,6 +136,7 @@ func Assemble(t testing.TB, tr Transport, db *gorm.DB, rdb *redis.Client, opts O
 	r.Orders = order.NewService(db, st, order.Config{TTL: TTL, Now: r.Clock.Now, OnOutbox: r.Relay.Wake, Writer: r.Commits})
 	r.Tokens = tokens.New(db, st, r.Commits, tokens.Config{TTL: TTL, Now: r.Clock.Now, OnOutbox: r.Relay.Wake})
 	r.Catalog = catalog.New(db, st, nil)
+	r.Campaigns = campaign.New(db, st, r.Orders, campaign.Config{Now: r.Clock.Now})
 	r.Listing = listing.New(db)
 	return r
 }

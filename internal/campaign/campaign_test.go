@@ -1,0 +1,238 @@
+package campaign_test
+
+// Campaigns on the real MariaDB and Redis (internal/testrig): each test
+// tries to break one rule of the window, the allotment or the end.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
+
+	"github.com/acme/inventory"
+	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/campaign"
+	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/stock"
+)
+
+// countStatements counts every statement GORM sends on db while fn runs.
+func countStatements(t *testing.T, db *gorm.DB, fn func()) int64 {
+	t.Helper()
+	var n atomic.Int64
+	name := "count:" + t.Name()
+	count := func(*gorm.DB) { n.Add(1) }
+	cb := db.Callback()
+	require.NoError(t, cb.Query().Before("gorm:query").Register(name, count))
+	require.NoError(t, cb.Create().Before("gorm:create").Register(name, count))
+	require.NoError(t, cb.Update().Before("gorm:update").Register(name, count))
+	require.NoError(t, cb.Raw().Before("gorm:raw").Register(name, count))
+	require.NoError(t, cb.Row().Before("gorm:row").Register(name, count))
+	defer func() {
+		_ = cb.Query().Remove(name)
+		_ = cb.Create().Remove(name)
+		_ = cb.Update().Remove(name)
+		_ = cb.Raw().Remove(name)
+		_ = cb.Row().Remove(name)
+	}()
+	fn()
+	return n.Load()
+}
+
+// put creates a campaign of a fresh SKU (stock units) on r.
+func put(t *testing.T, r *testrig.Rig, stockUnits, allotment, limit int64, starts, ends time.Time) (string, string) {
+	t.Helper()
+	sku := r.PutSKU("CAMP", stockUnits, 0)
+	id := testenv.Unique("c")
+	_, err := r.Campaigns.Put(context.Background(), id, campaign.Spec{SKU: sku, Allotment: allotment, StartsAt: starts, EndsAt: ends,
+		PerUserLimit: limit}, nil)
+	require.NoError(t, err)
+	return id, sku
+}
+
+// poolInRedis is what Redis holds of the campaign's pool.
+func poolInRedis(t *testing.T, r *testrig.Rig, id, sku string) int64 {
+	t.Helper()
+	lv, err := r.Stock.CampaignLevels(context.Background(), stock.Campaign{ID: id, SKU: sku})
+	require.NoError(t, err)
+	require.True(t, lv.Initialised)
+	return lv.Available
+}
+
+// A burst of buyers before the opening is refused at Redis speed: not one
+// statement reaches the database, nothing is taken, and the answer says
+// when the sale opens. (The pool was written to Redis when the campaign
+// was put: no buyer waits for a cold init.)
+func TestBurstBeforeTheOpeningNeverReachesTheDatabase(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	opens := time.Now().Add(time.Hour)
+	id, sku := put(t, r, 50, 20, 0, opens, opens.Add(time.Hour))
+	_, err := r.Campaigns.Get(ctx, id) // the countdown's view, read once
+	require.NoError(t, err)
+	var refused atomic.Int64
+	n := countStatements(t, r.DB, func() {
+		testrig.Race(200, func(i int) {
+			_, err := r.Campaigns.Buy(ctx, id, fmt.Sprintf("u%d", i), "")
+			var early campaign.NotStarted
+			if errors.As(err, &early) && errors.Is(err, inventory.ErrNotStarted) && early.StartsAt.Equal(opens.UTC().Truncate(time.Microsecond)) {
+				refused.Add(1)
+			} else {
+				t.Errorf("buyer %d: %v", i, err)
+			}
+		})
+	})
+	require.Zero(t, n, "no statement reached the database")
+	require.EqualValues(t, 200, refused.Load())
+	require.Zero(t, r.Count(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, 20, poolInRedis(t, r, id, sku))
+	r.RequireQty(sku, 50, 20)
+}
+
+// Two nodes whose clocks disagree with the database's: the one that runs
+// an hour fast admits in Redis (its clock says the sale is open), and the
+// database, whose clock decides, refuses: nothing is sold, the unit goes
+// back to Redis's pool. The node on time is refused by Redis already.
+func TestAFastClockCannotSellEarly(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	opens := time.Now().Add(30 * time.Minute)
+	id, sku := put(t, r, 10, 5, 0, opens, opens.Add(time.Hour))
+	fast := campaign.New(r.DB, r.Stock, r.Orders, campaign.Config{Now: func() time.Time { return time.Now().Add(time.Hour) }})
+	_, err := fast.Buy(ctx, id, "u1", "")
+	require.ErrorIs(t, err, inventory.ErrNotStarted, "the database's clock refused")
+	_, err = r.Campaigns.Buy(ctx, id, "u2", "")
+	require.ErrorIs(t, err, inventory.ErrNotStarted, "Redis refused")
+	require.Zero(t, r.Count(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, 5, poolInRedis(t, r, id, sku), "the fast node's admission was given back")
+	r.RequireQty(sku, 10, 5)
+	r.CheckInvariant(sku)
+}
+
+// Many buyers race for a live campaign: exactly its allotment is sold,
+// each buyer within the campaign's limit, Redis's pool and the database's
+// agree at 0, and the SKU's own stock is untouched.
+func TestCampaignSellsExactlyItsAllotment(t *testing.T) {
+	{
+		r := testrig.New(t, testrig.MemoryTransport(t))
+		ctx := context.Background()
+		id, sku := put(t, r, 100, 30, 2, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+		var sold, limited, out atomic.Int64
+		perUser := make([]atomic.Int64, 20)
+		testrig.Race(120, func(i int) {
+			_, err := r.Campaigns.Buy(ctx, id, fmt.Sprintf("u%d", i%20), "")
+			switch {
+			case err == nil:
+				sold.Add(1)
+				perUser[i%20].Add(1)
+			case errors.Is(err, inventory.ErrInsufficientStock):
+				out.Add(1)
+			case errors.Is(err, inventory.ErrConflict):
+				limited.Add(1)
+			default:
+				t.Errorf("buyer %d: %v", i, err)
+			}
+		})
+		require.EqualValues(t, 30, sold.Load())
+		require.EqualValues(t, 120, sold.Load()+limited.Load()+out.Load())
+		for u := range perUser {
+			require.LessOrEqual(t, perUser[u].Load(), int64(2), "buyer u%d", u)
+		}
+		require.Zero(t, poolInRedis(t, r, id, sku))
+		n, err := arbiter.CountCampaign(r.DB, id)
+		require.NoError(t, err)
+		require.Equal(t, arbiter.CampaignCounts{Held: 30}, n)
+		r.RequireQty(sku, 100, 30)
+		r.CheckInvariant(sku)
+		v, err := r.Campaigns.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, campaign.Live, v.State, "the view is the one read when the campaign was put")
+		r.Clock.Advance(campaign.Staleness)
+		v, err = r.Campaigns.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, campaign.SoldOut, v.State, "read again once Staleness passed")
+		require.Equal(t, [3]int64{0, 30, 0}, [3]int64{v.Sold, v.Held, v.Remaining})
+	}
+}
+
+// Redis loses everything at the opening: the first buyers' admission
+// initialises the pool from the database once, and the sale goes on
+// exactly as if nothing happened.
+func TestRedisFlushedAtTheOpening(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	id, sku := put(t, r, 40, 25, 0, time.Now().Add(-time.Second), time.Now().Add(time.Hour))
+	require.NoError(t, r.RDB.FlushDB(ctx).Err())
+	var sold, out atomic.Int64
+	testrig.Race(60, func(i int) {
+		_, err := r.Campaigns.Buy(ctx, id, fmt.Sprintf("u%d", i), "")
+		switch {
+		case err == nil:
+			sold.Add(1)
+		case errors.Is(err, inventory.ErrInsufficientStock):
+			out.Add(1)
+		default:
+			t.Errorf("buyer %d: %v", i, err)
+		}
+	})
+	require.EqualValues(t, 25, sold.Load())
+	require.EqualValues(t, 35, out.Load())
+	require.Zero(t, poolInRedis(t, r, id, sku))
+	r.RequireQty(sku, 40, 25)
+	r.CheckInvariant(sku)
+}
+
+// A campaign order that expires while the campaign runs gives its unit
+// back to the campaign (another buyer gets it); one paid after the end (a
+// late payment) takes the unit again from the SKU, which the end gave the
+// rest to.
+func TestLatePaymentAfterTheEnd(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	id, sku := put(t, r, 10, 2, 0, time.Now().Add(-time.Second), time.Now().Add(time.Hour))
+	a, err := r.Campaigns.Buy(ctx, id, "alice", "")
+	require.NoError(t, err)
+	b, err := r.Campaigns.Buy(ctx, id, "bob", "")
+	require.NoError(t, err)
+	_, err = r.Campaigns.Buy(ctx, id, "carol", "")
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
+
+	r.Clock.Advance(testrig.TTL + time.Second)
+	ok, err := r.Orders.Expire(ctx, a.ID)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.EqualValues(t, 1, poolInRedis(t, r, id, sku), "the expired unit is the campaign's again")
+	c, err := r.Campaigns.Buy(ctx, id, "carol", "")
+	require.NoError(t, err)
+	r.RequireQty(sku, 10, 2)
+
+	v, err := r.Campaigns.End(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, campaign.Ended, v.State)
+	_, err = r.Campaigns.Buy(ctx, id, "dave", "")
+	require.ErrorIs(t, err, inventory.ErrEnded)
+	r.RequireQty(sku, 10, 2)
+
+	paid, err := r.Orders.Pay(ctx, a.ID, "pay-a")
+	require.NoError(t, err)
+	require.Equal(t, order.Paid, paid.Status, "the stock was still there: the late payment takes it from the SKU")
+	r.RequireQty(sku, 10, 3)
+	for _, o := range []*order.Order{b, c} {
+		_, err := r.Orders.Cancel(ctx, o.ID)
+		require.NoError(t, err)
+	}
+	r.RequireQty(sku, 10, 1)
+	r.CheckInvariant(sku)
+	stop := r.StartPipeline()
+	defer stop()
+	r.WaitApplied()
+	r.RequireQty(sku, 9, 0)
+	r.CheckInvariant(sku)
+}

@@ -1,0 +1,19 @@
+package campaign_test
+
+import (
+	"testing"
+
+	"github.com/acme/inventory/internal/testrig"
+)
+
+// TestEmbeddedContract runs the campaign suite again on the embedded
+// default's stand-ins (SQLite, miniredis, the in-process queue).
+func TestEmbeddedContract(t *testing.T) {
+	testrig.RunEmbedded(t,
+		TestBurstBeforeTheOpeningNeverReachesTheDatabase,
+		TestAFastClockCannotSellEarly,
+		TestCampaignSellsExactlyItsAllotment,
+		TestRedisFlushedAtTheOpening,
+		TestLatePaymentAfterTheEnd,
+	)
+}
