@@ -280,16 +280,23 @@ INVENTORY_REDIS_CLUSTER) and INVENTORY_MYSQL_DSN only.`,
 			if err != nil {
 				return err
 			}
+			camps, err := a.Reconciler.ReconcileCampaigns(cmd.Context(), repair)
+			if err != nil {
+				return err
+			}
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			for _, r := range reports {
 				_ = enc.Encode(r)
 			}
-			if len(reports) > 0 && !repair {
+			for _, r := range camps {
+				_ = enc.Encode(r)
+			}
+			if len(reports)+len(camps) > 0 && !repair {
 				return exitCode(2)
 			}
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&repair, "repair", false, "realign every SKU found out of balance")
+	cmd.Flags().BoolVar(&repair, "repair", false, "realign every SKU and campaign found out of balance")
 	return cmd
 }

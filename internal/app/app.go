@@ -125,6 +125,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 		TokenTTL:     cfg.OrderTTL + time.Minute,
 		Logger:       log,
 		OnStockBack:  a.publishStockBack,
+		// A campaign's units came back: its sold-out flag is cleared on
+		// every node as a SKU's is (campaign.SoldOutKey never names a SKU).
+		OnCampaignBack: func(c stock.Campaign) { a.publishStockBack(campaign.SoldOutKey(c.ID)) },
 	})
 	if err != nil {
 		return nil, err

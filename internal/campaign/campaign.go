@@ -121,6 +121,10 @@ func InitFunc(db *gorm.DB) stock.CampaignInitFunc {
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Microsecond) }
 
+// SoldOutKey names campaign id's sold-out flag among the SKUs' (a colon is
+// in no SKU).
+func SoldOutKey(id string) string { return "c:" + id }
+
 // idPattern is a campaign id: a SKU's alphabet (its Redis keys carry no
 // colon or brace), short enough that "c:" + id names its quota.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,59}$`)

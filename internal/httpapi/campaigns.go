@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/campaign"
 )
 
@@ -120,12 +121,22 @@ func (s *Server) buyCampaign(c echo.Context) error {
 			return err
 		}
 	}
+	// A campaign known to be sold out is answered from memory, before the
+	// buyer token is verified (as a sold-out SKU's seckill is).
+	flag := campaign.SoldOutKey(id)
+	if s.soldOut.Is(flag) {
+		s.cfg.Metrics.soldOutFlag.Inc()
+		return c.JSONBlob(http.StatusConflict, s.soldOutBody(flag))
+	}
 	user, err := s.buyer(c, req.UserID)
 	if err != nil {
 		return err
 	}
 	o, err := s.camps.Buy(c.Request().Context(), id, user, c.Request().Header.Get("Idempotency-Key"))
 	s.cfg.Metrics.deduction(err, 0)
+	if errors.Is(err, inventory.ErrInsufficientStock) {
+		s.soldOut.Set(flag)
+	}
 	var early campaign.NotStarted
 	if errors.As(err, &early) {
 		wait := max(1, int64((early.StartsAt.Sub(early.Now)+time.Second-1)/time.Second))

@@ -6,6 +6,7 @@ package maintenance
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -54,12 +55,14 @@ func (r *Realigner) loop(ctx context.Context) {
 	lock := job.Lock{Locker: r.locker, Key: lock.RealignKey, TTL: r.interval, Log: r.log}
 	job.Periodic(ctx, lock, r.interval, 0, func(rctx context.Context) {
 		skus, err := r.rec.Realign(rctx)
-		r.Realigned.Add(int64(len(skus)))
+		camps, cerr := r.rec.RealignCampaigns(rctx)
+		err = errors.Join(err, cerr)
+		r.Realigned.Add(int64(len(skus) + len(camps)))
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.log.Warn("realign: round failed", "err", err)
-		case len(skus) > 0:
-			r.log.Info("realign: Redis differed from the database", "skus", len(skus))
+		case len(skus)+len(camps) > 0:
+			r.log.Info("realign: Redis differed from the database", "skus", len(skus), "campaigns", len(camps))
 		}
 	})
 }

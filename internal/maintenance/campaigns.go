@@ -1,0 +1,137 @@
+package maintenance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/stock"
+)
+
+// WarmAhead is how long before its opening a campaign's pool is written to
+// Redis if Redis does not have it (after a restart or a flush), so no
+// buyer waits for a cold init at the opening.
+const WarmAhead = 10 * time.Minute
+
+// CampaignReport is one campaign whose Redis copy disagrees with the
+// database.
+type CampaignReport struct {
+	ID         string  `json:"campaign"`
+	SKU        string  `json:"sku"`
+	Left       int64   `json:"left"`        // the pool's units in the database
+	RedisLeft  *int64  `json:"redis_left"`  // nil: Redis does not have it
+	Problem    string  `json:"problem"`
+	Repaired   bool    `json:"repaired"`
+	RedisEpoch *int64  `json:"redis_epoch"` // the initialisation Redis holds
+	Window     *string `json:"window,omitempty"`
+}
+
+// livePool is a campaign whose pool is HELD (it has not ended).
+type livePool struct {
+	arbiter.Campaign
+	Left int64 `gorm:"column:pool_left"`
+}
+
+// livePools reads every campaign that has not ended, with its pool's units
+// (the pool is the campaign's one reservation row without an order).
+func (c *Reconciler) livePools(ctx context.Context) ([]livePool, error) {
+	var rows []livePool
+	err := c.db.WithContext(ctx).Raw(`SELECT c.*, r.qty AS pool_left FROM campaigns c
+		JOIN stock_reservations r ON r.campaign_id = c.id AND r.order_id IS NULL AND r.state = 'HELD' ORDER BY c.id`).Scan(&rows).Error
+	return rows, err
+}
+
+// checkCampaign compares campaign p's pool in Redis with the database's at
+// now: what is wrong with it, or "" (a pool Redis does not have is fine:
+// its first admission initialises it, and warm reports whether it should
+// be written now).
+func checkCampaign(p livePool, lv stock.CampaignLevels, now time.Time) (problem string, warm bool) {
+	switch {
+	case !lv.Initialised:
+		return "", p.StartsAt.Sub(now) < WarmAhead
+	case lv.Epoch != p.RedisEpoch:
+		return fmt.Sprintf("Redis holds initialisation %d; the database last handed out %d", lv.Epoch, p.RedisEpoch), false
+	case lv.Available != p.Left:
+		return fmt.Sprintf("Redis has %d units left; the pool has %d", lv.Available, p.Left), false
+	case lv.Opens.UnixMilli() != p.StartsAt.UnixMilli() || lv.Closes.UnixMilli() != p.EndsAt.UnixMilli():
+		return "Redis has another window than the database", false
+	}
+	return "", false
+}
+
+// ReconcileCampaigns checks every campaign that has not ended: its Redis
+// copy against the pool in the database (units, initialisation, window).
+// With repair it writes the pool to Redis again (a new epoch: exact even
+// under traffic). Redis numbers are exact at a quiet point; under traffic
+// an admission in flight shows as a difference of its units.
+func (c *Reconciler) ReconcileCampaigns(ctx context.Context, repair bool) ([]CampaignReport, error) {
+	pools, err := c.livePools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []CampaignReport
+	var errs []error
+	for _, p := range pools {
+		camp := stock.Campaign{ID: p.ID, SKU: p.SKU}
+		lv, err := c.stock.CampaignLevels(ctx, camp)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		problem, _ := checkCampaign(p, lv, time.Now())
+		if problem == "" {
+			continue
+		}
+		r := CampaignReport{ID: p.ID, SKU: p.SKU, Left: p.Left, Problem: problem}
+		if lv.Initialised {
+			r.RedisLeft, r.RedisEpoch = &lv.Available, &lv.Epoch
+		}
+		if repair {
+			if err := c.stock.RealignCampaign(ctx, camp); err != nil {
+				errs = append(errs, err)
+			} else {
+				r.Repaired = true
+			}
+		}
+		out = append(out, r)
+	}
+	return out, errors.Join(errs...)
+}
+
+// RealignCampaigns is the periodic job's part for campaigns: every pool
+// whose Redis copy differs from the database's is written again, and every
+// pool Redis lacks is written if its campaign opens within WarmAhead (the
+// warm-up). It returns the campaigns it wrote.
+func (c *Reconciler) RealignCampaigns(ctx context.Context) ([]string, error) {
+	pools, err := c.livePools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	var errs []error
+	for _, p := range pools {
+		camp := stock.Campaign{ID: p.ID, SKU: p.SKU}
+		lv, err := c.stock.CampaignLevels(ctx, camp)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		problem, warm := checkCampaign(p, lv, time.Now())
+		switch {
+		case warm:
+			err = c.stock.WarmCampaign(ctx, camp)
+		case problem != "":
+			err = c.stock.RealignCampaign(ctx, camp)
+		default:
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		done = append(done, p.ID)
+	}
+	return done, errors.Join(errs...)
+}
