@@ -514,13 +514,20 @@ func (a *App) Seed(ctx context.Context) error {
 	for _, s := range []struct {
 		sku          string
 		stock, limit int64
-	}{{"DEMO-TSHIRT", 100, 0}, {"DEMO-PHONE", 10, 1}, {"DEMO-EBOOK", inventory.Unlimited, 0}} {
+	}{{"DEMO-TSHIRT", 100, 0}, {"DEMO-PHONE", 10, 1}, {"DEMO-EBOOK", inventory.Unlimited, 0}, {"DEMO-WATCH", 20, 0}} {
 		if _, err := a.Catalog.Put(ctx, s.sku, s.stock, s.limit); err != nil {
 			return err
 		}
 	}
-	return nil
+	// A flash sale of 5 watches opening a minute after the start (docs/examples.md walks it).
+	opens := time.Now().Add(time.Minute).Truncate(time.Second)
+	_, err := a.Campaigns.Put(ctx, DemoCampaign, campaign.Spec{SKU: "DEMO-WATCH", Allotment: 5, StartsAt: opens,
+		EndsAt: opens.Add(30 * time.Minute), PerUserLimit: 1, HoldSeconds: 120}, nil)
+	return err
 }
+
+// DemoCampaign is the embedded default's demo flash sale.
+const DemoCampaign = "DEMO-FLASH"
 
 // Banner is what the embedded default prints for the person who started it:
 // export lines for a second shell (the examples of README.md and
@@ -530,7 +537,8 @@ func (a *App) Banner() string {
 	base := "http://" + strings.Replace(a.Addr(), "[::]", "localhost", 1)
 	var b strings.Builder
 	fmt.Fprintf(&b, `inventoryd is running on embedded stand-ins (in-process Redis, SQLite, queue); data lives in memory.
-demo SKUs: DEMO-TSHIRT (100), DEMO-PHONE (10, 1 per user), DEMO-EBOOK (unlimited)
+demo SKUs: DEMO-TSHIRT (100), DEMO-PHONE (10, 1 per user), DEMO-EBOOK (unlimited), DEMO-WATCH (20)
+demo flash sale: DEMO-FLASH, 5 of DEMO-WATCH, 1 per buyer, opening a minute from now for 30 minutes
 In another shell, paste these lines; the examples (README.md, docs/examples.md) use them:
 
 export INVENTORY_URL=%s

@@ -297,6 +297,11 @@ func (s *Service) End(ctx context.Context, id string) (View, error) {
 	}
 	s.redis.Apply(ctx, freed.Changes)
 	s.sync(ctx, stock.Campaign{ID: id, SKU: sku})
+	// A sold-out flag would answer insufficient_stock where the answer is
+	// now sale_ended: every node drops it (Redis then says ended).
+	if err := s.st.PublishStockBack(ctx, SoldOutKey(id)); err != nil {
+		s.cfg.Logger.Warn("publishing a campaign's end failed; other nodes' sold-out flags expire on their own", "campaign", id, "err", err)
+	}
 	return s.read(ctx, id)
 }
 

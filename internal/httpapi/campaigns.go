@@ -159,5 +159,6 @@ func (s *Server) endCampaign(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.soldOut.Clear(campaign.SoldOutKey(id)) // this node at once; the others through Redis
 	return campaignAnswer(c, v, false)
 }

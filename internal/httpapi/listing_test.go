@@ -64,15 +64,16 @@ func TestListSKUsHTTP(t *testing.T) {
 	ebook := listItem("DEMO-EBOOK", -1, 0, -1, 0)
 	phone := listItem("DEMO-PHONE", 10, 1, 9, 1)
 	tshirt := listItem("DEMO-TSHIRT", 100, 0, 100, 0)
+	watch := listItem("DEMO-WATCH", 20, 5, 15, 0) // 5 carved out by the demo campaign
 
-	expect(t, h, "GET", "/v1/skus", "", 200, pageBody(t, []map[string]any{ebook, phone, tshirt}, ""), auth...)
+	expect(t, h, "GET", "/v1/skus", "", 200, pageBody(t, []map[string]any{ebook, phone, tshirt, watch}, ""), auth...)
 	expect(t, h, "GET", "/v1/skus?limit=2", "", 200, pageBody(t, []map[string]any{ebook, phone}, cursorOf("DEMO-PHONE")), auth...)
-	expect(t, h, "GET", "/v1/skus?limit=2&cursor="+cursorOf("DEMO-PHONE"), "", 200, pageBody(t, []map[string]any{tshirt}, ""), auth...)
-	expect(t, h, "GET", "/v1/skus?cursor="+cursorOf("DEMO-TSHIRT"), "", 200, pageBody(t, nil, ""), auth...)
+	expect(t, h, "GET", "/v1/skus?limit=3&cursor="+cursorOf("DEMO-PHONE"), "", 200, pageBody(t, []map[string]any{tshirt, watch}, ""), auth...)
+	expect(t, h, "GET", "/v1/skus?cursor="+cursorOf("DEMO-WATCH"), "", 200, pageBody(t, nil, ""), auth...)
 	expect(t, h, "GET", "/v1/skus?low_stock=9", "", 200, pageBody(t, []map[string]any{phone}, ""), auth...)
 	expect(t, h, "GET", "/v1/skus?low_stock=8", "", 200, pageBody(t, nil, ""), auth...)
 	expect(t, h, "GET", "/v1/skus?low_stock=100&limit=1", "", 200, pageBody(t, []map[string]any{phone}, cursorOf("DEMO-PHONE")), auth...)
-	expect(t, h, "GET", "/v1/skus?low_stock=100&limit=1&cursor="+cursorOf("DEMO-PHONE"), "", 200, pageBody(t, []map[string]any{tshirt}, ""), auth...)
+	expect(t, h, "GET", "/v1/skus?low_stock=100&limit=2&cursor="+cursorOf("DEMO-PHONE"), "", 200, pageBody(t, []map[string]any{tshirt, watch}, ""), auth...)
 
 	for _, c := range []struct{ query, msg string }{
 		{"limit=0", "limit must be an integer between 1 and 500"},
