@@ -354,8 +354,12 @@ func (a Arbiter) EndCampaign(id string, now time.Time) (Freed, error) {
 		return Freed{}, fmt.Errorf("%w: no campaign %s", inventory.ErrNotFound, id)
 	}
 	if c[0].EndsAt.After(now) {
+		// A campaign ended before its opening keeps a window of a
+		// millisecond before now (Redis keeps windows to the millisecond:
+		// an empty one would not be written there, and Redis would go on
+		// with the old).
 		if err := a.tx.Model(&Campaign{}).Where("id = ?", id).Updates(map[string]any{
-			"ends_at": now, "starts_at": gorm.Expr("CASE WHEN starts_at > ? THEN ? ELSE starts_at END", now, now.Add(-time.Microsecond)),
+			"ends_at": now, "starts_at": gorm.Expr("CASE WHEN starts_at > ? THEN ? ELSE starts_at END", now.Add(-time.Millisecond), now.Add(-time.Millisecond)),
 			"rev": gorm.Expr("rev + 1"), "updated_at": now,
 		}).Error; err != nil {
 			return Freed{}, err

@@ -236,3 +236,24 @@ func TestLatePaymentAfterTheEnd(t *testing.T) {
 	r.RequireQty(sku, 9, 0)
 	r.CheckInvariant(sku)
 }
+
+// A campaign ended before its opening: its window closes at once (a
+// millisecond long, so Redis, which keeps windows to the millisecond,
+// takes it), and a buy is sale_ended, not sale_not_started.
+func TestEndedBeforeItsOpening(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	id, sku := put(t, r, 10, 4, 0, time.Now().Add(time.Hour), time.Now().Add(2*time.Hour))
+	v, err := r.Campaigns.End(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, campaign.Ended, v.State)
+	lv, err := r.Stock.CampaignLevels(ctx, stock.Campaign{ID: id, SKU: sku})
+	require.NoError(t, err)
+	require.True(t, lv.Closes.After(lv.Opens), "Redis has the new window [%s, %s)", lv.Opens, lv.Closes)
+	require.False(t, lv.Closes.After(time.Now()))
+	r.Clock.Advance(time.Millisecond)
+	_, err = r.Campaigns.Buy(ctx, id, "u1", "")
+	require.ErrorIs(t, err, inventory.ErrEnded)
+	r.RequireQty(sku, 10, 0)
+	r.CheckInvariant(sku)
+}

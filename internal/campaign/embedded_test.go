@@ -15,5 +15,6 @@ func TestEmbeddedContract(t *testing.T) {
 		TestCampaignSellsExactlyItsAllotment,
 		TestRedisFlushedAtTheOpening,
 		TestLatePaymentAfterTheEnd,
+		TestEndedBeforeItsOpening,
 	)
 }

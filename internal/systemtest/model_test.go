@@ -42,6 +42,7 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/campaign"
 	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/expiry"
 	"github.com/acme/inventory/internal/maintenance"
@@ -115,6 +116,20 @@ type mbRes struct {
 	// Idempotency-Key of the extension that moved it last.
 	created time.Time
 	extKey  string
+	// campaign is the campaign whose pool a sale came from ("" none).
+	campaign string
+}
+
+// mbCampaign is a campaign: its window (the database's clock and the node's
+// decide it; see buyOutcomes), its limit, whether its pool was released
+// (ended), and whether Redis's copy of its pool or buyers may be older than
+// the database (a rollback; only a flush makes it exact again).
+type mbCampaign struct {
+	id, sku      string
+	starts, ends time.Time
+	limit        int64
+	hold         time.Duration
+	ended, stale bool
 }
 
 type mbOrder struct {
@@ -171,6 +186,8 @@ type mbModel struct {
 	// dirtyTokens and dirtyOrders are what the model changed since the
 	// driver last compared.
 	dirtyTokens, dirtyOrders map[string]bool
+	campaigns                map[string]*mbCampaign
+	campList                 []*mbCampaign
 }
 
 func newMBModel() *mbModel {
@@ -179,7 +196,7 @@ func newMBModel() *mbModel {
 		orders: map[string]*mbOrder{}, byStatus: map[order.Status][]*mbOrder{}, byIdem: map[[2]string]*mbOrder{},
 		payments: map[string]string{}, quota: map[mbQuota]int64{}, refs: map[[2]string]int64{},
 		stale: map[string]bool{}, staleQuota: map[string]bool{}, tokenKey: map[mbKey]bool{},
-		dirtyTokens: map[string]bool{}, dirtyOrders: map[string]bool{},
+		dirtyTokens: map[string]bool{}, dirtyOrders: map[string]bool{}, campaigns: map[string]*mbCampaign{},
 	}
 }
 
@@ -313,9 +330,20 @@ func (m *mbModel) release(token, sku string) int64 {
 		}
 		r.state = arbiter.Released
 		m.dirtyTokens[token] = true
-		m.skus[s].reserved -= r.qty
+		quota := s
+		if c := m.campaigns[r.campaign]; c != nil {
+			quota = "c:" + c.id
+			if p := m.pool(c); p.state == arbiter.Held { // back to the live campaign
+				p.qty += r.qty
+				m.dirtyTokens[mbPoolToken(c)] = true
+			} else {
+				m.skus[s].reserved -= r.qty
+			}
+		} else {
+			m.skus[s].reserved -= r.qty
+		}
 		if r.buyer != "" {
-			m.quota[mbQuota{s, r.buyer}] -= r.qty
+			m.quota[mbQuota{quota, r.buyer}] -= r.qty
 		}
 		n += r.qty
 	}
@@ -403,7 +431,123 @@ func (m *mbModel) sweep(now time.Time) int {
 		}
 	}
 	m.tokenHeld = held
+	for _, c := range m.campList {
+		if p := m.pool(c); p.state == arbiter.Held && !p.expires.After(now) {
+			m.endPool(c)
+		}
+	}
 	return n
+}
+
+// mbPoolToken is campaign c's pool's token.
+func mbPoolToken(c *mbCampaign) string { return "c:" + c.id }
+
+func (m *mbModel) pool(c *mbCampaign) *mbRes { return m.res[mbKey{mbPoolToken(c), c.sku}] }
+
+// endPool releases c's pool: the unsold rest returns to the SKU.
+func (m *mbModel) endPool(c *mbCampaign) {
+	p := m.pool(c)
+	p.state = arbiter.Released
+	m.skus[c.sku].reserved -= p.qty
+	m.dirtyTokens[mbPoolToken(c)] = true
+	c.ended = true
+}
+
+// putCampaignOutcome is what putting a new campaign id of sku answers.
+func (m *mbModel) putCampaignOutcome(id, sku string, allotment int64, starts, ends time.Time) string {
+	s := m.skus[sku]
+	switch {
+	case ends.Sub(starts) > 90*24*time.Hour: // a window of at most 90 days, checked first
+		return "invalid"
+	case s == nil:
+		return "unknown"
+	case !s.limited():
+		return "invalid"
+	}
+	for _, c := range m.campList {
+		if c.sku == sku && c.id != id && c.starts.Before(ends) && c.ends.After(starts) {
+			return "conflict"
+		}
+	}
+	if s.available() < allotment {
+		return "insufficient"
+	}
+	return "ok"
+}
+
+func (m *mbModel) putCampaign(c *mbCampaign, allotment int64, now time.Time) {
+	m.campaigns[c.id] = c
+	m.campList = append(m.campList, c)
+	m.skus[c.sku].reserved += allotment
+	m.res[mbKey{mbPoolToken(c), c.sku}] = &mbRes{qty: allotment, state: arbiter.Held, expires: c.ends, created: now}
+	m.skusOf[mbPoolToken(c)] = append(m.skusOf[mbPoolToken(c)], c.sku)
+	m.dirtyTokens[mbPoolToken(c)] = true
+}
+
+// buyOutcomes is what a buy of one unit of c by user may answer at the
+// node's time now, the database's clock reading real: Redis checks the
+// window by the node's clock first, the database again by its own (a node
+// ahead of it is refused there), then the buyer's campaign limit and the
+// pool. A stale Redis may refuse what the database would accept, or admit
+// what it refuses.
+func (m *mbModel) buyOutcomes(c *mbCampaign, user string, now, real time.Time) mbSet {
+	switch {
+	case now.Before(c.starts):
+		return mbWant("notstarted")
+	case !now.Before(c.ends):
+		return mbWant("ended")
+	case real.Before(c.starts):
+		return mbWant("notstarted")
+	}
+	out := mbSet{}
+	switch {
+	case c.limit > 0 && m.quota[mbQuota{"c:" + c.id, user}]+1 > c.limit:
+		out["conflict"] = true
+		if m.pool(c).qty < 1 { // Redis's count of the buyer may be lost: the pool refuses first
+			out["insufficient"] = true
+		}
+	case m.pool(c).qty < 1:
+		out["insufficient"] = true
+	default:
+		out["ok"] = true
+	}
+	if c.stale {
+		out["insufficient"], out["conflict"] = true, true
+	}
+	return out
+}
+
+// bought records the order id of one unit of c the service sold to user.
+func (m *mbModel) bought(c *mbCampaign, id, user string, created, expires time.Time) *mbOrder {
+	lines := []inventory.Line{{SKU: c.sku, Qty: 1}}
+	o := &mbOrder{id: id, user: user, lines: lines, token: id, created: created, expires: expires}
+	m.orders[id] = o
+	m.orderList = append(m.orderList, o)
+	m.setStatus(o, order.Pending)
+	r := &mbRes{qty: 1, state: arbiter.Held, order: id, expires: expires, campaign: c.id}
+	if c.limit > 0 {
+		r.buyer = user
+		m.quota[mbQuota{"c:" + c.id, user}]++
+	}
+	m.addRes(mbKey{id, c.sku}, r)
+	m.pool(c).qty--
+	m.dirtyTokens[mbPoolToken(c)] = true
+	return o
+}
+
+// endCampaign ends c at now: its window closes there (if later), its pool
+// is released.
+func (m *mbModel) endCampaign(c *mbCampaign, now time.Time) {
+	if c.ends.After(now) {
+		c.ends = now
+		if c.starts.After(now.Add(-time.Millisecond)) {
+			c.starts = now.Add(-time.Millisecond)
+		}
+		m.pool(c).expires = now
+	}
+	if m.pool(c).state == arbiter.Held {
+		m.endPool(c)
+	}
 }
 
 // selfCheck asserts the model's own invariant: reserved is the sum of the
@@ -711,6 +855,10 @@ func mbClass(err error) string {
 	switch {
 	case err == nil:
 		return "ok"
+	case errors.Is(err, inventory.ErrNotStarted):
+		return "notstarted"
+	case errors.Is(err, inventory.ErrEnded):
+		return "ended"
 	case errors.Is(err, inventory.ErrUnknownSKU):
 		return "unknown"
 	case errors.Is(err, tokens.ErrReleased):
@@ -807,6 +955,9 @@ var mbOps = []mbOp{
 	{"cancel", 5, (*mbDriver).cancel},
 	{"extend", 4, (*mbDriver).extend},
 	{"extendHold", 3, (*mbDriver).extendHold},
+	{"campaign", 2, (*mbDriver).putCampaign},
+	{"buyCampaign", 8, (*mbDriver).buyCampaign},
+	{"endCampaign", 1, (*mbDriver).endCampaign},
 	{"refund", 5, (*mbDriver).refund},
 	{"spelling", 1, (*mbDriver).otherSpelling},
 	{"expire", 3, (*mbDriver).expire},
@@ -1227,6 +1378,95 @@ func (d *mbDriver) extendHold() {
 	}
 }
 
+// putCampaign puts a new campaign on a SKU (any of the names: an unknown
+// one, an unlimited one, one whose window overlaps another campaign's, one
+// that cannot cover the allotment are refused). Its window opens an hour
+// ago by the database's clock, half an hour ahead of the node's (not yet),
+// or, once the node's clock ran hours ahead of the database's, in between:
+// a node whose clock runs fast, which Redis lets through and the database
+// refuses.
+//
+// The node's clock here runs ahead of the database's (the expiries and the
+// retention move it), so a SKU whose campaign ended at the node's time can
+// have no later campaign the database would open: half the campaigns are
+// of a SKU of their own (DEAL-n), which sells nothing else.
+func (d *mbDriver) putCampaign() {
+	id, sku := d.fresh("camp"), d.pick(mbNames)
+	if d.rng.IntN(2) == 0 {
+		sku = d.fresh("DEAL")
+		stock := 2 + d.rng.Int64N(6)
+		_, err := d.r.Catalog.Put(d.ctx, sku, stock, 0)
+		d.must("put "+sku, err)
+		d.m.put(sku, stock, 0)
+	}
+	now, real := d.now(), time.Now().UTC().Truncate(time.Microsecond)
+	starts := real.Add(-time.Hour)
+	switch n := d.rng.IntN(5); {
+	case n == 0:
+		starts = now.Add(30 * time.Minute)
+	case n == 1 && now.Sub(real) > 3*time.Hour:
+		starts = real.Add(time.Hour)
+	}
+	ends := now.Add(time.Duration(24+d.rng.IntN(216)) * time.Hour)
+	allotment, limit := 1+d.rng.Int64N(4), d.rng.Int64N(3)
+	hold := []time.Duration{0, time.Minute}[d.rng.IntN(2)]
+	want := d.m.putCampaignOutcome(id, sku, allotment, starts, ends)
+	_, err := d.r.Campaigns.Put(d.ctx, id, campaign.Spec{SKU: sku, Allotment: allotment, StartsAt: starts, EndsAt: ends,
+		PerUserLimit: limit, HoldSeconds: int64(hold / time.Second)}, nil)
+	d.touchedTokens["c:"+id] = true
+	if d.expect(fmt.Sprintf("campaign %s of %s x%d limit %d [%s, %s)", id, sku, allotment, limit, starts, ends), err, mbWant(want)) != "ok" {
+		return
+	}
+	d.m.putCampaign(&mbCampaign{id: id, sku: sku, starts: starts, ends: ends, limit: limit, hold: hold}, allotment, now)
+}
+
+func (d *mbDriver) pickCampaign() *mbCampaign {
+	if n := len(d.m.campList); n > 0 {
+		return d.m.campList[n-1-d.rng.IntN(min(n, 6))] // a recent one
+	}
+	return nil
+}
+
+// buyCampaign buys one unit of a campaign for a buyer.
+func (d *mbDriver) buyCampaign() {
+	c := d.pickCampaign()
+	if c == nil {
+		return
+	}
+	user := d.pick(mbUsers)
+	want := d.m.buyOutcomes(c, user, d.now(), time.Now())
+	o, err := d.r.Campaigns.Buy(d.ctx, c.id, user, "")
+	d.touchedTokens["c:"+c.id] = true
+	if d.expect(fmt.Sprintf("buy campaign %s (%s) by %s", c.id, c.sku, user), err, want) != "ok" {
+		return
+	}
+	hold := c.hold
+	if hold == 0 {
+		hold = testrig.TTL
+	}
+	expires := d.now().Add(hold)
+	if o.Status != order.Pending || o.UserID != user || !slices.Equal(o.Lines(), []inventory.Line{{SKU: c.sku, Qty: 1}}) || !o.ExpiresAt.Equal(expires) {
+		d.failf("campaign order %s is %s %v of %s ending %s; the model has PENDING 1 of %s for %s ending %s",
+			o.ID, o.Status, o.Lines(), o.UserID, o.ExpiresAt, c.sku, user, expires)
+	}
+	d.note("  order %s", o.ID)
+	d.touchOrder(d.m.bought(c, o.ID, user, d.now(), expires))
+}
+
+// endCampaign ends a campaign now (ended or not: ending twice changes nothing).
+func (d *mbDriver) endCampaign() {
+	c := d.pickCampaign()
+	if c == nil || d.rng.IntN(3) != 0 {
+		return
+	}
+	_, err := d.r.Campaigns.End(d.ctx, c.id)
+	d.touchedTokens["c:"+c.id] = true
+	if d.expect(fmt.Sprintf("end campaign %s", c.id), err, mbWant("ok")) != "ok" {
+		return
+	}
+	d.m.endCampaign(c, d.now())
+}
+
 // refund refunds an order at any age: its deduction may be pending, applied,
 // or applied so long ago that retention pruned its ledger row.
 func (d *mbDriver) refund() {
@@ -1453,6 +1693,9 @@ func (d *mbDriver) flush() {
 	d.stats["flush"]++
 	d.must("flushdb", err)
 	d.m.stale, d.m.staleQuota, d.m.tokenKey = map[string]bool{}, map[string]bool{}, map[mbKey]bool{}
+	for _, c := range d.m.campList {
+		c.stale = false // the next admission reads the database
+	}
 }
 
 // skuKeys are the Redis keys of name's values (stock, buyers' pre-filter),
@@ -1515,6 +1758,11 @@ func (d *mbDriver) rollback() {
 			d.must("restore "+k, err)
 		}
 		d.m.stale[name], d.m.staleQuota[name] = true, true
+		for _, c := range d.m.campList {
+			if c.sku == name {
+				c.stale = true // its pool and buyers are under the SKU's tag
+			}
+		}
 		rolled = append(rolled, name)
 	}
 	d.note("rollback of Redis for %v", rolled)
