@@ -23,5 +23,7 @@ func TestEmbeddedContract(t *testing.T) {
 		TestPerUserLimitIsArbitratedByTheDatabase,
 		TestPerUserLimitSetLater,
 		TestPerUserLimitRace,
+		TestRealignRestoresBuyersCounts,
+		TestLostBuyersCountsComeBackFromTheDatabase,
 	)
 }

@@ -489,7 +489,7 @@ func TestKeyLossWithPendingAndUnapplied(t *testing.T) {
 	lv, err = r.Stock.Levels(ctx, "A")
 	require.NoError(t, err)
 	rec := r.SKU("A")
-	require.Equal(t, stock.Levels{Initialised: true, Available: 5, Epoch: rec.RedisEpoch, Seq: rec.Seq}, lv,
+	require.Equal(t, stock.Levels{Initialised: true, Available: 5, Epoch: rec.RedisEpoch, Seq: rec.Seq, BuyersEpoch: rec.RedisEpoch}, lv,
 		"initialised from the row: its available, seq and the epoch it recorded")
 	require.NotZero(t, lv.Epoch)
 	require.EqualValues(t, 2, r.Count(`SELECT COUNT(*) FROM orders`))

@@ -205,7 +205,7 @@ func (s *Service) CreateHold(ctx context.Context, userID, idemKey string, lines 
 	if err != nil {
 		return nil, err
 	}
-	o, err := s.record(ctx, userID, idemKey, lines, adm, hold)
+	o, err := s.record(ctx, userID, idemKey, lines, adm, hold, false)
 	if err != nil {
 		fctx, cancel := stock.FollowUp(ctx)
 		defer cancel()
@@ -217,7 +217,7 @@ func (s *Service) CreateHold(ctx context.Context, userID, idemKey string, lines 
 			}
 			return sameOrder(winner, lines)
 		}
-		return nil, s.redis.Refused(ctx, err)
+		return nil, s.redis.Refused(ctx, err, false)
 	}
 	return o, nil
 }
@@ -254,22 +254,24 @@ func (s *Service) SeckillHold(ctx context.Context, userID, sku string, limit int
 	if err != nil {
 		return nil, err
 	}
-	o, err := s.record(ctx, userID, "", lines, []stock.Admission{adm}, hold)
+	o, err := s.record(ctx, userID, "", lines, []stock.Admission{adm}, hold, true)
 	if err != nil {
 		fctx, cancel := stock.FollowUp(ctx)
 		defer cancel()
-		s.stock.UndoCart(fctx, lines, []stock.Admission{adm})
-		s.redis.ReturnQuotas(fctx, []arbiter.BuyerUnits{{SKU: sku, User: userID, Qty: 1}})
-		return nil, s.redis.Refused(ctx, err)
+		if uerr := s.stock.UndoBuyer(fctx, sku, 1, adm, userID); uerr != nil {
+			s.cfg.Logger.Warn("order: undoing an admission failed; the realign repairs it", "sku", sku, "err", uerr)
+		}
+		return nil, s.redis.Refused(ctx, err, true)
 	}
 	return o, nil
 }
 
 // record writes the order of lines admitted as adm for userID, holding
 // them for hold (with its reservations, through the group commit) and
-// settles Redis with what the database recorded. On error nothing was
+// settles Redis with what the database recorded (counted: adm counted
+// userID's units against the per-user limit). On error nothing was
 // written; the caller undoes adm.
-func (s *Service) record(ctx context.Context, userID, idemKey string, lines []inventory.Line, adm []stock.Admission, hold time.Duration) (*Order, error) {
+func (s *Service) record(ctx context.Context, userID, idemKey string, lines []inventory.Line, adm []stock.Admission, hold time.Duration, counted bool) (*Order, error) {
 	id := uuid.Must(uuid.NewV7()).String()
 	now := s.now()
 	o := &Order{ID: id, UserID: userID, Status: Pending, ReservationToken: id, ExpiresAt: now.Add(hold), CreatedAt: now, UpdatedAt: now}
@@ -286,7 +288,7 @@ func (s *Service) record(ctx context.Context, userID, idemKey string, lines []in
 	if err != nil {
 		return nil, err
 	}
-	s.redis.Settle(ctx, lines, adm, fences)
+	s.redis.Settle(ctx, lines, adm, fences, userID, counted)
 	s.cfg.OnCreated(ctx, o)
 	s.count(Pending)
 	return o, nil
@@ -369,8 +371,7 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	if !won {
 		return o, fmt.Errorf("%w: order %s is %s", inventory.ErrConflict, id, o.Status)
 	}
-	s.redis.Apply(ctx, rel.Changes)
-	s.redis.ReturnQuotas(ctx, rel.Quotas)
+	s.redis.Apply(ctx, rel.Changes) // the units, and the buyers' counts given back
 	s.count(to)
 	if to == Cancelled {
 		s.cfg.OnFinished(ctx, o)
@@ -487,6 +488,11 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 				return nil, err // refused: rolled back; REFUND_REQUIRED below
 			}
 			chs = arbiter.Changes(lineQty(o), fences, -1)
+			for i := range chs {
+				if fences[chs[i].SKU].Limit > 0 { // counted against the buyer's limit again
+					chs[i].Buyers = map[string]int64{o.UserID: -chs[i].Delta}
+				}
+			}
 			return s.markPaid(tx, o, paymentID, token)
 		case Cancelled:
 			return s.refundRequired(tx, o, paymentID)

@@ -16,7 +16,17 @@ const (
 	resCounted        = -5 // the change is already in Redis's value
 	resClamped        = -6 // the change would take Redis below zero: realign
 	resOverLimit      = -7 // the buyer would pass the per-user limit
+	resBuyersCold     = -8 // the buyers hash is not the stock's initialisation's: initialise both
 )
+
+// buyersEpoch is the buyers hash's field that names the initialisation its
+// counts come from (the stock hash's e). No user id has braces, so it is no
+// buyer's. A buyers hash without it, or with another epoch than the stock
+// hash's, is not initialised: lost (expired, evicted, deleted) or left from
+// elsewhere. The scripts count and give back in it only when it is the
+// initialisation their change belongs to, and an admission with a limit
+// initialises it first (-8).
+const buyersEpoch = "{e}"
 
 // deductScript admits a reservation: it checks and takes qty units at once,
 // and, for a buyer under a per-user limit, counts them against the limit in
@@ -27,10 +37,11 @@ const (
 //	ARGV[1] qty (> 0)  ARGV[2] token key TTL, ms (0: no token key)
 //	ARGV[3] buyer  ARGV[4] limit  ARGV[5] buyers hash TTL, ms (with KEYS[3])
 //
-// Returns {r, epoch}: r is -3 not initialised, -2 not enough (nothing taken),
-// -1 unlimited (nothing taken; the buyer's units are counted), -4 the token
-// was seen before (nothing taken: the database has the answer), -7 the buyer
-// would pass the limit (nothing taken or counted), or n >= 0, the units left
+// Returns {r, epoch}: r is -3 not initialised, -8 the buyers hash is not
+// initialised (nothing taken), -2 not enough (nothing taken), -1 unlimited
+// (nothing taken; the buyer's units are counted), -4 the token was seen
+// before (nothing taken: the database has the answer), -7 the buyer would
+// pass the limit (nothing taken or counted), or n >= 0, the units left
 // after taking; epoch is the initialisation the units were taken from.
 var deductScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'a', 'e')
@@ -38,7 +49,11 @@ if not v[1] then return {-3, 0} end
 local a, e = tonumber(v[1]), tonumber(v[2])
 local q = tonumber(ARGV[1])
 local b = KEYS[3]
-if b and tonumber(redis.call('HGET', b, ARGV[3]) or '0') + q > tonumber(ARGV[4]) then return {-7, e} end
+if b then
+  local m = redis.call('HMGET', b, '` + buyersEpoch + `', ARGV[3])
+  if m[1] ~= v[2] then return {-8, e} end
+  if tonumber(m[2] or '0') + q > tonumber(ARGV[4]) then return {-7, e} end
+end
 local left = -1
 if a ~= -1 then
   local tk = ARGV[2] ~= '0'
@@ -55,43 +70,59 @@ return {left, e}
 `)
 
 // undoScript gives back units a deduction took whose reservation the database
-// refused or never recorded.
+// refused or never recorded, and the buyer's count it took with them.
 //
 //	KEYS[1] stock  KEYS[2] token key (or KEYS[1] again)
-//	ARGV[1] qty  ARGV[2] epoch the deduction returned
+//	KEYS[3] buyers hash (only for an admission that counted a buyer)
+//	ARGV[1] qty  ARGV[2] epoch the deduction returned  ARGV[3] buyer (with KEYS[3])
 //
-// The units go back only into the initialisation they were taken from: after a
-// re-init the value came from the database, which never had them. The token
-// key is dropped so the token may reserve again. Returns the new value, or -5
-// when nothing was given back.
+// The units and the count go back only into the initialisation they were
+// taken from: after a re-init the value came from the database, which never
+// had them. The token key is dropped so the token may reserve again. Returns
+// the new value, or -5 when no units were given back.
 var undoScript = redis.NewScript(`
 if KEYS[2] ~= KEYS[1] then redis.call('DEL', KEYS[2]) end
+if KEYS[3] then
+  local m = redis.call('HMGET', KEYS[3], '` + buyersEpoch + `', ARGV[3])
+  if m[1] == ARGV[2] and m[2] then
+    if redis.call('HINCRBY', KEYS[3], ARGV[3], -tonumber(ARGV[1])) <= 0 then redis.call('HDEL', KEYS[3], ARGV[3]) end
+  end
+end
 local v = redis.call('HMGET', KEYS[1], 'a', 'e')
 if not v[1] or tonumber(v[1]) < 0 or v[2] ~= ARGV[2] then return -5 end
 return redis.call('HINCRBY', KEYS[1], 'a', ARGV[1])
 `)
 
-// applyScript brings a change of available units the database committed
-// into Redis, exactly once.
+// applyScript brings a change the database committed into Redis, exactly
+// once: the change of available units, and the buyers' counts it moved.
 //
-//	KEYS[1] stock
+//	KEYS[1] stock  KEYS[2] buyers hash (only when the change moved counts)
 //	ARGV[1] delta  ARGV[2] the database seq of the change
 //	ARGV[3] epoch of the deduction this change stands for, or 0 (none)
+//	ARGV[4], ARGV[5], ... user, count delta (with KEYS[2])
 //
-// The change is already in Redis's value when the initialisation read the
-// database at or after seq (the init holds the SKU's row lock while it
-// writes, so it read either all of a change or none of it), or when it is a
-// deduction taken from this very initialisation. Otherwise delta is added.
-// Returns the new value; -3 not initialised (the next init reads the
+// The change is already in Redis when the initialisation read the database
+// at or after seq (the init holds the SKU's row lock while it writes, so it
+// read either all of a change or none of it), or when it is a deduction
+// taken from this very initialisation. Otherwise delta is added, and each
+// count delta where the buyers hash is this initialisation's (a lost one is
+// initialised again, from the database, by the next admission that needs
+// it). Returns the new value; -3 not initialised (the next init reads the
 // database), -1 unlimited, -5 already counted, -6 the value would go below
 // zero (it is set to zero, and the caller realigns).
 var applyScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'a', 'e', 's')
 if not v[1] then return -3 end
-local a = tonumber(v[1])
-if a == -1 then return -1 end
 if ARGV[3] ~= '0' and v[2] == ARGV[3] then return -5 end
 if tonumber(v[3]) >= tonumber(ARGV[2]) then return -5 end
+local b = KEYS[2]
+if b and redis.call('HGET', b, '` + buyersEpoch + `') == v[2] then
+  for i = 4, #ARGV, 2 do
+    if redis.call('HINCRBY', b, ARGV[i], ARGV[i + 1]) <= 0 then redis.call('HDEL', b, ARGV[i]) end
+  end
+end
+local a = tonumber(v[1])
+if a == -1 then return -1 end
 local n = a + tonumber(ARGV[1])
 if n < 0 then
   redis.call('HSET', KEYS[1], 'a', 0)
@@ -101,36 +132,44 @@ redis.call('HSET', KEYS[1], 'a', n)
 return n
 `)
 
-// initScript writes a SKU's level read from the database.
+// initScript writes a SKU's level and its buyers' counts read from the
+// database, as one initialisation.
 //
-//	KEYS[1] stock
+//	KEYS[1] stock  KEYS[2] buyers hash
 //	ARGV[1] available (-1 unlimited)  ARGV[2] epoch  ARGV[3] database seq
-//	ARGV[4] "cold" (only if absent: the double check, atomic with the write)
-//	        or "force" (realign: replace whatever Redis has)
+//	ARGV[4] "cold" (only if the stock is absent: the double check, atomic
+//	        with the write), "buyers" (only if the buyers hash is not the
+//	        stock's initialisation's) or "force" (realign: replace whatever
+//	        Redis has)
+//	ARGV[5] buyers hash TTL, ms  ARGV[6], ARGV[7], ... user, count
 //
-// Returns {1, value} when it wrote, {0, current} when a cold init found the
-// key already there.
+// The buyers hash is replaced whole and marked with the epoch. Returns {1,
+// value} when it wrote, {0, current} when it found Redis already initialised.
 var initScript = redis.NewScript(`
-if ARGV[4] == 'cold' then
-  local cur = redis.call('HGET', KEYS[1], 'a')
-  if cur then return {0, tonumber(cur)} end
+if ARGV[4] ~= 'force' then
+  local cur = redis.call('HMGET', KEYS[1], 'a', 'e')
+  if cur[1] and (ARGV[4] == 'cold' or redis.call('HGET', KEYS[2], '` + buyersEpoch + `') == cur[2]) then
+    return {0, tonumber(cur[1])}
+  end
 end
 redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3])
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], '` + buyersEpoch + `', ARGV[2])
+for i = 6, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return {1, tonumber(ARGV[1])}
 `)
 
-// quotaScript gives back qty of a user's per-SKU purchase limit (the
-// deduction script counts purchases).
+// initialisedScript is the double check outside the init script: whether
+// the stock is initialised and, with ARGV[1] "buyers", its buyers hash too.
 //
-//	KEYS[1] buyers (hash user -> units bought)
-//	ARGV[1] user  ARGV[2] qty to give back
-//
-// The hash is a pre-filter (the database records the limit), so it expires
-// a while after its last purchase; a give-back after that leaves nothing.
-var quotaScript = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 1 end
-local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -tonumber(ARGV[2]))
-if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
+//	KEYS[1] stock  KEYS[2] buyers hash  ARGV[1] "cold" or "buyers"
+var initialisedScript = redis.NewScript(`
+local e = redis.call('HGET', KEYS[1], 'e')
+if not e then return 0 end
+if ARGV[1] == 'buyers' and redis.call('HGET', KEYS[2], '` + buyersEpoch + `') ~= e then return 0 end
 return 1
 `)
 

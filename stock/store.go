@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -194,8 +195,12 @@ func (s *Store) admit(ctx context.Context, sku string, keys []string, args []any
 		if err != nil {
 			return Admission{}, fmt.Errorf("stock: deduct %s: %w", sku, err)
 		}
-		if res[0] == resNotInitialised {
-			if err := s.ensureInit(ctx, sku); err != nil {
+		if res[0] == resNotInitialised || res[0] == resBuyersCold {
+			mode := modeCold
+			if res[0] == resBuyersCold {
+				mode = modeBuyers
+			}
+			if err := s.ensureInit(ctx, sku, mode); err != nil {
 				return Admission{}, err
 			}
 			continue
@@ -342,7 +347,25 @@ func (s *Store) Undo(ctx context.Context, sku string, qty int64, adm Admission, 
 	if adm.Remaining == inventory.Unlimited {
 		return nil // nothing was taken, and no token remembered
 	}
-	n, err := undoScript.Run(ctx, s.rdb, admitKeys(sku, token), qty, adm.Epoch).Int64()
+	return s.undo(ctx, sku, qty, admitKeys(sku, token), []any{qty, adm.Epoch})
+}
+
+// UndoBuyer undoes an AdmitBuyer admission whose reservation the database
+// refused or never recorded: its units, and the units it counted against
+// user's limit, each given back only into the initialisation it was taken
+// from (a re-init since read the database, which never had them).
+func (s *Store) UndoBuyer(ctx context.Context, sku string, qty int64, adm Admission, user string) error {
+	if err := s.validate(sku, qty); err != nil {
+		return err
+	}
+	if err := inventory.ValidateToken(user); err != nil {
+		return err
+	}
+	return s.undo(ctx, sku, qty, append(admitKeys(sku, ""), buyersKey(sku)), []any{qty, adm.Epoch, user})
+}
+
+func (s *Store) undo(ctx context.Context, sku string, qty int64, keys []string, args []any) error {
+	n, err := undoScript.Run(ctx, s.rdb, keys, args...).Int64()
 	if err != nil {
 		return fmt.Errorf("stock: undo %s: %w", sku, err)
 	}
@@ -361,7 +384,14 @@ func (s *Store) Apply(ctx context.Context, c inventory.Change) error {
 	if err := inventory.ValidateSKU(c.SKU); err != nil {
 		return err
 	}
-	n, err := applyScript.Run(ctx, s.rdb, []string{stockKey(c.SKU)}, c.Delta, c.Seq, c.Epoch).Int64()
+	keys, args := []string{stockKey(c.SKU)}, []any{c.Delta, c.Seq, c.Epoch}
+	if len(c.Buyers) > 0 {
+		keys = append(keys, buyersKey(c.SKU))
+		for _, u := range slices.Sorted(maps.Keys(c.Buyers)) {
+			args = append(args, u, c.Buyers[u])
+		}
+	}
+	n, err := applyScript.Run(ctx, s.rdb, keys, args...).Int64()
 	if err != nil {
 		return fmt.Errorf("stock: apply %s: %w", c.SKU, err)
 	}
@@ -427,14 +457,16 @@ func (s *Store) EnsureInit(ctx context.Context, sku string) error {
 	if n == 1 {
 		return nil
 	}
-	return s.ensureInit(ctx, sku)
+	return s.ensureInit(ctx, sku, modeCold)
 }
 
-// Realign replaces sku's Redis value with the database's, under the init
-// lock: for a Redis found wrong (a refused admission, a rolled-back or
-// failed-over Redis, reconcile). Exact even while reservations flow: an
-// admission taken from the replaced value is either counted by the database
-// read or brought in by its own Apply.
+// Realign replaces sku's Redis value and its buyers' counts with the
+// database's, under the init lock: for a Redis found wrong (a refused
+// admission, a rolled-back or failed-over Redis, reconcile). Exact even while
+// reservations flow: an admission taken from the replaced value (its units
+// and its buyer's count) is either counted by the database read or brought
+// in by its own Apply, and a give-back of the replaced initialisation is
+// not given back into the new one.
 func (s *Store) Realign(ctx context.Context, sku string) error {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return err
@@ -445,19 +477,35 @@ func (s *Store) Realign(ctx context.Context, sku string) error {
 	}
 	defer s.releaseLock(ctx, sku, held)
 	s.stats.Realigns.Add(1)
-	if err := s.write(ctx, sku, "force"); err != nil {
+	if err := s.write(ctx, sku, modeForce); err != nil {
 		return err
 	}
 	s.cfg.OnStockBack(sku)
 	return nil
 }
 
-// ReturnQuota gives qty units of user's limit back (the purchase failed).
-func (s *Store) ReturnQuota(ctx context.Context, sku, user string, qty int64) error {
-	if err := s.validate(sku, qty); err != nil {
-		return err
+// Buyers reads sku's buyers hash: each buyer's count (units counted against
+// the per-user limit) and the initialisation the counts come from (0: the
+// hash is not initialised).
+func (s *Store) Buyers(ctx context.Context, sku string) (map[string]int64, int64, error) {
+	if err := inventory.ValidateSKU(sku); err != nil {
+		return nil, 0, err
 	}
-	return quotaScript.Run(ctx, s.rdb, []string{buyersKey(sku)}, user, qty).Err()
+	all, err := s.rdb.HGetAll(ctx, buyersKey(sku)).Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("stock: buyers of %s: %w", sku, err)
+	}
+	out := make(map[string]int64, len(all))
+	var epoch int64
+	for k, v := range all {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if k == buyersEpoch {
+			epoch = n
+			continue
+		}
+		out[k] = n
+	}
+	return out, epoch, nil
 }
 
 // Levels is what Redis holds for one SKU.
@@ -467,6 +515,11 @@ type Levels struct {
 	Available   int64 // units that can be taken now
 	Epoch       int64
 	Seq         int64
+	// BuyersEpoch is the initialisation the buyers hash's counts come from:
+	// Epoch when they are the stock's, 0 when the hash is not initialised
+	// (lost: the next admission with a limit initialises it), another
+	// epoch when Redis came back inconsistent (realign).
+	BuyersEpoch int64
 }
 
 func (s *Store) Levels(ctx context.Context, sku string) (Levels, error) {
@@ -482,13 +535,15 @@ func (s *Store) Levels(ctx context.Context, sku string) (Levels, error) {
 func (s *Store) LevelsOf(ctx context.Context, skus []string) ([]Levels, error) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(skus))
+	marks := make([]*redis.StringCmd, len(skus))
 	for i, sku := range skus {
 		if err := inventory.ValidateSKU(sku); err != nil {
 			return nil, err
 		}
 		cmds[i] = pipe.HMGet(ctx, stockKey(sku), "a", "e", "s")
+		marks[i] = pipe.HGet(ctx, buyersKey(sku), buyersEpoch)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("stock: levels: %w", err)
 	}
 	num := func(v any) int64 {
@@ -504,6 +559,7 @@ func (s *Store) LevelsOf(ctx context.Context, skus []string) ([]Levels, error) {
 			lv.Available, lv.Epoch, lv.Seq = num(vals[0]), num(vals[1]), num(vals[2])
 			lv.Unlimited = lv.Available == inventory.Unlimited
 		}
+		out[i].BuyersEpoch, _ = marks[i].Int64()
 	}
 	return out, nil
 }
@@ -518,15 +574,24 @@ func (s *Store) validate(sku string, qty int64) error {
 	return inventory.ValidateQty(qty, s.cfg.MaxQty)
 }
 
-// ensureInit initialises a cold SKU. Callers in this process share one
-// attempt (singleflight); across processes one caller takes the init lock and
-// the others wait for the key, not the database.
-func (s *Store) ensureInit(ctx context.Context, sku string) error {
-	ch := s.inits.DoChan(sku, func() (any, error) {
+// The modes of an initialisation (initScript's ARGV[4]).
+const (
+	modeCold   = "cold"   // the stock is absent
+	modeBuyers = "buyers" // the buyers hash is not the stock's initialisation's
+	modeForce  = "force"  // realign
+)
+
+// ensureInit initialises a cold SKU (mode modeCold), or one whose buyers
+// hash is not initialised (modeBuyers: both are initialised again, the
+// counts need the fence of a fresh epoch). Callers in this process share
+// one attempt (singleflight); across processes one caller takes the init
+// lock and the others wait for the key, not the database.
+func (s *Store) ensureInit(ctx context.Context, sku, mode string) error {
+	ch := s.inits.DoChan(mode+":"+sku, func() (any, error) {
 		// Detached: one caller's cancellation must not fail the others.
 		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.InitWait+s.cfg.LockTTL)
 		defer cancel()
-		return nil, s.initCold(ictx, sku)
+		return nil, s.initCold(ictx, sku, mode)
 	})
 	select {
 	case r := <-ch:
@@ -536,7 +601,17 @@ func (s *Store) ensureInit(ctx context.Context, sku string) error {
 	}
 }
 
-func (s *Store) initCold(ctx context.Context, sku string) error {
+// initialised is initCold's check: the stock is initialised (and, in
+// modeBuyers, its buyers hash too).
+func (s *Store) initialised(ctx context.Context, sku, mode string) (bool, error) {
+	n, err := initialisedScript.Run(ctx, s.rdb, []string{stockKey(sku), buyersKey(sku)}, mode).Int64()
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
+	}
+	return n == 1, nil
+}
+
+func (s *Store) initCold(ctx context.Context, sku, mode string) error {
 	giveUp := time.Now().Add(s.cfg.InitWait)
 	for {
 		held, err := s.locker.Obtain(ctx, initLockKey(sku), s.cfg.LockTTL, 0)
@@ -544,15 +619,11 @@ func (s *Store) initCold(ctx context.Context, sku string) error {
 			defer s.releaseLock(ctx, sku, held)
 			// Check again under the lock; the script checks a third time,
 			// atomically with the write.
-			n, err := s.rdb.Exists(ctx, stockKey(sku)).Result()
-			if err != nil {
-				return fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
-			}
-			if n == 1 {
-				return nil
+			if ok, err := s.initialised(ctx, sku, mode); err != nil || ok {
+				return err
 			}
 			s.stats.ColdInits.Add(1)
-			return s.write(ctx, sku, "cold")
+			return s.write(ctx, sku, mode)
 		}
 		if !errors.Is(err, lock.ErrNotObtained) {
 			return fmt.Errorf("%w: init lock for %s: %v", inventory.ErrUnavailable, sku, err)
@@ -567,12 +638,8 @@ func (s *Store) initCold(ctx context.Context, sku string) error {
 			return fmt.Errorf("%w: %v", inventory.ErrUnavailable, ctx.Err())
 		case <-time.After(5*time.Millisecond + rand.N(20*time.Millisecond)):
 		}
-		n, err := s.rdb.Exists(ctx, stockKey(sku)).Result()
-		if err != nil {
-			return fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
-		}
-		if n == 1 {
-			return nil
+		if ok, err := s.initialised(ctx, sku, mode); err != nil || ok {
+			return err
 		}
 	}
 }
@@ -583,14 +650,22 @@ func (s *Store) releaseLock(ctx context.Context, sku string, held *lock.Lock) {
 	}
 }
 
-// write reads sku's level through the init callback and writes it to Redis
-// while the database row is locked; mode is "cold" or "force".
+// write reads sku's level and buyers' counts through the init callback and
+// writes them to Redis while the database row is locked; mode is modeCold,
+// modeBuyers or modeForce.
 func (s *Store) write(ctx context.Context, sku, mode string) error {
 	err := s.cfg.Init(ctx, sku, func(lv inventory.Baseline) error {
 		if lv.Available < inventory.Unlimited {
 			return fmt.Errorf("%w: %s has available %d in the database", inventory.ErrUnavailable, sku, lv.Available)
 		}
-		return initScript.Run(ctx, s.rdb, []string{stockKey(sku)}, lv.Available, lv.Epoch, lv.Seq, mode).Err()
+		args := make([]any, 0, 5+2*len(lv.Buyers))
+		args = append(args, lv.Available, lv.Epoch, lv.Seq, mode, s.cfg.QuotaTTL.Milliseconds())
+		for _, u := range slices.Sorted(maps.Keys(lv.Buyers)) {
+			if lv.Buyers[u] > 0 {
+				args = append(args, u, lv.Buyers[u])
+			}
+		}
+		return initScript.Run(ctx, s.rdb, []string{stockKey(sku), buyersKey(sku)}, args...).Err()
 	})
 	switch {
 	case errors.Is(err, inventory.ErrUnknownSKU):

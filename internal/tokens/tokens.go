@@ -142,9 +142,9 @@ func (s *Service) ReserveHold(ctx context.Context, sku string, qty int64, token 
 		if arbiter.IsDuplicate(err) { // Redis forgot the token (a key loss): the database remembers
 			return s.replay(ctx, sku, qty, key)
 		}
-		return Held{}, s.redis.Refused(ctx, err)
+		return Held{}, s.redis.Refused(ctx, err, false)
 	}
-	s.redis.Settle(ctx, []inventory.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, fences)
+	s.redis.Settle(ctx, []inventory.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, fences, "", false)
 	return Held{Result: adm.Remaining, ExpiresAt: row.ExpiresAt}, nil
 }
 
