@@ -11,7 +11,9 @@ import "strconv"
 //	inv:{SKU}:t:TOKEN     string  qty of a token-API reservation, expires with the hold
 //	                              (only so a replay is sent to the database)
 //	inv:{SKU}:initlock    string  the cold-init lock (token-owned)
-//	inv:{SKU}:buyers      hash    user -> units bought, for per-user limits
+//	inv:{SKU}:buyers      hash    user -> units counted against the per-user limit,
+//	                              and {e} = the epoch of the initialisation the counts
+//	                              come from (written with the stock hash; see buyersEpoch)
 //
 // Redis keeps no per-reservation state for orders: the database does.
 //
