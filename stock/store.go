@@ -543,8 +543,14 @@ func (s *Store) LevelsOf(ctx context.Context, skus []string) ([]Levels, error) {
 		cmds[i] = pipe.HMGet(ctx, stockKey(sku), "a", "e", "s")
 		marks[i] = pipe.HGet(ctx, buyersKey(sku), buyersEpoch)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("stock: levels: %w", err)
+	_, _ = pipe.Exec(ctx) // errors are read per command below (a missing buyers hash is redis.Nil)
+	for i := range cmds {
+		if err := cmds[i].Err(); err != nil {
+			return nil, fmt.Errorf("stock: levels: %w", err)
+		}
+		if err := marks[i].Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("stock: levels: %w", err)
+		}
 	}
 	num := func(v any) int64 {
 		n, _ := strconv.ParseInt(fmt.Sprint(v), 10, 64)
