@@ -14,6 +14,8 @@ import "strconv"
 //	inv:{SKU}:buyers      hash    user -> units counted against the per-user limit,
 //	                              and {e} = the epoch of the initialisation the counts
 //	                              come from (written with the stock hash; see buyersEpoch)
+//	inv:{SKU}:buyers:EPOCH hash   the counts an initialisation stages before it writes
+//	                              (renamed to inv:{SKU}:buyers by it; expires in a minute)
 //
 // Redis keeps no per-reservation state for orders: the database does.
 //
@@ -33,6 +35,12 @@ func stockKey(sku string) string        { return skuTag(sku) + "stock" }
 func tokenKey(sku, token string) string { return skuTag(sku) + "t:" + token }
 func initLockKey(sku string) string     { return skuTag(sku) + "initlock" }
 func buyersKey(sku string) string       { return skuTag(sku) + "buyers" }
+
+// stagedBuyersKey holds the counts one initialisation (epoch) writes before
+// its script makes them the buyers hash.
+func stagedBuyersKey(sku string, epoch int64) string {
+	return skuTag(sku) + "buyers:" + strconv.FormatInt(epoch, 10)
+}
 
 // admitKeys are the deduction script's KEYS: without a token, the stock key
 // twice (the script then keeps no token key).

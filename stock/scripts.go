@@ -135,29 +135,32 @@ return n
 // initScript writes a SKU's level and its buyers' counts read from the
 // database, as one initialisation.
 //
-//	KEYS[1] stock  KEYS[2] buyers hash
+//	KEYS[1] stock  KEYS[2] buyers hash  KEYS[3] the counts staged for it
 //	ARGV[1] available (-1 unlimited)  ARGV[2] epoch  ARGV[3] database seq
 //	ARGV[4] "cold" (only if the stock is absent: the double check, atomic
 //	        with the write), "buyers" (only if the buyers hash is not the
 //	        stock's initialisation's) or "force" (realign: replace whatever
 //	        Redis has)
-//	ARGV[5] buyers hash TTL, ms  ARGV[6], ARGV[7], ... user, count
+//	ARGV[5] buyers hash TTL, ms  ARGV[6] "1" when counts were staged in KEYS[3]
 //
-// The buyers hash is replaced whole and marked with the epoch. Returns {1,
-// value} when it wrote, {0, current} when it found Redis already initialised.
+// The counts are staged beforehand in a key of this initialisation's own
+// (Store.write, in chunks, so a SKU with many buyers does not hold Redis in
+// one long script); this script makes them the buyers hash, marked with
+// the epoch, atomically with the level. Returns {1, value} when it wrote,
+// {0, current} when it found Redis already initialised (the staged counts
+// are dropped).
 var initScript = redis.NewScript(`
 if ARGV[4] ~= 'force' then
   local cur = redis.call('HMGET', KEYS[1], 'a', 'e')
   if cur[1] and (ARGV[4] == 'cold' or redis.call('HGET', KEYS[2], '` + buyersEpoch + `') == cur[2]) then
+    if ARGV[6] == '1' then redis.call('UNLINK', KEYS[3]) end
     return {0, tonumber(cur[1])}
   end
 end
 redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3])
-redis.call('DEL', KEYS[2])
+redis.call('UNLINK', KEYS[2])
+if ARGV[6] == '1' then redis.call('RENAME', KEYS[3], KEYS[2]) end
 redis.call('HSET', KEYS[2], '` + buyersEpoch + `', ARGV[2])
-for i = 6, #ARGV, 2 do
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-end
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return {1, tonumber(ARGV[1])}
 `)

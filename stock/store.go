@@ -656,6 +656,40 @@ func (s *Store) releaseLock(ctx context.Context, sku string, held *lock.Lock) {
 	}
 }
 
+// stageChunk is how many buyers' counts one command stages: Redis serves
+// other callers between chunks.
+const stageChunk = 1000
+
+// stageBuyers writes counts into key (this initialisation's own), a chunk
+// per command in one pipeline, expiring in a minute (an initialisation that
+// dies half way leaves nothing for long); it returns how many it wrote.
+func (s *Store) stageBuyers(ctx context.Context, key string, counts map[string]int64) (int, error) {
+	users := make([]string, 0, len(counts))
+	for u, q := range counts {
+		if q > 0 {
+			users = append(users, u)
+		}
+	}
+	if len(users) == 0 {
+		return 0, nil
+	}
+	slices.Sort(users)
+	pipe := s.rdb.Pipeline()
+	for i := 0; i < len(users); i += stageChunk {
+		chunk := users[i:min(i+stageChunk, len(users))]
+		args := make([]any, 0, 2*len(chunk))
+		for _, u := range chunk {
+			args = append(args, u, counts[u])
+		}
+		pipe.HSet(ctx, key, args...)
+	}
+	pipe.PExpire(ctx, key, time.Minute)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("stock: staging the buyers' counts: %w", err)
+	}
+	return len(users), nil
+}
+
 // write reads sku's level and buyers' counts through the init callback and
 // writes them to Redis while the database row is locked; mode is modeCold,
 // modeBuyers or modeForce.
@@ -664,14 +698,13 @@ func (s *Store) write(ctx context.Context, sku, mode string) error {
 		if lv.Available < inventory.Unlimited {
 			return fmt.Errorf("%w: %s has available %d in the database", inventory.ErrUnavailable, sku, lv.Available)
 		}
-		args := make([]any, 0, 5+2*len(lv.Buyers))
-		args = append(args, lv.Available, lv.Epoch, lv.Seq, mode, s.cfg.QuotaTTL.Milliseconds())
-		for _, u := range slices.Sorted(maps.Keys(lv.Buyers)) {
-			if lv.Buyers[u] > 0 {
-				args = append(args, u, lv.Buyers[u])
-			}
+		staged := stagedBuyersKey(sku, lv.Epoch)
+		n, err := s.stageBuyers(ctx, staged, lv.Buyers)
+		if err != nil {
+			return err
 		}
-		return initScript.Run(ctx, s.rdb, []string{stockKey(sku), buyersKey(sku)}, args...).Err()
+		return initScript.Run(ctx, s.rdb, []string{stockKey(sku), buyersKey(sku), staged},
+			lv.Available, lv.Epoch, lv.Seq, mode, s.cfg.QuotaTTL.Milliseconds(), min(n, 1)).Err()
 	})
 	switch {
 	case errors.Is(err, inventory.ErrUnknownSKU):
