@@ -127,21 +127,27 @@ type Line struct {
 // Change is a change of a SKU's available units that the database
 // committed: Delta at the SKU's change counter Seq. Epoch is set when the
 // change stands for an admission already taken in Redis (a reservation
-// whose database write committed after a re-init); 0 otherwise.
+// whose database write committed after a re-init); 0 otherwise. Buyers are
+// the per-user counts (buyer_quotas) the same change moved, user -> units
+// (+ bought, - given back): Redis's buyers hash follows them under the same
+// fence as Delta.
 type Change struct {
-	SKU   string
-	Delta int64
-	Seq   int64
-	Epoch int64
+	SKU    string
+	Delta  int64
+	Seq    int64
+	Epoch  int64
+	Buyers map[string]int64
 }
 
 // Baseline is what one initialisation of a SKU in Redis starts from: the
-// database's available units (or Unlimited) as of its change counter Seq,
-// under a fresh Epoch.
+// database's available units (or Unlimited) and its buyers' per-user counts
+// (user -> units, those above zero; none when the SKU has no per-user
+// limit), as of its change counter Seq, under a fresh Epoch.
 type Baseline struct {
 	Available int64
 	Epoch     int64
 	Seq       int64
+	Buyers    map[string]int64
 }
 
 // InitFunc reads sku's Baseline from the database and calls write with it

@@ -12,6 +12,7 @@ func TestEmbeddedContract(t *testing.T) {
 	testrig.RunEmbedded(t,
 		TestCreateReservesFirst,
 		TestIdempotentCreate,
+		TestIdempotentRetryAfterRedisForgot,
 		TestPayCancelRefund,
 		TestCancelPayRaceOneWinner,
 		TestLatePayment,
@@ -23,5 +24,7 @@ func TestEmbeddedContract(t *testing.T) {
 		TestPerUserLimitIsArbitratedByTheDatabase,
 		TestPerUserLimitSetLater,
 		TestPerUserLimitRace,
+		TestRealignRestoresBuyersCounts,
+		TestLostBuyersCountsComeBackFromTheDatabase,
 	)
 }

@@ -489,7 +489,7 @@ func TestKeyLossWithPendingAndUnapplied(t *testing.T) {
 	lv, err = r.Stock.Levels(ctx, "A")
 	require.NoError(t, err)
 	rec := r.SKU("A")
-	require.Equal(t, stock.Levels{Initialised: true, Available: 5, Epoch: rec.RedisEpoch, Seq: rec.Seq}, lv,
+	require.Equal(t, stock.Levels{Initialised: true, Available: 5, Epoch: rec.RedisEpoch, Seq: rec.Seq, BuyersEpoch: rec.RedisEpoch}, lv,
 		"initialised from the row: its available, seq and the epoch it recorded")
 	require.NotZero(t, lv.Epoch)
 	require.EqualValues(t, 2, r.Count(`SELECT COUNT(*) FROM orders`))
@@ -575,4 +575,33 @@ func TestDatabaseRefusesWhatRedisOverAdmits(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 3, r.RedisAvailable("A"))
 	r.CheckInvariant("A")
+}
+
+// An order's Idempotency-Key is looked up in the database before Redis is
+// asked, so a retry after Redis lost every key, with the SKU sold out
+// meanwhile, still gets the first order (and another cart under the key is
+// still a conflict); nothing is taken again.
+func TestIdempotentRetryAfterRedisForgot(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	r.AddSKU("IK", 3)
+	first, err := r.Orders.Create(ctx, "u1", "key-1", testrig.Line("IK", 2))
+	require.NoError(t, err)
+	_, err = r.Orders.Create(ctx, "u2", "", testrig.Line("IK", 1))
+	require.NoError(t, err)
+	require.NoError(t, r.RDB.FlushDB(ctx).Err())
+	for range 3 {
+		again, err := r.Orders.Create(ctx, "u1", "key-1", testrig.Line("IK", 2))
+		require.NoError(t, err)
+		require.Equal(t, first.ID, again.ID)
+		require.Equal(t, first.Items, again.Items)
+		_, err = r.Orders.Create(ctx, "u1", "key-1", testrig.Line("IK", 1))
+		require.ErrorIs(t, err, inventory.ErrConflict)
+	}
+	_, err = r.Orders.Create(ctx, "u1", "key-2", testrig.Line("IK", 1))
+	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
+	r.RequireQty("IK", 3, 3)
+	require.EqualValues(t, 2, r.Count(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, 0, r.RedisAvailable("IK"))
+	r.CheckInvariant("IK")
 }

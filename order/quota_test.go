@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory"
@@ -173,10 +172,10 @@ func TestPerUserLimitRace(t *testing.T) {
 
 // A seckill sale under a per-user limit costs one Redis round trip: the
 // limit's pre-filter and the stock in one script call. Many tabs of one buyer
-// get exactly the limit; when the database refuses what Redis admitted (its
-// limit is the record: here the buyer already holds units Redis forgot), the
-// Redis count is given back with the unit, so the pre-filter ends where the
-// database is.
+// get exactly the limit. When Redis forgets a buyer's purchases (its buyers
+// hash is lost), the next admission with a limit initialises the hash again
+// from the database's counts (its limit is the record), so the pre-filter
+// refuses where the database would.
 func TestSeckillCountsTheLimitInTheAdmission(t *testing.T) {
 	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
@@ -216,7 +215,139 @@ func TestSeckillCountsTheLimitInTheAdmission(t *testing.T) {
 	_, err = r.Orders.Seckill(ctx, "erin", sku, 2)
 	overLimit(t, err, "erin", sku, 2)
 	n, err := r.RDB.HGet(ctx, "inv:{"+sku+"}:buyers", "erin").Result()
-	require.ErrorIs(t, err, redis.Nil, "the refused sale's count was given back (%q)", n)
+	require.NoError(t, err)
+	require.Equal(t, "2", n, "the database's count is back in Redis")
 	r.RequireQty(sku, 100, 1+1+2+2)
-	require.EqualValues(t, 100-6, r.RedisAvailable(sku), "the refused unit went back to Redis")
+	require.EqualValues(t, 100-6, r.RedisAvailable(sku), "nothing taken for the refused sale")
+}
+
+// buyersState is what Redis's buyers hash of sku says of each user ("none":
+// no count) and what the database's buyer_quotas says.
+func buyersState(t *testing.T, r *testrig.Rig, sku string, users ...string) (inRedis, inDB map[string]string) {
+	t.Helper()
+	inRedis, inDB = map[string]string{}, map[string]string{}
+	all, err := r.RDB.HGetAll(context.Background(), "inv:{"+sku+"}:buyers").Result()
+	require.NoError(t, err)
+	for _, u := range users {
+		inRedis[u], inDB[u] = "none", fmt.Sprint(r.Quota(sku, u))
+		if v, ok := all[u]; ok {
+			inRedis[u] = v
+		}
+		if inDB[u] == "0" {
+			inDB[u] = "none"
+		}
+	}
+	return inRedis, inDB
+}
+
+// buyUntilRefused runs n seckill purchases of sku for user, one after the
+// other, and returns how many succeeded; every refusal must be the limit's.
+func buyUntilRefused(t *testing.T, r *testrig.Rig, sku, user string, limit int64, n int) int {
+	t.Helper()
+	won := 0
+	for range n {
+		_, err := r.Orders.Seckill(context.Background(), user, sku, limit)
+		if err == nil {
+			won++
+			continue
+		}
+		overLimit(t, err, user, sku, limit)
+	}
+	return won
+}
+
+// A Redis that came back older (restored from a snapshot taken before two
+// of a buyer's orders were cancelled) counts the buyer at the limit the
+// database no longer holds; the periodic realign, which finds the SKU by
+// its level, restores the buyers' counts with it: the buyer buys exactly
+// the two units the database allows, and the third is refused.
+func TestRealignRestoresBuyersCounts(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	sku := r.PutSKU("RB", 10, 3)
+	stockKey, buyersKey := "inv:{"+sku+"}:stock", "inv:{"+sku+"}:buyers"
+	var ids []string
+	for range 3 {
+		o, err := r.Orders.Seckill(ctx, "ann", sku, 3)
+		require.NoError(t, err)
+		ids = append(ids, o.ID)
+	}
+	snapStock, err := r.RDB.HGetAll(ctx, stockKey).Result()
+	require.NoError(t, err)
+	snapBuyers, err := r.RDB.HGetAll(ctx, buyersKey).Result()
+	require.NoError(t, err)
+	require.Equal(t, "3", snapBuyers["ann"])
+
+	for _, id := range ids[:2] {
+		_, err := r.Orders.Cancel(ctx, id)
+		require.NoError(t, err)
+	}
+	inRedis, inDB := buyersState(t, r, sku, "ann")
+	require.Equal(t, map[string]string{"ann": "1"}, inDB)
+	require.Equal(t, inDB, inRedis, "the cancels gave the counts back in Redis too")
+
+	// Redis comes back from the snapshot.
+	require.NoError(t, r.RDB.Del(ctx, stockKey, buyersKey).Err())
+	require.NoError(t, r.RDB.HSet(ctx, stockKey, snapStock).Err())
+	require.NoError(t, r.RDB.HSet(ctx, buyersKey, snapBuyers).Err())
+	require.EqualValues(t, 7, r.RedisAvailable(sku))
+
+	skus, err := r.Reconciler().Realign(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{sku}, skus)
+	inRedis, inDB = buyersState(t, r, sku, "ann")
+	require.Equal(t, inDB, inRedis, "realigned: the database's counts")
+	require.EqualValues(t, 9, r.RedisAvailable(sku))
+
+	require.Equal(t, 2, buyUntilRefused(t, r, sku, "ann", 3, 4), "exactly what the database allows")
+	require.EqualValues(t, 3, r.Quota(sku, "ann"))
+	inRedis, inDB = buyersState(t, r, sku, "ann")
+	require.Equal(t, map[string]string{"ann": "3"}, inDB)
+	require.Equal(t, inDB, inRedis)
+	r.RequireQty(sku, 10, 3)
+	require.EqualValues(t, 7, r.RedisAvailable(sku))
+	r.CheckInvariant(sku)
+}
+
+// The buyers hash lost on its own (deleted, evicted, expired), overwritten
+// below the database's counts, or lost with every key (the cold init, -3):
+// each time the buyer buys exactly what the database allows, the next
+// purchase is refused, and Redis's counts end equal to the database's.
+func TestLostBuyersCountsComeBackFromTheDatabase(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	sku := r.PutSKU("LB", 100, 3)
+	buyersKey := "inv:{" + sku + "}:buyers"
+	users := []string{"bea", "cid", "dan"}
+	for _, u := range users {
+		require.Equal(t, 1, buyUntilRefused(t, r, sku, u, 3, 1))
+	}
+	check := func(what string) {
+		t.Helper()
+		inRedis, inDB := buyersState(t, r, sku, users...)
+		require.Equal(t, inDB, inRedis, what)
+	}
+	check("counted as bought")
+
+	// Deleted: the next admission with a limit initialises the hash again.
+	require.NoError(t, r.RDB.Del(ctx, buyersKey).Err())
+	require.Equal(t, 2, buyUntilRefused(t, r, sku, "bea", 3, 3), "after the hash was deleted")
+	check("after the hash was deleted")
+
+	// Overwritten below the database: the database refuses what Redis let
+	// through, and the refusal realigns the counts.
+	require.NoError(t, r.RDB.HSet(ctx, buyersKey, "cid", 0).Err())
+	require.Equal(t, 2, buyUntilRefused(t, r, sku, "cid", 3, 3), "after the hash was overwritten")
+	check("after the hash was overwritten")
+
+	// Every key lost: the cold init brings the counts back with the stock.
+	require.NoError(t, r.RDB.FlushDB(ctx).Err())
+	require.Equal(t, 2, buyUntilRefused(t, r, sku, "dan", 3, 3), "after every key was lost")
+	check("after every key was lost")
+	r.RequireQty(sku, 100, 9)
+	require.EqualValues(t, 91, r.RedisAvailable(sku))
+	r.CheckInvariant(sku)
+	reports, err := r.Reconciler().Reconcile(ctx, false)
+	require.NoError(t, err)
+	require.Empty(t, reports)
 }

@@ -205,7 +205,7 @@ func (s *Service) CreateHold(ctx context.Context, userID, idemKey string, lines 
 	if err != nil {
 		return nil, err
 	}
-	o, err := s.record(ctx, userID, idemKey, lines, adm, hold)
+	o, err := s.record(ctx, userID, idemKey, lines, adm, hold, false)
 	if err != nil {
 		fctx, cancel := stock.FollowUp(ctx)
 		defer cancel()
@@ -217,7 +217,7 @@ func (s *Service) CreateHold(ctx context.Context, userID, idemKey string, lines 
 			}
 			return sameOrder(winner, lines)
 		}
-		return nil, s.redis.Refused(ctx, err)
+		return nil, s.redis.Refused(ctx, err, false)
 	}
 	return o, nil
 }
@@ -254,13 +254,14 @@ func (s *Service) SeckillHold(ctx context.Context, userID, sku string, limit int
 	if err != nil {
 		return nil, err
 	}
-	o, err := s.record(ctx, userID, "", lines, []stock.Admission{adm}, hold)
+	o, err := s.record(ctx, userID, "", lines, []stock.Admission{adm}, hold, true)
 	if err != nil {
 		fctx, cancel := stock.FollowUp(ctx)
 		defer cancel()
-		s.stock.UndoCart(fctx, lines, []stock.Admission{adm})
-		s.redis.ReturnQuotas(fctx, []arbiter.BuyerUnits{{SKU: sku, User: userID, Qty: 1}})
-		return nil, s.redis.Refused(ctx, err)
+		if uerr := s.stock.UndoBuyer(fctx, sku, 1, adm, userID); uerr != nil {
+			s.cfg.Logger.Warn("order: undoing an admission failed; the realign repairs it", "sku", sku, "err", uerr)
+		}
+		return nil, s.redis.Refused(ctx, err, true)
 	}
 	return o, nil
 }
@@ -337,15 +338,16 @@ func (s *Service) BuyCampaign(ctx context.Context, userID, idemKey string, c Cam
 
 // record writes the order of lines admitted as adm for userID, holding
 // them for hold (with its reservations, through the group commit) and
-// settles Redis with what the database recorded. On error nothing was
+// settles Redis with what the database recorded (counted: adm counted
+// userID's units against the per-user limit). On error nothing was
 // written; the caller undoes adm.
-func (s *Service) record(ctx context.Context, userID, idemKey string, lines []inventory.Line, adm []stock.Admission, hold time.Duration) (*Order, error) {
+func (s *Service) record(ctx context.Context, userID, idemKey string, lines []inventory.Line, adm []stock.Admission, hold time.Duration, counted bool) (*Order, error) {
 	results := make([]int64, len(adm))
 	for i, a := range adm {
 		results[i] = a.Remaining
 	}
 	return s.recordFrom(ctx, userID, idemKey, lines, results, hold, nil, func(fences map[string]arbiter.Fence) {
-		s.redis.Settle(ctx, lines, adm, fences)
+		s.redis.Settle(ctx, lines, adm, fences, userID, counted)
 	})
 }
 
@@ -453,8 +455,7 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	if !won {
 		return o, fmt.Errorf("%w: order %s is %s", inventory.ErrConflict, id, o.Status)
 	}
-	s.redis.Apply(ctx, rel.Changes)
-	s.redis.ReturnQuotas(ctx, rel.Quotas)
+	s.redis.Apply(ctx, rel.Changes) // the units, and the buyers' counts given back
 	s.redis.ApplyCampaigns(ctx, rel.Campaigns, rel.CampaignQuotas)
 	s.count(to)
 	if to == Cancelled {
@@ -572,6 +573,11 @@ func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error)
 				return nil, err // refused: rolled back; REFUND_REQUIRED below
 			}
 			chs = arbiter.Changes(lineQty(o), fences, -1)
+			for i := range chs {
+				if fences[chs[i].SKU].Limit > 0 { // counted against the buyer's limit again
+					chs[i].Buyers = map[string]int64{o.UserID: -chs[i].Delta}
+				}
+			}
 			return s.markPaid(tx, o, paymentID, token)
 		case Cancelled:
 			return s.refundRequired(tx, o, paymentID)

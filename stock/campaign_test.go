@@ -569,3 +569,69 @@ func TestCampaignAndSKUAreApart(t *testing.T) {
 		require.EqualValues(t, 1, f.calls.Load())
 	})
 }
+
+// A SKU's buyers hash is fenced by its initialisation's epoch, a campaign's
+// is not: a SKU admission with a limit whose buyers hash was lost (-10)
+// initialises the SKU again, counts read from the database, while a
+// campaign's admission with a limit is never refused for its unmarked
+// buyers hash and never initialises anything again. Each initialisation
+// writes only its own kind of hash: the SKU's no window, the pool's no
+// buyers.
+func TestCampaignBuyersUnfencedSKUBuyersFenced(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		opens, closes := window(time.Now().Add(-time.Minute))
+		f := newFakeCampaigns(map[string]*fakePool{"SALE": {left: 5, opens: opens, closes: closes}})
+		db := newFakeDB(map[string]int64{"PHONE": 10})
+		db.limit["PHONE"] = 2
+		s, err := NewStore(rdb, Config{Init: db.init, InitCampaign: f.init})
+		require.NoError(t, err)
+		c := Campaign{ID: "SALE", SKU: "PHONE"}
+		now := time.Now()
+
+		_, err = s.AdmitCampaign(ctx, c, 1, &Buyer{User: "u1", Limit: 2}, now)
+		require.NoError(t, err)
+		_, err = s.AdmitCampaign(ctx, c, 1, &Buyer{User: "u1", Limit: 2}, now)
+		require.NoError(t, err)
+		_, err = s.AdmitCampaign(ctx, c, 1, &Buyer{User: "u1", Limit: 2}, now)
+		require.ErrorIs(t, err, inventory.ErrOverLimit, "the campaign's own limit, counted in its unmarked hash")
+		require.Equal(t, "none", bought(t, rdb, campaignBuyersKey(c), buyersEpoch), "a campaign's buyers hash has no epoch")
+		require.EqualValues(t, 1, f.calls.Load(), "the pool was initialised once")
+
+		_, err = s.AdmitBuyer(ctx, "PHONE", 1, Buyer{User: "u1", Limit: 2})
+		require.NoError(t, err, "the campaign's counts are not the SKU's")
+		seq, _, ok := db.reserveFor("PHONE", "u1", 1)
+		require.True(t, ok)
+		require.NoError(t, s.Apply(ctx, inventory.Change{SKU: "PHONE", Seq: seq, Delta: -1, Epoch: levels(t, s, "PHONE").Epoch}))
+		lv := levels(t, s, "PHONE")
+		require.Equal(t, lv.Epoch, lv.BuyersEpoch, "the SKU's buyers hash carries its epoch")
+		require.EqualValues(t, 1, db.calls.Load())
+		h, err := rdb.HGetAll(ctx, stockKey("PHONE")).Result()
+		require.NoError(t, err)
+		require.NotContains(t, h, "o", "a SKU's hash has no window")
+
+		// The SKU's buyers hash is lost: its next limited admission initialises
+		// the SKU again (the database's counts), and the campaign carries on.
+		require.NoError(t, rdb.Del(ctx, buyersKey("PHONE")).Err())
+		_, err = s.AdmitBuyer(ctx, "PHONE", 1, Buyer{User: "u1", Limit: 2})
+		require.NoError(t, err)
+		require.EqualValues(t, 2, db.calls.Load(), "-10 initialised the SKU again")
+		require.Equal(t, "2", bought(t, rdb, buyersKey("PHONE"), "u1"), "the database's 1 and this admission's 1")
+		_, err = s.AdmitBuyer(ctx, "PHONE", 1, Buyer{User: "u1", Limit: 2})
+		require.ErrorIs(t, err, inventory.ErrOverLimit)
+
+		require.NoError(t, rdb.Del(ctx, campaignBuyersKey(c)).Err())
+		_, err = s.AdmitCampaign(ctx, c, 1, &Buyer{User: "u1", Limit: 2}, now)
+		require.NoError(t, err, "a lost campaign buyers hash is no refusal")
+		require.EqualValues(t, 1, f.calls.Load(), "nor an initialisation")
+
+		// A realign of the pool leaves the SKU's buyers hash alone.
+		before, err := rdb.HGetAll(ctx, buyersKey("PHONE")).Result()
+		require.NoError(t, err)
+		require.NoError(t, s.RealignCampaign(ctx, c))
+		after, err := rdb.HGetAll(ctx, buyersKey("PHONE")).Result()
+		require.NoError(t, err)
+		require.Equal(t, before, after)
+		require.Equal(t, opens.UnixMilli(), campaignLevels(t, s, c).Opens.UnixMilli())
+	})
+}

@@ -32,15 +32,20 @@ type fakeDB struct {
 	reserved map[string]int64
 	seq      map[string]int64
 	epoch    map[string]int64
-	calls    atomic.Int64
-	delay    time.Duration
+	// limit is a SKU's per-user limit (absent: none), quotas what each
+	// buyer holds against it (buyer_quotas).
+	limit  map[string]int64
+	quotas map[string]map[string]int64
+	calls  atomic.Int64
+	delay  time.Duration
 	// beforeWrite, if set, runs under the row lock between the read and the
 	// Redis write.
 	beforeWrite func()
 }
 
 func newFakeDB(onHand map[string]int64) *fakeDB {
-	return &fakeDB{onHand: onHand, reserved: map[string]int64{}, seq: map[string]int64{}, epoch: map[string]int64{}}
+	return &fakeDB{onHand: onHand, reserved: map[string]int64{}, seq: map[string]int64{}, epoch: map[string]int64{},
+		limit: map[string]int64{}, quotas: map[string]map[string]int64{}}
 }
 
 func (f *fakeDB) init(ctx context.Context, sku string, write func(inventory.Baseline) error) error {
@@ -59,6 +64,14 @@ func (f *fakeDB) init(ctx context.Context, sku string, write func(inventory.Base
 	if oh == inventory.Unlimited {
 		lv.Available = inventory.Unlimited
 	}
+	if f.limit[sku] > 0 {
+		lv.Buyers = map[string]int64{}
+		for u, q := range f.quotas[sku] {
+			if q > 0 {
+				lv.Buyers[u] = q
+			}
+		}
+	}
 	if f.beforeWrite != nil {
 		f.beforeWrite()
 	}
@@ -76,6 +89,47 @@ func (f *fakeDB) reserve(sku string, qty int64) (seq, epoch int64, ok bool) {
 	f.reserved[sku] += qty
 	f.seq[sku]++
 	return f.seq[sku], f.epoch[sku], true
+}
+
+// reserveFor is reserve counting qty against user's per-user limit too,
+// conditionally on both, as the arbiter's transaction does.
+func (f *fakeDB) reserveFor(sku, user string, qty int64) (seq, epoch int64, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.onHand[sku] != inventory.Unlimited && f.onHand[sku]-f.reserved[sku] < qty || f.quotas[sku][user]+qty > f.limit[sku] {
+		return 0, 0, false
+	}
+	if f.quotas[sku] == nil {
+		f.quotas[sku] = map[string]int64{}
+	}
+	f.quotas[sku][user] += qty
+	f.reserved[sku] += qty
+	f.seq[sku]++
+	return f.seq[sku], f.epoch[sku], true
+}
+
+// releaseFor gives qty of user's back: reserved and the buyer's count go
+// down together; it returns the new seq.
+func (f *fakeDB) releaseFor(sku, user string, qty int64) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.quotas[sku][user] -= qty
+	f.reserved[sku] -= qty
+	f.seq[sku]++
+	return f.seq[sku]
+}
+
+// counts is what the database counts per buyer of sku (those above zero).
+func (f *fakeDB) counts(sku string) map[string]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int64{}
+	for u, q := range f.quotas[sku] {
+		if q > 0 {
+			out[u] = q
+		}
+	}
+	return out
 }
 
 // release gives qty back (reserved goes down) and returns the new seq.
@@ -104,7 +158,7 @@ func newStore(t *testing.T, rdb redis.UniversalClient, db *fakeDB) *Store {
 func levels(t *testing.T, s *Store, sku string) Levels {
 	t.Helper()
 	ctx := context.Background()
-	require.NoError(t, s.ensureInit(ctx, sku))
+	require.NoError(t, s.ensureInit(ctx, sku, modeCold))
 	lv, err := s.Levels(ctx, sku)
 	require.NoError(t, err)
 	require.True(t, lv.Initialised)

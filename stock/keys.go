@@ -11,14 +11,19 @@ import "strconv"
 //	inv:{SKU}:t:TOKEN     string  qty of a token-API reservation, expires with the hold
 //	                              (only so a replay is sent to the database)
 //	inv:{SKU}:initlock    string  the cold-init lock (token-owned)
-//	inv:{SKU}:buyers      hash    user -> units bought, for per-user limits
+//	inv:{SKU}:buyers      hash    user -> units counted against the per-user limit,
+//	                              and {e} = the epoch of the initialisation the counts
+//	                              come from (written with the stock hash; see buyersEpoch)
+//	inv:{SKU}:buyers:EPOCH hash   the counts an initialisation stages before it writes
+//	                              (renamed to inv:{SKU}:buyers by it; expires in a minute)
 //	inv:{SKU}:c:ID        hash    campaign ID's pool (a flash sale's allotment of the
 //	                              SKU): a, e, s as the stock hash (a >= 0, the units
 //	                              the campaign has left; e and s fence it against the
 //	                              pool's reservation row) and its window, o = opens
 //	                              (starts_at) and z = closes (ends_at), unix ms;
 //	                              absent = not initialised
-//	inv:{SKU}:cb:ID       hash    user -> units bought in campaign ID (its per-user limit)
+//	inv:{SKU}:cb:ID       hash    user -> units bought in campaign ID (its per-user limit;
+//	                              no {e}: not part of the pool's initialisation, not fenced)
 //	inv:{SKU}:ci:ID       string  campaign ID's cold-init lock (token-owned)
 //
 // A campaign's keys carry its SKU's hash tag (one slot with the SKU). Its ID
@@ -42,6 +47,12 @@ func stockKey(sku string) string        { return skuTag(sku) + "stock" }
 func tokenKey(sku, token string) string { return skuTag(sku) + "t:" + token }
 func initLockKey(sku string) string     { return skuTag(sku) + "initlock" }
 func buyersKey(sku string) string       { return skuTag(sku) + "buyers" }
+
+// stagedBuyersKey holds the counts one initialisation (epoch) writes before
+// its script makes them the buyers hash.
+func stagedBuyersKey(sku string, epoch int64) string {
+	return skuTag(sku) + "buyers:" + strconv.FormatInt(epoch, 10)
+}
 
 func campaignKey(c Campaign) string         { return skuTag(c.SKU) + "c:" + c.ID }
 func campaignBuyersKey(c Campaign) string   { return skuTag(c.SKU) + "cb:" + c.ID }

@@ -12,13 +12,25 @@ const (
 	resNotInitialised = -3
 	resInsufficient   = -2
 	resUnlimited      = -1
-	resReplay         = -4 // the token reserved before: the database answers
-	resCounted        = -5 // the change is already in Redis's value
-	resClamped        = -6 // the change would take Redis below zero: realign
-	resOverLimit      = -7 // the buyer would pass the per-user limit
-	resNotStarted     = -8 // a campaign's window has not opened
-	resEnded          = -9 // a campaign's window has closed
+	resReplay         = -4  // the token reserved before: the database answers
+	resCounted        = -5  // the change is already in Redis's value
+	resClamped        = -6  // the change would take Redis below zero: realign
+	resOverLimit      = -7  // the buyer would pass the per-user limit
+	resNotStarted     = -8  // a campaign's window has not opened
+	resEnded          = -9  // a campaign's window has closed
+	resBuyersCold     = -10 // a SKU's buyers hash is not its stock's initialisation's: initialise both
 )
+
+// buyersEpoch is a SKU's buyers hash's field that names the initialisation
+// its counts come from (the stock hash's e). No user id has braces, so it is
+// no buyer's. A buyers hash without it, or with another epoch than the stock
+// hash's, is not initialised: lost (expired, evicted, deleted) or left from
+// elsewhere. The scripts count and give back in it only when it is the
+// initialisation their change belongs to, and an admission with a limit
+// initialises it first (-10). A campaign's buyers hash (cb:ID) has no such
+// field: its counts are not fenced (ReturnCampaignQuota gives back into it
+// whatever it holds).
+const buyersEpoch = "{e}"
 
 // deductScript admits a reservation: it checks and takes qty units at once,
 // and, for a buyer under a per-user limit, counts them against the limit in
@@ -28,20 +40,23 @@ const (
 //
 //	KEYS[1] stock or campaign pool
 //	KEYS[2] token key (or KEYS[1] again: no token to remember)
-//	KEYS[3] buyers hash (only with a per-user limit)
+//	KEYS[3] buyers hash (only with a per-user limit): the SKU's, or the campaign's
 //	ARGV[1] qty (> 0)  ARGV[2] token key TTL, ms (0: no token key)
 //	ARGV[3] buyer  ARGV[4] limit  ARGV[5] buyers hash TTL, ms (with KEYS[3])
 //	ARGV[6] now, unix ms (the caller's clock; only read when the hash has a window)
 //
 // Returns {r, epoch}: r is -3 not initialised, -8 the window has not opened
-// (now < o), -9 it has closed (now >= z), -2 not enough (nothing taken), -1
+// (now < o), -9 it has closed (now >= z), -10 a SKU's buyers hash is not
+// initialised (it does not carry the stock's epoch), -2 not enough, -1
 // unlimited (nothing taken; the buyer's units are counted), -4 the token was
 // seen before (nothing taken: the database has the answer), -7 the buyer
 // would pass the limit, or n >= 0, the units left after taking; epoch is the
-// initialisation the units were taken from. -8, -9, -7, -4 and -2 take and
-// count nothing. The checks run in that order: initialised, window, limit,
-// token, stock. A SKU's hash has no window, so for a SKU the window costs
-// two more fields in the one HMGET and nothing else.
+// initialisation the units were taken from. -8, -9, -10, -7, -4 and -2 take
+// and count nothing. The checks run in that order: initialised, window,
+// buyers initialised, limit, token, stock. A SKU's hash has no window, so
+// for a SKU the window costs two more fields in the one HMGET and nothing
+// else; a hash with a window is a campaign's pool, whose buyers hash is not
+// fenced, so only a SKU's admission checks the buyers hash's epoch.
 var deductScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'a', 'e', 'o', 'z')
 if not v[1] then return {-3, 0} end
@@ -53,7 +68,17 @@ if v[3] then
 end
 local q = tonumber(ARGV[1])
 local b = KEYS[3]
-if b and tonumber(redis.call('HGET', b, ARGV[3]) or '0') + q > tonumber(ARGV[4]) then return {-7, e} end
+if b then
+  local n
+  if v[3] then
+    n = redis.call('HGET', b, ARGV[3])
+  else
+    local m = redis.call('HMGET', b, '` + buyersEpoch + `', ARGV[3])
+    if m[1] ~= v[2] then return {-10, e} end
+    n = m[2]
+  end
+  if tonumber(n or '0') + q > tonumber(ARGV[4]) then return {-7, e} end
+end
 local left = -1
 if a ~= -1 then
   local tk = ARGV[2] ~= '0'
@@ -70,44 +95,63 @@ return {left, e}
 `)
 
 // undoScript gives back units a deduction took whose reservation the database
-// refused or never recorded.
+// refused or never recorded, and the buyer's count it took with them.
 //
 //	KEYS[1] stock or campaign pool  KEYS[2] token key (or KEYS[1] again)
-//	ARGV[1] qty  ARGV[2] epoch the deduction returned
+//	KEYS[3] a SKU's buyers hash (only for a SKU's admission that counted a
+//	        buyer; a campaign's count goes back through ReturnCampaignQuota)
+//	ARGV[1] qty  ARGV[2] epoch the deduction returned  ARGV[3] buyer (with KEYS[3])
 //
-// The units go back only into the initialisation they were taken from: after a
-// re-init the value came from the database, which never had them. The token
-// key is dropped so the token may reserve again. Returns the new value, or -5
-// when nothing was given back.
+// The units and the count go back only into the initialisation they were
+// taken from: after a re-init the value came from the database, which never
+// had them. The token key is dropped so the token may reserve again. Returns
+// the new value, or -5 when no units were given back.
 var undoScript = redis.NewScript(`
 if KEYS[2] ~= KEYS[1] then redis.call('DEL', KEYS[2]) end
+if KEYS[3] then
+  local m = redis.call('HMGET', KEYS[3], '` + buyersEpoch + `', ARGV[3])
+  if m[1] == ARGV[2] and m[2] then
+    if redis.call('HINCRBY', KEYS[3], ARGV[3], -tonumber(ARGV[1])) <= 0 then redis.call('HDEL', KEYS[3], ARGV[3]) end
+  end
+end
 local v = redis.call('HMGET', KEYS[1], 'a', 'e')
 if not v[1] or tonumber(v[1]) < 0 or v[2] ~= ARGV[2] then return -5 end
 return redis.call('HINCRBY', KEYS[1], 'a', ARGV[1])
 `)
 
-// applyScript brings a change of available units the database committed
-// into Redis, exactly once: of a SKU, or of a campaign's pool (the pool's
-// row has its own seq and epoch, fencing its Redis copy the same way).
+// applyScript brings a change the database committed into Redis, exactly
+// once: the change of available units, and the buyers' counts it moved; of
+// a SKU, or of a campaign's pool (the pool's row has its own seq and epoch,
+// fencing its Redis copy the same way; a campaign's change moves no counts).
 //
 //	KEYS[1] stock or campaign pool
+//	KEYS[2] a SKU's buyers hash (only when the change moved counts)
 //	ARGV[1] delta  ARGV[2] the database seq of the change
 //	ARGV[3] epoch of the deduction this change stands for, or 0 (none)
+//	ARGV[4], ARGV[5], ... user, count delta (with KEYS[2])
 //
-// The change is already in Redis's value when the initialisation read the
-// database at or after seq (the init holds the SKU's row lock while it
-// writes, so it read either all of a change or none of it), or when it is a
-// deduction taken from this very initialisation. Otherwise delta is added.
-// Returns the new value; -3 not initialised (the next init reads the
+// The change is already in Redis when the initialisation read the database
+// at or after seq (the init holds the SKU's row lock while it writes, so it
+// read either all of a change or none of it), or when it is a deduction
+// taken from this very initialisation. Otherwise delta is added, and each
+// count delta where the buyers hash is this initialisation's (a lost one is
+// initialised again, from the database, by the next admission that needs
+// it). Returns the new value; -3 not initialised (the next init reads the
 // database), -1 unlimited, -5 already counted, -6 the value would go below
 // zero (it is set to zero, and the caller realigns).
 var applyScript = redis.NewScript(`
 local v = redis.call('HMGET', KEYS[1], 'a', 'e', 's')
 if not v[1] then return -3 end
-local a = tonumber(v[1])
-if a == -1 then return -1 end
 if ARGV[3] ~= '0' and v[2] == ARGV[3] then return -5 end
 if tonumber(v[3]) >= tonumber(ARGV[2]) then return -5 end
+local b = KEYS[2]
+if b and redis.call('HGET', b, '` + buyersEpoch + `') == v[2] then
+  for i = 4, #ARGV, 2 do
+    if redis.call('HINCRBY', b, ARGV[i], ARGV[i + 1]) <= 0 then redis.call('HDEL', b, ARGV[i]) end
+  end
+end
+local a = tonumber(v[1])
+if a == -1 then return -1 end
 local n = a + tonumber(ARGV[1])
 if n < 0 then
   redis.call('HSET', KEYS[1], 'a', 0)
@@ -117,35 +161,56 @@ redis.call('HSET', KEYS[1], 'a', n)
 return n
 `)
 
-// initScript writes a SKU's level, or a campaign pool's, read from the
-// database.
+// initScript writes a SKU's level and its buyers' counts read from the
+// database, as one initialisation; or a campaign pool's level and window.
 //
 //	KEYS[1] stock or campaign pool
+//	KEYS[2] a SKU's buyers hash  KEYS[3] the counts staged for it (a SKU's
+//	        init only: a campaign passes KEYS[1] alone, its buyers hash is
+//	        not part of its initialisation)
 //	ARGV[1] available (-1 unlimited)  ARGV[2] epoch  ARGV[3] database seq
-//	ARGV[4] "cold" (only if absent: the double check, atomic with the write)
-//	        or "force" (realign: replace whatever Redis has)
+//	ARGV[4] "cold" (only if the stock is absent: the double check, atomic
+//	        with the write), "buyers" (a SKU's only: only if the buyers hash
+//	        is not the stock's initialisation's) or "force" (realign:
+//	        replace whatever Redis has)
 //	ARGV[5] ARGV[6] a campaign's window: opens and closes, unix ms (a SKU
-//	        passes neither, and its hash never has a window)
+//	        passes "" for both, and its hash never has a window)
+//	ARGV[7] buyers hash TTL, ms  ARGV[8] "1" when counts were staged in
+//	        KEYS[3] (both with KEYS[2])
 //
-// Returns {1, value} when it wrote, {0, current} when a cold init found the
-// key already there.
+// The counts are staged beforehand in a key of this initialisation's own
+// (Store.write, in chunks, so a SKU with many buyers does not hold Redis in
+// one long script); this script makes them the buyers hash, marked with
+// the epoch, atomically with the level. Returns {1, value} when it wrote,
+// {0, current} when it found Redis already initialised (the staged counts
+// are dropped).
 var initScript = redis.NewScript(`
-if ARGV[4] == 'cold' then
-  local cur = redis.call('HGET', KEYS[1], 'a')
-  if cur then return {0, tonumber(cur)} end
+if ARGV[4] ~= 'force' then
+  local cur = redis.call('HMGET', KEYS[1], 'a', 'e')
+  if cur[1] and (ARGV[4] == 'cold' or redis.call('HGET', KEYS[2], '` + buyersEpoch + `') == cur[2]) then
+    if ARGV[8] == '1' then redis.call('UNLINK', KEYS[3]) end
+    return {0, tonumber(cur[1])}
+  end
 end
-if ARGV[6] then
+if ARGV[5] and ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3], 'o', ARGV[5], 'z', ARGV[6])
 else
   redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3])
 end
+if KEYS[2] then
+  redis.call('UNLINK', KEYS[2])
+  if ARGV[8] == '1' then redis.call('RENAME', KEYS[3], KEYS[2]) end
+  redis.call('HSET', KEYS[2], '` + buyersEpoch + `', ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[7])
+end
 return {1, tonumber(ARGV[1])}
 `)
 
-// quotaScript gives back qty of a user's per-SKU (or per-campaign)
-// purchase limit (the deduction script counts purchases).
+// quotaScript gives back qty of a user's per-campaign purchase limit (the
+// deduction script counts purchases). A SKU's counts are fenced and go back
+// through undoScript and applyScript; a campaign's are not.
 //
-//	KEYS[1] buyers or campaign buyers (hash user -> units bought)
+//	KEYS[1] campaign buyers (hash user -> units bought)
 //	ARGV[1] user  ARGV[2] qty to give back
 //
 // The hash is a pre-filter (the database records the limit), so it expires
@@ -154,6 +219,18 @@ var quotaScript = redis.NewScript(`
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 1 end
 local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -tonumber(ARGV[2]))
 if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 1
+`)
+
+// initialisedScript is the double check outside the init script: whether
+// a SKU's stock is initialised and, with ARGV[1] "buyers", its buyers hash
+// too.
+//
+//	KEYS[1] stock  KEYS[2] buyers hash  ARGV[1] "cold" or "buyers"
+var initialisedScript = redis.NewScript(`
+local e = redis.call('HGET', KEYS[1], 'e')
+if not e then return 0 end
+if ARGV[1] == 'buyers' and redis.call('HGET', KEYS[2], '` + buyersEpoch + `') ~= e then return 0 end
 return 1
 `)
 

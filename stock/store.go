@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -206,8 +207,12 @@ func (s *Store) admit(ctx context.Context, p pool, keys []string, args []any) (A
 		if err != nil {
 			return Admission{}, fmt.Errorf("stock: deduct %s: %w", p, err)
 		}
-		if res[0] == resNotInitialised {
-			if err := s.ensurePool(ctx, p); err != nil {
+		if res[0] == resNotInitialised || res[0] == resBuyersCold {
+			mode := modeCold
+			if res[0] == resBuyersCold { // a SKU's only: a campaign's buyers hash is not fenced
+				mode = modeBuyers
+			}
+			if err := s.ensurePool(ctx, p, mode); err != nil {
 				return Admission{}, err
 			}
 			continue
@@ -358,7 +363,25 @@ func (s *Store) Undo(ctx context.Context, sku string, qty int64, adm Admission, 
 	if adm.Remaining == inventory.Unlimited {
 		return nil // nothing was taken, and no token remembered
 	}
-	n, err := undoScript.Run(ctx, s.rdb, admitKeys(sku, token), qty, adm.Epoch).Int64()
+	return s.undo(ctx, sku, qty, admitKeys(sku, token), []any{qty, adm.Epoch})
+}
+
+// UndoBuyer undoes an AdmitBuyer admission whose reservation the database
+// refused or never recorded: its units, and the units it counted against
+// user's limit, each given back only into the initialisation it was taken
+// from (a re-init since read the database, which never had them).
+func (s *Store) UndoBuyer(ctx context.Context, sku string, qty int64, adm Admission, user string) error {
+	if err := s.validate(sku, qty); err != nil {
+		return err
+	}
+	if err := inventory.ValidateToken(user); err != nil {
+		return err
+	}
+	return s.undo(ctx, sku, qty, append(admitKeys(sku, ""), buyersKey(sku)), []any{qty, adm.Epoch, user})
+}
+
+func (s *Store) undo(ctx context.Context, sku string, qty int64, keys []string, args []any) error {
+	n, err := undoScript.Run(ctx, s.rdb, keys, args...).Int64()
 	if err != nil {
 		return fmt.Errorf("stock: undo %s: %w", sku, err)
 	}
@@ -377,7 +400,14 @@ func (s *Store) Apply(ctx context.Context, c inventory.Change) error {
 	if err := inventory.ValidateSKU(c.SKU); err != nil {
 		return err
 	}
-	n, err := applyScript.Run(ctx, s.rdb, []string{stockKey(c.SKU)}, c.Delta, c.Seq, c.Epoch).Int64()
+	keys, args := []string{stockKey(c.SKU)}, []any{c.Delta, c.Seq, c.Epoch}
+	if len(c.Buyers) > 0 {
+		keys = append(keys, buyersKey(c.SKU))
+		for _, u := range slices.Sorted(maps.Keys(c.Buyers)) {
+			args = append(args, u, c.Buyers[u])
+		}
+	}
+	n, err := applyScript.Run(ctx, s.rdb, keys, args...).Int64()
 	if err != nil {
 		return fmt.Errorf("stock: apply %s: %w", c.SKU, err)
 	}
@@ -448,14 +478,16 @@ func (s *Store) warm(ctx context.Context, p pool) error {
 	if n == 1 {
 		return nil
 	}
-	return s.ensurePool(ctx, p)
+	return s.ensurePool(ctx, p, modeCold)
 }
 
-// Realign replaces sku's Redis value with the database's, under the init
-// lock: for a Redis found wrong (a refused admission, a rolled-back or
-// failed-over Redis, reconcile). Exact even while reservations flow: an
-// admission taken from the replaced value is either counted by the database
-// read or brought in by its own Apply.
+// Realign replaces sku's Redis value and its buyers' counts with the
+// database's, under the init lock: for a Redis found wrong (a refused
+// admission, a rolled-back or failed-over Redis, reconcile). Exact even while
+// reservations flow: an admission taken from the replaced value (its units
+// and its buyer's count) is either counted by the database read or brought
+// in by its own Apply, and a give-back of the replaced initialisation is
+// not given back into the new one.
 func (s *Store) Realign(ctx context.Context, sku string) error {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return err
@@ -463,7 +495,8 @@ func (s *Store) Realign(ctx context.Context, sku string) error {
 	return s.realign(ctx, pool{sku: sku})
 }
 
-// realign replaces p's Redis value with the database's, under p's init lock.
+// realign replaces p's Redis value (a SKU's with its buyers' counts) with
+// the database's, under p's init lock.
 func (s *Store) realign(ctx context.Context, p pool) error {
 	held, err := s.locker.Obtain(ctx, p.lockKey(), s.cfg.LockTTL, s.cfg.InitWait)
 	if err != nil {
@@ -471,19 +504,35 @@ func (s *Store) realign(ctx context.Context, p pool) error {
 	}
 	defer s.releaseLock(ctx, p, held)
 	s.stats.Realigns.Add(1)
-	if err := s.writePool(ctx, p, "force"); err != nil {
+	if err := s.writePool(ctx, p, modeForce); err != nil {
 		return err
 	}
 	s.back(p)
 	return nil
 }
 
-// ReturnQuota gives qty units of user's limit back (the purchase failed).
-func (s *Store) ReturnQuota(ctx context.Context, sku, user string, qty int64) error {
-	if err := s.validate(sku, qty); err != nil {
-		return err
+// Buyers reads sku's buyers hash: each buyer's count (units counted against
+// the per-user limit) and the initialisation the counts come from (0: the
+// hash is not initialised).
+func (s *Store) Buyers(ctx context.Context, sku string) (map[string]int64, int64, error) {
+	if err := inventory.ValidateSKU(sku); err != nil {
+		return nil, 0, err
 	}
-	return quotaScript.Run(ctx, s.rdb, []string{buyersKey(sku)}, user, qty).Err()
+	all, err := s.rdb.HGetAll(ctx, buyersKey(sku)).Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("stock: buyers of %s: %w", sku, err)
+	}
+	out := make(map[string]int64, len(all))
+	var epoch int64
+	for k, v := range all {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if k == buyersEpoch {
+			epoch = n
+			continue
+		}
+		out[k] = n
+	}
+	return out, epoch, nil
 }
 
 // Levels is what Redis holds for one SKU.
@@ -493,6 +542,11 @@ type Levels struct {
 	Available   int64 // units that can be taken now
 	Epoch       int64
 	Seq         int64
+	// BuyersEpoch is the initialisation the buyers hash's counts come from:
+	// Epoch when they are the stock's, 0 when the hash is not initialised
+	// (lost: the next admission with a limit initialises it), another
+	// epoch when Redis came back inconsistent (realign).
+	BuyersEpoch int64
 }
 
 func (s *Store) Levels(ctx context.Context, sku string) (Levels, error) {
@@ -508,14 +562,22 @@ func (s *Store) Levels(ctx context.Context, sku string) (Levels, error) {
 func (s *Store) LevelsOf(ctx context.Context, skus []string) ([]Levels, error) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(skus))
+	marks := make([]*redis.StringCmd, len(skus))
 	for i, sku := range skus {
 		if err := inventory.ValidateSKU(sku); err != nil {
 			return nil, err
 		}
 		cmds[i] = pipe.HMGet(ctx, stockKey(sku), "a", "e", "s")
+		marks[i] = pipe.HGet(ctx, buyersKey(sku), buyersEpoch)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("stock: levels: %w", err)
+	_, _ = pipe.Exec(ctx) // errors are read per command below (a missing buyers hash is redis.Nil)
+	for i := range cmds {
+		if err := cmds[i].Err(); err != nil {
+			return nil, fmt.Errorf("stock: levels: %w", err)
+		}
+		if err := marks[i].Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("stock: levels: %w", err)
+		}
 	}
 	num := func(v any) int64 {
 		n, _ := strconv.ParseInt(fmt.Sprint(v), 10, 64)
@@ -530,6 +592,7 @@ func (s *Store) LevelsOf(ctx context.Context, skus []string) ([]Levels, error) {
 			lv.Available, lv.Epoch, lv.Seq = num(vals[0]), num(vals[1]), num(vals[2])
 			lv.Unlimited = lv.Available == inventory.Unlimited
 		}
+		out[i].BuyersEpoch, _ = marks[i].Int64()
 	}
 	return out, nil
 }
@@ -547,7 +610,7 @@ func (s *Store) validate(sku string, qty int64) error {
 // pool names one Redis value a Store initialises from the database: a
 // SKU's stock hash (campaign "") or a campaign's pool. The cold init (its
 // singleflight, lock and double check), the realign and the admission's
-// retry after -3 are written once, over pools.
+// retry after -3 (and a SKU's after -10) are written once, over pools.
 type pool struct{ sku, campaign string }
 
 func (p pool) key() string {
@@ -575,7 +638,8 @@ func (p pool) String() string {
 }
 
 // writePool reads p's baseline through its init callback and writes it to
-// Redis while the database row is locked; mode is "cold" or "force".
+// Redis while the database row is locked; mode is modeCold or modeForce, or
+// for a SKU modeBuyers.
 func (s *Store) writePool(ctx context.Context, p pool, mode string) error {
 	if p.campaign == "" {
 		return s.write(ctx, p.sku, mode)
@@ -592,20 +656,33 @@ func (s *Store) back(p pool) {
 	s.cfg.OnCampaignBack(p.asCampaign())
 }
 
+// The modes of an initialisation (initScript's ARGV[4]).
+const (
+	modeCold   = "cold"   // the stock (or the campaign's pool) is absent
+	modeBuyers = "buyers" // a SKU's buyers hash is not its stock's initialisation's
+	modeForce  = "force"  // realign
+)
+
 // ensureInit initialises a cold SKU (see ensurePool).
-func (s *Store) ensureInit(ctx context.Context, sku string) error {
-	return s.ensurePool(ctx, pool{sku: sku})
+func (s *Store) ensureInit(ctx context.Context, sku, mode string) error {
+	return s.ensurePool(ctx, pool{sku: sku}, mode)
 }
 
-// ensurePool initialises a cold pool. Callers in this process share one
-// attempt (singleflight); across processes one caller takes the init lock and
-// the others wait for the key, not the database.
-func (s *Store) ensurePool(ctx context.Context, p pool) error {
-	ch := s.inits.DoChan(p.key(), func() (any, error) {
+// ensurePool initialises a cold pool (mode modeCold), or a SKU whose buyers
+// hash is not initialised (modeBuyers: both are initialised again, the
+// counts need the fence of a fresh epoch; a campaign's buyers hash is not
+// fenced and never asks for it). Callers in this process share one attempt
+// (singleflight); across processes one caller takes the init lock and the
+// others wait for the key, not the database.
+func (s *Store) ensurePool(ctx context.Context, p pool, mode string) error {
+	if p.campaign != "" && mode == modeBuyers {
+		return fmt.Errorf("stock: %s has no fenced buyers' counts to initialise", p)
+	}
+	ch := s.inits.DoChan(mode+":"+p.key(), func() (any, error) {
 		// Detached: one caller's cancellation must not fail the others.
 		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.InitWait+s.cfg.LockTTL)
 		defer cancel()
-		return nil, s.initCold(ictx, p)
+		return nil, s.initCold(ictx, p, mode)
 	})
 	select {
 	case r := <-ch:
@@ -615,24 +692,35 @@ func (s *Store) ensurePool(ctx context.Context, p pool) error {
 	}
 }
 
-func (s *Store) initCold(ctx context.Context, p pool) error {
+// initialised is initCold's check: p is initialised (and, for a SKU in
+// modeBuyers, its buyers hash too).
+func (s *Store) initialised(ctx context.Context, p pool, mode string) (bool, error) {
+	var n int64
+	var err error
+	if p.campaign == "" {
+		n, err = initialisedScript.Run(ctx, s.rdb, []string{stockKey(p.sku), buyersKey(p.sku)}, mode).Int64()
+	} else {
+		n, err = s.rdb.Exists(ctx, p.key()).Result()
+	}
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
+	}
+	return n == 1, nil
+}
+
+func (s *Store) initCold(ctx context.Context, p pool, mode string) error {
 	giveUp := time.Now().Add(s.cfg.InitWait)
-	key := p.key()
 	for {
 		held, err := s.locker.Obtain(ctx, p.lockKey(), s.cfg.LockTTL, 0)
 		if err == nil {
 			defer s.releaseLock(ctx, p, held)
 			// Check again under the lock; the script checks a third time,
 			// atomically with the write.
-			n, err := s.rdb.Exists(ctx, key).Result()
-			if err != nil {
-				return fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
-			}
-			if n == 1 {
-				return nil
+			if ok, err := s.initialised(ctx, p, mode); err != nil || ok {
+				return err
 			}
 			s.stats.ColdInits.Add(1)
-			return s.writePool(ctx, p, "cold")
+			return s.writePool(ctx, p, mode)
 		}
 		if !errors.Is(err, lock.ErrNotObtained) {
 			return fmt.Errorf("%w: init lock for %s: %v", inventory.ErrUnavailable, p, err)
@@ -647,12 +735,8 @@ func (s *Store) initCold(ctx context.Context, p pool) error {
 			return fmt.Errorf("%w: %v", inventory.ErrUnavailable, ctx.Err())
 		case <-time.After(5*time.Millisecond + rand.N(20*time.Millisecond)):
 		}
-		n, err := s.rdb.Exists(ctx, key).Result()
-		if err != nil {
-			return fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
-		}
-		if n == 1 {
-			return nil
+		if ok, err := s.initialised(ctx, p, mode); err != nil || ok {
+			return err
 		}
 	}
 }
@@ -667,14 +751,56 @@ func (s *Store) releaseLock(ctx context.Context, p pool, held *lock.Lock) {
 	}
 }
 
-// write reads sku's level through the init callback and writes it to Redis
-// while the database row is locked; mode is "cold" or "force".
+// stageChunk is how many buyers' counts one command stages: Redis serves
+// other callers between chunks.
+const stageChunk = 1000
+
+// stageBuyers writes counts into key (this initialisation's own), a chunk
+// per command in one pipeline, expiring in a minute (an initialisation that
+// dies half way leaves nothing for long); it returns how many it wrote.
+func (s *Store) stageBuyers(ctx context.Context, key string, counts map[string]int64) (int, error) {
+	users := make([]string, 0, len(counts))
+	for u, q := range counts {
+		if q > 0 {
+			users = append(users, u)
+		}
+	}
+	if len(users) == 0 {
+		return 0, nil
+	}
+	slices.Sort(users)
+	pipe := s.rdb.Pipeline()
+	for i := 0; i < len(users); i += stageChunk {
+		chunk := users[i:min(i+stageChunk, len(users))]
+		args := make([]any, 0, 2*len(chunk))
+		for _, u := range chunk {
+			args = append(args, u, counts[u])
+		}
+		pipe.HSet(ctx, key, args...)
+	}
+	pipe.PExpire(ctx, key, time.Minute)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("stock: staging the buyers' counts: %w", err)
+	}
+	return len(users), nil
+}
+
+// write reads sku's level and buyers' counts through the init callback and
+// writes them to Redis while the database row is locked; mode is modeCold,
+// modeBuyers or modeForce.
 func (s *Store) write(ctx context.Context, sku, mode string) error {
 	err := s.cfg.Init(ctx, sku, func(lv inventory.Baseline) error {
 		if lv.Available < inventory.Unlimited {
 			return fmt.Errorf("%w: %s has available %d in the database", inventory.ErrUnavailable, sku, lv.Available)
 		}
-		return initScript.Run(ctx, s.rdb, []string{stockKey(sku)}, lv.Available, lv.Epoch, lv.Seq, mode).Err()
+		staged := stagedBuyersKey(sku, lv.Epoch)
+		n, err := s.stageBuyers(ctx, staged, lv.Buyers)
+		if err != nil {
+			return err
+		}
+		// ARGV[5] and ARGV[6] are a campaign's window: a SKU has none.
+		return initScript.Run(ctx, s.rdb, []string{stockKey(sku), buyersKey(sku), staged},
+			lv.Available, lv.Epoch, lv.Seq, mode, "", "", s.cfg.QuotaTTL.Milliseconds(), min(n, 1)).Err()
 	})
 	switch {
 	case errors.Is(err, inventory.ErrUnknownSKU):

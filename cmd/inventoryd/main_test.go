@@ -510,7 +510,7 @@ func TestTwoNodesAndReconcile(t *testing.T) {
 	// Redis drifts: 3 units it does not have.
 	require.NoError(t, svc.HSet(ctx, "inv:{PHONE}:stock", "a", 3).Err())
 	drift := map[string]any{"sku": "PHONE", "on_hand": 2.0, "reserved": 2.0, "live_reservations": 2.0,
-		"available": 0.0, "redis_available": 3.0, "anomalies": 0.0, "problem": "redis", "repaired": false}
+		"available": 0.0, "redis_available": 3.0, "buyers_differ": 0.0, "anomalies": 0.0, "problem": "redis", "repaired": false}
 	code, out = reconcile()
 	require.Equal(t, 2, code, out)
 	require.Equal(t, []map[string]any{drift}, out)

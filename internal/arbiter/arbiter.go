@@ -100,8 +100,17 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 		}
 	}
 	fences, err := readFences(a.tx, skus)
-	if err != nil || len(fromPool) == 0 {
-		return fences, err
+	if err != nil {
+		return nil, err
+	}
+	for sku, f := range fences { // the buyers the SKUs' limits counted, for Redis's counts
+		if limit := limits[sku]; limit > 0 {
+			f.Limit = limit
+			fences[sku] = f
+		}
+	}
+	if len(fromPool) == 0 {
+		return fences, nil
 	}
 	pools, err := a.takeFromPools(fromPool, skuOf)
 	if err != nil {
@@ -270,7 +279,18 @@ func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 	if err := a.moved(reservationMovements(toSKU, MoveRelease, -1)); err != nil {
 		return Freed{}, err
 	}
-	return Freed{Changes: Changes(give, fences, 1), Units: give, Quotas: quotas, Campaigns: pools, CampaignQuotas: campQuotas}, nil
+	chs := Changes(give, fences, 1)
+	for i := range chs { // the buyers' counts, under the same seq: one transaction moved both
+		for _, q := range quotas {
+			if q.SKU == chs[i].SKU {
+				if chs[i].Buyers == nil {
+					chs[i].Buyers = map[string]int64{}
+				}
+				chs[i].Buyers[q.User] -= q.Qty
+			}
+		}
+	}
+	return Freed{Changes: chs, Units: give, Quotas: quotas, Campaigns: pools, CampaignQuotas: campQuotas}, nil
 }
 
 // returnQuotas gives released reservations' units back to their buyers'
@@ -680,9 +700,9 @@ func (a Arbiter) NewEpoch(sku string) (inventory.Baseline, error) {
 		return inventory.Baseline{}, err
 	}
 	var rows []struct {
-		OnHand, Reserved, Seq int64
+		OnHand, Reserved, Seq, PerUserLimit int64
 	}
-	if err := a.tx.Raw(`SELECT on_hand, reserved, seq FROM skus WHERE sku = ?`, sku).Scan(&rows).Error; err != nil {
+	if err := a.tx.Raw(`SELECT on_hand, reserved, seq, per_user_limit FROM skus WHERE sku = ?`, sku).Scan(&rows).Error; err != nil {
 		return inventory.Baseline{}, err
 	}
 	if len(rows) == 0 {
@@ -692,7 +712,34 @@ func (a Arbiter) NewEpoch(sku string) (inventory.Baseline, error) {
 	if rows[0].OnHand == inventory.Unlimited {
 		lv.Available = inventory.Unlimited
 	}
+	if rows[0].PerUserLimit > 0 {
+		buyers, err := a.Buyers(sku)
+		if err != nil {
+			return inventory.Baseline{}, err
+		}
+		lv.Buyers = buyers
+	}
 	return lv, nil
+}
+
+// Buyers reads what each buyer of sku holds or bought against its per-user
+// limit (buyer_quotas), the counts above zero, user -> units. Every change
+// of a count commits in a transaction that also bumps the SKU's seq under
+// its row lock, so read with NewEpoch (under that lock) it is the counts as
+// of the baseline's seq. Its cost is one row per such buyer.
+func (a Arbiter) Buyers(sku string) (map[string]int64, error) {
+	var rows []struct {
+		UserID string `gorm:"column:user_id"`
+		Qty    int64  `gorm:"column:qty"`
+	}
+	if err := a.tx.Raw(`SELECT user_id, qty FROM buyer_quotas WHERE sku = ? AND qty > 0`, sku).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.UserID] = r.Qty
+	}
+	return out, nil
 }
 
 // recordedAnomalies returns the delivery's operations already recorded as

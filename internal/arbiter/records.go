@@ -149,9 +149,12 @@ type Reservation struct {
 func (Reservation) TableName() string { return "stock_reservations" }
 
 // Fence is where a SKU's change of available units landed: its seq, and the
-// Redis epoch the database knew then.
+// Redis epoch the database knew then. Limit is, for a reservation, the
+// per-user limit its buyer was counted against (0: the buyer was not
+// counted), so Redis's buyers hash can follow.
 type Fence struct {
 	Seq, Epoch int64
+	Limit      int64
 }
 
 func readFences(tx *gorm.DB, skus []string) (map[string]Fence, error) {

@@ -42,14 +42,24 @@ func (f Redis) Apply(ctx context.Context, chs []inventory.Change) {
 
 // Settle makes Redis count what the database recorded: an admission taken
 // from a Redis value that was re-initialised before the reservation
-// committed is taken again from the new value (once: see stock.Store.Apply).
-// In the common case the database's epoch is the admission's and nothing
-// is sent. adm[i] is lines[i]'s admission; fences the database's fence per
-// SKU after the write.
-func (f Redis) Settle(ctx context.Context, lines []inventory.Line, adm []stock.Admission, fences map[string]arbiter.Fence) {
+// committed is taken again from the new value (once: see stock.Store.Apply),
+// with the buyer's count if the admission counted one; units the database
+// counted against buyer's per-user limit that the admission did not count
+// (an order placed outside the seckill, which Redis admits without the
+// limit) are counted in Redis's buyers hash unless an initialisation read
+// them. In the common case (the database's epoch is the admission's, and
+// the admission counted what the database counted) nothing is sent. adm[i]
+// is lines[i]'s admission; fences the database's fence per SKU after the
+// write; counted says whether the admissions counted buyer's units (AdmitBuyer).
+func (f Redis) Settle(ctx context.Context, lines []inventory.Line, adm []stock.Admission, fences map[string]arbiter.Fence, buyer string, counted bool) {
 	var chs []inventory.Change
 	for i, l := range lines {
 		m := fences[l.SKU]
+		byDB := buyer != "" && m.Limit > 0 // the database counted l.Qty against buyer's limit
+		if byDB && !counted {
+			// Fenced by the seq alone: no admission counted it.
+			chs = append(chs, inventory.Change{SKU: l.SKU, Seq: m.Seq, Buyers: map[string]int64{buyer: l.Qty}})
+		}
 		// An admission from an unlimited value took nothing, but it is settled
 		// like any other: if the SKU got a limit (Put realigned Redis to a new
 		// epoch) before this reservation committed, the new value did not count
@@ -58,46 +68,45 @@ func (f Redis) Settle(ctx context.Context, lines []inventory.Line, adm []stock.A
 		if m.Epoch == adm[i].Epoch {
 			continue
 		}
-		chs = append(chs, inventory.Change{SKU: l.SKU, Delta: -l.Qty, Seq: m.Seq, Epoch: adm[i].Epoch})
+		c := inventory.Change{SKU: l.SKU, Delta: -l.Qty, Seq: m.Seq, Epoch: adm[i].Epoch}
+		if byDB && counted {
+			c.Buyers = map[string]int64{buyer: l.Qty}
+		}
+		chs = append(chs, c)
 	}
 	f.Apply(ctx, chs)
 }
 
 // Refused turns a failed reservation write into the caller's error. When
 // the database refused what Redis admitted, Redis was wrong (it lost or
-// rolled back state): the SKU is realigned and the caller gets insufficient
-// stock.
-func (f Redis) Refused(ctx context.Context, err error) error {
+// rolled back state): the SKU is realigned (its level and its buyers'
+// counts) and the caller gets insufficient stock, or, refused by a buyer's
+// per-user limit that Redis's pre-filter let through (admittedLimit: the
+// admission checked the limit), the limit's conflict.
+func (f Redis) Refused(ctx context.Context, err error, admittedLimit bool) error {
 	var r arbiter.RefusedError
-	if !errors.As(err, &r) {
-		var limit arbiter.OverLimitError
-		if errors.Is(err, inventory.ErrUnknownSKU) || errors.As(err, &limit) {
-			return err
+	var limit arbiter.OverLimitError
+	switch {
+	case errors.As(err, &r):
+		f.realign(ctx, r.SKU, "the database refused what Redis admitted; realigning")
+		return fmt.Errorf("%w: %s", inventory.ErrInsufficientStock, r.SKU)
+	case errors.As(err, &limit):
+		if admittedLimit {
+			f.realign(ctx, limit.SKU, "the database refused a buyer Redis's per-user count admitted; realigning")
 		}
-		return fmt.Errorf("order: write: %w", err)
+		return err
+	case errors.Is(err, inventory.ErrUnknownSKU):
+		return err
 	}
-	f.Log.Warn("the database refused what Redis admitted; realigning", "sku", r.SKU)
-	fctx, cancel := stock.FollowUp(ctx)
-	defer cancel()
-	if rerr := f.Stock.Realign(fctx, r.SKU); rerr != nil {
-		f.Log.Warn("realign failed; the periodic realign retries", "sku", r.SKU, "err", rerr)
-	}
-	return fmt.Errorf("%w: %s", inventory.ErrInsufficientStock, r.SKU)
+	return fmt.Errorf("order: write: %w", err)
 }
 
-// ReturnQuotas tells Redis's per-user pre-filter what a release gave back
-// to buyers (the database already has). A failure leaves Redis counting
-// more than the buyer holds, which the database corrects.
-func (f Redis) ReturnQuotas(ctx context.Context, quotas []arbiter.BuyerUnits) {
-	if len(quotas) == 0 {
-		return
-	}
-	ctx, cancel := stock.FollowUp(ctx)
+func (f Redis) realign(ctx context.Context, sku, why string) {
+	f.Log.Warn(why, "sku", sku)
+	fctx, cancel := stock.FollowUp(ctx)
 	defer cancel()
-	for _, q := range quotas {
-		if err := f.Stock.ReturnQuota(ctx, q.SKU, q.User, q.Qty); err != nil {
-			f.Log.Warn("giving a buyer's quota back in Redis failed", "sku", q.SKU, "err", err)
-		}
+	if rerr := f.Stock.Realign(fctx, sku); rerr != nil {
+		f.Log.Warn("realign failed; the periodic realign retries", "sku", sku, "err", rerr)
 	}
 }
 

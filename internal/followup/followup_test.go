@@ -146,7 +146,7 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	adm := x.admit("A", 3, 7)
 	fences := x.record("x1", inventory.Line{SKU: "A", Qty: 3})
 	require.Equal(t, adm.Epoch, fences["A"].Epoch, "no re-init: the database knows the admission's epoch")
-	x.quiet(func() { x.f.Settle(ctx, testrig.Line("A", 3), []stock.Admission{adm}, fences) })
+	x.quiet(func() { x.f.Settle(ctx, testrig.Line("A", 3), []stock.Admission{adm}, fences, "", false) })
 	require.EqualValues(t, 7, x.levels("A").Available)
 	x.CheckInvariant("A")
 
@@ -156,7 +156,7 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	require.EqualValues(t, 7, x.levels("A").Available, "the new value lacks the uncommitted admission")
 	fences = x.record("x2", inventory.Line{SKU: "A", Qty: 2})
 	require.NotEqual(t, adm.Epoch, fences["A"].Epoch)
-	x.f.Settle(ctx, testrig.Line("A", 2), []stock.Admission{adm}, fences)
+	x.f.Settle(ctx, testrig.Line("A", 2), []stock.Admission{adm}, fences, "", false)
 	require.EqualValues(t, 5, x.levels("A").Available, "taken from the new value")
 	x.CheckInvariant("A")
 
@@ -166,7 +166,7 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	require.NoError(t, x.Stock.Realign(ctx, "A"))
 	require.EqualValues(t, 4, x.levels("A").Available, "the new value counted the reservation")
 	require.NotEqual(t, adm.Epoch, x.levels("A").Epoch)
-	x.f.Settle(ctx, testrig.Line("A", 1), []stock.Admission{adm}, fences)
+	x.f.Settle(ctx, testrig.Line("A", 1), []stock.Admission{adm}, fences, "", false)
 	require.EqualValues(t, 4, x.levels("A").Available, "not taken twice")
 	x.CheckInvariant("A")
 
@@ -176,7 +176,7 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	require.EqualValues(t, 10, x.levels("B").Available)
 	cart := []inventory.Line{{SKU: "A", Qty: 1}, {SKU: "B", Qty: 4}}
 	fences = x.record("x4", cart...)
-	x.f.Settle(ctx, cart, []stock.Admission{admA, admB}, fences)
+	x.f.Settle(ctx, cart, []stock.Admission{admA, admB}, fences, "", false)
 	require.EqualValues(t, 3, x.levels("A").Available)
 	require.EqualValues(t, 6, x.levels("B").Available)
 	x.CheckInvariant("A")
@@ -187,14 +187,14 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	x.AddSKU("U", inventory.Unlimited)
 	adm = x.admit("U", 2, inventory.Unlimited)
 	fences = x.record("x5", inventory.Line{SKU: "U", Qty: 2})
-	x.quiet(func() { x.f.Settle(ctx, testrig.Line("U", 2), []stock.Admission{adm}, fences) })
+	x.quiet(func() { x.f.Settle(ctx, testrig.Line("U", 2), []stock.Admission{adm}, fences, "", false) })
 	require.EqualValues(t, inventory.Unlimited, x.levels("U").Available, "still unlimited: nothing to settle")
 	adm = x.admit("U", 3, inventory.Unlimited)
 	require.NoError(t, x.DB.Transaction(func(tx *gorm.DB) error { return arbiter.In(tx).Set("U", 10, 0, nil) }))
 	require.NoError(t, x.Stock.Realign(ctx, "U"))
 	require.EqualValues(t, 8, x.levels("U").Available, "10 on hand, the first reservation's 2 reserved")
 	fences = x.record("x6", inventory.Line{SKU: "U", Qty: 3})
-	x.f.Settle(ctx, testrig.Line("U", 3), []stock.Admission{adm}, fences)
+	x.f.Settle(ctx, testrig.Line("U", 3), []stock.Admission{adm}, fences, "", false)
 	require.EqualValues(t, 5, x.levels("U").Available)
 	x.CheckInvariant("U")
 	require.Empty(t, x.logs.String())
@@ -212,7 +212,7 @@ func TestRefusedRealignsAndPassesTheRestThrough(t *testing.T) {
 	require.EqualValues(t, 5, x.RedisAvailable("F"))
 
 	x.inflate("F", 10)
-	err := x.f.Refused(ctx, fmt.Errorf("group commit: %w", arbiter.RefusedError{SKU: "F"}))
+	err := x.f.Refused(ctx, fmt.Errorf("group commit: %w", arbiter.RefusedError{SKU: "F"}), false)
 	require.ErrorIs(t, err, inventory.ErrInsufficientStock)
 	require.EqualError(t, err, inventory.ErrInsufficientStock.Error()+": F")
 	var refused arbiter.RefusedError
@@ -224,7 +224,7 @@ func TestRefusedRealignsAndPassesTheRestThrough(t *testing.T) {
 	x.inflate("F", 3)
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	require.ErrorIs(t, x.f.Refused(gone, arbiter.RefusedError{SKU: "F"}), inventory.ErrInsufficientStock)
+	require.ErrorIs(t, x.f.Refused(gone, arbiter.RefusedError{SKU: "F"}, false), inventory.ErrInsufficientStock)
 	require.EqualValues(t, 5, x.levels("F").Available, "the realign ran although the caller left")
 	x.CheckInvariant("F")
 
@@ -235,12 +235,12 @@ func TestRefusedRealignsAndPassesTheRestThrough(t *testing.T) {
 			arbiter.OverLimitError{SKU: "F", User: "u", Limit: 1},
 			fmt.Errorf("write: %w", arbiter.OverLimitError{SKU: "F", User: "u", Limit: 1}),
 		} {
-			out := x.f.Refused(ctx, in)
+			out := x.f.Refused(ctx, in, false)
 			require.Equal(t, in, out, "%v passes through unchanged", in)
 			require.False(t, errors.Is(out, inventory.ErrInsufficientStock))
 		}
 		boom := errors.New("connection lost")
-		err := x.f.Refused(ctx, boom)
+		err := x.f.Refused(ctx, boom, false)
 		require.ErrorIs(t, err, boom)
 		require.EqualError(t, err, "order: write: connection lost")
 		require.False(t, errors.Is(err, inventory.ErrInsufficientStock))
@@ -262,7 +262,7 @@ func TestApplyLandsAfterTheCallerLeft(t *testing.T) {
 		t.Helper()
 		a, b := x.admit("A", qtyA, x.levels("A").Available-qtyA), x.admit("B", qtyB, x.levels("B").Available-qtyB)
 		cart := []inventory.Line{{SKU: "A", Qty: qtyA}, {SKU: "B", Qty: qtyB}}
-		x.f.Settle(ctx, cart, []stock.Admission{a, b}, x.record(token, cart...))
+		x.f.Settle(ctx, cart, []stock.Admission{a, b}, x.record(token, cart...), "", false)
 	}
 	require.EqualValues(t, 10, x.RedisAvailable("A"))
 	require.EqualValues(t, 10, x.RedisAvailable("B"))
@@ -305,13 +305,37 @@ func TestApplyLandsAfterTheCallerLeft(t *testing.T) {
 	x.quiet(func() { x.f.Apply(ctx, nil) })
 }
 
-// ReturnQuotas gives a buyer's units back to Redis's per-user pre-filter,
-// also after the caller left, and only the buyer's: not the stock, not
-// another buyer, and no count for a buyer Redis never counted.
-func TestReturnQuotasGivesTheBuyersUnitsBack(t *testing.T) {
+// recordFor writes HELD reservations of lines under token for buyer through
+// the arbiter (as the group commit does: the buyer counts against the SKU's
+// per-user limit) and returns the database's fences.
+func (x *fixture) recordFor(token, buyer string, lines ...inventory.Line) map[string]arbiter.Fence {
+	x.T.Helper()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	holds := make([]arbiter.Hold, len(lines))
+	for i, l := range lines {
+		holds[i] = arbiter.Hold{Buyer: buyer, Row: arbiter.Reservation{Token: token, SKU: l.SKU, Qty: l.Qty, State: arbiter.Held,
+			ExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}}
+	}
+	var fences map[string]arbiter.Fence
+	require.NoError(x.T, x.DB.Transaction(func(tx *gorm.DB) error {
+		var err error
+		fences, err = arbiter.In(tx).Reserve(holds)
+		return err
+	}))
+	return fences
+}
+
+// The buyers' counts in Redis follow buyer_quotas under the stock's fence:
+// an admission's count is settled like its units (once, whichever side of a
+// re-init its commit lands), a refused admission's count goes back only
+// into its own initialisation, a release's count comes back once (not
+// again when an initialisation read it), and units the database counted
+// that no admission counted (an order placed outside the seckill) are
+// counted when they commit, unless an initialisation read them.
+func TestBuyersCountsFollowTheFence(t *testing.T) {
 	x := newFixture(t)
 	ctx := context.Background()
-	sku := x.PutSKU("LIM", 10, 2)
+	sku := x.PutSKU("LIM", 10, 3)
 	buyers := "inv:{" + sku + "}:buyers"
 	counted := func(user string) string {
 		t.Helper()
@@ -322,32 +346,94 @@ func TestReturnQuotasGivesTheBuyersUnitsBack(t *testing.T) {
 		require.NoError(t, err)
 		return v
 	}
-	admit := func(user string, qty int64) error {
-		_, err := x.Stock.AdmitBuyer(ctx, sku, qty, stock.Buyer{User: user, Limit: 2})
-		return err
+	seckill := func(user string) stock.Admission {
+		t.Helper()
+		adm, err := x.Stock.AdmitBuyer(ctx, sku, 1, stock.Buyer{User: user, Limit: 3})
+		require.NoError(t, err)
+		return adm
 	}
-	require.NoError(t, admit("u", 2))
-	require.NoError(t, admit("v", 1))
-	require.ErrorIs(t, admit("u", 1), inventory.ErrOverLimit)
-	require.Equal(t, "2", counted("u"))
+	one := testrig.Line(sku, 1)
 
+	// In the admission's own initialisation: the admission counted it.
+	adm := seckill("u")
+	f := x.recordFor("o1", "u", one...)
+	require.EqualValues(t, 3, f[sku].Limit, "the database counted the buyer")
+	x.quiet(func() { x.f.Settle(ctx, one, []stock.Admission{adm}, f, "u", true) })
+	require.Equal(t, "1", counted("u"))
+
+	// Re-initialised between the admission and the commit: the new
+	// initialisation read the database without it; Settle counts it once.
+	adm = seckill("u")
+	require.Equal(t, "2", counted("u"))
+	require.NoError(t, x.Stock.Realign(ctx, sku))
+	require.Equal(t, "1", counted("u"), "the database's count")
+	f = x.recordFor("o2", "u", one...)
+	x.f.Settle(ctx, one, []stock.Admission{adm}, f, "u", true)
+	require.Equal(t, "2", counted("u"))
+	require.EqualValues(t, 8, x.levels(sku).Available)
+
+	// Re-initialised after the commit: read by the initialisation, not counted again.
+	adm = seckill("u")
+	f = x.recordFor("o3", "u", one...)
+	require.NoError(t, x.Stock.Realign(ctx, sku))
+	x.f.Settle(ctx, one, []stock.Admission{adm}, f, "u", true)
+	require.Equal(t, "3", counted("u"))
+	require.EqualValues(t, 7, x.levels(sku).Available)
+	_, err := x.Stock.AdmitBuyer(ctx, sku, 1, stock.Buyer{User: "u", Limit: 3})
+	require.ErrorIs(t, err, inventory.ErrOverLimit)
+
+	// A refused admission: its count goes back into its own initialisation,
+	// and not into a later one (which read the database, without it).
+	adm = seckill("v")
+	require.NoError(t, x.Stock.UndoBuyer(ctx, sku, 1, adm, "v"))
+	require.Equal(t, "none", counted("v"))
+	require.EqualValues(t, 7, x.levels(sku).Available)
+	adm = seckill("v")
+	x.quiet(func() { x.f.Settle(ctx, one, []stock.Admission{adm}, x.recordFor("ov", "v", one...), "v", true) })
+	adm = seckill("v")
+	require.Equal(t, "2", counted("v"))
+	require.NoError(t, x.Stock.Realign(ctx, sku))
+	require.Equal(t, "1", counted("v"), "the database's count")
+	require.NoError(t, x.Stock.UndoBuyer(ctx, sku, 1, adm, "v"))
+	require.Equal(t, "1", counted("v"), "nothing given back into the new initialisation")
+	require.EqualValues(t, 6, x.levels(sku).Available)
+
+	// A release gives the buyer's units back once, also after the caller
+	// left; not again when an initialisation read the release.
+	chs := x.release("o1")
+	require.Equal(t, map[string]int64{"u": -1}, chs[0].Buyers)
 	gone, cancel := context.WithCancel(ctx)
 	cancel()
-	x.f.ReturnQuotas(gone, []arbiter.BuyerUnits{{SKU: sku, User: "u", Qty: 1}})
+	x.f.Apply(gone, chs)
+	require.Equal(t, "2", counted("u"))
+	require.EqualValues(t, 7, x.levels(sku).Available)
+	chs = x.release("o2")
+	require.NoError(t, x.Stock.Realign(ctx, sku))
+	x.f.Apply(ctx, chs)
 	require.Equal(t, "1", counted("u"))
-	require.NoError(t, admit("u", 1), "the unit given back can be bought again")
-	require.ErrorIs(t, admit("u", 1), inventory.ErrOverLimit)
+	require.EqualValues(t, 8, x.levels(sku).Available)
 
-	x.f.ReturnQuotas(ctx, []arbiter.BuyerUnits{{SKU: sku, User: "u", Qty: 2}, {SKU: sku, User: "w", Qty: 1}})
-	require.Equal(t, "none", counted("u"), "all given back: the buyer's count is gone")
-	require.Equal(t, "none", counted("w"), "a buyer Redis never counted gets no count")
-	require.Equal(t, "1", counted("v"))
-	require.EqualValues(t, 10-2-1-1, x.levels(sku).Available, "the stock is not the quota's business")
-	require.NoError(t, admit("u", 2))
-	require.ErrorIs(t, admit("v", 2), inventory.ErrOverLimit)
+	// An order placed outside the seckill (admitted without the limit): the
+	// database counted it, so Redis counts it when it commits ...
+	adm = x.admit(sku, 2, 6)
+	f = x.recordFor("o4", "w", testrig.Line(sku, 2)...)
+	x.f.Settle(ctx, testrig.Line(sku, 2), []stock.Admission{adm}, f, "w", false)
+	require.Equal(t, "2", counted("w"))
+	// ... and not twice when an initialisation read it first.
+	adm = x.admit(sku, 1, 5)
+	f = x.recordFor("o5", "w", one...)
+	require.NoError(t, x.Stock.Realign(ctx, sku))
+	x.f.Settle(ctx, one, []stock.Admission{adm}, f, "w", false)
+	require.Equal(t, "3", counted("w"))
+	require.EqualValues(t, 5, x.levels(sku).Available)
 
-	x.quiet(func() { x.f.ReturnQuotas(ctx, nil) })
+	require.Equal(t, x.Quota(sku, "u"), int64(1))
+	require.Equal(t, x.Quota(sku, "w"), int64(3))
+	reports, err := x.Reconciler().Reconcile(ctx, false)
+	require.NoError(t, err)
+	require.Empty(t, reports, "Redis agrees with the database, counts included")
 	require.Empty(t, x.logs.String())
+	x.CheckInvariant(sku)
 }
 
 // TestEmbeddedContract runs the follow-ups' tests again on the embedded
@@ -357,6 +443,6 @@ func TestEmbeddedContract(t *testing.T) {
 		TestSettleTakesAnAdmissionAcrossAReinitOnce,
 		TestRefusedRealignsAndPassesTheRestThrough,
 		TestApplyLandsAfterTheCallerLeft,
-		TestReturnQuotasGivesTheBuyersUnitsBack,
+		TestBuyersCountsFollowTheFence,
 	)
 }

@@ -37,17 +37,24 @@ type Report struct {
 	Live           int64  `json:"live_reservations"` // sum of HELD and COMMITTED rows
 	Available      int64  `json:"available"`
 	RedisAvailable *int64 `json:"redis_available"` // nil: not initialised
-	Anomalies      int64  `json:"anomalies"`       // unresolved rows in stock_anomalies
-	Problem        string `json:"problem"`
-	Repaired       bool   `json:"repaired"`
+	// BuyersDiffer is how many buyers Redis's per-user count (the buyers
+	// hash) has otherwise than buyer_quotas (with a per-user limit; none
+	// without), all of them when the hash comes from another initialisation
+	// than the stock; 0 when the hash is not initialised (lost: Redis
+	// initialises it again before it uses it).
+	BuyersDiffer int64  `json:"buyers_differ"`
+	Anomalies    int64  `json:"anomalies"` // unresolved rows in stock_anomalies
+	Problem      string `json:"problem"`
+	Repaired     bool   `json:"repaired"`
 }
 
 // Reconcile checks every SKU: Redis's available against on_hand - reserved,
-// reserved against the sum of live reservations, and unresolved anomalies.
-// With repair it realigns Redis from the database (exact even under traffic)
-// and sets reserved to the live sum where they differ. Redis numbers are
-// exact at a quiet point; under traffic an admission in flight shows as a
-// difference of its units.
+// Redis's per-user counts against buyer_quotas, reserved against the sum of
+// live reservations, and unresolved anomalies. With repair it realigns Redis
+// from the database (level and counts; exact even under traffic) and sets
+// reserved to the live sum where they differ. Redis numbers are exact at a
+// quiet point; under traffic an admission in flight shows as a difference
+// of its units.
 func (c *Reconciler) Reconcile(ctx context.Context, repair bool) ([]Report, error) {
 	var out []Report
 	err := c.eachSKU(ctx, func(rec arbiter.SKU, lv stock.Levels) error {
@@ -129,6 +136,13 @@ func (c *Reconciler) check(ctx context.Context, rec arbiter.SKU, lv stock.Levels
 		if lv.Available != rec.Available() {
 			problems = append(problems, "redis")
 		}
+		n, err := c.buyersDiffer(ctx, rec, lv)
+		if err != nil {
+			return nil, err
+		}
+		if r.BuyersDiffer = n; n > 0 {
+			problems = append(problems, "buyers")
+		}
 	}
 	if live != rec.Reserved {
 		problems = append(problems, "reserved")
@@ -156,6 +170,37 @@ func (c *Reconciler) check(ctx context.Context, rec arbiter.SKU, lv stock.Levels
 	return &r, nil
 }
 
+// buyersDiffer counts the buyers whose count in Redis's buyers hash is not
+// the database's: every buyer of the hash when it comes from another
+// initialisation than the stock's, none when it is not initialised.
+func (c *Reconciler) buyersDiffer(ctx context.Context, rec arbiter.SKU, lv stock.Levels) (int64, error) {
+	inRedis, epoch, err := c.stock.Buyers(ctx, rec.SKU)
+	if err != nil || epoch == 0 {
+		return 0, err
+	}
+	if epoch != lv.Epoch {
+		return max(int64(len(inRedis)), 1), nil
+	}
+	inDB := map[string]int64{}
+	if rec.PerUserLimit > 0 {
+		if inDB, err = arbiter.In(c.db.WithContext(ctx)).Buyers(rec.SKU); err != nil {
+			return 0, err
+		}
+	}
+	var n int64
+	for u, q := range inDB {
+		if inRedis[u] != q {
+			n++
+		}
+	}
+	for u := range inRedis {
+		if _, ok := inDB[u]; !ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // fixReserved has the arbiter set reserved to the sum of live reservations.
 func (c *Reconciler) fixReserved(ctx context.Context, sku string) error {
 	return arbiter.Transact(ctx, c.db, func(tx *gorm.DB) error { return arbiter.In(tx).FixReserved(sku) })
@@ -163,14 +208,18 @@ func (c *Reconciler) fixReserved(ctx context.Context, sku string) error {
 
 // Realign realigns every SKU whose Redis value differs from the database's,
 // or whose Redis value comes from another initialisation than the last one
-// the database numbered (the periodic job): a Redis restored from a snapshot
-// older than the SKU's last init, or failed over to a replica that missed it,
-// is found even where its number happens to match. It returns the SKUs it
-// realigned.
+// the database numbered, or whose buyers hash comes from another
+// initialisation than its value (the periodic job): a Redis restored from a
+// snapshot older than the SKU's last init, or failed over to a replica that
+// missed it, is found even where its number happens to match. A realign
+// restores the buyers' counts with the level. It returns the SKUs it
+// realigned. (It does not compare each buyer's count, which costs a row per
+// buyer: reconcile does.)
 func (c *Reconciler) Realign(ctx context.Context) ([]string, error) {
 	var done []string
 	err := c.eachSKU(ctx, func(rec arbiter.SKU, lv stock.Levels) error {
-		if !lv.Initialised || lv.Available == rec.Available() && lv.Epoch == rec.RedisEpoch {
+		buyersOK := lv.BuyersEpoch == 0 || lv.BuyersEpoch == lv.Epoch
+		if !lv.Initialised || lv.Available == rec.Available() && lv.Epoch == rec.RedisEpoch && buyersOK {
 			return nil
 		}
 		if err := c.stock.Realign(ctx, rec.SKU); err != nil {

@@ -430,7 +430,7 @@ func TestScenarioRedisComesBackOlder(t *testing.T) {
 		WHERE o.status = 'PENDING' AND r.sku = 'OLD'`))
 	// The refusal realigned the SKU: a new epoch, the database's value.
 	after := s.levels("OLD")
-	require.Equal(t, stock.Levels{Initialised: true, Available: 0, Epoch: s.SKU("OLD").RedisEpoch, Seq: after.Seq}, after)
+	require.Equal(t, stock.Levels{Initialised: true, Available: 0, Epoch: s.SKU("OLD").RedisEpoch, Seq: after.Seq, BuyersEpoch: s.SKU("OLD").RedisEpoch}, after)
 	require.NotEqual(t, before.Epoch, after.Epoch, "realigned from the database")
 	require.Positive(t, s.Stock.Stats().Realigns.Load())
 	s.CheckInvariant("OLD")

@@ -112,7 +112,11 @@ func (s *Service) Reserve(ctx context.Context, sku string, qty int64, token stri
 // the database records a HELD reservation that ends after hold (0: the
 // default; within Holds). A replay with the same qty returns the first
 // answer (and the hold's current end) and takes nothing; with another qty it
-// is a conflict; after a release, ErrReleased.
+// is a conflict; after a release, ErrReleased. That holds whatever Redis
+// remembers of the token: a replay Redis forgot (a flush, past the token
+// key's TTL) is taken again and given back when the database refuses the
+// duplicate, or, when Redis cannot cover it any more, found in the
+// database by the refusal.
 func (s *Service) ReserveHold(ctx context.Context, sku string, qty int64, token string, hold time.Duration) (Held, error) {
 	key, err := rawKey(sku, token)
 	if err != nil {
@@ -123,10 +127,14 @@ func (s *Service) ReserveHold(ctx context.Context, sku string, qty int64, token 
 		return Held{}, err
 	}
 	adm, err := s.stock.AdmitFor(ctx, sku, qty, key, hold+tokenMargin)
-	if errors.Is(err, inventory.ErrReplay) {
+	switch {
+	case errors.Is(err, inventory.ErrReplay):
 		return s.replay(ctx, sku, qty, key)
-	}
-	if err != nil {
+	case errors.Is(err, inventory.ErrInsufficientStock):
+		// Only a refusal asks the database: a first deduction Redis admits
+		// costs no read.
+		return s.refused(ctx, sku, qty, key, err)
+	case err != nil:
 		return Held{}, err
 	}
 	now := s.now()
@@ -142,22 +150,58 @@ func (s *Service) ReserveHold(ctx context.Context, sku string, qty int64, token 
 		if arbiter.IsDuplicate(err) { // Redis forgot the token (a key loss): the database remembers
 			return s.replay(ctx, sku, qty, key)
 		}
-		return Held{}, s.redis.Refused(ctx, err)
+		return Held{}, s.redis.Refused(ctx, err, false)
 	}
-	s.redis.Settle(ctx, []inventory.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, fences)
+	s.redis.Settle(ctx, []inventory.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, fences, "", false)
 	return Held{Result: adm.Remaining, ExpiresAt: row.ExpiresAt}, nil
 }
 
 // replay answers a token seen before from its database row.
 func (s *Service) replay(ctx context.Context, sku string, qty int64, key string) (Held, error) {
-	var r arbiter.Reservation
-	err := s.db.WithContext(ctx).Take(&r, "token = ? AND sku = ?", key, sku).Error
+	r, found, err := s.recorded(ctx, sku, key)
 	switch {
-	case errors.Is(err, gorm.ErrRecordNotFound):
-		// The first call is still writing (or failed and undid its admission).
-		return Held{}, fmt.Errorf("%w: a reservation with this token is in progress; retry", inventory.ErrConflict)
 	case err != nil:
 		return Held{}, err
+	case !found:
+		// The first call is still writing (or failed and undid its admission).
+		return Held{}, fmt.Errorf("%w: a reservation with this token is in progress; retry", inventory.ErrConflict)
+	}
+	return answer(r, qty)
+}
+
+// refused answers a deduction Redis refused for lack of stock: a token the
+// database recorded is a replay Redis forgot (a flush, past the token key's
+// TTL), answered as its first call was; any other is refusal. When the
+// database cannot be asked, the answer is unknown (ErrUnavailable).
+func (s *Service) refused(ctx context.Context, sku string, qty int64, key string, refusal error) (Held, error) {
+	r, found, err := s.recorded(ctx, sku, key)
+	switch {
+	case err != nil:
+		return Held{}, fmt.Errorf("%w: %s is refused in Redis and the database could not say whether this token reserved before: %v",
+			inventory.ErrUnavailable, sku, err)
+	case !found:
+		return Held{}, refusal
+	}
+	return answer(r, qty)
+}
+
+// recorded reads the token's reservation of sku (by primary key).
+func (s *Service) recorded(ctx context.Context, sku, key string) (arbiter.Reservation, bool, error) {
+	var rows []arbiter.Reservation
+	if err := s.db.WithContext(ctx).Where("token = ? AND sku = ?", key, sku).Limit(1).Find(&rows).Error; err != nil {
+		return arbiter.Reservation{}, false, err
+	}
+	if len(rows) == 0 {
+		return arbiter.Reservation{}, false, nil
+	}
+	return rows[0], true, nil
+}
+
+// answer is a replay's answer from the reservation the first call recorded:
+// its result (and the hold's current end), a conflict for another
+// quantity, ErrReleased once released.
+func answer(r arbiter.Reservation, qty int64) (Held, error) {
+	switch {
 	case r.State == arbiter.Released:
 		return Held{}, ErrReleased
 	case r.Qty != qty:

@@ -695,6 +695,8 @@ func TestEmbeddedContract(t *testing.T) {
 		TestCommitRaceOneWinner,
 		TestReleaseRaceOneWinner,
 		TestReplaySemantics,
+		TestReplayAfterRedisForgotTheToken,
+		TestReplaysRaceAfterRedisForgot,
 		TestReleaseExpiredReleasesExactlyTheExpired,
 		TestReleaseExpiredRacesSweepsAndCommits,
 		TestTokenArguments,
