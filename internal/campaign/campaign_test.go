@@ -257,3 +257,22 @@ func TestEndedBeforeItsOpening(t *testing.T) {
 	r.RequireQty(sku, 10, 0)
 	r.CheckInvariant(sku)
 }
+
+// However many product pages poll a campaign, a node reads it from the
+// database at most once per Staleness, one read at a time: 100 pollers
+// arriving together after it went stale cost one read (its two statements).
+func TestCountdownIsReadOnceForManyPollers(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	id, _ := put(t, r, 10, 4, 0, time.Now().Add(-time.Second), time.Now().Add(time.Hour))
+	r.Clock.Advance(campaign.Staleness)
+	n := countStatements(t, r.DB, func() {
+		testrig.Race(100, func(int) {
+			v, err := r.Campaigns.Get(ctx, id)
+			if err != nil || v.State != campaign.Live || v.Remaining != 4 {
+				t.Errorf("%+v, %v", v, err)
+			}
+		})
+	})
+	require.EqualValues(t, 2, n, "the campaign and its counts, once")
+}
