@@ -20,8 +20,8 @@ const WarmAhead = 10 * time.Minute
 type CampaignReport struct {
 	ID         string  `json:"campaign"`
 	SKU        string  `json:"sku"`
-	Left       int64   `json:"left"`        // the pool's units in the database
-	RedisLeft  *int64  `json:"redis_left"`  // nil: Redis does not have it
+	Left       int64   `json:"left"`       // the pool's units in the database
+	RedisLeft  *int64  `json:"redis_left"` // nil: Redis does not have it
 	Problem    string  `json:"problem"`
 	Repaired   bool    `json:"repaired"`
 	RedisEpoch *int64  `json:"redis_epoch"` // the initialisation Redis holds
