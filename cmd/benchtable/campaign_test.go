@@ -47,10 +47,15 @@ func TestCampaignChecks(t *testing.T) {
 	if cs := campaignChecks(run); cs[4].state != missed {
 		t.Errorf("selling below seckill's: %s", cs[4].measured)
 	}
-	// One opening's 201s disagree with the database: sold = allotment missed.
-	run.openings[1].sales = 101
-	if cs := campaignChecks(run); cs[5].state != missed {
+	// A sale answered 503 is sold without a 201: the database's account
+	// decides; a unit left in the pool misses.
+	run.openings[1].sales = 99
+	if cs := campaignChecks(run); cs[5].state != met || !strings.Contains(cs[5].measured, "100 of 100 (201s: 99)") {
 		t.Errorf("account: %s", cs[5].measured)
+	}
+	run.openings[1].left = 1
+	if cs := campaignChecks(run); cs[5].state != missed {
+		t.Errorf("account with a unit left: %s", cs[5].measured)
 	}
 
 	run.openings[0].stmts.tagged = 2
