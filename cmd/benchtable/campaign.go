@@ -439,7 +439,7 @@ func campaignChecks(c *campaignRun) []check {
 	}
 	k.measured += fmt.Sprintf("; beside them, the background jobs' statements: %d; the process's round trips in those windows: %d", untagged, wire)
 	cs = append(cs, k)
-	k = check{what: fmt.Sprintf("campaign opening: starts_at → the first 201, p50 of %d openings", len(c.openings)),
+	k = check{what: fmt.Sprintf("campaign opening: starts_at → the first 201, p50 over the openings (%d)", len(c.openings)),
 		target: fmt.Sprintf("≤ %s", firstSaleTarget), state: unmeasured, measured: "no 201"}
 	if len(first) > 0 {
 		p50 := time.Duration(median(first))
