@@ -408,7 +408,11 @@ func campaignChecks(c *campaignRun) []check {
 		}
 		oversell += max(o.sold-o.allotment, 0)
 		soldOK = soldOK && o.sold == o.allotment && o.left == 0
-		sold = append(sold, fmt.Sprintf("%d of %d (201s: %d)", o.sold, o.allotment, o.sales))
+		line := fmt.Sprintf("%d of %d (201s: %d)", o.sold, o.allotment, o.sales)
+		if o.left > 0 {
+			line = fmt.Sprintf("%d of %d (201s: %d; %d left in the pool: not sold out when the phase stopped)", o.sold, o.allotment, o.sales, o.left)
+		}
+		sold = append(sold, line)
 	}
 	var cs []check
 	rateAll, rateBuys := float64(buys+polls)/before.Seconds(), float64(buys)/before.Seconds()

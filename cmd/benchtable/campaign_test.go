@@ -54,7 +54,7 @@ func TestCampaignChecks(t *testing.T) {
 		t.Errorf("account: %s", cs[5].measured)
 	}
 	run.openings[1].left = 1
-	if cs := campaignChecks(run); cs[5].state != missed {
+	if cs := campaignChecks(run); cs[5].state != missed || !strings.Contains(cs[5].measured, "1 left in the pool") {
 		t.Errorf("account with a unit left: %s", cs[5].measured)
 	}
 
