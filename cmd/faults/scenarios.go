@@ -262,7 +262,7 @@ var scenarios = append([]Scenario{
 	// A flash-sale campaign on the hot SKU: Redis flushed at the opening
 	// and rolled back to before it, a quiet point in the window, a node
 	// SIGKILLed at the end (campaign.go).
-	{Name: "campaign", Instances: 2, Campaign: true, MinDuration: 18 * time.Second, Fault: campaignFault},
+	{Name: "campaign", Instances: 2, Quick: true, Campaign: true, MinDuration: 18 * time.Second, Fault: campaignFault},
 }, linkScenarios()...)
 
 // sinceRoute is how long after the route came back (routed) something
