@@ -207,7 +207,7 @@ func TestExtensionStatements(t *testing.T) {
 	name := "count-writes:" + t.Name()
 	require.NoError(t, r.DB.Callback().Update().Before("gorm:update").Register(name, func(*gorm.DB) { writes++ }))
 	defer func() { _ = r.DB.Callback().Update().Remove(name) }()
-	n := countStatements(t, r.DB, func() {
+	n := testrig.CountStatements(t, r.DB, func() {
 		_, err = r.Orders.Extend(ctx, o.ID, "u1", "k", time.Hour)
 	})
 	require.NoError(t, err)

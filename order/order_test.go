@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
@@ -19,29 +18,6 @@ import (
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
 )
-
-// countStatements counts every statement GORM sends while fn runs.
-func countStatements(t *testing.T, db *gorm.DB, fn func()) int64 {
-	t.Helper()
-	var n atomic.Int64
-	name := fmt.Sprintf("count:%s", t.Name())
-	count := func(*gorm.DB) { n.Add(1) }
-	cb := db.Callback()
-	require.NoError(t, cb.Query().Before("gorm:query").Register(name, count))
-	require.NoError(t, cb.Create().Before("gorm:create").Register(name, count))
-	require.NoError(t, cb.Update().Before("gorm:update").Register(name, count))
-	require.NoError(t, cb.Raw().Before("gorm:raw").Register(name, count))
-	require.NoError(t, cb.Row().Before("gorm:row").Register(name, count))
-	defer func() {
-		_ = cb.Query().Remove(name)
-		_ = cb.Create().Remove(name)
-		_ = cb.Update().Remove(name)
-		_ = cb.Raw().Remove(name)
-		_ = cb.Row().Remove(name)
-	}()
-	fn()
-	return n.Load()
-}
 
 func TestCreateReservesFirst(t *testing.T) {
 	r := testrig.New(t, testrig.MemoryTransport(t))
@@ -67,7 +43,7 @@ func TestCreateReservesFirst(t *testing.T) {
 	require.Zero(t, r.RedisAvailable("HOT"))
 
 	// Sold out: a burst of buyers never reaches the database.
-	n := countStatements(t, r.DB, func() {
+	n := testrig.CountStatements(t, r.DB, func() {
 		var wg sync.WaitGroup
 		for i := 0; i < 50; i++ {
 			wg.Add(1)

@@ -495,7 +495,7 @@ func (s *Service) Extend(ctx context.Context, id, userID, idemKey string, by tim
 	now := s.now()
 	until := now.Add(by)
 	set := map[string]any{"expires_at": until, "updated_at": now, "extend_key": nil}
-	q := s.db.WithContext(ctx).Model(&Order{}).
+	q := s.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).Model(&Order{}).
 		Where("id = ? AND status = ? AND expires_at > ? AND expires_at < ? AND created_at >= ?",
 			id, Pending, now, until, until.Add(-s.cfg.MaxHold))
 	if userID != "" {

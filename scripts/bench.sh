@@ -3,13 +3,15 @@
 # real servers, then the Go benchmarks. The table is also written to
 # bench-results/results.md, its chart to bench-results/results.png, and the
 # CPU profile of the phases whose targets are the durable sale's (seckill
-# selling, the 2-line cart, the selling soak) to bench-results/http.cpu.pprof
-# (its top is in the table when a target is missed). Arguments go to
-# cmd/benchtable and override these defaults.
+# selling, the 2-line cart, the selling soak) to bench-results/http.cpu.pprof,
+# and of the campaign group's (its selling phase, each opening before and
+# after starts_at, the two extensions) to bench-results/campaign.cpu.pprof
+# (each one's top is in the table when one of its targets is missed).
+# Arguments go to cmd/benchtable and override these defaults.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 "$ROOT/scripts/up.sh"
 mkdir -p bench-results
 go run ./cmd/benchtable -out bench-results/results.md -cpuprofile bench-results/http.cpu.pprof \
-  -cpuprofile-phases '^(seckill, selling|orders, 2-line cart|soak)$' "$@"
+  -cpuprofile-phases '^(seckill, selling|orders, 2-line cart|soak|seckill, selling, beside the campaign|campaign #[0-9]+, .*|(orders|stock) extend)$' "$@"
 go test -run '^$' -bench . -benchtime=1x ./...

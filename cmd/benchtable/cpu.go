@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -203,12 +204,19 @@ func costPerAnswer(web webRun) string {
 		byName[ph.name] = ph
 	}
 	bare := median(web.bare)
+	phases := web.phases
+	if web.camp != nil {
+		phases = append(slices.Clone(phases), web.camp.phases...)
+		if bare == 0 {
+			bare = web.camp.bare
+		}
+	}
 	var b strings.Builder
 	cores := float64(runtime.NumCPU())
 	fmt.Fprintf(&b, "\n| CPU µs per answer | %s | everything else | all busy | ceiling on %d cores | of bare's median rate |\n|---|",
 		strings.Join(cpuGroups, " | "), runtime.NumCPU())
 	b.WriteString(strings.Repeat("---:|", len(cpuGroups)+4) + "\n")
-	for _, r := range web.phases {
+	for _, r := range phases {
 		ph, ok := byName[r.name]
 		answers := r.answers()
 		if !ok || answers == 0 || ph.busy <= 0 {

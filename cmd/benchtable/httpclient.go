@@ -26,13 +26,22 @@ type rawClient struct {
 	conn net.Conn
 	r    *bufio.Reader
 	buf  []byte
+
+	// retryAfter says whether the last answer had a Retry-After header
+	// (a campaign's sale_not_started has one; its sold-out 409 has none).
+	retryAfter bool
 }
 
 func newRawClient(rawURL string, h http.Header, timeout time.Duration) *rawClient {
+	return newRawRequest(http.MethodPost, rawURL, h, timeout)
+}
+
+// newRawRequest is a rawClient sending method (a GET's body is empty).
+func newRawRequest(method, rawURL string, h http.Header, timeout time.Duration) *rawClient {
 	u, err := url.Parse(rawURL)
 	must(err)
 	var head bytes.Buffer
-	fmt.Fprintf(&head, "POST %s HTTP/1.1\r\nHost: %s\r\n", u.RequestURI(), u.Host)
+	fmt.Fprintf(&head, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, u.RequestURI(), u.Host)
 	must(h.Write(&head))
 	return &rawClient{addr: u.Host, head: head.Bytes(), timeout: timeout}
 }
@@ -77,6 +86,7 @@ func (c *rawClient) roundTrip(body string) (int, error) {
 		return 0, fmt.Errorf("bad status line %q", line)
 	}
 	length, chunked, closing := -1, false, false
+	c.retryAfter = false
 	for {
 		line, err := c.r.ReadSlice('\n')
 		if err != nil {
@@ -100,6 +110,8 @@ func (c *rawClient) roundTrip(body string) (int, error) {
 			chunked = bytes.EqualFold(value, []byte("chunked"))
 		case bytes.EqualFold(name, []byte("Connection")) && bytes.EqualFold(value, []byte("close")):
 			closing = true
+		case bytes.EqualFold(name, []byte("Retry-After")):
+			c.retryAfter = true
 		}
 	}
 	switch {

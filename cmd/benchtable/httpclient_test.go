@@ -67,3 +67,38 @@ func TestRawClientSendsTheRequestAndReadsEachAnswer(t *testing.T) {
 		t.Fatalf("without credentials: status %d, err %v; want 401", got, err)
 	}
 }
+
+// A GET is sent without a body, and a Retry-After header is reported (a
+// campaign's sale_not_started carries one, its sold-out answer none).
+func TestRawClientGetAndRetryAfter(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		switch {
+		case r.Method == http.MethodGet && len(body) == 0:
+			_, _ = io.WriteString(w, `{"state":"SCHEDULED"}`)
+		case r.Method == http.MethodPost && string(body) == "early":
+			w.Header().Set("Retry-After", "3")
+			w.WriteHeader(http.StatusConflict)
+		default:
+			w.WriteHeader(http.StatusConflict)
+		}
+	}))
+	defer srv.Close()
+	get := newRawRequest(http.MethodGet, srv.URL+"/v1/campaigns/c", http.Header{}, 5*time.Second)
+	defer get.Close()
+	for range 2 {
+		if got, err := get.post(""); err != nil || got != http.StatusOK {
+			t.Fatalf("GET: status %d, err %v", got, err)
+		}
+	}
+	buy := newRawClient(srv.URL+"/v1/campaigns/c/buy", http.Header{}, 5*time.Second)
+	defer buy.Close()
+	for _, tc := range []struct {
+		body  string
+		retry bool
+	}{{"early", true}, {"{}", false}, {"early", true}} {
+		if got, err := buy.post(tc.body); err != nil || got != http.StatusConflict || buy.retryAfter != tc.retry {
+			t.Fatalf("%q: status %d, err %v, Retry-After %v; want 409, %v", tc.body, got, err, buy.retryAfter, tc.retry)
+		}
+	}
+}

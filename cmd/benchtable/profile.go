@@ -15,16 +15,28 @@ import (
 // profiled runs fn under the CPU profiler when -cpuprofile is set: the whole
 // of it, or with -cpuprofile-phases only the phases whose name matches (see
 // profilePhase), their profiles merged into one file at the end.
-func profiled(fn func() webRun) webRun {
+func profiled(fn func() webRun) webRun { return profiledAt(*cpuProf, fn) }
+
+// campaignProfile is where the campaign group's CPU profile goes: beside
+// -cpuprofile, so the HTTP group's stays the sale's alone.
+func campaignProfile() string {
 	if *cpuProf == "" {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(*cpuProf), "campaign.cpu.pprof")
+}
+
+// profiledAt is profiled, writing the profile to path ("": none).
+func profiledAt(path string, fn func() webRun) webRun {
+	if path == "" {
 		return fn()
 	}
-	must(os.MkdirAll(filepath.Dir(*cpuProf), 0o755))
+	must(os.MkdirAll(filepath.Dir(path), 0o755))
 	// And the mutex profile beside it: where the HTTP phases wait on locks
 	// (the group commit's queue, the connection pools).
 	runtime.SetMutexProfileFraction(5)
 	defer func() {
-		mf, err := os.Create(strings.TrimSuffix(*cpuProf, ".cpu.pprof") + ".mutex.pprof")
+		mf, err := os.Create(strings.TrimSuffix(path, ".cpu.pprof") + ".mutex.pprof")
 		must(err)
 		defer mf.Close()
 		must(pprof.Lookup("mutex").WriteTo(mf, 0))
@@ -32,10 +44,11 @@ func profiled(fn func() webRun) webRun {
 	}()
 	if *profPhase != "" {
 		phaseProfiles.match = regexp.MustCompile(*profPhase)
-		defer mergePhaseProfiles()
+		phaseProfiles.parts = nil
+		defer mergePhaseProfiles(path)
 		return fn()
 	}
-	f, err := os.Create(*cpuProf)
+	f, err := os.Create(path)
 	must(err)
 	defer f.Close()
 	must(pprof.StartCPUProfile(f))
@@ -67,25 +80,25 @@ func profilePhase(name string) func() {
 	}
 }
 
-// mergePhaseProfiles writes the picked phases' profiles to -cpuprofile, merged
+// mergePhaseProfiles writes the picked phases' profiles to path, merged
 // by `go tool pprof -proto` when there are several.
-func mergePhaseProfiles() {
+func mergePhaseProfiles(path string) {
 	parts := phaseProfiles.parts
 	switch len(parts) {
 	case 0:
 		return
 	case 1:
-		must(os.WriteFile(*cpuProf, parts[0], 0o644))
+		must(os.WriteFile(path, parts[0], 0o644))
 		return
 	}
 	var paths []string
 	for i, p := range parts {
-		path := *cpuProf + ".part" + strconv.Itoa(i)
-		must(os.WriteFile(path, p, 0o644))
-		defer os.Remove(path)
-		paths = append(paths, path)
+		part := path + ".part" + strconv.Itoa(i)
+		must(os.WriteFile(part, p, 0o644))
+		defer os.Remove(part)
+		paths = append(paths, part)
 	}
 	merged, err := exec.Command("go", append([]string{"tool", "pprof", "-proto"}, paths...)...).Output()
 	must(err)
-	must(os.WriteFile(*cpuProf, merged, 0o644))
+	must(os.WriteFile(path, merged, 0o644))
 }

@@ -171,6 +171,16 @@ func plan(group string) []step {
 			s = append(s, step{"soak", *soakFor})
 		}
 	}
+	if group == "" || group == "campaign" {
+		s = append(s, step{"campaign setup", 5 * time.Second}, step{"bare net/http + EVALSHA, before the campaign", d},
+			step{"seckill, sold out, before the campaign", d}, step{"seckill, selling, beside the campaign", d})
+		for i := 1; i <= *campOpenings; i++ {
+			s = append(s, step{fmt.Sprintf("campaign #%d, before the opening", i), *campBefore},
+				step{fmt.Sprintf("campaign #%d, selling", i), 2 * time.Second})
+		}
+		s = append(s, step{"extend setup", time.Second}, step{"orders extend", max(d/2, time.Second) + time.Second},
+			step{"stock extend", max(d/2, time.Second) + time.Second})
+	}
 	if group == "dbcost" || group == "" {
 		for round := range *costRounds {
 			for _, v := range costVariants() {

@@ -75,8 +75,9 @@ type webRun struct {
 	oversell int64     // orders of the 2000-unit SKU beyond its stock
 	lag      lagStats
 	soak     soakStats
-	extra    string // the lag and soak tables
-	dbcost   string // the database's cost of a sale, statement by statement (the full run)
+	extra    string       // the lag and soak tables
+	dbcost   string       // the database's cost of a sale, statement by statement (the full run)
+	camp     *campaignRun // the campaign group (nil: not run)
 }
 
 // lagStats is the sync lag through RocketMQ (applied 0: nothing applied).
@@ -100,6 +101,11 @@ func (s soakStats) growth() float64 { return s.second/s.firstHalf - 1 }
 // keeps no per-request latencies (the soak measures the process's memory,
 // which must not include its own bookkeeping).
 func load(name, url string, n int, d time.Duration, header func(w int) http.Header, body func(w int, seq int64) string, record ...bool) httpResult {
+	return loadEach(name, func(int) string { return url }, n, d, header, body, record...)
+}
+
+// loadEach is load with each client posting to a URL of its own (url(w)).
+func loadEach(name string, url func(w int) string, n int, d time.Duration, header func(w int) http.Header, body func(w int, seq int64) string, record ...bool) httpResult {
 	keep := len(record) == 0 || record[0]
 	prog.phase(name)
 	defer measureCPU(name)()
@@ -118,7 +124,7 @@ func load(name, url string, n int, d time.Duration, header func(w int) http.Head
 			local := map[int]int64{}
 			h := header(w)
 			h.Set("Content-Type", "application/json")
-			c := newRawClient(url, h, 10*time.Second)
+			c := newRawClient(url(w), h, 10*time.Second)
 			defer c.Close()
 			for seq := int64(0); time.Now().Before(stop); seq++ {
 				t0 := time.Now()
@@ -189,21 +195,9 @@ func startService(ctx context.Context, rdb *redis.Client, dsnBase, dbName string
 	return a, db
 }
 
-// seckillBench runs the real service in this process (real mode: Redis,
-// MySQL, RocketMQ) and a bare net/http handler doing one EVALSHA through
-// go-redis, and loads both alike.
-func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun {
-	prog.phase("http setup")
-	a, db := startService(ctx, rdb, dsnBase, "inv_bench_http")
-	_ = db.Close()
-	defer a.Shutdown(context.Background())
-	for sku, n := range map[string]int64{"FLASH": 1_000_000_000, "GONE": 0, "SALE": 2000, "CART-A": 1_000_000_000, "CART-B": 1_000_000_000} {
-		_, err := a.Catalog.Put(ctx, sku, n, 0)
-		must(err)
-	}
-	base := "http://" + a.Addr()
-
-	// The bare handler: one EVALSHA of the same script per request, through go-redis.
+// bareHandler serves the bare handler: one EVALSHA of the same script per
+// request, through go-redis. It returns its URL and what stops it.
+func bareHandler(rdb *redis.Client) (string, func()) {
 	bare, err := stock.NewStore(rdb, stock.Config{Init: fixedLevel, OneCallPerAdmission: true})
 	must(err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -220,7 +214,25 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 		fmt.Fprintf(w, `{"result":%d}`, adm.Remaining)
 	})}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	return "http://" + ln.Addr().String() + "/", func() { _ = srv.Close() }
+}
+
+// seckillBench runs the real service in this process (real mode: Redis,
+// MySQL, RocketMQ) and a bare net/http handler doing one EVALSHA through
+// go-redis, and loads both alike.
+func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun {
+	prog.phase("http setup")
+	a, db := startService(ctx, rdb, dsnBase, "inv_bench_http")
+	_ = db.Close()
+	defer a.Shutdown(context.Background())
+	for sku, n := range map[string]int64{"FLASH": 1_000_000_000, "GONE": 0, "SALE": 2000, "CART-A": 1_000_000_000, "CART-B": 1_000_000_000} {
+		_, err := a.Catalog.Put(ctx, sku, n, 0)
+		must(err)
+	}
+	base := "http://" + a.Addr()
+
+	bareURL, stopBare := bareHandler(rdb)
+	defer stopBare()
 
 	// Each client is one buyer (no SKU here has a per-user limit) with the
 	// client credential and the buyer token a storefront signs; the bare
@@ -233,7 +245,6 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 	// back (bare, then the phase), so a stretch of a noisy machine lands on
 	// both sides of a ratio: the sold-out ratio on pairRounds pairs (the
 	// median), the selling ratio on the first pair.
-	bareURL := "http://" + ln.Addr().String() + "/"
 	round := func(name string, i int) string { return fmt.Sprintf("%s #%d", name, i+1) }
 	var web webRun
 	var rs []httpResult
@@ -250,25 +261,7 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 	// and how long each took (two may be in flight at once).
 	var batch int // the selling phase's mean batch, which the floor writes alike
 	withCommits := func(phase func() httpResult) httpResult {
-		cs := a.Commits.Stats()
-		n0, reqs0, ns0 := cs.Commits.Load(), cs.Requests.Load(), cs.Nanos.Load()
-		ps0 := a.Commits.PreparedStats()
-		st := a.Stock.Stats()
-		pipes0, piped0 := st.Pipelines.Load(), st.Pipelined.Load()
-		r := phase()
-		pipes, piped := st.Pipelines.Load()-pipes0, st.Pipelined.Load()-piped0
-		n, reqs, ns := cs.Commits.Load()-n0, cs.Requests.Load()-reqs0, cs.Nanos.Load()-ns0
-		ps := a.Commits.PreparedStats()
-		batch = meanBatch(reqs, n)
-		if n > 0 {
-			r.note = fmt.Sprintf("%d group commits: %.1f requests and %s each; the writers' statements: %d prepared, %d executed prepared, %d as text, %d evicted, %d held",
-				n, float64(reqs)/float64(n), dur(time.Duration(ns/n)), ps.Prepares-ps0.Prepares, ps.Executions-ps0.Executions,
-				ps.Texts-ps0.Texts, ps.Evictions-ps0.Evictions, ps.Statements)
-		}
-		if pipes > 0 {
-			r.note += fmt.Sprintf("; admissions: %d pipelines of %.1f", pipes, float64(piped)/float64(pipes))
-		}
-		return r
+		return withGroupCommits(a, &batch, phase)
 	}
 	rs = append(rs, withCommits(func() httpResult {
 		return load("seckill, selling", base+"/v1/seckill/FLASH/buy", *workers, *duration, buyer("s"), empty)
@@ -312,6 +305,31 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 		web.extra += soak
 	}
 	return web
+}
+
+// withGroupCommits runs phase and notes the group commits behind its 201s:
+// how many orders each carried and how long each took (two may be in
+// flight at once); *batch is set to the mean batch.
+func withGroupCommits(a *app.App, batch *int, phase func() httpResult) httpResult {
+	cs := a.Commits.Stats()
+	n0, reqs0, ns0 := cs.Commits.Load(), cs.Requests.Load(), cs.Nanos.Load()
+	ps0 := a.Commits.PreparedStats()
+	st := a.Stock.Stats()
+	pipes0, piped0 := st.Pipelines.Load(), st.Pipelined.Load()
+	r := phase()
+	pipes, piped := st.Pipelines.Load()-pipes0, st.Pipelined.Load()-piped0
+	n, reqs, ns := cs.Commits.Load()-n0, cs.Requests.Load()-reqs0, cs.Nanos.Load()-ns0
+	ps := a.Commits.PreparedStats()
+	*batch = meanBatch(reqs, n)
+	if n > 0 {
+		r.note = fmt.Sprintf("%d group commits: %.1f requests and %s each; the writers' statements: %d prepared, %d executed prepared, %d as text, %d evicted, %d held",
+			n, float64(reqs)/float64(n), dur(time.Duration(ns/n)), ps.Prepares-ps0.Prepares, ps.Executions-ps0.Executions,
+			ps.Texts-ps0.Texts, ps.Evictions-ps0.Evictions, ps.Statements)
+	}
+	if pipes > 0 {
+		r.note += fmt.Sprintf("; admissions: %d pipelines of %.1f", pipes, float64(piped)/float64(pipes))
+	}
+	return r
 }
 
 // syncLag pays orders at rate per second for d through the service, waits

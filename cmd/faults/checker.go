@@ -29,8 +29,9 @@ type Verdict struct {
 	Sold       int64 // units sold, over every SKU (to see the run sold out, not idled)
 	Stocked    int64
 	FiveXX     map[int]int64
-	Problems   []string // every non-zero finding, in words
-	Notes      []string // what the scenario did (faults injected, when)
+	Problems   []string       // every non-zero finding, in words
+	Campaign   *CampaignCheck // a campaign run's own checks (campaign.go); their units are in the columns too
+	Notes      []string       // what the scenario did (faults injected, when)
 
 	Timing         Timing   // the answers' times
 	Timed          bool     // the timing thresholds are verdicts in this scenario

@@ -47,12 +47,20 @@ func (s Secrets) env() []string {
 type Answer struct {
 	Status int
 	Body   map[string]any
+	Header http.Header
 	Err    error
 }
 
 func (a Answer) str(key string) string { s, _ := a.Body[key].(string); return s }
 
 func (a Answer) num(key string) int64 { f, _ := a.Body[key].(float64); return int64(f) }
+
+// code is an error answer's code ({"error":{"code":...}}).
+func (a Answer) code() string {
+	e, _ := a.Body["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
 
 // ambiguous: the request may or may not have taken effect.
 func (a Answer) ambiguous() bool { return a.Status == 0 || a.Status >= 500 }
@@ -129,6 +137,12 @@ func route(path string) string {
 		if strings.HasPrefix(path, r) {
 			return r
 		}
+	}
+	if strings.HasPrefix(path, "/v1/campaigns/") {
+		if strings.HasSuffix(path, "/buy") {
+			return "/v1/campaigns/{id}/buy"
+		}
+		return "/v1/campaigns/{id}"
 	}
 	if strings.HasPrefix(path, "/v1/orders/") {
 		return "/v1/orders/{id}/..."
@@ -210,7 +224,7 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, body any, 
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	c.stats.record(resp.StatusCode, method, path, start)
-	a := Answer{Status: resp.StatusCode}
+	a := Answer{Status: resp.StatusCode, Header: resp.Header}
 	_ = json.Unmarshal(data, &a.Body)
 	return a
 }

@@ -28,6 +28,13 @@ func TestFaults(t *testing.T) {
 	require.NoError(t, err)
 	const seed = 20261122
 	for _, sc := range quick {
+		if sc.Campaign {
+			sc.Inspect = func(ctx context.Context, r *Run, v *Verdict) {
+				if assert.True(t, v.ZerosPassed(), "the campaign run checks clean first") {
+					campaignCheckerCountsEachBrokenPromise(t, ctx, r)
+				}
+			}
+		}
 		t.Run(sc.Name, func(t *testing.T) {
 			v, err := runScenario(ctx, lab, sc, seed, 8*time.Second, logf)
 			require.NoError(t, err)
@@ -173,5 +180,69 @@ func checkerCountsEachBrokenPromise(t *testing.T, ctx context.Context, r *Run) {
 		assert.Equal(t, [4]int64{c.want.Oversold, c.want.Lost, c.want.Duplicated, c.want.Stuck},
 			[4]int64{v.Oversold, v.Lost, v.Duplicated, v.Stuck}, "%s: oversold, lost, duplicated, stuck (%v)", c.name, v.Problems)
 		require.True(t, verdict().Passed(), "%s: undone", c.name)
+	}
+}
+
+// campaignCheckerCountsEachBrokenPromise tampers with a settled campaign
+// run's database and witness and expects the campaign's checks to count
+// each broken promise exactly.
+func campaignCheckerCountsEachBrokenPromise(t *testing.T, ctx context.Context, r *Run) {
+	exec := func(q string, args ...any) {
+		t.Helper()
+		_, err := r.db.ExecContext(ctx, q, args...)
+		require.NoError(t, err, q)
+	}
+	verdict := func() *Verdict {
+		t.Helper()
+		v := &Verdict{Scenario: "campaign"}
+		require.NoError(t, r.checkCampaign(ctx, v))
+		return v
+	}
+	require.Empty(t, verdict().Problems, "the settled campaign checks clean")
+	var sold string
+	require.NoError(t, r.db.QueryRowContext(ctx, `SELECT token FROM stock_reservations WHERE campaign_id = ? AND state = 'SOLD' ORDER BY token LIMIT 1`,
+		r.camp.ID).Scan(&sold))
+	open, end := r.camp.local(r.camp.StartsAt), r.camp.local(r.camp.EndsAt)
+	answer := func(a campAnswer) (func(), func()) {
+		w := r.witness
+		return func() { w.mu.Lock(); w.camp.answers = append(w.camp.answers, a); w.mu.Unlock() },
+			func() { w.mu.Lock(); w.camp.answers = w.camp.answers[:len(w.camp.answers)-1]; w.mu.Unlock() }
+	}
+	early, unEarly := answer(campAnswer{sent: open.Add(-time.Second), got: open.Add(-500 * time.Millisecond), status: 201, order: sold})
+	late, unLate := answer(campAnswer{sent: end.Add(time.Second), got: end.Add(time.Second), status: 201, order: "not-a-replay"})
+	wrong, unWrong := answer(campAnswer{sent: end.Add(time.Second), got: end.Add(time.Second), status: 409, code: "insufficient_stock"})
+	noWait, unNoWait := answer(campAnswer{sent: open.Add(-3 * time.Second), got: open.Add(-3 * time.Second), status: 409, code: "sale_not_started", retryAfter: "1"})
+	for _, c := range []struct {
+		name          string
+		breakIt, undo func()
+		// outside, wrong answers, unaccounted; oversold, lost
+		want [5]int64
+	}{
+		{"a sale reserved before the opening", func() {
+			exec(`UPDATE stock_reservations SET created_at = created_at - INTERVAL 1 HOUR WHERE token = ?`, sold)
+		}, func() {
+			exec(`UPDATE stock_reservations SET created_at = created_at + INTERVAL 1 HOUR WHERE token = ?`, sold)
+		}, [5]int64{1, 0, 0, 1, 0}},
+		{"a sale reserved after the end", func() {
+			exec(`UPDATE stock_reservations SET created_at = created_at + INTERVAL 1 HOUR WHERE token = ?`, sold)
+		}, func() {
+			exec(`UPDATE stock_reservations SET created_at = created_at - INTERVAL 1 HOUR WHERE token = ?`, sold)
+		}, [5]int64{1, 0, 0, 1, 0}},
+		{"a 201 answered before the opening", early, unEarly, [5]int64{1, 0, 0, 1, 0}},
+		{"a 201 to a buy sent after the end, no replay", late, unLate, [5]int64{1, 0, 0, 1, 0}},
+		{"insufficient_stock after the end", wrong, unWrong, [5]int64{0, 1, 0, 0, 0}},
+		{"sale_not_started with too short a Retry-After", noWait, unNoWait, [5]int64{0, 1, 0, 0, 0}},
+		{"a campaign sale of one unit more than was taken", func() {
+			exec(`UPDATE stock_reservations SET qty = qty + 1 WHERE token = ?`, sold)
+		}, func() { exec(`UPDATE stock_reservations SET qty = qty - 1 WHERE token = ?`, sold) }, [5]int64{0, 0, -1, 1, 0}},
+		{"two units of the allotment nowhere", func() { r.camp.Allotment += 2 }, func() { r.camp.Allotment -= 2 }, [5]int64{0, 0, 2, 0, 2}},
+	} {
+		c.breakIt()
+		v := verdict()
+		c.undo()
+		assert.Equal(t, c.want, [5]int64{v.Campaign.Outside, v.Campaign.WrongAnswer, v.Campaign.Unaccounted, v.Oversold, v.Lost},
+			"%s: outside, wrong answers, unaccounted, oversold, lost (%v)", c.name, v.Problems)
+		assert.NotEmpty(t, v.Problems, c.name)
+		require.Empty(t, verdict().Problems, "%s: undone", c.name)
 	}
 }

@@ -121,6 +121,9 @@ func run(ctx context.Context, selected []Scenario, seed uint64, duration time.Du
 		for _, l := range v.timingLines() {
 			fmt.Fprintf(w, "    %s\n", l)
 		}
+		if v.Campaign != nil {
+			fmt.Fprintf(w, "    %s\n", v.Campaign.line())
+		}
 	}
 	return verdicts, nil
 }

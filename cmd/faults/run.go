@@ -118,6 +118,11 @@ type Run struct {
 	dark     *Dark     // the blackhole the fault made, if any
 	phases   []Phase   // the stretches with a link slowed down
 	takeover *Takeover // the consumer node killed for its queues' takeover, if any
+
+	camp       *campaignPlan // the run's campaign, if the scenario has one
+	quiet      sync.RWMutex  // the campaign's quiet point (Workload.quiet)
+	poolDrift  []string      // quiet points where Redis's pool disagreed with the database
+	poolHidden int64         // units of the pool Redis hid below the database there
 }
 
 // note records what the fault injector did, with the time into the run.
@@ -149,12 +154,17 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 	if err := r.setup(ctx); err != nil {
 		return nil, fmt.Errorf("%s: setup: %w", sc.Name, err)
 	}
+	if sc.Campaign {
+		if err := r.putCampaign(ctx); err != nil {
+			return nil, fmt.Errorf("%s: setup: %w", sc.Name, err)
+		}
+	}
 	logf("%s: %d instance(s) up; workload for %s", sc.Name, len(r.fleet), duration)
 
 	wctx, stop := context.WithCancel(ctx)
 	lateCtx, stopLate := context.WithTimeout(ctx, duration+orderTTL+10*time.Second)
 	defer stopLate()
-	wl := &Workload{c: r.client, w: r.witness, seed: seed, ttl: orderTTL, lateCtx: lateCtx}
+	wl := &Workload{c: r.client, w: r.witness, seed: seed, ttl: orderTTL, lateCtx: lateCtx, camp: r.camp, quiet: &r.quiet}
 	r.start = time.Now()
 	wl.Run(wctx)
 	faultErr := make(chan error, 1)
@@ -191,6 +201,11 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 	}
 	if err := check(ctx, r.db, arbiter.OutboxOf(r.outboxDB.WithContext(ctx)), r.redisAvailable, r.witness, orderTTL+sweepInterval+2*time.Second, v); err != nil {
 		return nil, fmt.Errorf("%s: check: %w", sc.Name, err)
+	}
+	if r.camp != nil {
+		if err := r.checkCampaign(ctx, v); err != nil {
+			return nil, fmt.Errorf("%s: check: %w", sc.Name, err)
+		}
 	}
 	for kind, n := range r.witness.refused {
 		v.problem("abuse: %d %s accepted", n, kind)

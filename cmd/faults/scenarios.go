@@ -23,6 +23,9 @@ type Scenario struct {
 	Instances int  // inventoryd processes (default 1)
 	Cluster   bool // Redis Cluster of three masters instead of one Redis
 	Quick     bool // part of the subset make test runs
+	// Campaign: a flash-sale campaign on the hot SKU opens and ends
+	// within the workload, with its buyers and checks (campaign.go).
+	Campaign bool
 	// Timed: the thresholds of docs/SPEC.md section 7 on the answers'
 	// times are verdicts (elsewhere the times are reported only).
 	Timed       bool
@@ -256,6 +259,10 @@ var scenarios = append([]Scenario{
 		return nil
 	}},
 	{Name: "abuse", Instances: 2, Quick: true, Fault: abuse},
+	// A flash-sale campaign on the hot SKU: Redis flushed at the opening
+	// and rolled back to before it, a quiet point in the window, a node
+	// SIGKILLed at the end (campaign.go).
+	{Name: "campaign", Instances: 2, Quick: true, Campaign: true, MinDuration: 18 * time.Second, Fault: campaignFault},
 }, linkScenarios()...)
 
 // sinceRoute is how long after the route came back (routed) something

@@ -34,6 +34,7 @@ type Witness struct {
 	refunds  map[string]bool  // orders answered REFUNDED
 	restocks []restock
 	refused  map[string]int // abuse probes that must be refused, by kind, that were not
+	camp     *campaignSeen  // a campaign run's buys and polls (campaign.go)
 }
 
 type orderSeen struct {
@@ -131,6 +132,8 @@ type Workload struct {
 	wg      sync.WaitGroup
 	late    sync.WaitGroup // late payments still to send after the workload stops
 	lateCtx context.Context
+	camp    *campaignPlan // the run's campaign, if it has one (campaign.go)
+	quiet   *sync.RWMutex // the campaign's buyers hold it shared while they buy; the driver takes it for a quiet point
 }
 
 func (wl *Workload) rng(actor int) *rand.Rand {
@@ -153,6 +156,9 @@ func (wl *Workload) Run(ctx context.Context) {
 	spawn(2, wl.tokenUser)
 	spawn(1, wl.refunder)
 	spawn(1, wl.restocker)
+	if wl.camp != nil { // last: the other actors' random streams stay those of a run without it
+		spawn(campaignBuyers, wl.campaignBuyer)
+	}
 }
 
 func (wl *Workload) Wait() { wl.wg.Wait(); wl.late.Wait() }
@@ -228,7 +234,7 @@ func (wl *Workload) afterOrder(ctx context.Context, rng *rand.Rand, o *orderSeen
 	}
 }
 
-func (wl *Workload) pay(ctx context.Context, rng *rand.Rand, o *orderSeen, paymentID string) {
+func (wl *Workload) pay(ctx context.Context, rng *rand.Rand, o *orderSeen, paymentID string) Answer {
 	a := wl.c.retry(ctx, rng, 8, func() Answer {
 		body, h := wl.c.callback(wl.c.secrets.Payment, o.ID, paymentID, time.Now())
 		return wl.c.do(ctx, rng, http.MethodPost, "/v1/payments/callback", body, h)
@@ -236,6 +242,7 @@ func (wl *Workload) pay(ctx context.Context, rng *rand.Rand, o *orderSeen, payme
 	if a.Status == http.StatusOK && a.str("status") == "PAID" && a.str("payment_id") == paymentID {
 		wl.w.paid(o, paymentID)
 	}
+	return a
 }
 
 // tokenUser takes stock through the raw token API and commits or releases

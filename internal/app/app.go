@@ -460,6 +460,12 @@ func (a *App) Start(ctx context.Context) error {
 // Handler is the HTTP API, for serving it in-process (tests).
 func (a *App) Handler() http.Handler { return a.server.Handler() }
 
+// DB is the service's database handle, for in-process tools that observe
+// it (cmd/benchtable counts the statements a phase's requests send with a
+// GORM callback). The group commit's own connections (Commits) are not
+// behind it.
+func (a *App) DB() *gorm.DB { return a.db }
+
 // Addr is the address the server listens on, once started.
 func (a *App) Addr() string { return a.ln.Addr().String() }
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
@@ -22,29 +21,6 @@ import (
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
 )
-
-// countStatements counts every statement GORM sends on db while fn runs.
-func countStatements(t *testing.T, db *gorm.DB, fn func()) int64 {
-	t.Helper()
-	var n atomic.Int64
-	name := "count:" + t.Name()
-	count := func(*gorm.DB) { n.Add(1) }
-	cb := db.Callback()
-	require.NoError(t, cb.Query().Before("gorm:query").Register(name, count))
-	require.NoError(t, cb.Create().Before("gorm:create").Register(name, count))
-	require.NoError(t, cb.Update().Before("gorm:update").Register(name, count))
-	require.NoError(t, cb.Raw().Before("gorm:raw").Register(name, count))
-	require.NoError(t, cb.Row().Before("gorm:row").Register(name, count))
-	defer func() {
-		_ = cb.Query().Remove(name)
-		_ = cb.Create().Remove(name)
-		_ = cb.Update().Remove(name)
-		_ = cb.Raw().Remove(name)
-		_ = cb.Row().Remove(name)
-	}()
-	fn()
-	return n.Load()
-}
 
 // put creates a campaign of a fresh SKU (stock units) on r.
 func put(t *testing.T, r *testrig.Rig, stockUnits, allotment, limit int64, starts, ends time.Time) (string, string) {
@@ -78,7 +54,7 @@ func TestBurstBeforeTheOpeningNeverReachesTheDatabase(t *testing.T) {
 	_, err := r.Campaigns.Get(ctx, id) // the countdown's view, read once
 	require.NoError(t, err)
 	var refused atomic.Int64
-	n := countStatements(t, r.DB, func() {
+	n := testrig.CountStatements(t, r.DB, func() {
 		testrig.Race(200, func(i int) {
 			_, err := r.Campaigns.Buy(ctx, id, fmt.Sprintf("u%d", i), "")
 			var early campaign.NotStarted
@@ -256,4 +232,23 @@ func TestEndedBeforeItsOpening(t *testing.T) {
 	require.ErrorIs(t, err, inventory.ErrEnded)
 	r.RequireQty(sku, 10, 0)
 	r.CheckInvariant(sku)
+}
+
+// However many product pages poll a campaign, a node reads it from the
+// database at most once per Staleness, one read at a time: 100 pollers
+// arriving together after it went stale cost one read (its two statements).
+func TestCountdownIsReadOnceForManyPollers(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	id, _ := put(t, r, 10, 4, 0, time.Now().Add(-time.Second), time.Now().Add(time.Hour))
+	r.Clock.Advance(campaign.Staleness)
+	n := testrig.CountStatements(t, r.DB, func() {
+		testrig.Race(100, func(int) {
+			v, err := r.Campaigns.Get(ctx, id)
+			if err != nil || v.State != campaign.Live || v.Remaining != 4 {
+				t.Errorf("%+v, %v", v, err)
+			}
+		})
+	})
+	require.EqualValues(t, 2, n, "the campaign and its counts, once")
 }

@@ -135,7 +135,14 @@ func (s *Server) buyCampaign(c echo.Context) error {
 	o, err := s.camps.Buy(c.Request().Context(), id, user, c.Request().Header.Get("Idempotency-Key"))
 	s.cfg.Metrics.deduction(err, 0)
 	if errors.Is(err, inventory.ErrInsufficientStock) {
-		s.soldOut.Set(flag)
+		// Sold out until units come back, or the end: a buy after the end
+		// is sale_ended, which the flag, checked first, would hide. The
+		// view is the one Buy just read (memory).
+		if v, gerr := s.camps.Get(c.Request().Context(), id); gerr == nil {
+			s.soldOut.SetUntil(flag, v.EndsAt)
+		} else {
+			s.soldOut.Set(flag)
+		}
 	}
 	var early campaign.NotStarted
 	if errors.As(err, &early) {

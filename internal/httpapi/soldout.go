@@ -24,6 +24,16 @@ func NewSoldOut(ttl time.Duration, now func() time.Time) *SoldOut {
 
 func (s *SoldOut) Set(sku string) { s.flags.Store(sku, s.now().Add(s.ttl)) }
 
+// SetUntil is Set, the flag expiring at until if that is sooner (a
+// campaign's end: after it a buy is answered sale_ended, not sold out).
+func (s *SoldOut) SetUntil(sku string, until time.Time) {
+	exp := s.now().Add(s.ttl)
+	if until.Before(exp) {
+		exp = until
+	}
+	s.flags.Store(sku, exp)
+}
+
 func (s *SoldOut) Clear(sku string) { s.flags.Delete(sku) }
 
 func (s *SoldOut) Is(sku string) bool {

@@ -18,14 +18,13 @@ const WarmAhead = 10 * time.Minute
 // CampaignReport is one campaign whose Redis copy disagrees with the
 // database.
 type CampaignReport struct {
-	ID         string  `json:"campaign"`
-	SKU        string  `json:"sku"`
-	Left       int64   `json:"left"`        // the pool's units in the database
-	RedisLeft  *int64  `json:"redis_left"`  // nil: Redis does not have it
-	Problem    string  `json:"problem"`
-	Repaired   bool    `json:"repaired"`
-	RedisEpoch *int64  `json:"redis_epoch"` // the initialisation Redis holds
-	Window     *string `json:"window,omitempty"`
+	ID         string `json:"campaign"`
+	SKU        string `json:"sku"`
+	Left       int64  `json:"left"`       // the pool's units in the database
+	RedisLeft  *int64 `json:"redis_left"` // nil: Redis does not have it
+	Problem    string `json:"problem"`
+	Repaired   bool   `json:"repaired"`
+	RedisEpoch *int64 `json:"redis_epoch"` // the initialisation Redis holds
 }
 
 // livePool is a campaign whose pool is HELD (it has not ended).
@@ -61,43 +60,51 @@ func checkCampaign(p livePool, lv stock.CampaignLevels, now time.Time) (problem 
 	return "", false
 }
 
+// eachPool calls fn with every campaign that has not ended, its pool in
+// Redis and what Redis holds of it; a campaign whose Redis read fails is
+// skipped, the errors joined.
+func (c *Reconciler) eachPool(ctx context.Context, fn func(livePool, stock.Campaign, stock.CampaignLevels) error) error {
+	pools, err := c.livePools(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range pools {
+		camp := stock.Campaign{ID: p.ID, SKU: p.SKU}
+		lv, err := c.stock.CampaignLevels(ctx, camp)
+		if err == nil {
+			err = fn(p, camp, lv)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
 // ReconcileCampaigns checks every campaign that has not ended: its Redis
 // copy against the pool in the database (units, initialisation, window).
 // With repair it writes the pool to Redis again (a new epoch: exact even
 // under traffic). Redis numbers are exact at a quiet point; under traffic
 // an admission in flight shows as a difference of its units.
 func (c *Reconciler) ReconcileCampaigns(ctx context.Context, repair bool) ([]CampaignReport, error) {
-	pools, err := c.livePools(ctx)
-	if err != nil {
-		return nil, err
-	}
 	var out []CampaignReport
-	var errs []error
-	for _, p := range pools {
-		camp := stock.Campaign{ID: p.ID, SKU: p.SKU}
-		lv, err := c.stock.CampaignLevels(ctx, camp)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
+	err := c.eachPool(ctx, func(p livePool, camp stock.Campaign, lv stock.CampaignLevels) error {
 		problem, _ := checkCampaign(p, lv, time.Now())
 		if problem == "" {
-			continue
+			return nil
 		}
 		r := CampaignReport{ID: p.ID, SKU: p.SKU, Left: p.Left, Problem: problem}
 		if lv.Initialised {
 			r.RedisLeft, r.RedisEpoch = &lv.Available, &lv.Epoch
 		}
+		var err error
 		if repair {
-			if err := c.stock.RealignCampaign(ctx, camp); err != nil {
-				errs = append(errs, err)
-			} else {
-				r.Repaired = true
-			}
+			err = c.stock.RealignCampaign(ctx, camp)
+			r.Repaired = err == nil
 		}
 		out = append(out, r)
-	}
-	return out, errors.Join(errs...)
+		return err
+	})
+	return out, err
 }
 
 // RealignCampaigns is the periodic job's part for campaigns: every pool
@@ -105,33 +112,21 @@ func (c *Reconciler) ReconcileCampaigns(ctx context.Context, repair bool) ([]Cam
 // pool Redis lacks is written if its campaign opens within WarmAhead (the
 // warm-up). It returns the campaigns it wrote.
 func (c *Reconciler) RealignCampaigns(ctx context.Context) ([]string, error) {
-	pools, err := c.livePools(ctx)
-	if err != nil {
-		return nil, err
-	}
 	var done []string
-	var errs []error
-	for _, p := range pools {
-		camp := stock.Campaign{ID: p.ID, SKU: p.SKU}
-		lv, err := c.stock.CampaignLevels(ctx, camp)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		problem, warm := checkCampaign(p, lv, time.Now())
-		switch {
+	err := c.eachPool(ctx, func(p livePool, camp stock.Campaign, lv stock.CampaignLevels) error {
+		var err error
+		switch problem, warm := checkCampaign(p, lv, time.Now()); {
 		case warm:
 			err = c.stock.WarmCampaign(ctx, camp)
 		case problem != "":
 			err = c.stock.RealignCampaign(ctx, camp)
 		default:
-			continue
+			return nil
 		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		if err == nil {
+			done = append(done, p.ID)
 		}
-		done = append(done, p.ID)
-	}
-	return done, errors.Join(errs...)
+		return err
+	})
+	return done, err
 }

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -345,4 +346,28 @@ func RunEmbedded(t *testing.T, tests ...func(*testing.T)) {
 		name := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name()
 		t.Run(strings.TrimPrefix(name[strings.LastIndex(name, ".")+1:], "Test"), fn)
 	}
+}
+
+// CountStatements counts every statement GORM sends on db while fn runs
+// (queries, inserts, updates, raw SQL), from any goroutine.
+func CountStatements(t testing.TB, db *gorm.DB, fn func()) int64 {
+	t.Helper()
+	var n atomic.Int64
+	name := "count:" + t.Name()
+	count := func(*gorm.DB) { n.Add(1) }
+	cb := db.Callback()
+	require.NoError(t, cb.Query().Before("gorm:query").Register(name, count))
+	require.NoError(t, cb.Create().Before("gorm:create").Register(name, count))
+	require.NoError(t, cb.Update().Before("gorm:update").Register(name, count))
+	require.NoError(t, cb.Raw().Before("gorm:raw").Register(name, count))
+	require.NoError(t, cb.Row().Before("gorm:row").Register(name, count))
+	defer func() {
+		_ = cb.Query().Remove(name)
+		_ = cb.Create().Remove(name)
+		_ = cb.Update().Remove(name)
+		_ = cb.Raw().Remove(name)
+		_ = cb.Row().Remove(name)
+	}()
+	fn()
+	return n.Load()
 }

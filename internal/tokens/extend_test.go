@@ -194,19 +194,9 @@ func TestTokenExtensionIsOneStatement(t *testing.T) {
 	sku := r.PutSKU("TXN", 5, 0)
 	_, err := r.Tokens.Reserve(ctx, sku, 1, "tok")
 	require.NoError(t, err)
-	var n int
-	name := "count:" + t.Name()
-	count := func(*gorm.DB) { n++ }
-	cb := r.DB.Callback()
-	require.NoError(t, cb.Query().Before("gorm:query").Register(name, count))
-	require.NoError(t, cb.Update().Before("gorm:update").Register(name, count))
-	require.NoError(t, cb.Raw().Before("gorm:raw").Register(name, count))
-	require.NoError(t, cb.Row().Before("gorm:row").Register(name, count))
-	_, err = r.Tokens.Extend(ctx, sku, "tok", "k", time.Hour)
-	_ = cb.Query().Remove(name)
-	_ = cb.Update().Remove(name)
-	_ = cb.Raw().Remove(name)
-	_ = cb.Row().Remove(name)
+	n := testrig.CountStatements(t, r.DB, func() {
+		_, err = r.Tokens.Extend(ctx, sku, "tok", "k", time.Hour)
+	})
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.EqualValues(t, 1, n)
 }

@@ -231,7 +231,8 @@ func (s *Service) Extend(ctx context.Context, sku, token, idemKey string, by tim
 	now := s.now()
 	until := now.Add(by)
 	ok, err := arbiter.RetryDeadlock(ctx, func() (bool, error) {
-		return arbiter.In(s.db.WithContext(ctx)).Extend(key, sku, now, until, until.Add(-s.cfg.MaxHold), idemKey)
+		// One statement, atomic alone: no transaction around it (one round trip).
+		return arbiter.In(s.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true})).Extend(key, sku, now, until, until.Add(-s.cfg.MaxHold), idemKey)
 	})
 	if err != nil {
 		return time.Time{}, err
