@@ -10,6 +10,11 @@
 // carries an epoch and the database seq it read, so a change the database
 // committed is added to Redis exactly once, by the initialisation or by the
 // change itself (Store.Apply).
+//
+// A flash-sale campaign's pool (its allotment's unsold units) is a second
+// kind of Redis value of a SKU, fenced the same way by the pool's own seq
+// and epoch, and admitted by the same script, which also checks the
+// campaign's window (campaign.go).
 package stock
 
 import (
