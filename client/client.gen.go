@@ -1112,7 +1112,9 @@ type ClientInterface interface {
 
 	// GetCampaign A campaign's countdown and counts, cheap enough for every product page to poll.
 	//
-	// Served from each node's memory, at most 0.5 s old (state and now
+	// Served from each node's memory, at most 0.5 s old (5 s while the
+	// opening is more than 0.5 s off: nothing sells before it; a change is
+	// answered at once by the node that made it) (state and now
 	// are as of the answer). A weak ETag names what the page shows (not
 	// the clock): If-None-Match answers 304 until it changes.
 	// Cache-Control max-age=1.
@@ -1639,7 +1641,9 @@ func (c *Client) Readyz(ctx context.Context, params *ReadyzParams, reqEditors ..
 
 // GetCampaign A campaign's countdown and counts, cheap enough for every product page to poll.
 //
-// Served from each node's memory, at most 0.5 s old (state and now
+// Served from each node's memory, at most 0.5 s old (5 s while the
+// opening is more than 0.5 s off: nothing sells before it; a change is
+// answered at once by the node that made it) (state and now
 // are as of the answer). A weak ETag names what the page shows (not
 // the clock): If-None-Match answers 304 until it changes.
 // Cache-Control max-age=1.
@@ -4078,7 +4082,9 @@ type ClientWithResponsesInterface interface {
 
 	// GetCampaignWithResponse A campaign's countdown and counts, cheap enough for every product page to poll.
 	//
-	// Served from each node's memory, at most 0.5 s old (state and now
+	// Served from each node's memory, at most 0.5 s old (5 s while the
+	// opening is more than 0.5 s off: nothing sells before it; a change is
+	// answered at once by the node that made it) (state and now
 	// are as of the answer). A weak ETag names what the page shows (not
 	// the clock): If-None-Match answers 304 until it changes.
 	// Cache-Control max-age=1.
@@ -7629,7 +7635,9 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, params *Re
 
 // GetCampaignWithResponse A campaign's countdown and counts, cheap enough for every product page to poll.
 //
-// Served from each node's memory, at most 0.5 s old (state and now
+// Served from each node's memory, at most 0.5 s old (5 s while the
+// opening is more than 0.5 s off: nothing sells before it; a change is
+// answered at once by the node that made it) (state and now
 // are as of the answer). A weak ETag names what the page shows (not
 // the clock): If-None-Match answers 304 until it changes.
 // Cache-Control max-age=1.
