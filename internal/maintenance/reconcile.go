@@ -218,9 +218,16 @@ func (c *Reconciler) fixReserved(ctx context.Context, sku string) error {
 func (c *Reconciler) Realign(ctx context.Context) ([]string, error) {
 	var done []string
 	err := c.eachSKU(ctx, func(rec arbiter.SKU, lv stock.Levels) error {
-		buyersOK := lv.BuyersEpoch == 0 || lv.BuyersEpoch == lv.Epoch
-		if !lv.Initialised || lv.Available == rec.Available() && lv.Epoch == rec.RedisEpoch && buyersOK {
+		if !lv.Initialised {
 			return nil
+		}
+		if lv.Available == rec.Available() && lv.Epoch == rec.RedisEpoch && (lv.BuyersEpoch == 0 || lv.BuyersEpoch == lv.Epoch) {
+			// The counts too, buyer by buyer: a Redis failed over to a
+			// replica that missed some of them keeps the right marks.
+			n, err := c.buyersDiffer(ctx, rec, lv)
+			if err != nil || n == 0 {
+				return err
+			}
 		}
 		if err := c.stock.Realign(ctx, rec.SKU); err != nil {
 			return err
