@@ -64,7 +64,7 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 		rows[i].Buyer = nil
 		quota := h.Row.SKU
 		if c := h.Row.CampaignID; c != nil {
-			quota = campaignQuota(*c)
+			quota = CampaignToken(*c)
 			fromPool[*c] += h.Row.Qty
 			skuOf[*c] = h.Row.SKU
 		} else {
@@ -117,7 +117,7 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 		return nil, err
 	}
 	for id, f := range pools {
-		fences[CampaignToken(id)] = Fence{Seq: f.Seq, Epoch: f.Epoch}
+		fences[CampaignToken(id)] = f
 	}
 	return fences, nil
 }
@@ -302,7 +302,7 @@ func (a Arbiter) returnQuotas(released []Reservation) (skus []BuyerUnits, campai
 		}
 		key := r.SKU
 		if r.CampaignID != nil {
-			key = campaignQuota(*r.CampaignID)
+			key = CampaignToken(*r.CampaignID)
 			campaigns = append(campaigns, CampaignUnits{ID: *r.CampaignID, SKU: r.SKU, User: *r.Buyer, Qty: r.Qty})
 		} else {
 			skus = append(skus, BuyerUnits{SKU: r.SKU, User: *r.Buyer, Qty: r.Qty})

@@ -37,12 +37,10 @@ import (
 // Redis copy, as skus.seq fences a SKU's), campaigns.redis_epoch its Redis
 // initialisations.
 
-// CampaignToken is the token of campaign id's pool. ":" is in no SKU and
-// in no token the other namespaces make ("t." + a client token, order ids).
+// CampaignToken is the token of campaign id's pool, and the key of its
+// per-user limit in buyer_quotas. ":" is in no SKU and in no token the
+// other namespaces make ("t." + a client token, order ids).
 func CampaignToken(id string) string { return "c:" + id }
-
-// campaignQuota is the buyer_quotas key of campaign id's per-user limit.
-func campaignQuota(id string) string { return "c:" + id }
 
 // Campaign is a campaign's record.
 type Campaign struct {
@@ -71,10 +69,6 @@ type CampaignChange struct {
 	Delta   int64
 	Seq     int64
 }
-
-// CampaignFence is where a campaign sale left the pool: its change counter
-// and the Redis initialisation the database last handed out.
-type CampaignFence struct{ Seq, Epoch int64 }
 
 // CampaignRefusedError: the database refused a campaign sale; Err says why
 // (inventory.ErrNotStarted, inventory.ErrEnded, inventory.ErrInsufficientStock,
@@ -107,35 +101,36 @@ func (a Arbiter) dbNow() (string, []any) {
 // window overlaps; an allotment below what the campaign sold and holds; a
 // change of the SKU; a change of a campaign that ended. The returned
 // changes bring the SKU's Redis value along (nil when the allotment did not
-// change), and pool is the pool's change for the campaign's Redis copy.
-func (a Arbiter) PutCampaign(c Campaign, ifMatch []string, now time.Time) (sku []inventory.Change, pool *CampaignChange, err error) {
+// change); the caller writes the pool's Redis copy again from the database
+// (its window may have changed too).
+func (a Arbiter) PutCampaign(c Campaign, ifMatch []string, now time.Time) ([]inventory.Change, error) {
 	var cur []Campaign
 	if err := a.tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", c.ID).Find(&cur).Error; err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if len(ifMatch) > 0 && (len(cur) == 0 || !slices.Contains(ifMatch, AnyVersion) && !slices.Contains(ifMatch, cur[0].Version())) {
-		return nil, nil, fmt.Errorf("%w: campaign %s is not at the version If-Match names", inventory.ErrPrecondition, c.ID)
+		return nil, fmt.Errorf("%w: campaign %s is not at the version If-Match names", inventory.ErrPrecondition, c.ID)
 	}
 	if len(cur) > 0 && cur[0].SKU != c.SKU {
-		return nil, nil, fmt.Errorf("%w: campaign %s sells %s; its SKU cannot change", inventory.ErrConflict, c.ID, cur[0].SKU)
+		return nil, fmt.Errorf("%w: campaign %s sells %s; its SKU cannot change", inventory.ErrConflict, c.ID, cur[0].SKU)
 	}
 	var s []SKU
 	if err := a.tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", c.SKU).Find(&s).Error; err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if len(s) == 0 {
-		return nil, nil, inventory.UnknownSKU(c.SKU)
+		return nil, inventory.UnknownSKU(c.SKU)
 	}
 	if s[0].OnHand == inventory.Unlimited {
-		return nil, nil, inventory.Invalidf("sku %s has unlimited stock: a campaign needs an allotment of a limited SKU", c.SKU)
+		return nil, inventory.Invalidf("sku %s has unlimited stock: a campaign needs an allotment of a limited SKU", c.SKU)
 	}
 	var overlapping int64
 	if err := a.tx.Model(&Campaign{}).Where("sku = ? AND id <> ? AND starts_at < ? AND ends_at > ?", c.SKU, c.ID, c.EndsAt, c.StartsAt).
 		Count(&overlapping).Error; err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if overlapping > 0 {
-		return nil, nil, fmt.Errorf("%w: another campaign of %s overlaps %s to %s", inventory.ErrConflict, c.SKU,
+		return nil, fmt.Errorf("%w: another campaign of %s overlaps %s to %s", inventory.ErrConflict, c.SKU,
 			c.StartsAt.Format(time.RFC3339), c.EndsAt.Format(time.RFC3339))
 	}
 	token := CampaignToken(c.ID)
@@ -143,64 +138,64 @@ func (a Arbiter) PutCampaign(c Campaign, ifMatch []string, now time.Time) (sku [
 		c.CreatedAt, c.UpdatedAt, c.Rev = now, now, 1
 		if err := a.tx.Create(&c).Error; err != nil {
 			if IsDuplicate(err) {
-				return nil, nil, fmt.Errorf("%w: %w", errInsertRaced, err)
+				return nil, fmt.Errorf("%w: %w", errInsertRaced, err)
 			}
-			return nil, nil, err
+			return nil, err
 		}
 		if s[0].Available() < c.Allotment {
-			return nil, nil, RefusedError{c.SKU}
+			return nil, RefusedError{c.SKU}
 		}
 		row := Reservation{Token: token, SKU: c.SKU, Qty: c.Allotment, State: Held, ExpiresAt: c.EndsAt,
 			CreatedAt: now, UpdatedAt: now, CampaignID: &c.ID}
 		if err := insertReservations(a.tx, []Reservation{row}); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		return a.movePool(c.ID, c.SKU, c.Allotment, true)
 	}
 	old := cur[0]
 	p, err := a.pool(c.ID)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if p.State != Held {
-		return nil, nil, fmt.Errorf("%w: campaign %s has ended", inventory.ErrConflict, c.ID)
+		return nil, fmt.Errorf("%w: campaign %s has ended", inventory.ErrConflict, c.ID)
 	}
 	delta := c.Allotment - old.Allotment
 	if p.Qty+delta < 0 {
-		return nil, nil, fmt.Errorf("%w: campaign %s sold and holds %d units; its allotment cannot go to %d",
+		return nil, fmt.Errorf("%w: campaign %s sold and holds %d units; its allotment cannot go to %d",
 			inventory.ErrConflict, c.ID, old.Allotment-p.Qty, c.Allotment)
 	}
 	if delta > 0 && s[0].Available() < delta {
-		return nil, nil, RefusedError{c.SKU}
+		return nil, RefusedError{c.SKU}
 	}
 	if err := a.tx.Model(&Campaign{}).Where("id = ?", c.ID).Updates(map[string]any{
 		"allotment": c.Allotment, "starts_at": c.StartsAt, "ends_at": c.EndsAt, "per_user_limit": c.PerUserLimit,
 		"hold_seconds": c.HoldSeconds, "rev": gorm.Expr("rev + 1"), "updated_at": now,
 	}).Error; err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := a.tx.Model(&Reservation{}).Where("token = ? AND sku = ?", token, c.SKU).
 		Update("expires_at", c.EndsAt).Error; err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if delta == 0 {
-		return nil, nil, nil
+		return nil, nil
 	}
 	return a.movePool(c.ID, c.SKU, delta, false)
 }
 
 // movePool moves delta units between sku's available units and the pool
 // of campaign id (delta > 0: into the pool; the pool's row already holds
-// them when created), with its movement, and returns both changes for
-// Redis.
-func (a Arbiter) movePool(id, sku string, delta int64, created bool) ([]inventory.Change, *CampaignChange, error) {
+// them when created), with its movement, and returns the SKU's change
+// for Redis (the caller writes the pool's Redis copy again whole).
+func (a Arbiter) movePool(id, sku string, delta int64, created bool) ([]inventory.Change, error) {
 	if err := a.tx.Exec(`UPDATE skus SET reserved = reserved + ?, seq = seq + 1 WHERE sku = ?`, delta, sku).Error; err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if !created {
 		if err := a.tx.Exec(`UPDATE stock_reservations SET qty = qty + ?, result = result + 1 WHERE token = ? AND sku = ?`,
 			delta, CampaignToken(id), sku).Error; err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	kind := MoveReserve
@@ -208,17 +203,13 @@ func (a Arbiter) movePool(id, sku string, delta int64, created bool) ([]inventor
 		kind = MoveRelease
 	}
 	if err := a.moved([]Movement{{SKU: sku, Kind: kind, ReservedDelta: delta, Reference: tokenRef(CampaignToken(id))}}); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	fences, err := readFences(a.tx, []string{sku})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	p, err := a.pool(id)
-	if err != nil {
-		return nil, nil, err
-	}
-	return Changes(map[string]int64{sku: delta}, fences, -1), &CampaignChange{ID: id, SKU: sku, Delta: delta, Seq: p.Result}, nil
+	return Changes(map[string]int64{sku: delta}, fences, -1), nil
 }
 
 // pool reads campaign id's pool row.
@@ -237,9 +228,9 @@ func (a Arbiter) pool(id string) (Reservation, error) {
 // each under one conditional UPDATE that the database's clock lets through
 // only within the window: CampaignRefusedError otherwise. Campaigns in
 // sorted order: concurrent writers never deadlock.
-func (a Arbiter) takeFromPools(want map[string]int64, skuOf map[string]string) (map[string]CampaignFence, error) {
+func (a Arbiter) takeFromPools(want map[string]int64, skuOf map[string]string) (map[string]Fence, error) {
 	now, args := a.dbNow()
-	out := make(map[string]CampaignFence, len(want))
+	out := make(map[string]Fence, len(want))
 	for _, id := range sortedKeys(want) {
 		q := append([]any{want[id], CampaignToken(id), skuOf[id], want[id]}, args...)
 		q = append(q, id)
@@ -263,11 +254,11 @@ func (a Arbiter) takeFromPools(want map[string]int64, skuOf map[string]string) (
 }
 
 // campaignFence reads where campaign id's pool stands.
-func (a Arbiter) campaignFence(id string) (CampaignFence, error) {
+func (a Arbiter) campaignFence(id string) (Fence, error) {
 	var f struct{ Seq, Epoch int64 }
 	err := a.tx.Raw(`SELECT r.result AS seq, c.redis_epoch AS epoch FROM stock_reservations r JOIN campaigns c ON c.id = r.campaign_id
 		WHERE r.token = ?`, CampaignToken(id)).Scan(&f).Error
-	return CampaignFence{Seq: f.Seq, Epoch: f.Epoch}, err
+	return Fence{Seq: f.Seq, Epoch: f.Epoch}, err
 }
 
 // whyNotSold says why the pool of campaign id could not give qty units, by
@@ -308,7 +299,7 @@ func (a Arbiter) campaignLimits(ids []string) (map[string]int64, error) {
 	}
 	out := make(map[string]int64, len(rows))
 	for _, c := range rows {
-		out[campaignQuota(c.ID)] = c.PerUserLimit
+		out[CampaignToken(c.ID)] = c.PerUserLimit
 	}
 	return out, nil
 }

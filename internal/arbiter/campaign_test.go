@@ -23,7 +23,7 @@ func campaign(id, sku string, allotment, limit int64, starts time.Time) arbiter.
 
 func (s *stmts) putCampaign(c arbiter.Campaign, ifMatch ...string) error {
 	return s.in(func(a arbiter.Arbiter) error {
-		_, _, err := a.PutCampaign(c, ifMatch, time.Now().UTC().Truncate(time.Microsecond))
+		_, err := a.PutCampaign(c, ifMatch, time.Now().UTC().Truncate(time.Microsecond))
 		return err
 	})
 }

@@ -195,7 +195,7 @@ func (s *Service) Put(ctx context.Context, id string, spec Spec, ifMatch []strin
 	var chs []inventory.Change
 	err := arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
 		var err error
-		chs, _, err = arbiter.In(tx).PutCampaign(c, ifMatch, now)
+		chs, err = arbiter.In(tx).PutCampaign(c, ifMatch, now)
 		return err
 	})
 	var refused arbiter.RefusedError
