@@ -10,13 +10,18 @@ import (
 	"github.com/acme/inventory/mq"
 )
 
-// Takeover is the consumer node killed and kept down until the other node
-// applied the queues it held (kill-inventoryd): the sync's resumption after
-// a change of consumer nodes (docs/SPEC.md section 7, within syncLimit).
+// Takeover is the node killed and kept down, while it led the outbox relay
+// and consumed its share of the queues, until the other node applied the
+// queues it held (kill-inventoryd): the sync's resumption after a change of
+// consumer nodes (docs/SPEC.md section 7, within syncLimit).
 type Takeover struct {
 	Victim string   // the instance killed
-	SKUs   []string // the workload's SKUs on the queues it held
+	SKUs   []string // the workload's SKUs on the queues it held (all of them if none was)
 	Queues int      // how many queues it held
+	// RelayOnly: none of the workload's SKUs was on its queues, so what is
+	// measured is the relay's move alone (the other node's queues wait for
+	// nothing else).
+	RelayOnly bool
 	// Resumed is the time from the SIGKILL to the first message of those
 	// SKUs applied by the node that stayed (-1: not within MeasuredUntil).
 	Resumed       time.Duration
@@ -31,15 +36,18 @@ type Takeover struct {
 // client's 3 s wait before the first pull of a queue it just locked.
 const takeoverBaseline = 200 * time.Millisecond
 
-// killForTakeover waits until every instance is in the consumer group, kills
-// the one whose queues carry the hot SKU, and keeps it down until the other
-// applied a message of one of its queues (or syncWait passed), then starts
-// it again.
+// killForTakeover waits until every instance is in the consumer group and
+// one leads the outbox relay, kills that one (the worst case: its queues and
+// the relay both have to move, and nothing of any SKU is published until the
+// relay has), and keeps it down until the other applied a message of one of
+// its queues' SKUs (or of any workload SKU, if none of them is on its
+// queues), or syncWait passed; then starts it again.
 func (r *Run) killForTakeover(ctx context.Context) error {
 	ns, topic := []string{r.lab.mq.NameServer()}, r.resourceName()
 	group := topic + "_apply" // internal/app's consumer group
 	skus := append([]string{hotSKU, tokenSKU}, cartSKUs...)
 	var owners map[int]string
+	var victim *Instance
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		var err error
 		owners, err = mq.QueueOwners(ctx, ns, topic, group)
@@ -47,23 +55,23 @@ func (r *Run) killForTakeover(ctx context.Context) error {
 		for _, cid := range owners {
 			cids[cid] = true
 		}
+		victim = nil
 		if err == nil && len(cids) == len(r.fleet) {
+			victim, err = r.relayLeader(ctx)
+		}
+		if victim != nil {
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("takeover: the consumer group never had all %d instances (owners %v, %v)", len(r.fleet), owners, err)
+			return fmt.Errorf("takeover: the consumer group never had all %d instances with one leading the relay (owners %v, %v)", len(r.fleet), owners, err)
 		}
 		sleep(ctx, 100*time.Millisecond)
 	}
-	victimCID := owners[mq.QueueOf(hotSKU, len(owners))]
-	var victim *Instance
-	for _, in := range r.fleet {
-		if strings.HasSuffix(victimCID, "@"+in.Name+"_consumer") { // internal/app's instance name
-			victim = in
+	victimCID := ""
+	for _, cid := range owners {
+		if strings.HasSuffix(cid, "@"+victim.Name+"_consumer") { // internal/app's instance name
+			victimCID = cid
 		}
-	}
-	if victim == nil {
-		return fmt.Errorf("takeover: no instance is consumer %s", victimCID)
 	}
 	tk := &Takeover{Victim: victim.Name, Resumed: -1}
 	for _, cid := range owners {
@@ -75,6 +83,9 @@ func (r *Run) killForTakeover(ctx context.Context) error {
 		if owners[mq.QueueOf(sku, len(owners))] == victimCID {
 			tk.SKUs = append(tk.SKUs, sku)
 		}
+	}
+	if len(tk.SKUs) == 0 {
+		tk.SKUs, tk.RelayOnly = skus, true // the relay's move alone holds every SKU back
 	}
 	slices.Sort(tk.SKUs)
 
@@ -101,12 +112,31 @@ func (r *Run) killForTakeover(ctx context.Context) error {
 		strings.Repeat(",?", len(tk.SKUs)-1)+`)`, anys(tk.SKUs)...).Scan(&tk.Pending); err != nil {
 		return err
 	}
-	r.note("%s (queues of %s: %d of %d) SIGKILLed and kept down: the other node applied them %s after the kill",
-		victim.Name, strings.Join(tk.SKUs, ", "), tk.Queues, len(owners), tk.resumed())
+	r.note("%s (relay leader, %d of %d queues) SIGKILLed and kept down: the other node applied %s %s after the kill",
+		victim.Name, tk.Queues, len(owners), tk.what(), tk.resumed())
 	r.mu.Lock()
 	r.takeover = tk
 	r.mu.Unlock()
 	return victim.Start(ctx)
+}
+
+// relayLeader is the one instance whose /metrics says it leads the outbox
+// relay (nil while none or more than one does: a handover under way).
+func (r *Run) relayLeader(ctx context.Context) (*Instance, error) {
+	var leaders []*Instance
+	for _, in := range r.fleet {
+		m, err := scrape(ctx, in.URL())
+		if err != nil {
+			return nil, err
+		}
+		if m["inventory_relay_leader"] == 1 {
+			leaders = append(leaders, in)
+		}
+	}
+	if len(leaders) != 1 {
+		return nil, nil
+	}
+	return leaders[0], nil
 }
 
 // appliedOf counts the ledger's rows of skus: messages applied.
@@ -152,6 +182,14 @@ func (tk *Takeover) line() string {
 	if tk.Resumed >= 0 && tk.Resumed <= syncLimit {
 		mark = "PASS"
 	}
-	return fmt.Sprintf("consumer %s SIGKILLed (%d queues: %s): the other node applied them %s after the kill (≤ %s: %s)",
-		tk.Victim, tk.Queues, strings.Join(tk.SKUs, ", "), tk.resumed(), syncLimit, mark)
+	return fmt.Sprintf("relay leader and consumer %s SIGKILLed (%d queues): the other node applied %s %s after the kill (≤ %s: %s)",
+		tk.Victim, tk.Queues, tk.what(), tk.resumed(), syncLimit, mark)
+}
+
+// what says whose messages the takeover waited for.
+func (tk *Takeover) what() string {
+	if tk.RelayOnly {
+		return "the messages of " + strings.Join(tk.SKUs, ", ") + " (none on its queues: the relay's move alone)"
+	}
+	return "its queues' messages of " + strings.Join(tk.SKUs, ", ")
 }

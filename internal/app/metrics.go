@@ -53,6 +53,13 @@ func registerDomainMetrics(reg prometheus.Registerer, a *App) {
 		counter("inventory_stock_admission_pipelines_total", "Pipelines this node sent admissions to Redis in.", st.Pipelines.Load),
 		counter("inventory_stock_admissions_pipelined_total", "Admissions those pipelines carried (each its own script call).", st.Pipelined.Load),
 		counter("inventory_mq_sent_total", "Stock messages the relay published.", a.relay.Sent.Load),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inventory_relay_leader", Help: "1 on the node that leads the outbox relay now."},
+			func() float64 {
+				if a.relay.Leading.Load() {
+					return 1
+				}
+				return 0
+			}),
 		counter("inventory_mq_applied_total", "Stock operations applied to the database.", a.applier.Applied.Load),
 		counter("inventory_mq_duplicates_total", "Stock operations delivered again and ignored.", a.applier.Duplicate.Load),
 		counter("inventory_mq_anomalies_total", "Stock operations recorded as anomalies.", a.applier.Anomalies.Load),

@@ -34,7 +34,8 @@ type RelayConfig struct {
 	// Parallel bounds the SKUs whose messages are being sent at once; each
 	// SKU's own messages go out one request after another. Default 8.
 	Parallel int
-	// LockTTL is the single-runner lock's expiry (renewed while running). Default 10s.
+	// LockTTL is the single-runner lock's expiry (renewed while running).
+	// Default DefaultRelayLockTTL.
 	LockTTL time.Duration
 	Logger  *slog.Logger
 	// Now is the clock a held-back SKU's wait is measured by. Default time.Now.
@@ -44,6 +45,19 @@ type RelayConfig struct {
 	// round is marked sent.
 	AfterSend func(row arbiter.OutboxRow) error
 }
+
+// DefaultRelayLockTTL is the relay lock's default expiry. When the node
+// leading the relay dies, nothing is published until its lock lapses (up to
+// this long after its last renewal, every third of it) and another node's
+// next attempt (every half of it, jittered) takes it: at most 1.5× this,
+// 2-3 s. It must stay below the consumer's own takeover after a crash (about
+// 4 s: docs/design.md, "When a node dies"), or the sync's resumption after a
+// crash is the relay's, not the consumer's: with 10 s it was 6-15 s when the
+// dead node also led the relay, against SPEC's 5 s. A renewal that fails for
+// this long (a Redis stall, a pause) hands the relay over; sending a row
+// twice is harmless (the consumer's ledger), so a short lock costs only its
+// renewals.
+const DefaultRelayLockTTL = 2 * time.Second
 
 // Relay publishes outbox rows to the ordered topic, on one node at a time (a
 // distributed lock, renewed while it runs). Each SKU's rows go out in id
@@ -65,6 +79,8 @@ type Relay struct {
 
 	// Sent counts the messages this relay published.
 	Sent atomic.Int64
+	// Leading says whether this node leads the relay now.
+	Leading atomic.Bool
 }
 
 // heldBack is a SKU whose send failed: its rows are not read again before
@@ -98,7 +114,7 @@ func NewRelay(db *gorm.DB, p mq.Producer, locker *lock.Locker, cfg RelayConfig) 
 		cfg.Parallel = 8
 	}
 	if cfg.LockTTL <= 0 {
-		cfg.LockTTL = 10 * time.Second
+		cfg.LockTTL = DefaultRelayLockTTL
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -126,6 +142,8 @@ func (r *Relay) loop(ctx context.Context) {
 
 // lead relays while this node holds the lock (ctx ends when it is lost).
 func (r *Relay) lead(ctx context.Context) {
+	r.Leading.Store(true)
+	defer r.Leading.Store(false)
 	backoff := job.Backoff{Min: r.cfg.Interval, Max: maxSKUBackoff}
 	var warned time.Time // failed sends are logged at most once a second
 	for ctx.Err() == nil {

@@ -339,3 +339,37 @@ func TestRelayConcurrentSKUsKeepTheirOrder(t *testing.T) {
 	require.LessOrEqual(t, maxInFlight, 8, "bounded by Parallel")
 	require.Positive(t, failures.Load(), "the failure path ran")
 }
+
+// A node that died leading the relay (SIGKILL: its lock is neither released
+// nor renewed) holds every SKU's messages back until its lock lapses; then
+// another node leads and sends them, and never before the lapse (two
+// leaders at once would send the same rows concurrently).
+func TestRelayTakesOverFromADeadLeader(t *testing.T) {
+	r := newStores(t)
+	m := mq.NewMemory(4)
+	got := receive(t, m)
+	renewed := time.Now() // its last renewal: the lock lapses no earlier than DefaultRelayLockTTL after
+	_, err := r.locker.Obtain(context.Background(), lock.RelayKey, DefaultRelayLockTTL, 0)
+	require.NoError(t, err) // never renewed, never released
+
+	relay := NewRelay(r.db, m.Producer(), r.locker, RelayConfig{Interval: 10 * time.Millisecond})
+	relay.Start(context.Background())
+	t.Cleanup(relay.Stop)
+	require.NoError(t, r.db.Create(&[]arbiter.OutboxRow{outboxRow("A", "a-1"), outboxRow("B", "b-1")}).Error)
+	relay.Wake()
+
+	var ledAt time.Time
+	require.Eventually(t, func() bool {
+		if relay.Leading.Load() && ledAt.IsZero() {
+			ledAt = time.Now()
+		}
+		return !ledAt.IsZero()
+	}, 30*time.Second, time.Millisecond, "the relay never took the dead leader's lock")
+	require.GreaterOrEqual(t, ledAt.Sub(renewed), DefaultRelayLockTTL, "led while the dead leader's lock was live")
+	got.waitTotal(t, 2)
+	require.Equal(t, []string{"a-1"}, got.of("A"))
+	require.Equal(t, []string{"b-1"}, got.of("B"))
+
+	relay.Stop()
+	require.False(t, relay.Leading.Load(), "a stopped relay does not lead")
+}
