@@ -246,7 +246,7 @@ func openCampaign(ctx context.Context, a *app.App, check *sql.DB, base string, i
 	o.before = startsAt.Sub(start)
 	o.stmts = closeStmts()
 	o.commits = a.Commits.Stats().Commits.Load() - commits0
-	o.wire = readWire().since(wire0).roundTrips()
+	o.wire = readWire().Since(wire0).RoundTrips()
 	stopProf()
 	stopCPU()
 	stopCPU, stopProf = measureCPU(sellName), profilePhase(sellName)
@@ -334,7 +334,7 @@ func extendPhases(ctx context.Context, a *app.App, base string, stmts *stmtCount
 		prog.phase(name)
 		idle0 := readWire()
 		time.Sleep(time.Second)
-		idle := float64(readWire().since(idle0).roundTrips())
+		idle := float64(readWire().Since(idle0).RoundTrips())
 		e := extension{route: route, idle: idle}
 		closeStmts := stmts.window()
 		commits0 := a.Commits.Stats().Commits.Load()
@@ -342,7 +342,7 @@ func extendPhases(ctx context.Context, a *app.App, base string, stmts *stmtCount
 		start := time.Now()
 		r := loadEach(name, url, *workers, d, func(w int) http.Header { return credentials("e", w) }, body)
 		e.window = time.Since(start)
-		e.wire = readWire().since(wire0).roundTrips()
+		e.wire = readWire().Since(wire0).RoundTrips()
 		e.commits = a.Commits.Stats().Commits.Load() - commits0
 		e.stmts = closeStmts()
 		e.answers = r.codes[http.StatusOK]
