@@ -7,13 +7,20 @@ import (
 	"strings"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/acme/inventory"
 )
 
-// Querier runs a query: a *sql.DB, or the breaker's pool around one
-// (breaker.ConnPool).
-type Querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+// OnPool is db (its callbacks and settings: what counts and guards its
+// statements) sending its statements on pool instead: how the service's
+// handle on a multi-statement pool (Config.MultiStatements) is made from
+// its db and that pool (mysqlconn.MultiStatements, behind the breaker's
+// ConnPool when db's is).
+func OnPool(db *gorm.DB, pool gorm.ConnPool) *gorm.DB {
+	on := db.Session(&gorm.Session{NewDB: true, Context: context.Background()})
+	on.Statement.ConnPool = pool
+	return on
 }
 
 // extendOneTrip is Extend's conditional UPDATE and the read of its answer
@@ -32,11 +39,11 @@ func (s *Service) extendOneTrip(ctx context.Context, id, userID, idemKey string,
 	if idemKey != "" {
 		key = idemKey
 	}
-	rows, err := s.cfg.MultiStatements.QueryContext(ctx, extendSQL,
+	rows, err := s.cfg.MultiStatements.WithContext(ctx).Raw(extendSQL,
 		until, now, key,
 		id, Pending, now, until, until.Add(-s.cfg.MaxHold),
 		userID == "", userID, idemKey == "", idemKey,
-		id)
+		id).Rows()
 	if err != nil {
 		return nil, false, err
 	}

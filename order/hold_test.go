@@ -218,7 +218,8 @@ func TestExtensionIsOneRoundTrip(t *testing.T) {
 			return testrig.CountStatements(t, r.DB, fn)
 		}
 		before := r.Wire.Read()
-		fn()
+		statements := testrig.CountStatements(t, r.DB, fn)
+		require.EqualValues(t, 1, statements, "one text (the UPDATE and the SELECT), one statement to GORM")
 		return r.Wire.Read().Since(before).RoundTrips()
 	}
 	want, what := int64(1), "round trips"

@@ -45,12 +45,12 @@ type Config struct {
 	OnOutbox func()
 	// OnExpired is told how long after its deadline each order expired.
 	OnExpired func(late time.Duration)
-	// MultiStatements, on MySQL and MariaDB, is a pool whose connections
-	// take several statements in one query (mysqlconn.MultiStatements):
-	// Extend sends its conditional UPDATE and the read of its answer as
-	// one text there, one round trip. Nil (SQLite): the UPDATE, then the
-	// order and its lines, three.
-	MultiStatements Querier
+	// MultiStatements, on MySQL and MariaDB, is the service's db on a pool
+	// whose connections take several statements in one query (OnPool of
+	// mysqlconn.MultiStatements): Extend sends its conditional UPDATE and
+	// the read of its answer as one text there, one round trip. Nil
+	// (SQLite): the UPDATE, then the order and its lines, three.
+	MultiStatements *gorm.DB
 	// Writer is the group commit that records new orders with their
 	// reservations (the token API shares it). Default: one of the
 	// Service's own, which Close closes.

@@ -63,8 +63,8 @@ type App struct {
 	db      *gorm.DB
 	sqlDB   *sql.DB
 	mini    *miniredis.Miniredis
-	multiDB *sql.DB       // several statements per query (real mode): an order's extension, one round trip
-	multi   order.Querier // multiDB behind the database's breaker
+	multiDB *sql.DB  // several statements per query (real mode): an order's extension, one round trip
+	multi   *gorm.DB // db on multiDB, behind the database's breaker
 	memq    *mq.Memory
 	Stock   *stock.Store
 	Orders  *order.Service
@@ -297,7 +297,7 @@ func (a *App) openStores(ctx context.Context) error {
 	if a.multiDB, err = mysqlconn.MultiStatements(mc, multiConns); err != nil {
 		return fmt.Errorf("mysql: %w", err)
 	}
-	a.multi = a.dbBreaker.ConnPool(a.multiDB)
+	a.multi = order.OnPool(a.db, a.dbBreaker.ConnPool(a.multiDB))
 	return nil
 }
 

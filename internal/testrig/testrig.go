@@ -71,10 +71,10 @@ type Rig struct {
 	Relay     *stocksync.Relay
 	Transport Transport
 	Clock     *testenv.Clock
-	// MultiStatements is the pool the order service sends its
+	// MultiStatements is DB on the pool the order service sends its
 	// one-round-trip texts on (order.Config.MultiStatements); nil on the
 	// embedded stand-ins.
-	MultiStatements order.Querier
+	MultiStatements *gorm.DB
 	// Wire counts the commands New's rig sends MariaDB on all its
 	// connections (internal/wirecount); nil on the embedded stand-ins and
 	// for Assemble's rigs.
@@ -108,7 +108,7 @@ func New(t testing.TB, tr Transport) *Rig {
 	multi, err := mysqlconn.MultiStatements(cfg, 8)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = multi.Close() })
-	r := Assemble(t, tr, db, testenv.Redis(t), Opts{MultiStatements: multi})
+	r := Assemble(t, tr, db, testenv.Redis(t), Opts{MultiStatements: order.OnPool(db, multi)})
 	r.Wire = wire
 	return r
 }
@@ -128,9 +128,9 @@ type Opts struct {
 	// LenientApply logs (instead of failing on) an applier's Redis Apply
 	// error: under injected chaos a realign may find the init lock taken.
 	LenientApply bool
-	// MultiStatements is the order service's pool for one-round-trip
-	// texts (order.Config.MultiStatements); nil: none.
-	MultiStatements order.Querier
+	// MultiStatements is the order service's handle on a pool for
+	// one-round-trip texts (order.Config.MultiStatements); nil: none.
+	MultiStatements *gorm.DB
 }
 
 // Assemble builds one node of the service on db and rdb.
