@@ -26,5 +26,9 @@ func TestEmbeddedContract(t *testing.T) {
 		TestPerUserLimitRace,
 		TestRealignRestoresBuyersCounts,
 		TestLostBuyersCountsComeBackFromTheDatabase,
+		TestCreateHold,
+		TestExtendRules,
+		TestExtensionRacesTheTimeout,
+		TestExtensionIsOneRoundTrip,
 	)
 }

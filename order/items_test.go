@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/listing"
 	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
@@ -75,4 +76,9 @@ func TestItemsOfOrdersBeforeReservations(t *testing.T) {
 		byID[p.ID] = p.Items
 	}
 	require.Equal(t, map[string][]order.Item{"legacy-1": legacy, o.ID: {{OrderID: o.ID, SKU: "ITEM-C", Qty: 1}}}, byID)
+
+	// An extension reads the order it refuses with its lines too.
+	got, err = r.Orders.Extend(ctx, "legacy-1", "legacy-u", "", time.Hour)
+	require.ErrorIs(t, err, inventory.ErrConflict)
+	require.Equal(t, legacy, got.Items)
 }

@@ -45,6 +45,12 @@ type Config struct {
 	OnOutbox func()
 	// OnExpired is told how long after its deadline each order expired.
 	OnExpired func(late time.Duration)
+	// MultiStatements, on MySQL and MariaDB, is the service's db on a pool
+	// whose connections take several statements in one query (OnPool of
+	// mysqlconn.MultiStatements): Extend sends its conditional UPDATE and
+	// the read of its answer as one text there, one round trip. Nil
+	// (SQLite): the UPDATE, then the order and its lines, three.
+	MultiStatements *gorm.DB
 	// Writer is the group commit that records new orders with their
 	// reservations (the token API shares it). Default: one of the
 	// Service's own, which Close closes.
@@ -474,7 +480,9 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 // extension racing the timeout is decided by the order's row: the expiry
 // (expires_at <= now) and the extension (expires_at > now) cannot both
 // win, so a released hold is never revived. With an idempotency key, a
-// retry answers the order as the first call left it. Errors:
+// retry answers the order as the first call left it. The answer is read
+// after the UPDATE; with Config.MultiStatements both go as one text, so an
+// extension, a refusal and a replay each cost one round trip. Errors:
 // ErrInvalidArgument, ErrNotFound, ErrForbidden (another buyer's order),
 // ErrConflict (not PENDING, past its deadline, past the maximum).
 func (s *Service) Extend(ctx context.Context, id, userID, idemKey string, by time.Duration) (*Order, error) {
@@ -494,6 +502,26 @@ func (s *Service) Extend(ctx context.Context, id, userID, idemKey string, by tim
 	}
 	now := s.now()
 	until := now.Add(by)
+	extend := s.extendThenRead
+	if s.cfg.MultiStatements != nil {
+		extend = s.extendOneTrip
+	}
+	o, moved, err := extend(ctx, id, userID, idemKey, now, until)
+	if err != nil {
+		return nil, err
+	}
+	if moved {
+		s.cfg.OnExtended(ctx, id, until)
+		return o, nil
+	}
+	return o, s.whyNotExtended(o, userID, idemKey, now, until)
+}
+
+// extendThenRead is Extend's conditional UPDATE, then the read of the
+// order as it left it (or as it stands, when it changed nothing), with its
+// lines: three round trips (SQLite, or no Config.MultiStatements). It
+// reports whether the UPDATE moved the deadline.
+func (s *Service) extendThenRead(ctx context.Context, id, userID, idemKey string, now, until time.Time) (*Order, bool, error) {
 	set := map[string]any{"expires_at": until, "updated_at": now, "extend_key": nil}
 	q := s.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true}).Model(&Order{}).
 		Where("id = ? AND status = ? AND expires_at > ? AND expires_at < ? AND created_at >= ?",
@@ -507,17 +535,13 @@ func (s *Service) Extend(ctx context.Context, id, userID, idemKey string, by tim
 	}
 	res := q.Updates(set)
 	if res.Error != nil {
-		return nil, res.Error
+		return nil, false, res.Error
 	}
 	o, err := s.Get(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	if res.RowsAffected == 1 {
-		s.cfg.OnExtended(ctx, id, until)
-		return o, nil
-	}
-	return o, s.whyNotExtended(o, userID, idemKey, now, until)
+	return o, res.RowsAffected == 1, nil
 }
 
 // whyNotExtended says why Extend changed nothing, from the order as it is

@@ -182,6 +182,26 @@ func TestContractPerUserLimit(t *testing.T) {
 	}
 	st, body = p.answer(p.api.CancelOrderWithResponse(ctx, ids[0], nil, p.as("greedy")))
 	require.Equal(t, 200, st, body)
+	// An order's extension through the real service (on MariaDB its
+	// UPDATE and the read of the answer go as one multi-statement text):
+	// the order with its new deadline, the same one for a retried key, 409
+	// for the cancelled order.
+	key := client.IdempotencyKey("ext-1")
+	extend := func(id string) (int, map[string]any) {
+		return p.answer(p.api.ExtendOrderWithResponse(ctx, id, &client.ExtendOrderParams{IdempotencyKey: &key},
+			client.ExtendOrderJSONRequestBody{Seconds: 1800}, p.as("greedy")))
+	}
+	st, first := extend(ids[1])
+	require.Equal(t, 200, st, first)
+	require.Equal(t, ids[1], first["id"])
+	require.Equal(t, "PENDING", first["status"])
+	require.Equal(t, []any{map[string]any{"sku": "PHONE", "qty": float64(1)}}, first["items"])
+	st, again := extend(ids[1])
+	require.Equal(t, 200, st, again)
+	require.Equal(t, first, again, "a retry with the same key answers the same order and deadline")
+	st, body = extend(ids[0])
+	require.Equal(t, 409, st, body)
+	require.Equal(t, "conflict", errCode(body))
 	st, body = buy()
 	require.Equal(t, 201, st, "the cancelled unit comes back to the buyer's limit: %v", body)
 	var counted int

@@ -63,6 +63,8 @@ type App struct {
 	db      *gorm.DB
 	sqlDB   *sql.DB
 	mini    *miniredis.Miniredis
+	multiDB *sql.DB  // several statements per query (real mode): an order's extension, one round trip
+	multi   *gorm.DB // db on multiDB, behind the database's breaker
 	memq    *mq.Memory
 	Stock   *stock.Store
 	Orders  *order.Service
@@ -136,7 +138,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	a.applier = stocksync.NewApplier(a.db, log)
 	a.Commits = groupcommit.New(a.db)
 	a.Orders = order.NewService(a.db, a.Stock, order.Config{
-		TTL: cfg.OrderTTL, MaxHold: cfg.MaxHold, Logger: log, OnOutbox: a.relay.Wake, Writer: a.Commits,
+		TTL: cfg.OrderTTL, MaxHold: cfg.MaxHold, Logger: log, OnOutbox: a.relay.Wake, Writer: a.Commits, MultiStatements: a.multi,
 		OnExpired:  func(late time.Duration) { releaseLatency.Observe(late.Seconds()) },
 		OnCreated:  func(ctx context.Context, o *order.Order) { a.timeouts.Schedule(ctx, o.ID, o.ExpiresAt) },
 		OnFinished: func(ctx context.Context, o *order.Order) { a.timeouts.Unschedule(ctx, o.ID) },
@@ -290,8 +292,18 @@ func (a *App) openStores(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mysql: %w", err)
 	}
+	// The same sessions, several statements per query: only the fixed
+	// texts of the paths that must cost one round trip go there.
+	if a.multiDB, err = mysqlconn.MultiStatements(mc, multiConns); err != nil {
+		return fmt.Errorf("mysql: %w", err)
+	}
+	a.multi = order.OnPool(a.db, a.dbBreaker.ConnPool(a.multiDB))
 	return nil
 }
+
+// multiConns bounds the multi-statement pool (an extension holds a
+// connection for one round trip).
+const multiConns = 16
 
 // redisTimeout bounds each network wait of a Redis command (dial, read,
 // write, a free connection) where the URL sets none: the backstop beneath
@@ -509,6 +521,9 @@ func (a *App) closeClients() {
 	}
 	if a.sqlDB != nil {
 		_ = a.sqlDB.Close()
+	}
+	if a.multiDB != nil {
+		_ = a.multiDB.Close()
 	}
 	if a.mini != nil {
 		a.mini.Close()

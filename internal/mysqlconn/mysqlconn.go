@@ -130,3 +130,28 @@ func probeVariable(ctx context.Context, cfg *mysql.Config, name string) (bool, e
 	}
 	return false, fmt.Errorf("mysql: %w", err)
 }
+
+// MultiStatements opens a pool of at most conns connections on a copy of
+// cfg (as Prepare, and Serving for the serving process, left it) whose
+// connections take several statements in one query (the driver's
+// multiStatements): a path that must cost one round trip sends its
+// statements as one text there, and reads its results in turn. Only
+// fixed texts go to it, their parameters interpolated by the client (cfg's
+// InterpolateParams, which Prepare sets, is required: a statement prepared
+// by the server holds one statement), so no parameter becomes a
+// statement. The service's own pool keeps multiStatements off.
+func MultiStatements(cfg *mysql.Config, conns int) (*sql.DB, error) {
+	if !cfg.InterpolateParams {
+		return nil, errors.New("mysqlconn: MultiStatements needs interpolated parameters (Prepare sets them)")
+	}
+	c := cfg.Clone()
+	c.MultiStatements = true
+	connector, err := mysql.NewConnector(c)
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(conns)
+	db.SetMaxIdleConns(conns)
+	return db, nil
+}

@@ -228,7 +228,13 @@ func MySQLDatabase(t testing.TB) string {
 // MySQL returns a GORM handle on a fresh, fully migrated test database.
 func MySQL(t testing.TB) *gorm.DB {
 	t.Helper()
-	dsn := MySQLDatabase(t)
+	return MySQLAt(t, MySQLDatabase(t))
+}
+
+// MySQLAt is MySQL on the database of dsn (MySQLDatabase's, perhaps
+// dialed through another network): migrated, and closed when the test ends.
+func MySQLAt(t testing.TB, dsn string) *gorm.DB {
+	t.Helper()
 	raw, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)

@@ -9,6 +9,7 @@ package testrig
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"runtime"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
@@ -28,9 +30,11 @@ import (
 	"github.com/acme/inventory/internal/groupcommit"
 	"github.com/acme/inventory/internal/listing"
 	"github.com/acme/inventory/internal/maintenance"
+	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/internal/stocksync"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/internal/tokens"
+	"github.com/acme/inventory/internal/wirecount"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
@@ -67,6 +71,14 @@ type Rig struct {
 	Relay     *stocksync.Relay
 	Transport Transport
 	Clock     *testenv.Clock
+	// MultiStatements is DB on the pool the order service sends its
+	// one-round-trip texts on (order.Config.MultiStatements); nil on the
+	// embedded stand-ins.
+	MultiStatements *gorm.DB
+	// Wire counts the commands New's rig sends MariaDB on all its
+	// connections (internal/wirecount); nil on the embedded stand-ins and
+	// for Assemble's rigs.
+	Wire *wirecount.Counter
 }
 
 // TTL is how long the rig's orders and token reservations hold stock.
@@ -85,8 +97,25 @@ func New(t testing.TB, tr Transport) *Rig {
 		db, rdb := testenv.Embedded(t)
 		return Assemble(t, tr, db, rdb, Opts{})
 	}
-	return Assemble(t, tr, testenv.MySQL(t), testenv.Redis(t), Opts{})
+	// Every connection of the rig dialed through a network of its own,
+	// whose commands are counted.
+	wire := wirecount.Network(fmt.Sprintf("testrig%d", rigs.Add(1)))
+	dsn, ok := wire.DSN(testenv.MySQLDatabase(t))
+	require.True(t, ok, "the test DSN names no tcp(...) address: the rig's round trips are not counted")
+	db := testenv.MySQLAt(t, dsn)
+	cfg, err := mysql.ParseDSN(dsn)
+	require.NoError(t, err)
+	multi, err := mysqlconn.MultiStatements(cfg, 8)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = multi.Close() })
+	r := Assemble(t, tr, db, testenv.Redis(t), Opts{MultiStatements: order.OnPool(db, multi)})
+	r.Wire = wire
+	return r
 }
+
+// rigs numbers New's rigs (each counts its connections on a network of
+// its own).
+var rigs atomic.Int64
 
 // Opts adjusts what Assemble builds (the scenarios inject faults with them).
 type Opts struct {
@@ -99,6 +128,9 @@ type Opts struct {
 	// LenientApply logs (instead of failing on) an applier's Redis Apply
 	// error: under injected chaos a realign may find the init lock taken.
 	LenientApply bool
+	// MultiStatements is the order service's handle on a pool for
+	// one-round-trip texts (order.Config.MultiStatements); nil: none.
+	MultiStatements *gorm.DB
 }
 
 // Assemble builds one node of the service on db and rdb.
@@ -107,7 +139,7 @@ func Assemble(t testing.TB, tr Transport, db *gorm.DB, rdb *redis.Client, opts O
 	for _, h := range opts.Hooks {
 		rdb.AddHook(h)
 	}
-	r := &Rig{T: t, Transport: tr, Clock: testenv.NewClock(), DB: db, RDB: rdb}
+	r := &Rig{T: t, Transport: tr, Clock: testenv.NewClock(), DB: db, RDB: rdb, MultiStatements: opts.MultiStatements}
 	init := arbiter.InitFunc(db)
 	if opts.WrapInit != nil {
 		init = opts.WrapInit(init)
@@ -134,7 +166,8 @@ func Assemble(t testing.TB, tr Transport, db *gorm.DB, rdb *redis.Client, opts O
 	r.Relay = stocksync.NewRelay(db, tr.Producer, st.Locker(), stocksync.RelayConfig{Interval: 20 * time.Millisecond})
 	r.Commits = groupcommit.New(db)
 	t.Cleanup(func() { _ = r.Commits.Close() })
-	r.Orders = order.NewService(db, st, order.Config{TTL: TTL, Now: r.Clock.Now, OnOutbox: r.Relay.Wake, Writer: r.Commits})
+	r.Orders = order.NewService(db, st, order.Config{TTL: TTL, Now: r.Clock.Now, OnOutbox: r.Relay.Wake, Writer: r.Commits,
+		MultiStatements: opts.MultiStatements})
 	r.Tokens = tokens.New(db, st, r.Commits, tokens.Config{TTL: TTL, Now: r.Clock.Now, OnOutbox: r.Relay.Wake})
 	r.Catalog = catalog.New(db, st, nil)
 	r.Campaigns = campaign.New(db, st, r.Orders, campaign.Config{Now: r.Clock.Now})
