@@ -397,6 +397,9 @@ type SKU struct {
 	// Available on_hand - reserved; -1 when unlimited
 	Available int64 `json:"available"`
 
+	// LowStockThreshold available at or below which sku.low_stock is announced; left out when the SKU has none
+	LowStockThreshold *int64 `json:"low_stock_threshold,omitempty"`
+
 	// OnHand units in stock (durable, the database); -1 = unlimited
 	OnHand int64 `json:"on_hand"`
 
@@ -805,6 +808,9 @@ type GetSKUParams struct {
 
 // PutSKUJSONBody defines parameters for PutSKU.
 type PutSKUJSONBody struct {
+	// LowStockThreshold sku.low_stock when available falls to this or below; 0 = none
+	LowStockThreshold *int64 `json:"low_stock_threshold,omitempty"`
+
 	// PerUserLimit 0 = none
 	PerUserLimit *int64 `json:"per_user_limit,omitempty"`
 
@@ -1394,24 +1400,28 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/skus/{sku} (the `GetSKU` operationId).
 	GetSKU(ctx context.Context, sku Sku, params *GetSKUParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PutSKUWithBody Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+	// PutSKUWithBody Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 	//
 	// Sets on_hand outright (Redis is realigned to the database). Refused
 	// (409 conflict) if on_hand would fall below reserved. per_user_limit
-	// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-	// created or updated.
+	// and low_stock_threshold default to 0 (none) when omitted: a put sets
+	// every setting. A put that takes available across a threshold (or a
+	// threshold across available) writes its stock event. Answers 200
+	// whether the SKU was created or updated.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/skus/{sku} (the `PutSKU` operationId).
 	PutSKUWithBody(ctx context.Context, sku Sku, params *PutSKUParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PutSKU Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+	// PutSKU Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 	//
 	// Sets on_hand outright (Redis is realigned to the database). Refused
 	// (409 conflict) if on_hand would fall below reserved. per_user_limit
-	// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-	// created or updated.
+	// and low_stock_threshold default to 0 (none) when omitted: a put sets
+	// every setting. A put that takes available across a threshold (or a
+	// threshold across available) writes its stock event. Answers 200
+	// whether the SKU was created or updated.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2123,12 +2133,14 @@ func (c *Client) GetSKU(ctx context.Context, sku Sku, params *GetSKUParams, reqE
 	return c.Client.Do(req)
 }
 
-// PutSKUWithBody Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+// PutSKUWithBody Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 //
 // Sets on_hand outright (Redis is realigned to the database). Refused
 // (409 conflict) if on_hand would fall below reserved. per_user_limit
-// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-// created or updated.
+// and low_stock_threshold default to 0 (none) when omitted: a put sets
+// every setting. A put that takes available across a threshold (or a
+// threshold across available) writes its stock event. Answers 200
+// whether the SKU was created or updated.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2145,12 +2157,14 @@ func (c *Client) PutSKUWithBody(ctx context.Context, sku Sku, params *PutSKUPara
 	return c.Client.Do(req)
 }
 
-// PutSKU Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+// PutSKU Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 //
 // Sets on_hand outright (Redis is realigned to the database). Refused
 // (409 conflict) if on_hand would fall below reserved. per_user_limit
-// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-// created or updated.
+// and low_stock_threshold default to 0 (none) when omitted: a put sets
+// every setting. A put that takes available across a threshold (or a
+// threshold across available) writes its stock event. Answers 200
+// whether the SKU was created or updated.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4380,24 +4394,28 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/skus/{sku} (the `GetSKU` operationId).
 	GetSKUWithResponse(ctx context.Context, sku Sku, params *GetSKUParams, reqEditors ...RequestEditorFn) (*GetSKUResponse, error)
 
-	// PutSKUWithBodyWithResponse Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+	// PutSKUWithBodyWithResponse Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 	//
 	// Sets on_hand outright (Redis is realigned to the database). Refused
 	// (409 conflict) if on_hand would fall below reserved. per_user_limit
-	// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-	// created or updated.
+	// and low_stock_threshold default to 0 (none) when omitted: a put sets
+	// every setting. A put that takes available across a threshold (or a
+	// threshold across available) writes its stock event. Answers 200
+	// whether the SKU was created or updated.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/skus/{sku} (the `PutSKU` operationId).
 	PutSKUWithBodyWithResponse(ctx context.Context, sku Sku, params *PutSKUParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutSKUResponse, error)
 
-	// PutSKUWithResponse Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+	// PutSKUWithResponse Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 	//
 	// Sets on_hand outright (Redis is realigned to the database). Refused
 	// (409 conflict) if on_hand would fall below reserved. per_user_limit
-	// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-	// created or updated.
+	// and low_stock_threshold default to 0 (none) when omitted: a put sets
+	// every setting. A put that takes available across a threshold (or a
+	// threshold across available) writes its stock event. Answers 200
+	// whether the SKU was created or updated.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8053,12 +8071,14 @@ func (c *ClientWithResponses) GetSKUWithResponse(ctx context.Context, sku Sku, p
 	return ParseGetSKUResponse(rsp)
 }
 
-// PutSKUWithBodyWithResponse Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+// PutSKUWithBodyWithResponse Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 //
 // Sets on_hand outright (Redis is realigned to the database). Refused
 // (409 conflict) if on_hand would fall below reserved. per_user_limit
-// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-// created or updated.
+// and low_stock_threshold default to 0 (none) when omitted: a put sets
+// every setting. A put that takes available across a threshold (or a
+// threshold across available) writes its stock event. Answers 200
+// whether the SKU was created or updated.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8071,12 +8091,14 @@ func (c *ClientWithResponses) PutSKUWithBodyWithResponse(ctx context.Context, sk
 	return ParsePutSKUResponse(rsp)
 }
 
-// PutSKUWithResponse Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+// PutSKUWithResponse Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 //
 // Sets on_hand outright (Redis is realigned to the database). Refused
 // (409 conflict) if on_hand would fall below reserved. per_user_limit
-// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-// created or updated.
+// and low_stock_threshold default to 0 (none) when omitted: a put sets
+// every setting. A put that takes available across a threshold (or a
+// threshold across available) writes its stock event. Answers 200
+// whether the SKU was created or updated.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -61,6 +61,9 @@ type SKU struct {
 	Seq          int64  `gorm:"column:seq"`
 	RedisEpoch   int64  `gorm:"column:redis_epoch"`
 	PerUserLimit int64  `gorm:"column:per_user_limit"`
+	// LowStockThreshold is the available level at or below which the SKU
+	// is low (sku.low_stock); 0: never.
+	LowStockThreshold int64 `gorm:"column:low_stock_threshold"`
 }
 
 func (SKU) TableName() string { return "skus" }
@@ -155,22 +158,6 @@ func (Reservation) TableName() string { return "stock_reservations" }
 type Fence struct {
 	Seq, Epoch int64
 	Limit      int64
-}
-
-func readFences(tx *gorm.DB, skus []string) (map[string]Fence, error) {
-	var rows []struct {
-		SKU        string `gorm:"column:sku"`
-		Seq        int64
-		RedisEpoch int64
-	}
-	if err := tx.Raw(`SELECT sku, seq, redis_epoch FROM skus WHERE sku IN ?`, skus).Scan(&rows).Error; err != nil {
-		return nil, err
-	}
-	out := make(map[string]Fence, len(rows))
-	for _, r := range rows {
-		out[r.SKU] = Fence{Seq: r.Seq, Epoch: r.RedisEpoch}
-	}
-	return out, nil
 }
 
 // SKUExists reports whether sku has a record.
