@@ -68,3 +68,37 @@ func TestJobNumbersEveryEventOnceAndFailsOver(t *testing.T) {
 	}
 	require.Equal(t, 10, soldOut, "one per sale of the last units")
 }
+
+// Orders racing through the group commit (many in a batch, each batch one
+// conditional UPDATE per SKU) for more units than there are announce one
+// sku.sold_out, with the database's levels; the cancels that follow
+// announce one sku.back_in_stock.
+func TestGroupCommitRaceAnnouncesOneSoldOut(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	const units, buyers = 20, 64
+	sku := r.PutSKU("EVGC", units, 0)
+	ids := make([]string, buyers)
+	testrig.Race(buyers, func(i int) {
+		if o, err := r.Orders.Create(ctx, testenv.Unique("u"), "", testrig.Line(sku, 1)); err == nil {
+			ids[i] = o.ID
+		}
+	})
+	r.RequireQty(sku, units, units)
+	testrig.Race(buyers, func(i int) {
+		if ids[i] != "" {
+			_, err := r.Orders.Cancel(ctx, ids[i])
+			require.NoError(t, err)
+		}
+	})
+	all, err := arbiter.EventsOf(r.DB).OfSKU(sku)
+	require.NoError(t, err)
+	var got []string
+	for _, e := range all {
+		got = append(got, e.Type)
+		if e.Type == arbiter.EventSoldOut {
+			require.EqualValues(t, [3]int64{units, units, 0}, [3]int64{e.OnHand, e.Reserved, e.Available})
+		}
+	}
+	require.Equal(t, []string{arbiter.EventSoldOut, arbiter.EventBackInStock}, got)
+}
