@@ -155,7 +155,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	a.Reconciler = maintenance.NewReconciler(a.db, a.Stock, log)
 	a.realigner = maintenance.NewRealigner(a.Reconciler, a.Stock.Locker(), cfg.RealignInterval, log)
 	a.retention = maintenance.NewRetention(a.db, a.Stock.Locker(), maintenance.RetentionConfig{
-		Horizon: cfg.Retention, Interval: cfg.RetentionInterval, Logger: log,
+		Horizon: cfg.Retention, EventHorizon: cfg.EventRetention, Interval: cfg.RetentionInterval, Logger: log,
 	})
 	a.events = events.New(a.db, a.Stock.Locker(), events.Config{Logger: log})
 	a.applier.OnApplied = followup.Redis{Stock: a.Stock, Log: log}.Apply

@@ -253,6 +253,18 @@ func (e Events) Page(f EventFilter) ([]Event, error) {
 	return out, err
 }
 
+// PruneBefore deletes up to limit numbered events that occurred before t
+// and returns how many (retention). An event not numbered yet stays.
+func (e Events) PruneBefore(t time.Time, limit int) (int64, error) {
+	var rows []int64
+	if err := e.db.Raw(`SELECT row_id FROM stock_events WHERE occurred_at < ? AND id IS NOT NULL ORDER BY occurred_at LIMIT ?`,
+		t, limit).Scan(&rows).Error; err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	res := e.db.Exec(`DELETE FROM stock_events WHERE row_id IN ?`, rows)
+	return res.RowsAffected, res.Error
+}
+
 // OfSKU reads every event of sku, published or not, in seq order (tests,
 // fault runs).
 func (e Events) OfSKU(sku string) ([]Event, error) {
