@@ -10,8 +10,6 @@
 -- never passes over an event that committed late. seq numbers a SKU's
 -- events with no gap (skus.event_seq is the last one, under the SKU's
 -- row lock). campaign_id names the campaign of a campaign event.
--- Retention deletes numbered events older than its events horizon
--- (occurred_at).
 -- +goose Up
 CREATE TABLE stock_events (
   row_id      BIGINT      NOT NULL AUTO_INCREMENT PRIMARY KEY,
@@ -26,8 +24,7 @@ CREATE TABLE stock_events (
   available   BIGINT      NOT NULL,
   UNIQUE KEY stock_events_id (id),
   UNIQUE KEY stock_events_sku_seq (sku, seq),
-  KEY stock_events_sku_id (sku, id),
-  KEY stock_events_occurred (occurred_at)
+  KEY stock_events_sku_id (sku, id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 -- +goose Down

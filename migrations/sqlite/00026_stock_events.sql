@@ -15,7 +15,6 @@ CREATE TABLE stock_events (
   UNIQUE (sku, seq)
 );
 CREATE INDEX stock_events_sku_id ON stock_events (sku, id);
-CREATE INDEX stock_events_occurred ON stock_events (occurred_at);
 
 -- +goose Down
 DROP TABLE stock_events;
