@@ -69,11 +69,18 @@ type SKU struct {
 func (SKU) TableName() string { return "skus" }
 
 // Version names a SKU's stock settings for optimistic concurrency (an
-// operator's If-Match): it changes when on_hand or per_user_limit changes
-// (a put or an adjust, a sale or a refund applied), not when units are
-// reserved or released, so an operator's write is not refused because
-// buyers are buying; two settings that are equal have one version.
-func (s SKU) Version() string { return fmt.Sprintf("%d.%d", s.OnHand, s.PerUserLimit) }
+// operator's If-Match): it changes when on_hand, per_user_limit or
+// low_stock_threshold changes (a put or an adjust, a sale or a refund
+// applied), not when units are reserved or released, so an operator's
+// write is not refused because buyers are buying; two settings that are
+// equal have one version. A SKU without a threshold keeps the version it
+// had before thresholds existed.
+func (s SKU) Version() string {
+	if s.LowStockThreshold != 0 {
+		return fmt.Sprintf("%d.%d.%d", s.OnHand, s.PerUserLimit, s.LowStockThreshold)
+	}
+	return fmt.Sprintf("%d.%d", s.OnHand, s.PerUserLimit)
+}
 
 // Available is on_hand - reserved, or inventory.Unlimited.
 func (s SKU) Available() int64 {
