@@ -160,6 +160,30 @@ func (e OrderStatus) Valid() bool {
 	}
 }
 
+// Defines values for StockEventType.
+const (
+	StockEventTypeSkuBackInStock  StockEventType = "sku.back_in_stock"
+	StockEventTypeSkuLevelChanged StockEventType = "sku.level_changed"
+	StockEventTypeSkuLowStock     StockEventType = "sku.low_stock"
+	StockEventTypeSkuSoldOut      StockEventType = "sku.sold_out"
+)
+
+// Valid indicates whether the value is a known member of the StockEventType enum.
+func (e StockEventType) Valid() bool {
+	switch e {
+	case StockEventTypeSkuBackInStock:
+		return true
+	case StockEventTypeSkuLevelChanged:
+		return true
+	case StockEventTypeSkuLowStock:
+		return true
+	case StockEventTypeSkuSoldOut:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Healthz200JSONResponseBodyStatus.
 const (
 	Healthz200JSONResponseBodyStatusOk Healthz200JSONResponseBodyStatus = "ok"
@@ -275,6 +299,11 @@ type Error struct {
 
 // ErrorErrorCode defines model for Error.Error.Code.
 type ErrorErrorCode string
+
+// EventPage defines model for EventPage.
+type EventPage struct {
+	Items []StockEvent `json:"items"`
+}
 
 // ExtendSeconds The hold's new length from now: at least 10 seconds; the new end
 // may be at most INVENTORY_MAX_HOLD (default 2h) after the hold was
@@ -397,6 +426,9 @@ type SKU struct {
 	// Available on_hand - reserved; -1 when unlimited
 	Available int64 `json:"available"`
 
+	// LowStockThreshold available at or below which sku.low_stock is announced; left out when the SKU has none
+	LowStockThreshold *int64 `json:"low_stock_threshold,omitempty"`
+
 	// OnHand units in stock (durable, the database); -1 = unlimited
 	OnHand int64 `json:"on_hand"`
 
@@ -442,6 +474,47 @@ type SKUPage struct {
 	// NextCursor the cursor of the next page; absent on the last page
 	NextCursor *NextCursor `json:"next_cursor,omitempty"`
 }
+
+// StockEvent A stock event, decided by the database in the transaction of the
+// change it reports (sku.level_changed: by the events job, at most one
+// per SKU per second). The levels are the database's after the change.
+//
+// Example: {"available":0,"id":42,"occurred_at":"2025-01-02T15:04:05.123456Z","on_hand":10,"reserved":10,"seq":3,"sku":"DEMO-PHONE","type":"sku.sold_out"}
+type StockEvent struct {
+	// Available on_hand - reserved; -1 when unlimited
+	Available int64 `json:"available"`
+
+	// CampaignId a campaign event's campaign
+	CampaignId *string `json:"campaign_id,omitempty"`
+
+	// Id the event's place in the replay feed: unique, increasing; a receiver deduplicates by it
+	Id         int64     `json:"id"`
+	OccurredAt time.Time `json:"occurred_at"`
+
+	// OnHand -1 = unlimited
+	OnHand   int64 `json:"on_hand"`
+	Reserved int64 `json:"reserved"`
+
+	// Seq the SKU's events numbered 1, 2, 3, ... with no gap
+	Seq int64 `json:"seq"`
+
+	// Sku 1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.
+	Sku SKUName `json:"sku"`
+
+	// Type sku.sold_out: available fell to 0. sku.back_in_stock: available rose
+	// from 0 (or the SKU turned unlimited). sku.low_stock: available fell
+	// to the SKU's low_stock_threshold or below (announced again only after
+	// it rose above it). sku.level_changed: on_hand or reserved moved;
+	// coalesced, the latest levels.
+	Type StockEventType `json:"type"`
+}
+
+// StockEventType sku.sold_out: available fell to 0. sku.back_in_stock: available rose
+// from 0 (or the SKU turned unlimited). sku.low_stock: available fell
+// to the SKU's low_stock_threshold or below (announced again only after
+// it rose above it). sku.level_changed: on_hand or reserved moved;
+// coalesced, the latest levels.
+type StockEventType string
 
 // Token The client's reservation token: 1-128 characters of A-Z a-z 0-9 . _ : -,
 // starting with a letter or digit. Token-API reservations live in a
@@ -630,6 +703,24 @@ type EndCampaignParams struct {
 	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
 }
 
+// GetV1EventsParams defines parameters for GetV1Events.
+type GetV1EventsParams struct {
+	// After the last event id the reader has; 0 or absent from the oldest kept
+	After *int64 `form:"after,omitempty" json:"after,omitempty"`
+
+	// Limit Page size; 50 when absent.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Sku only this SKU's events
+	Sku *SKUName `form:"sku,omitempty" json:"sku,omitempty"`
+
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
 // ListOrdersParams defines parameters for ListOrders.
 type ListOrdersParams struct {
 	UserId *ID                     `form:"user_id,omitempty" json:"user_id,omitempty"`
@@ -805,6 +896,9 @@ type GetSKUParams struct {
 
 // PutSKUJSONBody defines parameters for PutSKU.
 type PutSKUJSONBody struct {
+	// LowStockThreshold sku.low_stock when available falls to this or below; 0 = none
+	LowStockThreshold *int64 `json:"low_stock_threshold,omitempty"`
+
 	// PerUserLimit 0 = none
 	PerUserLimit *int64 `json:"per_user_limit,omitempty"`
 
@@ -1195,6 +1289,18 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/campaigns/{id}/end (the `EndCampaign` operationId).
 	EndCampaign(ctx context.Context, id CampaignId, params *EndCampaignParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetV1Events The replay feed of stock events, in id order, a page at a time.
+	//
+	// Events with an id above after, oldest first (each SKU's in seq order).
+	// Pass the last id you have as after to read on; a page shorter than
+	// limit means you are at the head. An event appears about 200 ms after
+	// the change that decided it commits, with an id above every id shown
+	// before, so a reader paging on never passes over one. Events are kept
+	// for INVENTORY_EVENT_RETENTION (7 days by default).
+	//
+	// Corresponds with GET /v1/events (the `GetV1Events` operationId).
+	GetV1Events(ctx context.Context, params *GetV1EventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListOrders List orders, newest first, a page at a time.
 	//
 	// Filters combine (AND); each filter given must be given once and
@@ -1394,24 +1500,28 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/skus/{sku} (the `GetSKU` operationId).
 	GetSKU(ctx context.Context, sku Sku, params *GetSKUParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PutSKUWithBody Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+	// PutSKUWithBody Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 	//
 	// Sets on_hand outright (Redis is realigned to the database). Refused
 	// (409 conflict) if on_hand would fall below reserved. per_user_limit
-	// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-	// created or updated.
+	// and low_stock_threshold default to 0 (none) when omitted: a put sets
+	// every setting. A put that takes available across a threshold (or a
+	// threshold across available) writes its stock event. Answers 200
+	// whether the SKU was created or updated.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /v1/skus/{sku} (the `PutSKU` operationId).
 	PutSKUWithBody(ctx context.Context, sku Sku, params *PutSKUParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PutSKU Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+	// PutSKU Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 	//
 	// Sets on_hand outright (Redis is realigned to the database). Refused
 	// (409 conflict) if on_hand would fall below reserved. per_user_limit
-	// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-	// created or updated.
+	// and low_stock_threshold default to 0 (none) when omitted: a put sets
+	// every setting. A put that takes available across a threshold (or a
+	// threshold across available) writes its stock event. Answers 200
+	// whether the SKU was created or updated.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1784,6 +1894,28 @@ func (c *Client) EndCampaign(ctx context.Context, id CampaignId, params *EndCamp
 	return c.Client.Do(req)
 }
 
+// GetV1Events The replay feed of stock events, in id order, a page at a time.
+//
+// Events with an id above after, oldest first (each SKU's in seq order).
+// Pass the last id you have as after to read on; a page shorter than
+// limit means you are at the head. An event appears about 200 ms after
+// the change that decided it commits, with an id above every id shown
+// before, so a reader paging on never passes over one. Events are kept
+// for INVENTORY_EVENT_RETENTION (7 days by default).
+//
+// Corresponds with GET /v1/events (the `GetV1Events` operationId).
+func (c *Client) GetV1Events(ctx context.Context, params *GetV1EventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetV1EventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListOrders List orders, newest first, a page at a time.
 //
 // Filters combine (AND); each filter given must be given once and
@@ -2123,12 +2255,14 @@ func (c *Client) GetSKU(ctx context.Context, sku Sku, params *GetSKUParams, reqE
 	return c.Client.Do(req)
 }
 
-// PutSKUWithBody Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+// PutSKUWithBody Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 //
 // Sets on_hand outright (Redis is realigned to the database). Refused
 // (409 conflict) if on_hand would fall below reserved. per_user_limit
-// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-// created or updated.
+// and low_stock_threshold default to 0 (none) when omitted: a put sets
+// every setting. A put that takes available across a threshold (or a
+// threshold across available) writes its stock event. Answers 200
+// whether the SKU was created or updated.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2145,12 +2279,14 @@ func (c *Client) PutSKUWithBody(ctx context.Context, sku Sku, params *PutSKUPara
 	return c.Client.Do(req)
 }
 
-// PutSKU Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+// PutSKU Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 //
 // Sets on_hand outright (Redis is realigned to the database). Refused
 // (409 conflict) if on_hand would fall below reserved. per_user_limit
-// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-// created or updated.
+// and low_stock_threshold default to 0 (none) when omitted: a put sets
+// every setting. A put that takes available across a threshold (or a
+// threshold across available) writes its stock event. Answers 200
+// whether the SKU was created or updated.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2831,6 +2967,99 @@ func NewEndCampaignRequest(server string, id CampaignId, params *EndCampaignPara
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetV1EventsRequest constructs an http.Request for the GetV1Events method
+func NewGetV1EventsRequest(server string, params *GetV1EventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Sku != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "sku", *params.Sku, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -4169,6 +4398,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/campaigns/{id}/end (the `EndCampaign` operationId).
 	EndCampaignWithResponse(ctx context.Context, id CampaignId, params *EndCampaignParams, reqEditors ...RequestEditorFn) (*EndCampaignResponse, error)
 
+	// GetV1EventsWithResponse The replay feed of stock events, in id order, a page at a time.
+	//
+	// Events with an id above after, oldest first (each SKU's in seq order).
+	// Pass the last id you have as after to read on; a page shorter than
+	// limit means you are at the head. An event appears about 200 ms after
+	// the change that decided it commits, with an id above every id shown
+	// before, so a reader paging on never passes over one. Events are kept
+	// for INVENTORY_EVENT_RETENTION (7 days by default).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/events (the `GetV1Events` operationId).
+	GetV1EventsWithResponse(ctx context.Context, params *GetV1EventsParams, reqEditors ...RequestEditorFn) (*GetV1EventsResponse, error)
+
 	// ListOrdersWithResponse List orders, newest first, a page at a time.
 	//
 	// Filters combine (AND); each filter given must be given once and
@@ -4380,24 +4623,28 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/skus/{sku} (the `GetSKU` operationId).
 	GetSKUWithResponse(ctx context.Context, sku Sku, params *GetSKUParams, reqEditors ...RequestEditorFn) (*GetSKUResponse, error)
 
-	// PutSKUWithBodyWithResponse Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+	// PutSKUWithBodyWithResponse Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 	//
 	// Sets on_hand outright (Redis is realigned to the database). Refused
 	// (409 conflict) if on_hand would fall below reserved. per_user_limit
-	// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-	// created or updated.
+	// and low_stock_threshold default to 0 (none) when omitted: a put sets
+	// every setting. A put that takes available across a threshold (or a
+	// threshold across available) writes its stock event. Answers 200
+	// whether the SKU was created or updated.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /v1/skus/{sku} (the `PutSKU` operationId).
 	PutSKUWithBodyWithResponse(ctx context.Context, sku Sku, params *PutSKUParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutSKUResponse, error)
 
-	// PutSKUWithResponse Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+	// PutSKUWithResponse Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 	//
 	// Sets on_hand outright (Redis is realigned to the database). Refused
 	// (409 conflict) if on_hand would fall below reserved. per_user_limit
-	// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-	// created or updated.
+	// and low_stock_threshold default to 0 (none) when omitted: a put sets
+	// every setting. A put that takes available across a threshold (or a
+	// threshold across available) writes its stock event. Answers 200
+	// whether the SKU was created or updated.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5322,6 +5569,98 @@ func (r EndCampaignResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r EndCampaignResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetV1EventsResponse200Headers the declared response headers of an HTTP 200 response for GetV1Events
+type GetV1EventsResponse200Headers struct {
+	XRequestID string
+}
+
+// GetV1EventsResponse400Headers the declared response headers of an HTTP 400 response for GetV1Events
+type GetV1EventsResponse400Headers struct {
+	XRequestID string
+}
+
+// GetV1EventsResponse401Headers the declared response headers of an HTTP 401 response for GetV1Events
+type GetV1EventsResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// GetV1EventsResponse503Headers the declared response headers of an HTTP 503 response for GetV1Events
+type GetV1EventsResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type GetV1EventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EventPage
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetV1EventsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetV1EventsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetV1EventsResponse401Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetV1EventsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetV1EventsResponse) GetJSON200() *EventPage {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetV1EventsResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetV1EventsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetV1EventsResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetV1EventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetV1EventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetV1EventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetV1EventsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7758,6 +8097,26 @@ func (c *ClientWithResponses) EndCampaignWithResponse(ctx context.Context, id Ca
 	return ParseEndCampaignResponse(rsp)
 }
 
+// GetV1EventsWithResponse The replay feed of stock events, in id order, a page at a time.
+//
+// Events with an id above after, oldest first (each SKU's in seq order).
+// Pass the last id you have as after to read on; a page shorter than
+// limit means you are at the head. An event appears about 200 ms after
+// the change that decided it commits, with an id above every id shown
+// before, so a reader paging on never passes over one. Events are kept
+// for INVENTORY_EVENT_RETENTION (7 days by default).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/events (the `GetV1Events` operationId).
+func (c *ClientWithResponses) GetV1EventsWithResponse(ctx context.Context, params *GetV1EventsParams, reqEditors ...RequestEditorFn) (*GetV1EventsResponse, error) {
+	rsp, err := c.GetV1Events(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetV1EventsResponse(rsp)
+}
+
 // ListOrdersWithResponse List orders, newest first, a page at a time.
 //
 // Filters combine (AND); each filter given must be given once and
@@ -8053,12 +8412,14 @@ func (c *ClientWithResponses) GetSKUWithResponse(ctx context.Context, sku Sku, p
 	return ParseGetSKUResponse(rsp)
 }
 
-// PutSKUWithBodyWithResponse Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+// PutSKUWithBodyWithResponse Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 //
 // Sets on_hand outright (Redis is realigned to the database). Refused
 // (409 conflict) if on_hand would fall below reserved. per_user_limit
-// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-// created or updated.
+// and low_stock_threshold default to 0 (none) when omitted: a put sets
+// every setting. A put that takes available across a threshold (or a
+// threshold across available) writes its stock event. Answers 200
+// whether the SKU was created or updated.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -8071,12 +8432,14 @@ func (c *ClientWithResponses) PutSKUWithBodyWithResponse(ctx context.Context, sk
 	return ParsePutSKUResponse(rsp)
 }
 
-// PutSKUWithResponse Create a SKU, or set its on_hand (-1 = unlimited) and per-user limit.
+// PutSKUWithResponse Create a SKU, or set its on_hand (-1 = unlimited), per-user limit and low-stock threshold.
 //
 // Sets on_hand outright (Redis is realigned to the database). Refused
 // (409 conflict) if on_hand would fall below reserved. per_user_limit
-// defaults to 0 (none) when omitted. Answers 200 whether the SKU was
-// created or updated.
+// and low_stock_threshold default to 0 (none) when omitted: a put sets
+// every setting. A put that takes available across a threshold (or a
+// threshold across available) writes its stock event. Answers 200
+// whether the SKU was created or updated.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -9161,6 +9524,110 @@ func ParseEndCampaignResponse(rsp *http.Response) (*EndCampaignResponse, error) 
 		response.Headers404 = &headers
 	case rsp.StatusCode == 503:
 		var headers EndCampaignResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetV1EventsResponse parses an HTTP response from a GetV1EventsWithResponse call
+func ParseGetV1EventsResponse(rsp *http.Response) (*GetV1EventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetV1EventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EventPage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetV1EventsResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetV1EventsResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetV1EventsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetV1EventsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

@@ -34,6 +34,7 @@ import (
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/campaign"
 	"github.com/acme/inventory/internal/catalog"
+	"github.com/acme/inventory/internal/events"
 	"github.com/acme/inventory/internal/expiry"
 	"github.com/acme/inventory/internal/followup"
 	"github.com/acme/inventory/internal/groupcommit"
@@ -81,6 +82,7 @@ type App struct {
 	timeouts   *expiry.Timeouts
 	realigner  *maintenance.Realigner
 	retention  *maintenance.Retention
+	events     *events.Job
 	producer   mq.Producer
 	consumer   mq.Consumer
 	soldOut    *httpapi.SoldOut
@@ -155,8 +157,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	a.Reconciler = maintenance.NewReconciler(a.db, a.Stock, log)
 	a.realigner = maintenance.NewRealigner(a.Reconciler, a.Stock.Locker(), cfg.RealignInterval, log)
 	a.retention = maintenance.NewRetention(a.db, a.Stock.Locker(), maintenance.RetentionConfig{
-		Horizon: cfg.Retention, Interval: cfg.RetentionInterval, Logger: log,
+		Horizon: cfg.Retention, EventHorizon: cfg.EventRetention, Interval: cfg.RetentionInterval, Logger: log,
 	})
+	a.events = events.New(a.db, a.Stock.Locker(), events.Config{Logger: log})
 	a.applier.OnApplied = followup.Redis{Stock: a.Stock, Log: log}.Apply
 	if a.memq != nil {
 		a.consumer = a.memq.Consumer(a.applier.Handle, 64, 200*time.Millisecond)
@@ -451,6 +454,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.timeouts.Start(bg)
 	a.realigner.Start(bg)
 	a.retention.Start(bg)
+	a.events.Start(bg)
 	watching := a.Stock.WatchStockBack(bg, a.soldOut.Clear)
 	a.bg.Add(1)
 	go func() {
@@ -485,9 +489,10 @@ func (a *App) Addr() string { return a.ln.Addr().String() }
 func (a *App) Done() <-chan error { return a.done }
 
 // Shutdown stops the service in this order: stop accepting HTTP and finish
-// the requests in flight; stop the consumer, the relay, the timeout release
-// and the subscriber (unsent outbox rows wait in the database for the next
-// start; unacknowledged messages are redelivered); then close the producer,
+// the requests in flight; stop the consumer, the relay, the timeout release,
+// the events job and the subscriber (unsent outbox rows and unnumbered
+// events wait in the database for the next start; unacknowledged messages
+// are redelivered); then close the producer,
 // Redis and the database.
 func (a *App) Shutdown(ctx context.Context) error {
 	start := time.Now()
@@ -500,6 +505,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 	a.timeouts.Stop()
 	a.realigner.Stop()
 	a.retention.Stop()
+	a.events.Stop()
 	if a.stop != nil {
 		a.stop()
 	}

@@ -54,7 +54,9 @@ type Config struct {
 	// Retention is how long finished history (applied outbox rows, ledger
 	// rows, stock movements) is kept before one node prunes it, every
 	// RetentionInterval. Exactly once never depends on what it prunes.
-	Retention         time.Duration `env:"INVENTORY_RETENTION" envDefault:"720h" help:"how long finished history is kept (at least 1h): applied outbox rows, ledger rows, movements folded into an opening balance"`
+	Retention time.Duration `env:"INVENTORY_RETENTION" envDefault:"720h" help:"how long finished history is kept (at least 1h): applied outbox rows, ledger rows, movements folded into an opening balance"`
+	// EventRetention is how long stock events stay in the replay feed.
+	EventRetention    time.Duration `env:"INVENTORY_EVENT_RETENTION" envDefault:"168h" help:"how long stock events stay in the replay feed (at least 168h, 7 days)"`
 	RetentionInterval time.Duration `env:"INVENTORY_RETENTION_INTERVAL" envDefault:"10m" help:"how often one node prunes it"`
 	// SweepInterval is how often one node sweeps the database for unpaid
 	// orders past their deadline that the delay queue missed.
@@ -148,6 +150,9 @@ func (c Config) ValidateFor(cmd Command) error {
 	}
 	if c.Retention != 0 && c.Retention < time.Hour { // 0: the default
 		return fmt.Errorf("config: INVENTORY_RETENTION must be at least 1h (and longer than the broker keeps messages), got %s", c.Retention)
+	}
+	if c.EventRetention != 0 && c.EventRetention < 7*24*time.Hour { // 0: the default
+		return fmt.Errorf("config: INVENTORY_EVENT_RETENTION must be at least 168h (7 days: the replay feed's promise), got %s", c.EventRetention)
 	}
 	if c.RetentionInterval != 0 && c.RetentionInterval < time.Second {
 		return fmt.Errorf("config: INVENTORY_RETENTION_INTERVAL must be at least 1s, got %s", c.RetentionInterval)

@@ -82,6 +82,9 @@ func TestWeakSecretsAreRefused(t *testing.T) {
 	c.BuyerKey = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n-----END PUBLIC KEY-----"
 	require.NoError(t, c.Validate(), "a PEM public key is not a secret to measure")
 	c = realConfig()
+	c.EventRetention = 24 * time.Hour
+	require.ErrorContains(t, c.Validate(), "INVENTORY_EVENT_RETENTION must be at least 168h")
+	c.EventRetention = 0
 	c.TrustedProxies = []string{"10.0.0.0/8", "192.0.2.1", "nonsense"}
 	require.ErrorContains(t, c.Validate(), `INVENTORY_TRUSTED_PROXIES: "nonsense" is not an IP address or CIDR`)
 }
@@ -103,6 +106,7 @@ func TestConfigDefaultsAreTheComponents(t *testing.T) {
 	require.Equal(t, maintenance.DefaultRealignInterval, c.RealignInterval)
 	require.Equal(t, maintenance.DefaultRetentionHorizon, c.Retention)
 	require.Equal(t, maintenance.DefaultRetentionInterval, c.RetentionInterval)
+	require.Equal(t, maintenance.DefaultEventHorizon, c.EventRetention)
 	require.Equal(t, identity.DefaultAudience, c.BuyerTokenAudience)
 	require.Equal(t, identity.DefaultIssuer, c.BuyerTokenIssuer)
 	require.Equal(t, identity.DefaultMaxTTL, c.BuyerTokenMaxTTL)

@@ -87,7 +87,7 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 	}
 	skus := sortedKeys(want)
 	for _, sku := range skus {
-		res := a.tx.Exec(`UPDATE skus SET reserved = reserved + ?, seq = seq + 1
+		res := a.tx.Exec(`UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1
 			WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?)`, want[sku], sku, want[sku])
 		if res.Error != nil {
 			return nil, res.Error
@@ -99,7 +99,7 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 			return nil, RefusedError{sku}
 		}
 	}
-	fences, err := readFences(a.tx, skus)
+	fences, err := a.fencesAfter(skus)
 	if err != nil {
 		return nil, err
 	}
@@ -267,12 +267,12 @@ func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 	}
 	skus := sortedKeys(give)
 	for _, sku := range skus {
-		if err := a.tx.Exec(`UPDATE skus SET reserved = reserved - ?, seq = seq + 1 WHERE sku = ?`,
+		if err := a.tx.Exec(`UPDATE skus SET reserved = reserved - ?, seq = seq + 1, level_dirty = 1 WHERE sku = ?`,
 			give[sku], sku).Error; err != nil {
 			return Freed{}, err
 		}
 	}
-	fences, err := readFences(a.tx, skus)
+	fences, err := a.fencesAfter(skus)
 	if err != nil {
 		return Freed{}, err
 	}
@@ -450,7 +450,7 @@ func (a Arbiter) Settle(skus []string, bySKU map[string][]StockMessage) (Deliver
 		return d, err
 	}
 	if len(restored) > 0 {
-		fences, err := readFences(a.tx, sortedKeys(restored))
+		fences, err := a.fencesAfter(sortedKeys(restored))
 		if err != nil {
 			return d, err
 		}
@@ -505,9 +505,9 @@ func (a Arbiter) settleSKU(sku string, onHand int64, sold, back []string, deduct
 		return nil
 	}
 	if onHand == inventory.Unlimited {
-		return a.tx.Exec(`UPDATE skus SET reserved = reserved - ? WHERE sku = ?`, deducted, sku).Error
+		return a.tx.Exec(`UPDATE skus SET reserved = reserved - ?, level_dirty = 1 WHERE sku = ?`, deducted, sku).Error
 	}
-	return a.tx.Exec(`UPDATE skus SET on_hand = on_hand - ? + ?, reserved = reserved - ?, seq = seq + ? WHERE sku = ?`,
+	return a.tx.Exec(`UPDATE skus SET on_hand = on_hand - ? + ?, reserved = reserved - ?, seq = seq + ?, level_dirty = 1 WHERE sku = ?`,
 		deducted, returned, deducted, min(returned, 1), sku).Error
 }
 
@@ -525,11 +525,19 @@ func appliedMovement(sku string, onHand int64, sm StockMessage) Movement {
 	return m
 }
 
-// Set creates sku or sets its on_hand (Unlimited allowed) and per-user
-// limit, read under the row lock: a conflict below what is reserved, a
-// failed precondition when the SKU's version is not one of ifMatch (if
-// any). A new SKU's history opens with its stock; a SET movement records a
-// change of on_hand (none when only the limit moves).
+// Settings are what an admin's put sets of a SKU.
+type Settings struct {
+	OnHand, PerUserLimit, LowStockThreshold int64
+}
+
+// Set creates sku or sets its on_hand (Unlimited allowed), per-user limit
+// and low-stock threshold, read under the row lock: a conflict below what
+// is reserved, a failed precondition when the SKU's version is not one of
+// ifMatch (if any). A new SKU's history opens with its stock, and its
+// thresholds start as its levels are (a SKU created empty is not announced
+// sold out); a SET movement records a change of on_hand (none when only
+// the settings move), and a change of on_hand or of the threshold that
+// crosses one is announced.
 //
 // A SKU that does not exist yet is inserted without a locking read first:
 // a locking read of a missing row locks the gap it would go in, and two
@@ -537,15 +545,17 @@ func appliedMovement(sku string, onHand int64, sm StockMessage) Movement {
 // deadlock, which parallel catalog imports hit on every other request). An
 // insert alone takes no gap lock; one that loses a race to insert the same
 // SKU runs again (errInsertRaced) and finds the row.
-func (a Arbiter) Set(sku string, onHand, perUserLimit int64, ifMatch []string) error {
-	set := Movement{SKU: sku, Kind: MoveSet, OnHandDelta: onHand}
+func (a Arbiter) Set(sku string, s Settings, ifMatch []string) error {
+	set := Movement{SKU: sku, Kind: MoveSet, OnHandDelta: s.OnHand}
 	if len(ifMatch) == 0 {
 		exists, err := SKUExists(a.tx, sku)
 		if err != nil {
 			return err
 		}
 		if !exists {
-			if err := a.tx.Create(&SKU{SKU: sku, OnHand: onHand, PerUserLimit: perUserLimit}).Error; err != nil {
+			if err := a.tx.Exec(`INSERT INTO skus (sku, on_hand, per_user_limit, low_stock_threshold, event_flags, level_dirty)
+				VALUES (?, ?, ?, ?, ?, 1)`, sku, s.OnHand, s.PerUserLimit, s.LowStockThreshold,
+				thresholdFlags(s.OnHand, 0, s.LowStockThreshold)).Error; err != nil {
 				if IsDuplicate(err) {
 					return fmt.Errorf("%w: %w", errInsertRaced, err)
 				}
@@ -561,14 +571,18 @@ func (a Arbiter) Set(sku string, onHand, perUserLimit int64, ifMatch []string) e
 	if len(cur) == 0 { // deleted meanwhile, which nothing does: run again
 		return errInsertRaced
 	}
-	if onHand != inventory.Unlimited && onHand < cur[0].Reserved {
-		return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", inventory.ErrConflict, cur[0].Reserved, onHand)
+	if s.OnHand != inventory.Unlimited && s.OnHand < cur[0].Reserved {
+		return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", inventory.ErrConflict, cur[0].Reserved, s.OnHand)
 	}
-	if err := a.tx.Exec(`UPDATE skus SET on_hand = ?, per_user_limit = ?, seq = seq + 1 WHERE sku = ?`,
-		onHand, perUserLimit, sku).Error; err != nil {
+	if err := a.tx.Exec(`UPDATE skus SET level_dirty = CASE WHEN on_hand = ? THEN level_dirty ELSE 1 END,
+		on_hand = ?, per_user_limit = ?, low_stock_threshold = ?, seq = seq + 1 WHERE sku = ?`,
+		s.OnHand, s.OnHand, s.PerUserLimit, s.LowStockThreshold, sku).Error; err != nil {
 		return err
 	}
-	if set.OnHandDelta = onHand - cur[0].OnHand; set.OnHandDelta == 0 {
+	if _, err := a.fencesAfter([]string{sku}); err != nil {
+		return err
+	}
+	if set.OnHandDelta = s.OnHand - cur[0].OnHand; set.OnHandDelta == 0 {
 		return nil
 	}
 	return a.moved([]Movement{set})
@@ -592,7 +606,7 @@ func (a Arbiter) Restock(sku string, delta int64, reason, reference string, ifMa
 			return nil, false, err
 		}
 	}
-	res := a.tx.Exec(`UPDATE skus SET on_hand = on_hand + ?, seq = seq + 1
+	res := a.tx.Exec(`UPDATE skus SET on_hand = on_hand + ?, seq = seq + 1, level_dirty = 1
 		WHERE sku = ? AND on_hand <> -1 AND on_hand + ? >= reserved AND on_hand + ? <= ?`,
 		delta, sku, delta, delta, int64(MaxStock))
 	if res.Error != nil {
@@ -608,7 +622,7 @@ func (a Arbiter) Restock(sku string, delta int64, reason, reference string, ifMa
 	if err := a.moved([]Movement{{SKU: sku, Kind: kind, OnHandDelta: delta, Reason: reason, Reference: reference}}); err != nil {
 		return nil, false, err
 	}
-	m, err = readFences(a.tx, []string{sku})
+	m, err = a.fencesAfter([]string{sku})
 	return m, false, err
 }
 
@@ -676,11 +690,14 @@ func (a Arbiter) FixReserved(sku string) error {
 		Pluck("reserved", &before).Error; err != nil || len(before) == 0 {
 		return err
 	}
-	if err := a.tx.Exec(`UPDATE skus SET seq = seq + 1, reserved = (SELECT COALESCE(SUM(qty), 0)
+	if err := a.tx.Exec(`UPDATE skus SET seq = seq + 1, level_dirty = 1, reserved = (SELECT COALESCE(SUM(qty), 0)
 		FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED')) WHERE sku = ?`, sku, sku).Error; err != nil {
 		return err
 	}
 	if err := a.tx.Model(&SKU{}).Where("sku = ?", sku).Pluck("reserved", &after).Error; err != nil {
+		return err
+	}
+	if _, err := a.fencesAfter([]string{sku}); err != nil {
 		return err
 	}
 	if after[0] == before[0] {

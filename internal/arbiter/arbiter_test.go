@@ -38,7 +38,9 @@ func (s *stmts) in(fn func(a arbiter.Arbiter) error) error {
 // put creates sku (or sets it) through the arbiter.
 func (s *stmts) put(sku string, onHand, limit int64) {
 	s.T.Helper()
-	require.NoError(s.T, s.in(func(a arbiter.Arbiter) error { return a.Set(sku, onHand, limit, nil) }))
+	require.NoError(s.T, s.in(func(a arbiter.Arbiter) error {
+		return a.Set(sku, arbiter.Settings{OnHand: onHand, PerUserLimit: limit}, nil)
+	}))
 }
 
 var stamp = time.Now().UTC().Truncate(time.Microsecond)
@@ -370,7 +372,9 @@ func TestTombstoneCollidesWithALaterReservation(t *testing.T) {
 func TestSet(t *testing.T) {
 	s := newStmts(t)
 	set := func(sku string, onHand, limit int64, ifMatch ...string) error {
-		return s.in(func(a arbiter.Arbiter) error { return a.Set(sku, onHand, limit, ifMatch) })
+		return s.in(func(a arbiter.Arbiter) error {
+			return a.Set(sku, arbiter.Settings{OnHand: onHand, PerUserLimit: limit}, ifMatch)
+		})
 	}
 	require.NoError(t, set("S", 10, 2))
 	require.Equal(t, arbiter.SKU{SKU: "S", OnHand: 10, PerUserLimit: 2}, s.SKU("S"))
@@ -406,7 +410,7 @@ func TestSetCreateRace(t *testing.T) {
 	const n = 16
 	errs := make([]error, n)
 	testrig.Race(n, func(i int) {
-		errs[i] = s.in(func(a arbiter.Arbiter) error { return a.Set("NEW", int64(10+i), 0, nil) })
+		errs[i] = s.in(func(a arbiter.Arbiter) error { return a.Set("NEW", arbiter.Settings{OnHand: int64(10 + i)}, nil) })
 	})
 	for i := range n {
 		require.NoError(t, errs[i])

@@ -33,5 +33,11 @@ func TestEmbeddedContract(t *testing.T) {
 		TestCampaignWindowIsTheDatabases,
 		TestCampaignSalesRace,
 		TestCampaignReleaseAndEnd,
+		TestEventsEachPathCrossesOnce,
+		TestEventsRolledBackChangeWritesNone,
+		TestEventsRaceAcrossZero,
+		TestEventsLevelChangedCoalesced,
+		TestEventsPublishAndPage,
+		TestEventsUnlimited,
 	)
 }

@@ -61,16 +61,26 @@ type SKU struct {
 	Seq          int64  `gorm:"column:seq"`
 	RedisEpoch   int64  `gorm:"column:redis_epoch"`
 	PerUserLimit int64  `gorm:"column:per_user_limit"`
+	// LowStockThreshold is the available level at or below which the SKU
+	// is low (sku.low_stock); 0: never.
+	LowStockThreshold int64 `gorm:"column:low_stock_threshold"`
 }
 
 func (SKU) TableName() string { return "skus" }
 
 // Version names a SKU's stock settings for optimistic concurrency (an
-// operator's If-Match): it changes when on_hand or per_user_limit changes
-// (a put or an adjust, a sale or a refund applied), not when units are
-// reserved or released, so an operator's write is not refused because
-// buyers are buying; two settings that are equal have one version.
-func (s SKU) Version() string { return fmt.Sprintf("%d.%d", s.OnHand, s.PerUserLimit) }
+// operator's If-Match): it changes when on_hand, per_user_limit or
+// low_stock_threshold changes (a put or an adjust, a sale or a refund
+// applied), not when units are reserved or released, so an operator's
+// write is not refused because buyers are buying; two settings that are
+// equal have one version. A SKU without a threshold keeps the version it
+// had before thresholds existed.
+func (s SKU) Version() string {
+	if s.LowStockThreshold != 0 {
+		return fmt.Sprintf("%d.%d.%d", s.OnHand, s.PerUserLimit, s.LowStockThreshold)
+	}
+	return fmt.Sprintf("%d.%d", s.OnHand, s.PerUserLimit)
+}
 
 // Available is on_hand - reserved, or inventory.Unlimited.
 func (s SKU) Available() int64 {
@@ -155,22 +165,6 @@ func (Reservation) TableName() string { return "stock_reservations" }
 type Fence struct {
 	Seq, Epoch int64
 	Limit      int64
-}
-
-func readFences(tx *gorm.DB, skus []string) (map[string]Fence, error) {
-	var rows []struct {
-		SKU        string `gorm:"column:sku"`
-		Seq        int64
-		RedisEpoch int64
-	}
-	if err := tx.Raw(`SELECT sku, seq, redis_epoch FROM skus WHERE sku IN ?`, skus).Scan(&rows).Error; err != nil {
-		return nil, err
-	}
-	out := make(map[string]Fence, len(rows))
-	for _, r := range rows {
-		out[r.SKU] = Fence{Seq: r.Seq, Epoch: r.RedisEpoch}
-	}
-	return out, nil
 }
 
 // SKUExists reports whether sku has a record.

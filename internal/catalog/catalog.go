@@ -27,7 +27,10 @@ type SKUView struct {
 	RedisAvailable int64  `json:"redis_available"`
 	Unlimited      bool   `json:"unlimited"`
 	PerUserLimit   int64  `json:"per_user_limit"`
-	Version        string `json:"-"`
+	// LowStockThreshold is the available level at or below which the SKU
+	// is announced low (sku.low_stock); 0 (left out of the answer): never.
+	LowStockThreshold int64  `json:"low_stock_threshold,omitempty"`
+	Version           string `json:"-"`
 }
 
 // Catalog administers SKUs. A change is written to the database first, under
@@ -46,10 +49,18 @@ func New(db *gorm.DB, st *stock.Store, log *slog.Logger) *Catalog {
 	return &Catalog{db: db, stock: st, log: log}
 }
 
-// Put creates sku or sets its on_hand (Unlimited allowed) and per-user limit.
-// Setting on_hand below what is reserved is a conflict. With ifMatch, the
-// SKU must exist with one of those versions (ErrPrecondition otherwise).
+// Put creates sku or sets its on_hand (Unlimited allowed) and per-user limit,
+// with no low-stock threshold (PutSettings).
 func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int64, ifMatch ...string) (*SKUView, error) {
+	return c.PutSettings(ctx, sku, arbiter.Settings{OnHand: onHand, PerUserLimit: perUserLimit}, ifMatch...)
+}
+
+// PutSettings creates sku or sets its on_hand (Unlimited allowed), per-user
+// limit and low-stock threshold (0: none). Setting on_hand below what is
+// reserved is a conflict. With ifMatch, the SKU must exist with one of
+// those versions (ErrPrecondition otherwise).
+func (c *Catalog) PutSettings(ctx context.Context, sku string, s arbiter.Settings, ifMatch ...string) (*SKUView, error) {
+	onHand, perUserLimit := s.OnHand, s.PerUserLimit
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
@@ -59,13 +70,16 @@ func (c *Catalog) Put(ctx context.Context, sku string, onHand, perUserLimit int6
 	if perUserLimit < 0 || perUserLimit > inventory.DefaultMaxQty {
 		return nil, inventory.Invalidf("per_user_limit must be between 0 (none) and %d", inventory.DefaultMaxQty)
 	}
+	if s.LowStockThreshold < 0 || s.LowStockThreshold > arbiter.MaxStock {
+		return nil, inventory.Invalidf("low_stock_threshold must be between 0 (none) and %d", int64(arbiter.MaxStock))
+	}
 	err := arbiter.Transact(ctx, c.db, func(tx *gorm.DB) error {
-		return arbiter.In(tx).Set(sku, onHand, perUserLimit, ifMatch)
+		return arbiter.In(tx).Set(sku, s, ifMatch)
 	})
 	if err != nil {
 		return nil, err
 	}
-	c.log.Info("sku set", "sku", sku, "stock", onHand, "per_user_limit", perUserLimit)
+	c.log.Info("sku set", "sku", sku, "stock", onHand, "per_user_limit", perUserLimit, "low_stock_threshold", s.LowStockThreshold)
 	// Set outright (perhaps between limited and unlimited): Redis takes the
 	// database's value.
 	if err := c.stock.Realign(context.WithoutCancel(ctx), sku); err != nil {
@@ -139,7 +153,7 @@ func (c *Catalog) committedView(ctx context.Context, sku string) (*SKUView, erro
 func viewOf(s arbiter.SKU, redisAvailable int64) *SKUView {
 	return &SKUView{SKU: s.SKU, OnHand: s.OnHand, Reserved: s.Reserved, Available: s.Available(),
 		RedisAvailable: redisAvailable, Unlimited: s.OnHand == inventory.Unlimited, PerUserLimit: s.PerUserLimit,
-		Version: s.Version()}
+		LowStockThreshold: s.LowStockThreshold, Version: s.Version()}
 }
 
 func (c *Catalog) record(ctx context.Context, sku string) (arbiter.SKU, error) {

@@ -105,3 +105,33 @@ func TestSKUWritesUnderAVersionOneWinner(t *testing.T) {
 	require.EqualValues(t, 0, r.Count(`SELECT COUNT(*) FROM skus WHERE sku = ?`, "NO-SUCH-"+sku))
 	r.CheckInvariant(sku)
 }
+
+// The low-stock threshold is one of the settings a version names: a put
+// that changes only the threshold moves the version, so a write under the
+// version read before it fails its precondition; a SKU without a
+// threshold keeps the version it had before thresholds existed.
+func TestThresholdMovesTheVersion(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	cat := r.Catalog
+	sku := r.PutSKU("THR", 100, 0)
+	before, err := cat.Get(ctx, sku)
+	require.NoError(t, err)
+	require.Equal(t, "100.0", before.Version)
+
+	after, err := cat.PutSettings(ctx, sku, arbiter.Settings{OnHand: 100, LowStockThreshold: 5}, before.Version)
+	require.NoError(t, err)
+	require.Equal(t, "100.0.5", after.Version)
+	_, err = cat.PutSettings(ctx, sku, arbiter.Settings{OnHand: 100, LowStockThreshold: 9}, before.Version)
+	require.ErrorIs(t, err, inventory.ErrPrecondition, "a write under the version before the threshold changed")
+	_, err = cat.Adjust(ctx, sku, 1, "restock", "", before.Version)
+	require.ErrorIs(t, err, inventory.ErrPrecondition)
+	got, err := cat.Get(ctx, sku)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), got.LowStockThreshold)
+	require.Equal(t, int64(100), got.OnHand)
+
+	back, err := cat.PutSettings(ctx, sku, arbiter.Settings{OnHand: 100}, after.Version)
+	require.NoError(t, err)
+	require.Equal(t, "100.0", back.Version)
+}

@@ -190,7 +190,7 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	x.quiet(func() { x.f.Settle(ctx, testrig.Line("U", 2), []stock.Admission{adm}, fences, "", false) })
 	require.EqualValues(t, inventory.Unlimited, x.levels("U").Available, "still unlimited: nothing to settle")
 	adm = x.admit("U", 3, inventory.Unlimited)
-	require.NoError(t, x.DB.Transaction(func(tx *gorm.DB) error { return arbiter.In(tx).Set("U", 10, 0, nil) }))
+	require.NoError(t, x.DB.Transaction(func(tx *gorm.DB) error { return arbiter.In(tx).Set("U", arbiter.Settings{OnHand: 10}, nil) }))
 	require.NoError(t, x.Stock.Realign(ctx, "U"))
 	require.EqualValues(t, 8, x.levels("U").Available, "10 on hand, the first reservation's 2 reserved")
 	fences = x.record("x6", inventory.Line{SKU: "U", Qty: 3})

@@ -35,6 +35,32 @@ func (s *Server) listingRoutes(v1 *echo.Group, client, admin echo.MiddlewareFunc
 	v1.GET("/skus", s.listSKUs, with(client)...)
 	v1.GET("/orders", s.listOrders, with(client)...)
 	v1.GET("/skus/:sku/movements", s.skuMovements, with(admin)...)
+	v1.GET("/events", s.listEvents, with(client)...)
+}
+
+// listEvents: GET /v1/events?after=&limit=&sku=, the replay feed of stock
+// events in id order. A reader passes the last id it has as after.
+func (s *Server) listEvents(c echo.Context) error {
+	limit, _, err := pageParams(c)
+	if err != nil {
+		return err
+	}
+	q := listing.EventQuery{Limit: limit}
+	if v, ok, err := filterParam(c, "after"); err != nil {
+		return err
+	} else if ok {
+		if q.After, err = strconv.ParseInt(v, 10, 64); err != nil || q.After < 0 {
+			return badRequest("after must be an event id (an integer, 0 or above)")
+		}
+	}
+	if q.SKU, _, err = filterParam(c, "sku"); err != nil {
+		return err
+	}
+	items, err := s.listing.Events(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, page[arbiter.Event]{Items: items})
 }
 
 // listSKUs: GET /v1/skus?low_stock=&limit=&cursor=

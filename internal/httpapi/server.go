@@ -323,8 +323,9 @@ func (s *Server) putSKU(c echo.Context) error {
 		return err
 	}
 	var req struct {
-		Stock        *int64 `json:"stock"`
-		PerUserLimit *int64 `json:"per_user_limit"`
+		Stock             *int64 `json:"stock"`
+		PerUserLimit      *int64 `json:"per_user_limit"`
+		LowStockThreshold *int64 `json:"low_stock_threshold"`
 	}
 	if err := bind(c, &req); err != nil {
 		return err
@@ -340,7 +341,11 @@ func (s *Server) putSKU(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v, err := s.catalog.Put(c.Request().Context(), sku, *req.Stock, limit, ifMatch...)
+	set := arbiter.Settings{OnHand: *req.Stock, PerUserLimit: limit}
+	if req.LowStockThreshold != nil {
+		set.LowStockThreshold = *req.LowStockThreshold
+	}
+	v, err := s.catalog.PutSettings(c.Request().Context(), sku, set, ifMatch...)
 	if err != nil {
 		return err
 	}

@@ -227,3 +227,40 @@ func (r *Reader) Orders(ctx context.Context, q OrderQuery) (*OrderPage, error) {
 	}
 	return p, nil
 }
+
+// EventQuery selects a page of the replay feed of stock events.
+type EventQuery struct {
+	// After is the id of the last event the reader has (0: from the
+	// oldest kept).
+	After int64
+	// SKU, if given, keeps that SKU's events only.
+	SKU string
+	// Limit is the page size (0: DefaultPageSize).
+	Limit int
+}
+
+// Events returns the stock events with an id above q.After, in id order:
+// each SKU's in seq order. An event is in the feed once the events job
+// numbered it (about 200 ms after its commit), and its id is above every
+// id numbered before, so a reader that pages on from the last id it read
+// never passes over one. Retention keeps at least the horizon it is
+// configured with (7 days by default).
+func (r *Reader) Events(ctx context.Context, q EventQuery) ([]arbiter.Event, error) {
+	if q.After < 0 {
+		return nil, inventory.Invalidf("after must be an event id (0 or above)")
+	}
+	if q.SKU != "" {
+		if err := inventory.ValidateSKU(q.SKU); err != nil {
+			return nil, err
+		}
+	}
+	limit, err := pageLimit(q.Limit)
+	if err != nil {
+		return nil, err
+	}
+	items, err := arbiter.EventsOf(r.db.WithContext(ctx)).Page(arbiter.EventFilter{After: q.After, SKU: q.SKU, Limit: limit})
+	if items == nil && err == nil {
+		items = []arbiter.Event{}
+	}
+	return items, err
+}

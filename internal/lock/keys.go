@@ -7,6 +7,7 @@ package lock
 //	inv:{relay}:lock           string  the outbox relay's leader lock
 //	inv:{realign}:lock         string  the periodic realign's one-node lock
 //	inv:{retention}:lock       string  the retention job's one-node lock
+//	inv:{events}:lock          string  the events job's leader lock
 const (
 	// SweepKey may stay one key for the whole fleet: each node tries it
 	// once per sweep interval, and no order touches it.
@@ -14,4 +15,5 @@ const (
 	RelayKey     = "inv:{relay}:lock"
 	RealignKey   = "inv:{realign}:lock"
 	RetentionKey = "inv:{retention}:lock"
+	EventsKey    = "inv:{events}:lock"
 )

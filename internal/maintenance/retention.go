@@ -16,6 +16,9 @@ import (
 const (
 	DefaultRetentionHorizon  = 30 * 24 * time.Hour // how long finished history is kept
 	DefaultRetentionInterval = 10 * time.Minute    // how often retention prunes
+	// DefaultEventHorizon is how long stock events stay in the replay
+	// feed: a receiver down for a week can still catch up.
+	DefaultEventHorizon = 7 * 24 * time.Hour
 )
 
 // RetentionConfig tunes the pruning of finished history. Zero values take
@@ -26,6 +29,9 @@ type RetentionConfig struct {
 	// reservation's state, which is never pruned (see Retention).
 	// Default 30 days.
 	Horizon time.Duration
+	// EventHorizon is how long stock events are kept (the replay feed's
+	// horizon). Default 7 days.
+	EventHorizon time.Duration
 	// Interval is how often one node prunes. Default 10m.
 	Interval time.Duration
 	// Batch bounds the rows one statement deletes. Default 1000.
@@ -38,6 +44,9 @@ type RetentionConfig struct {
 func (c *RetentionConfig) defaults() {
 	if c.Horizon <= 0 {
 		c.Horizon = DefaultRetentionHorizon
+	}
+	if c.EventHorizon <= 0 {
+		c.EventHorizon = DefaultEventHorizon
 	}
 	if c.Interval <= 0 {
 		c.Interval = DefaultRetentionInterval
@@ -67,7 +76,9 @@ func (c *RetentionConfig) defaults() {
 //   - stock movements, compacted per SKU: the pruned movements are replaced
 //     by one "opening balance" movement (kind SET, their summed deltas) that
 //     takes the id of the last one, so a SKU's deltas still sum to on_hand
-//     and reserved and its history still reads in order.
+//     and reserved and its history still reads in order;
+//   - stock events older than their own horizon (EventHorizon, 7 days by
+//     default), numbered ones only.
 //
 // Reservations, orders and anomalies are kept: they are the record.
 type Retention struct {
@@ -84,7 +95,7 @@ func NewRetention(db *gorm.DB, locker *lock.Locker, cfg RetentionConfig) *Retent
 
 // Pruned counts what one run removed.
 type Pruned struct {
-	Outbox, Ledger, Movements int64
+	Outbox, Ledger, Movements, Events int64
 }
 
 // Start runs the job until Stop; a second Start is a no-op.
@@ -101,7 +112,7 @@ func (r *Retention) loop(ctx context.Context) {
 		case err != nil && ctx.Err() == nil:
 			r.cfg.Logger.Warn("retention: run failed; the next one continues", "err", err)
 		case p != Pruned{}:
-			r.cfg.Logger.Info("retention: pruned finished history", "outbox", p.Outbox, "ledger", p.Ledger, "movements", p.Movements)
+			r.cfg.Logger.Info("retention: pruned finished history", "outbox", p.Outbox, "ledger", p.Ledger, "movements", p.Movements, "events", p.Events)
 		}
 	})
 }
@@ -119,6 +130,12 @@ func (r *Retention) PruneOnce(ctx context.Context) (Pruned, error) {
 	}
 	if p.Ledger, err = r.batches(ctx, func() (int64, error) {
 		return arbiter.PruneLedger(db, cutoff, r.cfg.Batch)
+	}); err != nil {
+		return p, err
+	}
+	eventCutoff := r.cfg.Now().UTC().Add(-r.cfg.EventHorizon)
+	if p.Events, err = r.batches(ctx, func() (int64, error) {
+		return arbiter.EventsOf(db).PruneBefore(eventCutoff, r.cfg.Batch)
 	}); err != nil {
 		return p, err
 	}

@@ -148,3 +148,36 @@ func TestRetentionConcurrentRuns(t *testing.T) {
 	require.Equal(t, int64(1), r.Count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ?`, sku))
 	r.RequireQty(sku, 1000, 20)
 }
+
+// Stock events stay for their own horizon (7 days by default), whatever
+// the history's: an event 6 days old is kept, one 8 days old goes, and an
+// event not numbered for the feed yet is never pruned.
+func TestRetentionKeepsEventsTheirHorizon(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	sku := r.PutSKU("RETEV", 1, 0)
+	for range 3 {
+		tok := testenv.Unique("t")
+		_, err := r.Tokens.Reserve(ctx, sku, 1, tok)
+		require.NoError(t, err)
+		_, err = r.Tokens.Release(ctx, sku, tok)
+		require.NoError(t, err)
+	}
+	// 6 events: sold out and back three times; 8 days old, 6 days old,
+	// and new (unnumbered).
+	now := time.Now().UTC()
+	require.NoError(t, r.DB.Exec(`UPDATE stock_events SET id = row_id, occurred_at = ? WHERE seq <= 2`, now.Add(-8*24*time.Hour)).Error)
+	require.NoError(t, r.DB.Exec(`UPDATE stock_events SET id = row_id, occurred_at = ? WHERE seq BETWEEN 3 AND 4`, now.Add(-6*24*time.Hour)).Error)
+	require.NoError(t, r.DB.Exec(`UPDATE stock_events SET occurred_at = ? WHERE seq >= 5`, now.Add(-9*24*time.Hour)).Error)
+	ret := maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{Horizon: time.Hour, Batch: 1})
+	p, err := ret.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, p.Events)
+	left, err := arbiter.EventsOf(r.DB).OfSKU(sku)
+	require.NoError(t, err)
+	var seqs []int64
+	for _, e := range left {
+		seqs = append(seqs, e.Seq)
+	}
+	require.Equal(t, []int64{3, 4, 5, 6}, seqs)
+}
