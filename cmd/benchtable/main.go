@@ -133,6 +133,9 @@ func main() {
 	must(rdb.FlushDB(ctx).Err())
 	db := openMySQL(ctx)
 
+	if *external && (*only == "" || *only == "http") {
+		must(externalTools()) // the honest-load-generator check's tools, before minutes of measuring
+	}
 	var results []result
 	fmt.Fprintf(os.Stderr, "each variant runs %s with %d workers; load average %s\n", *duration, *workers, loadAverage())
 	if *only != "history" {
