@@ -49,11 +49,11 @@ var commitCounters = []string{"Innodb_data_fsyncs", "Innodb_row_lock_waits", "In
 
 // commitSide is one phase of the breakdown.
 type commitSide struct {
-	setting          string
-	r                httpResult
-	commits, orders  int64
-	nanos            int64
-	status           map[string]int64 // counter deltas over the phase
+	setting         string
+	r               httpResult
+	commits, orders int64
+	nanos           int64
+	status          map[string]int64 // counter deltas over the phase
 }
 
 func (s commitSide) row() string {

@@ -128,6 +128,10 @@ func run(name string, n int, d time.Duration, op func(ctx context.Context, worke
 
 func main() {
 	flag.Parse()
+	if *openChildF {
+		openChild() // an open-loop generator's process (openloop.go)
+		return
+	}
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, DB: *redisDB, PoolSize: *workers * 2})
 	must(rdb.FlushDB(ctx).Err())
