@@ -26,7 +26,7 @@ if [ ! -x "$VEGETA" ]; then
   mkdir -p "$CACHE/bin/vegeta-build"
   GOBIN="$CACHE/bin/vegeta-build" go install "github.com/tsenart/vegeta/v12@$VEGETA_VERSION" \
     || die "could not install vegeta $VEGETA_VERSION (go install github.com/tsenart/vegeta/v12@$VEGETA_VERSION); the load-generator check needs it"
-  mv "$CACHE/bin/vegeta-build/vegeta" "$VEGETA"
+  mv "$CACHE/bin/vegeta-build/vegeta" "$VEGETA" && rmdir "$CACHE/bin/vegeta-build"
 fi
 
 mkdir -p bench-results
