@@ -128,11 +128,18 @@ func run(name string, n int, d time.Duration, op func(ctx context.Context, worke
 
 func main() {
 	flag.Parse()
+	if *openChildF {
+		openChild() // an open-loop generator's process (openloop.go)
+		return
+	}
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, DB: *redisDB, PoolSize: *workers * 2})
 	must(rdb.FlushDB(ctx).Err())
 	db := openMySQL(ctx)
 
+	if *external && (*only == "" || *only == "http") {
+		must(externalTools()) // the honest-load-generator check's tools, before minutes of measuring
+	}
 	var results []result
 	fmt.Fprintf(os.Stderr, "each variant runs %s with %d workers; load average %s\n", *duration, *workers, loadAverage())
 	if *only != "history" {

@@ -122,6 +122,7 @@ func checks(rs, sync []result, web webRun) []check {
 		}
 		cs = append(cs, c)
 	}
+	cs = append(cs, arrivalChecks(web.arrival)...)
 	cs = append(cs, campaignChecks(web.camp)...)
 	if len(rs) > 0 && len(web.phases) > 0 {
 		cs = append(cs, check{what: "cold init, Redis per order, DB work per order flat from 10³ to 10⁶ orders",
@@ -230,6 +231,7 @@ func report(rs, sync []result, web webRun) {
 			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s |\n", r.name, r.rate, dur(r.p50), dur(r.p99), r.answersCell(), r.note)
 		}
 	}
+	b.WriteString(arrivalTable(web.arrival))
 	b.WriteString(campaignTable(web.camp))
 	b.WriteString(web.extra)
 	b.WriteString(cpuTable())

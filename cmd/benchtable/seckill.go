@@ -29,6 +29,7 @@ type httpResult struct {
 	name     string
 	rate     float64
 	p50, p99 time.Duration
+	dist     latencyDist // the latency distribution (p50 and p99 are its)
 	codes    map[int]int64
 	rows     int64 // the floor's committed rows (it answers no HTTP)
 	note     string
@@ -78,6 +79,7 @@ type webRun struct {
 	extra    string       // the lag and soak tables
 	dbcost   string       // the database's cost of a sale, statement by statement (the full run)
 	camp     *campaignRun // the campaign group (nil: not run)
+	arrival  *arrivalRun  // latency under an arrival rate, and the other load generators (nil: not run)
 }
 
 // lagStats is the sync lag through RocketMQ (applied 0: nothing applied).
@@ -152,6 +154,7 @@ func loadEach(name string, url func(w int) string, n int, d time.Duration, heade
 	slices.Sort(all)
 	if len(all) > 0 {
 		r.p50, r.p99 = all[len(all)/2], all[len(all)*99/100]
+		r.dist = distribution(all)
 	}
 	return r
 }
@@ -267,9 +270,21 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 		return load("seckill, selling", base+"/v1/seckill/FLASH/buy", *workers, *duration, buyer("s"), empty)
 	}))
 	web.selling = rs[len(rs)-1].rate
+	// The same phase driven by wrk, closed loop at the same connections,
+	// right after ours (openloop.go, external.go).
+	selling := rs[len(rs)-1]
+	web.arrival = newArrivalRun(web.selling)
+	rs = append(rs, web.arrival.closedBeside(a, selling, base+"/v1/seckill/FLASH/buy", buyer("s"), `{}`)...)
 	// The floor, right after the sale it is the floor of: the same clients,
 	// the same group commits in flight, the same batch.
 	rs = append(rs, floorRun(ctx, dsnBase, *workers, floorWriters, batch, *duration))
+	// The selling phase open loop at 50% and 80% of its closed-loop rate
+	// (vegeta beside ours at 50%), and the commit-latency breakdown; first a
+	// pause, so InnoDB's flushing of the floor's rows is not measured with
+	// them.
+	time.Sleep(3 * time.Second)
+	rs = append(rs, web.arrival.openBeside(a, selling, base+"/v1/seckill/FLASH/buy", buyer("o"), `{}`, true)...)
+	rs = append(rs, web.arrival.commitBreakdown(ctx, a, dsnBase, base+"/v1/seckill/FLASH/buy", buyer("s"))...)
 	soldOutPhase(0)
 	for i := 1; i < pairRounds; i++ {
 		barePhase(i)
@@ -294,6 +309,7 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 		})
 	}))
 	web.cart = rs[len(rs)-1].rate
+	rs = append(rs, web.arrival.openBeside(a, rs[len(rs)-1], base+"/v1/orders", buyer("c"), `{"items":[{"sku":"CART-A","qty":1},{"sku":"CART-B","qty":2}]}`, false)...)
 
 	web.phases, web.oversell = rs, oversell
 	var lag string
