@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"sync"
 	"time"
 
@@ -148,13 +147,17 @@ func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Micro
 // in no SKU).
 func SoldOutKey(id string) string { return "c:" + id }
 
-// idPattern is a campaign id: a SKU's alphabet (its Redis keys carry no
-// colon or brace), short enough that "c:" + id names its quota.
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,59}$`)
-
-// ValidateID checks a campaign id.
+// ValidateID checks a campaign id: 1-60 characters of a SKU's alphabet,
+// starting with a letter or digit (its Redis keys carry no colon or brace),
+// short enough that "c:" + id names its quota. Every buy checks it, before
+// the opening too: a loop, not a regular expression.
 func ValidateID(id string) error {
-	if !idPattern.MatchString(id) {
+	ok := len(id) >= 1 && len(id) <= 60
+	for i := 0; ok && i < len(id); i++ {
+		b := id[i]
+		ok = 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || i > 0 && (b == '.' || b == '_' || b == '-')
+	}
+	if !ok {
 		return inventory.Invalidf("campaign id must be 1-60 characters of A-Z a-z 0-9 . _ -, got %q", inventory.Truncate(id))
 	}
 	return nil
@@ -427,11 +430,19 @@ func (e NotStarted) Unwrap() error { return inventory.ErrNotStarted }
 
 // Buy sells one unit of campaign id to userID as a PENDING order (with
 // idemKey, a retry answers the same order). Before the opening it answers
-// NotStarted (inventory.ErrNotStarted), after the end inventory.ErrEnded,
-// sold out inventory.ErrInsufficientStock, past the buyer's limit
-// inventory.ErrConflict: Redis decides these without the database, which
+// a NotStarted itself, not wrapped (inventory.ErrNotStarted), after the
+// end inventory.ErrEnded, sold out inventory.ErrInsufficientStock, past
+// the buyer's limit inventory.ErrConflict: Redis decides these without the database, which
 // decides again, by its own clock, as it records the sale.
 func (s *Service) Buy(ctx context.Context, id, userID, idemKey string) (*order.Order, error) {
+	// Checked before the window, as the sale would check them: a bad
+	// request gets its own answer, before the opening too.
+	if err := order.ValidateID("user_id", userID); err != nil {
+		return nil, err
+	}
+	if err := inventory.ValidateIdempotencyKey(idemKey); err != nil {
+		return nil, err
+	}
 	v, err := s.Get(ctx, id)
 	if err != nil {
 		return nil, err
