@@ -1112,10 +1112,13 @@ type ClientInterface interface {
 
 	// GetCampaign A campaign's countdown and counts, cheap enough for every product page to poll.
 	//
-	// Served from each node's memory, at most 0.5 s old (5 s while the
-	// opening is more than 0.5 s off: nothing sells before it; a change is
-	// answered at once by the node that made it) (state and now
-	// are as of the answer). A weak ETag names what the page shows (not
+	// Served from each node's memory, at most 0.5 s old (state and now
+	// are as of the answer): before the opening a node checks its copy
+	// against Redis's, which every change rewrites, instead of reading
+	// the database again; only while Redis cannot tell (it lost the
+	// campaign's pool, or is out of reach) may a scheduled campaign's
+	// answer be 5 s old. A change is answered at once by the node that
+	// made it. A weak ETag names what the page shows (not
 	// the clock): If-None-Match answers 304 until it changes.
 	// Cache-Control max-age=1.
 	//
@@ -1156,11 +1159,13 @@ type ClientInterface interface {
 
 	// BuyCampaignWithBody Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 	//
-	// For the buyer X-Buyer-Token names. Redis checks the window, the
-	// buyer's campaign limit and the pool first, so a burst before the
-	// opening or after the end takes nothing and never reaches the
-	// database; the database's clock decides again as it records the
-	// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+	// For the buyer X-Buyer-Token names (checked, with the body and the
+	// Idempotency-Key, before the window). Before the opening the node
+	// answers from its copy of the campaign (its window at most 0.5 s
+	// old, as GET's); Redis checks the window, the buyer's campaign
+	// limit and the pool next, so a burst before the opening or after
+	// the end takes nothing and never reaches the database; the
+	// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 	// sale_ended, insufficient_stock (sold out), conflict (the buyer's
 	// campaign limit, or an Idempotency-Key reused). With an
 	// Idempotency-Key a retry answers the same order.
@@ -1172,11 +1177,13 @@ type ClientInterface interface {
 
 	// BuyCampaign Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 	//
-	// For the buyer X-Buyer-Token names. Redis checks the window, the
-	// buyer's campaign limit and the pool first, so a burst before the
-	// opening or after the end takes nothing and never reaches the
-	// database; the database's clock decides again as it records the
-	// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+	// For the buyer X-Buyer-Token names (checked, with the body and the
+	// Idempotency-Key, before the window). Before the opening the node
+	// answers from its copy of the campaign (its window at most 0.5 s
+	// old, as GET's); Redis checks the window, the buyer's campaign
+	// limit and the pool next, so a burst before the opening or after
+	// the end takes nothing and never reaches the database; the
+	// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 	// sale_ended, insufficient_stock (sold out), conflict (the buyer's
 	// campaign limit, or an Idempotency-Key reused). With an
 	// Idempotency-Key a retry answers the same order.
@@ -1641,10 +1648,13 @@ func (c *Client) Readyz(ctx context.Context, params *ReadyzParams, reqEditors ..
 
 // GetCampaign A campaign's countdown and counts, cheap enough for every product page to poll.
 //
-// Served from each node's memory, at most 0.5 s old (5 s while the
-// opening is more than 0.5 s off: nothing sells before it; a change is
-// answered at once by the node that made it) (state and now
-// are as of the answer). A weak ETag names what the page shows (not
+// Served from each node's memory, at most 0.5 s old (state and now
+// are as of the answer): before the opening a node checks its copy
+// against Redis's, which every change rewrites, instead of reading
+// the database again; only while Redis cannot tell (it lost the
+// campaign's pool, or is out of reach) may a scheduled campaign's
+// answer be 5 s old. A change is answered at once by the node that
+// made it. A weak ETag names what the page shows (not
 // the clock): If-None-Match answers 304 until it changes.
 // Cache-Control max-age=1.
 //
@@ -1715,11 +1725,13 @@ func (c *Client) PutCampaign(ctx context.Context, id CampaignId, params *PutCamp
 
 // BuyCampaignWithBody Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 //
-// For the buyer X-Buyer-Token names. Redis checks the window, the
-// buyer's campaign limit and the pool first, so a burst before the
-// opening or after the end takes nothing and never reaches the
-// database; the database's clock decides again as it records the
-// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+// For the buyer X-Buyer-Token names (checked, with the body and the
+// Idempotency-Key, before the window). Before the opening the node
+// answers from its copy of the campaign (its window at most 0.5 s
+// old, as GET's); Redis checks the window, the buyer's campaign
+// limit and the pool next, so a burst before the opening or after
+// the end takes nothing and never reaches the database; the
+// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 // sale_ended, insufficient_stock (sold out), conflict (the buyer's
 // campaign limit, or an Idempotency-Key reused). With an
 // Idempotency-Key a retry answers the same order.
@@ -1741,11 +1753,13 @@ func (c *Client) BuyCampaignWithBody(ctx context.Context, id CampaignId, params 
 
 // BuyCampaign Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 //
-// For the buyer X-Buyer-Token names. Redis checks the window, the
-// buyer's campaign limit and the pool first, so a burst before the
-// opening or after the end takes nothing and never reaches the
-// database; the database's clock decides again as it records the
-// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+// For the buyer X-Buyer-Token names (checked, with the body and the
+// Idempotency-Key, before the window). Before the opening the node
+// answers from its copy of the campaign (its window at most 0.5 s
+// old, as GET's); Redis checks the window, the buyer's campaign
+// limit and the pool next, so a burst before the opening or after
+// the end takes nothing and never reaches the database; the
+// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 // sale_ended, insufficient_stock (sold out), conflict (the buyer's
 // campaign limit, or an Idempotency-Key reused). With an
 // Idempotency-Key a retry answers the same order.
@@ -4082,10 +4096,13 @@ type ClientWithResponsesInterface interface {
 
 	// GetCampaignWithResponse A campaign's countdown and counts, cheap enough for every product page to poll.
 	//
-	// Served from each node's memory, at most 0.5 s old (5 s while the
-	// opening is more than 0.5 s off: nothing sells before it; a change is
-	// answered at once by the node that made it) (state and now
-	// are as of the answer). A weak ETag names what the page shows (not
+	// Served from each node's memory, at most 0.5 s old (state and now
+	// are as of the answer): before the opening a node checks its copy
+	// against Redis's, which every change rewrites, instead of reading
+	// the database again; only while Redis cannot tell (it lost the
+	// campaign's pool, or is out of reach) may a scheduled campaign's
+	// answer be 5 s old. A change is answered at once by the node that
+	// made it. A weak ETag names what the page shows (not
 	// the clock): If-None-Match answers 304 until it changes.
 	// Cache-Control max-age=1.
 	//
@@ -4128,11 +4145,13 @@ type ClientWithResponsesInterface interface {
 
 	// BuyCampaignWithBodyWithResponse Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 	//
-	// For the buyer X-Buyer-Token names. Redis checks the window, the
-	// buyer's campaign limit and the pool first, so a burst before the
-	// opening or after the end takes nothing and never reaches the
-	// database; the database's clock decides again as it records the
-	// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+	// For the buyer X-Buyer-Token names (checked, with the body and the
+	// Idempotency-Key, before the window). Before the opening the node
+	// answers from its copy of the campaign (its window at most 0.5 s
+	// old, as GET's); Redis checks the window, the buyer's campaign
+	// limit and the pool next, so a burst before the opening or after
+	// the end takes nothing and never reaches the database; the
+	// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 	// sale_ended, insufficient_stock (sold out), conflict (the buyer's
 	// campaign limit, or an Idempotency-Key reused). With an
 	// Idempotency-Key a retry answers the same order.
@@ -4144,11 +4163,13 @@ type ClientWithResponsesInterface interface {
 
 	// BuyCampaignWithResponse Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 	//
-	// For the buyer X-Buyer-Token names. Redis checks the window, the
-	// buyer's campaign limit and the pool first, so a burst before the
-	// opening or after the end takes nothing and never reaches the
-	// database; the database's clock decides again as it records the
-	// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+	// For the buyer X-Buyer-Token names (checked, with the body and the
+	// Idempotency-Key, before the window). Before the opening the node
+	// answers from its copy of the campaign (its window at most 0.5 s
+	// old, as GET's); Redis checks the window, the buyer's campaign
+	// limit and the pool next, so a burst before the opening or after
+	// the end takes nothing and never reaches the database; the
+	// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 	// sale_ended, insufficient_stock (sold out), conflict (the buyer's
 	// campaign limit, or an Idempotency-Key reused). With an
 	// Idempotency-Key a retry answers the same order.
@@ -7635,10 +7656,13 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, params *Re
 
 // GetCampaignWithResponse A campaign's countdown and counts, cheap enough for every product page to poll.
 //
-// Served from each node's memory, at most 0.5 s old (5 s while the
-// opening is more than 0.5 s off: nothing sells before it; a change is
-// answered at once by the node that made it) (state and now
-// are as of the answer). A weak ETag names what the page shows (not
+// Served from each node's memory, at most 0.5 s old (state and now
+// are as of the answer): before the opening a node checks its copy
+// against Redis's, which every change rewrites, instead of reading
+// the database again; only while Redis cannot tell (it lost the
+// campaign's pool, or is out of reach) may a scheduled campaign's
+// answer be 5 s old. A change is answered at once by the node that
+// made it. A weak ETag names what the page shows (not
 // the clock): If-None-Match answers 304 until it changes.
 // Cache-Control max-age=1.
 //
@@ -7699,11 +7723,13 @@ func (c *ClientWithResponses) PutCampaignWithResponse(ctx context.Context, id Ca
 
 // BuyCampaignWithBodyWithResponse Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 //
-// For the buyer X-Buyer-Token names. Redis checks the window, the
-// buyer's campaign limit and the pool first, so a burst before the
-// opening or after the end takes nothing and never reaches the
-// database; the database's clock decides again as it records the
-// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+// For the buyer X-Buyer-Token names (checked, with the body and the
+// Idempotency-Key, before the window). Before the opening the node
+// answers from its copy of the campaign (its window at most 0.5 s
+// old, as GET's); Redis checks the window, the buyer's campaign
+// limit and the pool next, so a burst before the opening or after
+// the end takes nothing and never reaches the database; the
+// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 // sale_ended, insufficient_stock (sold out), conflict (the buyer's
 // campaign limit, or an Idempotency-Key reused). With an
 // Idempotency-Key a retry answers the same order.
@@ -7721,11 +7747,13 @@ func (c *ClientWithResponses) BuyCampaignWithBodyWithResponse(ctx context.Contex
 
 // BuyCampaignWithResponse Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 //
-// For the buyer X-Buyer-Token names. Redis checks the window, the
-// buyer's campaign limit and the pool first, so a burst before the
-// opening or after the end takes nothing and never reaches the
-// database; the database's clock decides again as it records the
-// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+// For the buyer X-Buyer-Token names (checked, with the body and the
+// Idempotency-Key, before the window). Before the opening the node
+// answers from its copy of the campaign (its window at most 0.5 s
+// old, as GET's); Redis checks the window, the buyer's campaign
+// limit and the pool next, so a burst before the opening or after
+// the end takes nothing and never reaches the database; the
+// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 // sale_ended, insufficient_stock (sold out), conflict (the buyer's
 // campaign limit, or an Idempotency-Key reused). With an
 // Idempotency-Key a retry answers the same order.
