@@ -1206,10 +1206,13 @@ type ClientInterface interface {
 
 	// GetCampaign A campaign's countdown and counts, cheap enough for every product page to poll.
 	//
-	// Served from each node's memory, at most 0.5 s old (5 s while the
-	// opening is more than 0.5 s off: nothing sells before it; a change is
-	// answered at once by the node that made it) (state and now
-	// are as of the answer). A weak ETag names what the page shows (not
+	// Served from each node's memory, at most 0.5 s old (state and now
+	// are as of the answer): before the opening a node checks its copy
+	// against Redis's, which every change rewrites, instead of reading
+	// the database again; only while Redis cannot tell (it lost the
+	// campaign's pool, or is out of reach) may a scheduled campaign's
+	// answer be 5 s old. A change is answered at once by the node that
+	// made it. A weak ETag names what the page shows (not
 	// the clock): If-None-Match answers 304 until it changes.
 	// Cache-Control max-age=1.
 	//
@@ -1250,11 +1253,13 @@ type ClientInterface interface {
 
 	// BuyCampaignWithBody Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 	//
-	// For the buyer X-Buyer-Token names. Redis checks the window, the
-	// buyer's campaign limit and the pool first, so a burst before the
-	// opening or after the end takes nothing and never reaches the
-	// database; the database's clock decides again as it records the
-	// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+	// For the buyer X-Buyer-Token names (checked, with the body and the
+	// Idempotency-Key, before the window). Before the opening the node
+	// answers from its copy of the campaign (its window at most 0.5 s
+	// old, as GET's); Redis checks the window, the buyer's campaign
+	// limit and the pool next, so a burst before the opening or after
+	// the end takes nothing and never reaches the database; the
+	// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 	// sale_ended, insufficient_stock (sold out), conflict (the buyer's
 	// campaign limit, or an Idempotency-Key reused). With an
 	// Idempotency-Key a retry answers the same order.
@@ -1266,11 +1271,13 @@ type ClientInterface interface {
 
 	// BuyCampaign Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 	//
-	// For the buyer X-Buyer-Token names. Redis checks the window, the
-	// buyer's campaign limit and the pool first, so a burst before the
-	// opening or after the end takes nothing and never reaches the
-	// database; the database's clock decides again as it records the
-	// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+	// For the buyer X-Buyer-Token names (checked, with the body and the
+	// Idempotency-Key, before the window). Before the opening the node
+	// answers from its copy of the campaign (its window at most 0.5 s
+	// old, as GET's); Redis checks the window, the buyer's campaign
+	// limit and the pool next, so a burst before the opening or after
+	// the end takes nothing and never reaches the database; the
+	// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 	// sale_ended, insufficient_stock (sold out), conflict (the buyer's
 	// campaign limit, or an Idempotency-Key reused). With an
 	// Idempotency-Key a retry answers the same order.
@@ -1751,10 +1758,13 @@ func (c *Client) Readyz(ctx context.Context, params *ReadyzParams, reqEditors ..
 
 // GetCampaign A campaign's countdown and counts, cheap enough for every product page to poll.
 //
-// Served from each node's memory, at most 0.5 s old (5 s while the
-// opening is more than 0.5 s off: nothing sells before it; a change is
-// answered at once by the node that made it) (state and now
-// are as of the answer). A weak ETag names what the page shows (not
+// Served from each node's memory, at most 0.5 s old (state and now
+// are as of the answer): before the opening a node checks its copy
+// against Redis's, which every change rewrites, instead of reading
+// the database again; only while Redis cannot tell (it lost the
+// campaign's pool, or is out of reach) may a scheduled campaign's
+// answer be 5 s old. A change is answered at once by the node that
+// made it. A weak ETag names what the page shows (not
 // the clock): If-None-Match answers 304 until it changes.
 // Cache-Control max-age=1.
 //
@@ -1825,11 +1835,13 @@ func (c *Client) PutCampaign(ctx context.Context, id CampaignId, params *PutCamp
 
 // BuyCampaignWithBody Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 //
-// For the buyer X-Buyer-Token names. Redis checks the window, the
-// buyer's campaign limit and the pool first, so a burst before the
-// opening or after the end takes nothing and never reaches the
-// database; the database's clock decides again as it records the
-// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+// For the buyer X-Buyer-Token names (checked, with the body and the
+// Idempotency-Key, before the window). Before the opening the node
+// answers from its copy of the campaign (its window at most 0.5 s
+// old, as GET's); Redis checks the window, the buyer's campaign
+// limit and the pool next, so a burst before the opening or after
+// the end takes nothing and never reaches the database; the
+// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 // sale_ended, insufficient_stock (sold out), conflict (the buyer's
 // campaign limit, or an Idempotency-Key reused). With an
 // Idempotency-Key a retry answers the same order.
@@ -1851,11 +1863,13 @@ func (c *Client) BuyCampaignWithBody(ctx context.Context, id CampaignId, params 
 
 // BuyCampaign Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 //
-// For the buyer X-Buyer-Token names. Redis checks the window, the
-// buyer's campaign limit and the pool first, so a burst before the
-// opening or after the end takes nothing and never reaches the
-// database; the database's clock decides again as it records the
-// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+// For the buyer X-Buyer-Token names (checked, with the body and the
+// Idempotency-Key, before the window). Before the opening the node
+// answers from its copy of the campaign (its window at most 0.5 s
+// old, as GET's); Redis checks the window, the buyer's campaign
+// limit and the pool next, so a burst before the opening or after
+// the end takes nothing and never reaches the database; the
+// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 // sale_ended, insufficient_stock (sold out), conflict (the buyer's
 // campaign limit, or an Idempotency-Key reused). With an
 // Idempotency-Key a retry answers the same order.
@@ -4311,10 +4325,13 @@ type ClientWithResponsesInterface interface {
 
 	// GetCampaignWithResponse A campaign's countdown and counts, cheap enough for every product page to poll.
 	//
-	// Served from each node's memory, at most 0.5 s old (5 s while the
-	// opening is more than 0.5 s off: nothing sells before it; a change is
-	// answered at once by the node that made it) (state and now
-	// are as of the answer). A weak ETag names what the page shows (not
+	// Served from each node's memory, at most 0.5 s old (state and now
+	// are as of the answer): before the opening a node checks its copy
+	// against Redis's, which every change rewrites, instead of reading
+	// the database again; only while Redis cannot tell (it lost the
+	// campaign's pool, or is out of reach) may a scheduled campaign's
+	// answer be 5 s old. A change is answered at once by the node that
+	// made it. A weak ETag names what the page shows (not
 	// the clock): If-None-Match answers 304 until it changes.
 	// Cache-Control max-age=1.
 	//
@@ -4357,11 +4374,13 @@ type ClientWithResponsesInterface interface {
 
 	// BuyCampaignWithBodyWithResponse Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 	//
-	// For the buyer X-Buyer-Token names. Redis checks the window, the
-	// buyer's campaign limit and the pool first, so a burst before the
-	// opening or after the end takes nothing and never reaches the
-	// database; the database's clock decides again as it records the
-	// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+	// For the buyer X-Buyer-Token names (checked, with the body and the
+	// Idempotency-Key, before the window). Before the opening the node
+	// answers from its copy of the campaign (its window at most 0.5 s
+	// old, as GET's); Redis checks the window, the buyer's campaign
+	// limit and the pool next, so a burst before the opening or after
+	// the end takes nothing and never reaches the database; the
+	// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 	// sale_ended, insufficient_stock (sold out), conflict (the buyer's
 	// campaign limit, or an Idempotency-Key reused). With an
 	// Idempotency-Key a retry answers the same order.
@@ -4373,11 +4392,13 @@ type ClientWithResponsesInterface interface {
 
 	// BuyCampaignWithResponse Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 	//
-	// For the buyer X-Buyer-Token names. Redis checks the window, the
-	// buyer's campaign limit and the pool first, so a burst before the
-	// opening or after the end takes nothing and never reaches the
-	// database; the database's clock decides again as it records the
-	// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+	// For the buyer X-Buyer-Token names (checked, with the body and the
+	// Idempotency-Key, before the window). Before the opening the node
+	// answers from its copy of the campaign (its window at most 0.5 s
+	// old, as GET's); Redis checks the window, the buyer's campaign
+	// limit and the pool next, so a burst before the opening or after
+	// the end takes nothing and never reaches the database; the
+	// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 	// sale_ended, insufficient_stock (sold out), conflict (the buyer's
 	// campaign limit, or an Idempotency-Key reused). With an
 	// Idempotency-Key a retry answers the same order.
@@ -7974,10 +7995,13 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, params *Re
 
 // GetCampaignWithResponse A campaign's countdown and counts, cheap enough for every product page to poll.
 //
-// Served from each node's memory, at most 0.5 s old (5 s while the
-// opening is more than 0.5 s off: nothing sells before it; a change is
-// answered at once by the node that made it) (state and now
-// are as of the answer). A weak ETag names what the page shows (not
+// Served from each node's memory, at most 0.5 s old (state and now
+// are as of the answer): before the opening a node checks its copy
+// against Redis's, which every change rewrites, instead of reading
+// the database again; only while Redis cannot tell (it lost the
+// campaign's pool, or is out of reach) may a scheduled campaign's
+// answer be 5 s old. A change is answered at once by the node that
+// made it. A weak ETag names what the page shows (not
 // the clock): If-None-Match answers 304 until it changes.
 // Cache-Control max-age=1.
 //
@@ -8038,11 +8062,13 @@ func (c *ClientWithResponses) PutCampaignWithResponse(ctx context.Context, id Ca
 
 // BuyCampaignWithBodyWithResponse Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 //
-// For the buyer X-Buyer-Token names. Redis checks the window, the
-// buyer's campaign limit and the pool first, so a burst before the
-// opening or after the end takes nothing and never reaches the
-// database; the database's clock decides again as it records the
-// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+// For the buyer X-Buyer-Token names (checked, with the body and the
+// Idempotency-Key, before the window). Before the opening the node
+// answers from its copy of the campaign (its window at most 0.5 s
+// old, as GET's); Redis checks the window, the buyer's campaign
+// limit and the pool next, so a burst before the opening or after
+// the end takes nothing and never reaches the database; the
+// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 // sale_ended, insufficient_stock (sold out), conflict (the buyer's
 // campaign limit, or an Idempotency-Key reused). With an
 // Idempotency-Key a retry answers the same order.
@@ -8060,11 +8086,13 @@ func (c *ClientWithResponses) BuyCampaignWithBodyWithResponse(ctx context.Contex
 
 // BuyCampaignWithResponse Buy one unit in a campaign (an order of one line, qty 1, PENDING for the campaign's hold).
 //
-// For the buyer X-Buyer-Token names. Redis checks the window, the
-// buyer's campaign limit and the pool first, so a burst before the
-// opening or after the end takes nothing and never reaches the
-// database; the database's clock decides again as it records the
-// sale. 409 sale_not_started (Retry-After: seconds to the opening),
+// For the buyer X-Buyer-Token names (checked, with the body and the
+// Idempotency-Key, before the window). Before the opening the node
+// answers from its copy of the campaign (its window at most 0.5 s
+// old, as GET's); Redis checks the window, the buyer's campaign
+// limit and the pool next, so a burst before the opening or after
+// the end takes nothing and never reaches the database; the
+// database's clock decides again as it records the sale. 409 sale_not_started (Retry-After: seconds to the opening),
 // sale_ended, insufficient_stock (sold out), conflict (the buyer's
 // campaign limit, or an Idempotency-Key reused). With an
 // Idempotency-Key a retry answers the same order.

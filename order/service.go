@@ -327,8 +327,23 @@ func (s *Service) BuyCampaign(ctx context.Context, userID, idemKey string, c Cam
 	if err != nil {
 		fctx, cancel := stock.FollowUp(ctx)
 		defer cancel()
-		if uerr := s.stock.UndoCampaign(fctx, pool, 1, adm, buyer); uerr != nil {
-			s.cfg.Logger.Warn("undoing a campaign admission failed; the realign repairs it", "campaign", c.ID, "err", uerr)
+		switch {
+		case errors.Is(err, groupcommit.ErrUnknownOutcome):
+			// The sale may be recorded: its unit given back to Redis would
+			// be admitted again. The database says what the pool has (the
+			// realign goes on if this request stops waiting for it).
+			if rerr := s.stock.RealignCampaign(fctx, pool); rerr != nil {
+				s.cfg.Logger.Warn("realigning a campaign after a sale of unknown outcome failed; the periodic realign repairs it", "campaign", c.ID, "err", rerr)
+			}
+		default:
+			if uerr := s.stock.UndoCampaign(fctx, pool, 1, adm, buyer); uerr != nil {
+				// The unit is hidden in Redis (buyers would be told sold
+				// out) until a realign: this one, not the periodic one.
+				s.cfg.Logger.Warn("undoing a campaign admission failed; realigning", "campaign", c.ID, "err", uerr)
+				if rerr := s.stock.RealignCampaign(fctx, pool); rerr != nil {
+					s.cfg.Logger.Warn("realign failed; the periodic realign retries", "campaign", c.ID, "err", rerr)
+				}
+			}
 		}
 		if arbiter.IsDuplicate(err) && idemKey != "" {
 			winner, gerr := s.byIdempotencyKey(ctx, userID, idemKey)

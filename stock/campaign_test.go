@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory"
@@ -26,6 +27,7 @@ type fakeCampaigns struct {
 	pools map[string]*fakePool // by campaign ID
 	calls atomic.Int64
 	delay time.Duration
+	hold  chan struct{} // non-nil: an init waits for it after writing
 }
 
 type fakePool struct {
@@ -43,16 +45,21 @@ func (f *fakeCampaigns) init(ctx context.Context, c Campaign, write func(Campaig
 		time.Sleep(f.delay)
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	p, ok := f.pools[c.ID]
 	if !ok {
+		f.mu.Unlock()
 		return fmt.Errorf("campaign %s: %w", c.ID, inventory.ErrNotFound)
 	}
 	p.epoch = 1 + rand.Int64N(1<<52)
-	return write(CampaignBaseline{
+	err := write(CampaignBaseline{
 		Baseline: inventory.Baseline{Available: p.left, Epoch: p.epoch, Seq: p.seq},
 		Opens:    p.opens, Closes: p.closes,
 	})
+	f.mu.Unlock()
+	if f.hold != nil {
+		<-f.hold
+	}
+	return err
 }
 
 func newCampaignStore(t *testing.T, rdb redis.UniversalClient, f *fakeCampaigns) *Store {
@@ -633,5 +640,58 @@ func TestCampaignBuyersUnfencedSKUBuyersFenced(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, before, after)
 		require.Equal(t, opens.UnixMilli(), campaignLevels(t, s, c).Opens.UnixMilli())
+	})
+}
+
+// Realigns of one pool asked for at once coalesce: while one runs, every
+// caller that arrives shares the next one (which starts after the running
+// one, so it reads what each caller's refusal or change left in the
+// database), instead of each taking the pool's row lock in turn. make
+// bench's openings met such bursts at the end of a sale: each sale the
+// database refused asked for its own realign, 40 in a row held the pool's
+// row from the group commit, and each new copy counted the admissions
+// then in flight as available again, so more sales were refused.
+func TestCampaignRealignsCoalesce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		opens, closes := window(time.Now().Add(-time.Minute))
+		f := newFakeCampaigns(map[string]*fakePool{"SALE": {left: 5, opens: opens, closes: closes}})
+		s := newCampaignStore(t, rdb, f)
+		c := Campaign{ID: "SALE", SKU: "PHONE"}
+		require.NoError(t, s.WarmCampaign(ctx, c))
+		f.calls.Store(0)
+		f.delay = 300 * time.Millisecond // the first realign is still reading when the others ask
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				assert.NoError(t, s.RealignCampaign(ctx, c))
+			}()
+		}
+		wg.Wait()
+		require.LessOrEqual(t, f.calls.Load(), int64(2), "the running realign and one after it")
+		require.EqualValues(t, 5, campaignLevels(t, s, c).Available)
+
+		// A realign asked for while one runs is not answered by it: its
+		// change may have come after that one read the database.
+		f.calls.Store(0)
+		f.delay, f.hold = 0, make(chan struct{})
+		first := make(chan error)
+		go func() { first <- s.RealignCampaign(ctx, c) }()
+		for f.calls.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		f.mu.Lock()
+		f.pools["SALE"].left = 4 // committed after the first realign read 5
+		f.mu.Unlock()
+		second := make(chan error)
+		go func() { second <- s.RealignCampaign(ctx, c) }()
+		time.Sleep(50 * time.Millisecond) // the second is asked for while the first runs
+		close(f.hold)
+		require.NoError(t, <-first)
+		require.NoError(t, <-second)
+		require.EqualValues(t, 2, f.calls.Load())
+		require.EqualValues(t, 4, campaignLevels(t, s, c).Available)
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,6 +100,11 @@ type Store struct {
 	cfg    Config
 	locker *lock.Locker
 	inits  singleflight.Group
+	// realigns coalesces realigns per pool (see realign).
+	realigns struct {
+		sync.Mutex
+		m map[string]*realignState
+	}
 	stats  Stats
 	admits *coalescer // nil: one round trip per admission
 }
@@ -496,8 +502,77 @@ func (s *Store) Realign(ctx context.Context, sku string) error {
 }
 
 // realign replaces p's Redis value (a SKU's with its buyers' counts) with
-// the database's, under p's init lock.
+// the database's, under p's init lock. Realigns of one pool coalesce: a
+// call is answered by a realign that starts after it (the one running may
+// have read the database before the change the caller knows of), and
+// every call that arrives while one runs shares the next. A burst of
+// refusals asks for as many realigns as it has sales; run one after the
+// other, each would take the pool's row lock from the sales in turn, and
+// each new copy would count the admissions then in flight as available
+// again. The realign runs detached from the caller (its own deadline:
+// InitWait and LockTTL), so one the caller stops waiting for still
+// repairs the pool.
 func (s *Store) realign(ctx context.Context, p pool) error {
+	s.realigns.Lock()
+	if s.realigns.m == nil {
+		s.realigns.m = map[string]*realignState{}
+	}
+	st := s.realigns.m[p.key()]
+	if st == nil {
+		st = &realignState{}
+		s.realigns.m[p.key()] = st
+	}
+	if st.next == nil {
+		st.next = &realignCall{done: make(chan struct{})}
+	}
+	call := st.next
+	if !st.running {
+		st.running = true
+		go s.realignLoop(context.WithoutCancel(ctx), p, st)
+	}
+	s.realigns.Unlock()
+	select {
+	case <-call.done:
+		return call.err
+	case <-ctx.Done():
+		return fmt.Errorf("%w: realigning %s: %v", inventory.ErrUnavailable, p, ctx.Err())
+	}
+}
+
+// realignState is one pool's realigns: whether one runs, and the call the
+// callers since it started wait for.
+type realignState struct {
+	running bool
+	next    *realignCall
+}
+
+type realignCall struct {
+	done chan struct{}
+	err  error
+}
+
+// realignLoop runs p's realigns while callers wait for one.
+func (s *Store) realignLoop(ctx context.Context, p pool, st *realignState) {
+	for {
+		s.realigns.Lock()
+		call := st.next
+		if call == nil {
+			st.running = false
+			delete(s.realigns.m, p.key())
+			s.realigns.Unlock()
+			return
+		}
+		st.next = nil
+		s.realigns.Unlock()
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.InitWait+s.cfg.LockTTL)
+		call.err = s.realignNow(rctx, p)
+		cancel()
+		close(call.done)
+	}
+}
+
+// realignNow is one realign of p.
+func (s *Store) realignNow(ctx context.Context, p pool) error {
 	held, err := s.locker.Obtain(ctx, p.lockKey(), s.cfg.LockTTL, s.cfg.InitWait)
 	if err != nil {
 		return fmt.Errorf("%w: init lock for %s: %v", inventory.ErrUnavailable, p, err)

@@ -91,7 +91,7 @@ type extension struct {
 // campaignBench runs the campaign group on its own service and database.
 func campaignBench(ctx context.Context, rdb *redis.Client, dsnBase string) *campaignRun {
 	prog.phase("campaign setup")
-	const dbName = "inv_bench_campaign"
+	dbName := *dbPrefix + "_campaign"
 	dsn, wired := wireDSN(dsnBase)
 	a, check := startService(ctx, rdb, dsn, dbName)
 	defer check.Close()

@@ -185,7 +185,7 @@ func costVariants() []costVariant {
 
 // dbCost runs every variant -dbcost-rounds times and returns the table.
 func dbCost(ctx context.Context, dsnBase string) string {
-	db := openDatabase(ctx, dsnBase, "inv_bench_cost")
+	db := openDatabase(ctx, dsnBase, *dbPrefix+"_cost")
 	defer db.Close()
 	resetSchema(ctx, db)
 	must(exec1(db, `CREATE TABLE floor_sales (id VARCHAR(40) NOT NULL PRIMARY KEY, qty INT NOT NULL)

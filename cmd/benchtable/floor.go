@@ -27,7 +27,7 @@ const floorPhase = "floor: group-committed INSERT, one row per sale"
 // any design that makes each sale durable must spend at least; the sale's
 // cost beside it says how far the design is from that.
 func floorRun(ctx context.Context, dsnBase string, n, writers, batch int, d time.Duration) httpResult {
-	db := openDatabase(ctx, dsnBase, "inv_bench_floor")
+	db := openDatabase(ctx, dsnBase, *dbPrefix+"_floor")
 	defer db.Close()
 	must(exec1(db, `DROP TABLE IF EXISTS floor_sales`))
 	must(exec1(db, `CREATE TABLE floor_sales (id VARCHAR(40) NOT NULL PRIMARY KEY, qty INT NOT NULL)

@@ -33,7 +33,7 @@ import (
 //	              per order during the decade: the database's work
 //	DB time/order the decade's wall time per order (2 cores, everything here)
 func historySoak(ctx context.Context, rdb *redis.Client, dsnBase string, n int) string {
-	a, db := startService(ctx, rdb, dsnBase, "inv_bench_history")
+	a, db := startService(ctx, rdb, dsnBase, *dbPrefix+"_history")
 	defer db.Close()
 	defer a.Shutdown(context.Background())
 	const sku = "HIST"

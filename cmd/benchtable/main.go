@@ -62,6 +62,7 @@ var (
 	redisAddr = flag.String("redis", "127.0.0.1:6379", "Redis address")
 	redisDB   = flag.Int("redis-db", 15, "Redis database the benchmark may flush")
 	mysqlDSN  = flag.String("mysql", "inventory:inventory@tcp(127.0.0.1:3306)/", "MySQL server DSN (a database inv_bench is created)")
+	dbPrefix  = flag.String("db-prefix", "inv_bench", "names of the MySQL databases the benchmark resets (PREFIX, PREFIX_http, PREFIX_campaign, ...): with -redis-db, another prefix keeps two runs on one machine from resetting each other's")
 	out       = flag.String("out", "bench-results/results.md", "where to write the table too (its chart goes beside it, as .png)")
 	soakFor   = flag.Duration("soak", 2*time.Minute, "how long the memory soak keeps the seckill load on (0: skip)")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the HTTP phases (service and load in this process) to this file")
@@ -373,7 +374,7 @@ func dur(d time.Duration) string {
 	return d.Round(10 * time.Microsecond).String()
 }
 
-func openMySQL(ctx context.Context) *sql.DB { return openDatabase(ctx, *mysqlDSN, "inv_bench") }
+func openMySQL(ctx context.Context) *sql.DB { return openDatabase(ctx, *mysqlDSN, *dbPrefix) }
 
 func exec1(db *sql.DB, q string, args ...any) error {
 	_, err := db.Exec(q, args...)

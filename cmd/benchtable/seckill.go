@@ -225,7 +225,7 @@ func bareHandler(rdb *redis.Client) (string, func()) {
 // go-redis, and loads both alike.
 func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun {
 	prog.phase("http setup")
-	a, db := startService(ctx, rdb, dsnBase, "inv_bench_http")
+	a, db := startService(ctx, rdb, dsnBase, *dbPrefix+"_http")
 	_ = db.Close()
 	defer a.Shutdown(context.Background())
 	for sku, n := range map[string]int64{"FLASH": 1_000_000_000, "GONE": 0, "SALE": 2000, "CART-A": 1_000_000_000, "CART-B": 1_000_000_000} {
@@ -294,7 +294,7 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 
 	// Oversell: the orders the database holds for SALE against its stock.
 	var sold int64
-	check := openDatabase(ctx, dsnBase, "inv_bench_http")
+	check := openDatabase(ctx, dsnBase, *dbPrefix+"_http")
 	must(check.QueryRowContext(ctx, `SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = 'SALE' AND order_id IS NOT NULL`).Scan(&sold))
 	_ = check.Close()
 	oversell := max(sold-2000, 0)
@@ -375,7 +375,7 @@ func syncLag(ctx context.Context, a *app.App, dsnBase string, rate int, d time.D
 		}()
 	}
 	wg.Wait()
-	db := openDatabase(ctx, dsnBase, "inv_bench_http")
+	db := openDatabase(ctx, dsnBase, *dbPrefix+"_http")
 	defer db.Close()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {

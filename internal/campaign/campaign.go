@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"sync"
 	"time"
 
@@ -37,11 +36,17 @@ const (
 
 // Staleness is how old a campaign's view may be when it is answered: each
 // node reads a campaign's counts at most this often (one read at a time),
-// however many product pages poll it. Before the opening nothing sells, so
-// a scheduled campaign's view is read again only every ScheduledStaleness
-// (until Staleness before its opening): a crowd polling and buying ahead of
-// the opening costs the database nothing. A change of the campaign is
-// answered at once on the node that made it.
+// however many product pages poll it. Before the opening nothing sells,
+// and a change of the campaign (a PUT, an end, on any node) writes the
+// pool's Redis copy again under a new epoch: so a view read before the
+// opening stays current until starts_at while Redis's copy still has the
+// epoch and the window the view was read with, which each node checks
+// (one HMGET, no statement) at most every Staleness. A crowd polling and
+// buying ahead of the opening costs the database nothing, and another
+// node's change is seen within Staleness. Only when Redis cannot tell (it
+// lost the pool, or is out of reach) is a scheduled view read from the
+// database again, every ScheduledStaleness. A change is answered at once
+// on the node that made it.
 const (
 	Staleness          = 500 * time.Millisecond
 	ScheduledStaleness = 5 * time.Second
@@ -89,14 +94,22 @@ type Service struct {
 	redis  followup.Redis
 	cfg    Config
 
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	views map[string]cached
+	gen   uint64 // numbers the views read, so a check lands only on the view it checked
 	reads singleflight.Group
 }
 
+// cached is a view as this node holds it.
 type cached struct {
-	v    View
-	read time.Time
+	v     View
+	epoch int64     // campaigns.redis_epoch as read: Redis's copy of the pool carries it until the campaign changes
+	read  time.Time // when v was read from the database
+	// checked is when v was last known current: read, or found in Redis
+	// unchanged since (a view read before the opening only); retry is
+	// when Redis is asked again after it could not tell.
+	checked, retry time.Time
+	gen            uint64
 }
 
 // New is the campaign service on db and st, selling through orders.
@@ -134,13 +147,17 @@ func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Micro
 // in no SKU).
 func SoldOutKey(id string) string { return "c:" + id }
 
-// idPattern is a campaign id: a SKU's alphabet (its Redis keys carry no
-// colon or brace), short enough that "c:" + id names its quota.
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,59}$`)
-
-// ValidateID checks a campaign id.
+// ValidateID checks a campaign id: 1-60 characters of a SKU's alphabet,
+// starting with a letter or digit (its Redis keys carry no colon or brace),
+// short enough that "c:" + id names its quota. Every buy checks it, before
+// the opening too: a loop, not a regular expression.
 func ValidateID(id string) error {
-	if !idPattern.MatchString(id) {
+	ok := len(id) >= 1 && len(id) <= 60
+	for i := 0; ok && i < len(id); i++ {
+		b := id[i]
+		ok = 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || i > 0 && (b == '.' || b == '_' || b == '-')
+	}
+	if !ok {
 		return inventory.Invalidf("campaign id must be 1-60 characters of A-Z a-z 0-9 . _ -, got %q", inventory.Truncate(id))
 	}
 	return nil
@@ -228,27 +245,38 @@ func (s *Service) forget(id string) {
 	s.mu.Unlock()
 }
 
-// Get is campaign id's view, read from the database at most every
-// Staleness per node (its state and now as of the answer).
+// Get is campaign id's view, at most Staleness old (its state and now as
+// of the answer; see Staleness for how a node keeps it so).
 func (s *Service) Get(ctx context.Context, id string) (View, error) {
 	if err := ValidateID(id); err != nil {
 		return View{}, err
 	}
-	s.mu.Lock()
-	c, ok := s.views[id]
-	s.mu.Unlock()
-	now := s.cfg.Now()
-	if ok && fresh(c, now) {
+	c, ok := s.cached(id)
+	if ok && c.answerable(s.cfg.Now()) {
 		return s.stated(c.v), nil
 	}
 	v, err, _ := s.reads.Do(id, func() (any, error) {
-		s.mu.Lock() // a read that finished since this caller looked is as good
-		c, ok := s.views[id]
-		s.mu.Unlock()
-		if ok && fresh(c, s.cfg.Now()) {
+		// A read or a check that finished since this caller looked is as good.
+		c, ok := s.cached(id)
+		now := s.cfg.Now()
+		if ok && c.answerable(now) {
 			return c.v, nil
 		}
-		return s.read(context.WithoutCancel(ctx), id)
+		ctx := context.WithoutCancel(ctx)
+		if ok && c.checkable(now) {
+			switch same, err := s.unchanged(ctx, c); {
+			case same:
+				s.confirm(id, c.gen, now, time.Time{})
+				return c.v, nil
+			case err != nil && now.Sub(c.read) < ScheduledStaleness:
+				// Redis cannot tell: the view read less than
+				// ScheduledStaleness ago stands, Redis asked again after
+				// Staleness.
+				s.confirm(id, c.gen, time.Time{}, now.Add(Staleness))
+				return c.v, nil
+			}
+		}
+		return s.read(ctx, id)
 	})
 	switch {
 	case err == nil:
@@ -261,13 +289,62 @@ func (s *Service) Get(ctx context.Context, id string) (View, error) {
 	return View{}, err
 }
 
-// fresh says whether c may still be answered at now.
-func fresh(c cached, now time.Time) bool {
-	age := now.Sub(c.read)
-	if age < Staleness {
-		return true
+func (s *Service) cached(id string) (cached, bool) {
+	s.mu.RLock()
+	c, ok := s.views[id]
+	s.mu.RUnlock()
+	return c, ok
+}
+
+// answerable says whether c may be answered at now: it is less than
+// Staleness old, counting a view read before the opening as current until
+// its last check or starts_at, whichever is first (nothing sells before
+// it); or Redis could not tell and it is less than ScheduledStaleness old.
+func (c cached) answerable(now time.Time) bool {
+	if c.read.Before(c.v.StartsAt) && c.v.State != Ended && now.Before(c.retry) {
+		return now.Sub(c.read) < ScheduledStaleness && now.Sub(c.v.StartsAt) < Staleness
 	}
-	return c.v.State != Ended && c.v.StartsAt.Sub(now) > Staleness && age < ScheduledStaleness
+	asOf := c.checked
+	if c.read.Before(c.v.StartsAt) && c.v.StartsAt.Before(asOf) {
+		asOf = c.v.StartsAt
+	}
+	return now.Sub(asOf) < Staleness
+}
+
+// checkable says whether a check in Redis can make c answerable at now: a
+// view read before the opening, until Staleness after it.
+func (c cached) checkable(now time.Time) bool {
+	return c.read.Before(c.v.StartsAt) && c.v.State != Ended && now.Sub(c.v.StartsAt) < Staleness
+}
+
+// unchanged says whether Redis's copy of c's pool is still the one c was
+// read with (the same initialisation, the same window): every change of
+// the campaign writes it again under a new epoch. An error: Redis cannot
+// tell (out of reach, or it has no copy).
+func (s *Service) unchanged(ctx context.Context, c cached) (bool, error) {
+	lv, err := s.st.CampaignLevels(ctx, stock.Campaign{ID: c.v.ID, SKU: c.v.SKU})
+	switch {
+	case err != nil:
+		return false, err
+	case !lv.Initialised:
+		return false, fmt.Errorf("%w: Redis has no copy of campaign %s", inventory.ErrUnavailable, c.v.ID)
+	}
+	return lv.Epoch == c.epoch && lv.Opens.UnixMilli() == c.v.StartsAt.UnixMilli() && lv.Closes.UnixMilli() == c.v.EndsAt.UnixMilli(), nil
+}
+
+// confirm records a check of view gen of campaign id: current at checked
+// (zero: not known), Redis asked again at retry. A view read since is left
+// alone.
+func (s *Service) confirm(id string, gen uint64, checked, retry time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.views[id]; ok && c.gen == gen {
+		if !checked.IsZero() {
+			c.checked = checked
+		}
+		c.retry = retry
+		s.views[id] = c
+	}
 }
 
 // read reads campaign id's view from the database and keeps it.
@@ -291,7 +368,8 @@ func (s *Service) read(ctx context.Context, id string) (View, error) {
 		v.Remaining, v.State = 0, Ended
 	}
 	s.mu.Lock()
-	s.views[id] = cached{v: v, read: read}
+	s.gen++
+	s.views[id] = cached{v: v, epoch: c.RedisEpoch, read: read, checked: read, gen: s.gen}
 	s.mu.Unlock()
 	return s.stated(v), nil
 }
@@ -352,19 +430,33 @@ func (e NotStarted) Unwrap() error { return inventory.ErrNotStarted }
 
 // Buy sells one unit of campaign id to userID as a PENDING order (with
 // idemKey, a retry answers the same order). Before the opening it answers
-// NotStarted (inventory.ErrNotStarted), after the end inventory.ErrEnded,
-// sold out inventory.ErrInsufficientStock, past the buyer's limit
-// inventory.ErrConflict: Redis decides these without the database, which
+// a NotStarted itself, not wrapped (inventory.ErrNotStarted), after the
+// end inventory.ErrEnded, sold out inventory.ErrInsufficientStock, past
+// the buyer's limit inventory.ErrConflict: Redis decides these without the database, which
 // decides again, by its own clock, as it records the sale.
 func (s *Service) Buy(ctx context.Context, id, userID, idemKey string) (*order.Order, error) {
-	v, err := s.Get(ctx, id)
-	if err != nil {
+	// Checked before the window, as the sale would check them: a bad
+	// request gets its own answer, before the opening too.
+	if err := order.ValidateID("user_id", userID); err != nil {
+		return nil, err
+	}
+	if err := inventory.ValidateIdempotencyKey(idemKey); err != nil {
 		return nil, err
 	}
 	now := s.cfg.Now()
-	// Before the opening (by this node's clock and the view it holds) the
-	// answer needs neither Redis nor the database, which would both refuse.
-	if now.Before(v.StartsAt) && v.StartsAt.Sub(now) > Staleness {
+	c, ok := s.cached(id) // the view as Get would answer it (its state is not needed)
+	v := c.v
+	if !ok || !c.answerable(now) {
+		var err error
+		if v, err = s.Get(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	// Before the opening (by this node's clock and the view it holds, whose
+	// window is at most Staleness old) the answer needs neither Redis nor
+	// the database: Redis would compare the same clock with the same
+	// window.
+	if now.Before(v.StartsAt) {
 		return nil, NotStarted{StartsAt: v.StartsAt, Now: now}
 	}
 	o, err := s.orders.BuyCampaign(ctx, userID, idemKey, order.CampaignSale{ID: v.ID, SKU: v.SKU, Limit: v.PerUserLimit,

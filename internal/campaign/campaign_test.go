@@ -252,3 +252,65 @@ func TestCountdownIsReadOnceForManyPollers(t *testing.T) {
 	})
 	require.EqualValues(t, 2, n, "the campaign and its counts, once")
 }
+
+// Before the opening a node reads a campaign from the database once (when
+// it was put): a minute of countdown polls and early buys, every 100 ms up
+// to starts_at, sends not one statement. The view is checked against
+// Redis's copy of the pool instead, which every change of the campaign
+// writes again.
+func TestNoStatementsBeforeTheOpening(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	opens := r.Clock.Now().Add(time.Minute)
+	id, _ := put(t, r, 50, 20, 0, opens, opens.Add(time.Hour))
+	var polls int
+	n := testrig.CountStatements(t, r.DB, func() {
+		for ; r.Clock.Now().Before(opens); r.Clock.Advance(100 * time.Millisecond) {
+			v, err := r.Campaigns.Get(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, campaign.Scheduled, v.State)
+			require.EqualValues(t, 20, v.Remaining)
+			_, err = r.Campaigns.Buy(ctx, id, "u1", "")
+			require.ErrorIs(t, err, inventory.ErrNotStarted)
+			polls++
+		}
+	})
+	require.Zero(t, n, "statements in %d polls and buys before the opening", polls)
+	require.Zero(t, r.Count(`SELECT COUNT(*) FROM orders`))
+}
+
+// A campaign changed on another node: this node's countdown follows
+// within Staleness, without waiting for the opening; and when the change
+// moves the opening earlier, to a moment already past, this node sells
+// within Staleness instead of refusing by the window it had read.
+func TestAChangeOnAnotherNodeIsSeenWithinStaleness(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	opens := r.Clock.Now().Add(time.Hour)
+	id, sku := put(t, r, 50, 20, 0, opens, opens.Add(time.Hour))
+	other := campaign.New(r.DB, r.Stock, r.Orders, campaign.Config{Now: r.Clock.Now})
+	v, err := other.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{20, 0}, [2]int64{v.Allotment, v.PerUserLimit})
+
+	_, err = r.Campaigns.Put(ctx, id, campaign.Spec{SKU: sku, Allotment: 30, StartsAt: opens, EndsAt: opens.Add(time.Hour), PerUserLimit: 2}, nil)
+	require.NoError(t, err)
+	r.Clock.Advance(campaign.Staleness)
+	v, err = other.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{30, 2, 30}, [3]int64{v.Allotment, v.PerUserLimit, v.Remaining}, "the other node's change, after Staleness")
+
+	_, err = other.Buy(ctx, id, "u1", "")
+	require.ErrorIs(t, err, inventory.ErrNotStarted)
+	opened := time.Now().Add(-time.Second) // the database's clock decides: a moment it has passed
+	_, err = r.Campaigns.Put(ctx, id, campaign.Spec{SKU: sku, Allotment: 30, StartsAt: opened, EndsAt: opens.Add(time.Hour), PerUserLimit: 2}, nil)
+	require.NoError(t, err)
+	r.Clock.Advance(campaign.Staleness)
+	o, err := other.Buy(ctx, id, "u1", "")
+	require.NoError(t, err, "the opening moved earlier on another node")
+	require.Equal(t, sku, o.Items[0].SKU)
+	v, err = other.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, campaign.Live, v.State)
+	require.True(t, v.StartsAt.Equal(opened.UTC().Truncate(time.Microsecond)), "%s", v.StartsAt)
+}

@@ -16,5 +16,7 @@ func TestEmbeddedContract(t *testing.T) {
 		TestRedisFlushedAtTheOpening,
 		TestLatePaymentAfterTheEnd,
 		TestEndedBeforeItsOpening,
+		TestNoStatementsBeforeTheOpening,
+		TestAChangeOnAnotherNodeIsSeenWithinStaleness,
 	)
 }

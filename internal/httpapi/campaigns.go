@@ -133,6 +133,14 @@ func (s *Server) buyCampaign(c echo.Context) error {
 		return err
 	}
 	o, err := s.camps.Buy(c.Request().Context(), id, user, c.Request().Header.Get("Idempotency-Key"))
+	if early, ok := err.(campaign.NotStarted); ok {
+		// Before the opening (the buyer and the key checked as for any
+		// buy): an answer encoded once per opening, as cheap as a sold-out
+		// flag's.
+		s.cfg.Metrics.notStarted.Inc()
+		c.Response().Header()["Retry-After"] = []string{strconv.FormatInt(retryAfter(early), 10)}
+		return c.JSONBlob(http.StatusConflict, s.notStartedBody(id, early))
+	}
 	s.cfg.Metrics.deduction(err, 0)
 	if errors.Is(err, inventory.ErrInsufficientStock) {
 		// Sold out until units come back, or the end: a buy after the end
@@ -144,16 +152,37 @@ func (s *Server) buyCampaign(c echo.Context) error {
 			s.soldOut.Set(flag)
 		}
 	}
-	var early campaign.NotStarted
-	if errors.As(err, &early) {
-		wait := max(1, int64((early.StartsAt.Sub(early.Now)+time.Second-1)/time.Second))
-		return &apiError{status: http.StatusConflict, code: "sale_not_started", msg: early.Error(),
-			header: [2]string{"Retry-After", strconv.FormatInt(wait, 10)}}
-	}
 	if err != nil {
 		return err
 	}
 	return created(c, o)
+}
+
+// retryAfter is the seconds until e's opening, rounded up, at least 1.
+func retryAfter(e campaign.NotStarted) int64 {
+	return max(1, int64((e.StartsAt.Sub(e.Now)+time.Second-1)/time.Second))
+}
+
+// notStarted is the error a buy before the opening is answered with.
+func notStarted(e campaign.NotStarted) *apiError {
+	return &apiError{status: http.StatusConflict, code: "sale_not_started", msg: e.Error(),
+		header: [2]string{"Retry-After", strconv.FormatInt(retryAfter(e), 10)}}
+}
+
+// notStartedBody is the body of the answer to a buy of campaign id before
+// its opening: exactly what the error path writes for notStarted(e),
+// encoded once per campaign and opening (the message names starts_at).
+func (s *Server) notStartedBody(id string, e campaign.NotStarted) []byte {
+	type encoded struct {
+		startsAt time.Time
+		body     []byte
+	}
+	if b, ok := s.notStartedBodies.Load(id); ok && b.(encoded).startsAt.Equal(e.StartsAt) {
+		return b.(encoded).body
+	}
+	body := s.encodedAnswer(notStarted(e))
+	s.notStartedBodies.Store(id, encoded{e.StartsAt, body})
+	return body
 }
 
 // endCampaign ends a campaign now (admin).

@@ -180,3 +180,52 @@ func TestCampaignSoldOutFlagEndsWithTheWindow(t *testing.T) {
 	require.Equal(t, 409, code, body)
 	require.Contains(t, body, `"code":"sale_ended"`, "after the end, whatever the flag said before it")
 }
+
+// A buy before the opening is checked as any buy is before it is answered
+// sale_not_started: a bad or missing buyer token, a user_id that is not
+// the token's, or a bad Idempotency-Key gets its own answer, never the
+// cached 409; and the cached 409 is exactly the error path's, with the
+// seconds left in Retry-After.
+func TestCampaignBuyBeforeTheOpeningIsCheckedFirst(t *testing.T) {
+	a := embeddedApp(t)
+	h := storefront(t, a)
+	starts := time.Now().UTC().Add(time.Hour).Truncate(time.Microsecond)
+	code, body := call(t, h, "PUT", "/v1/campaigns/soon", fmt.Sprintf(`{"sku":"DEMO-PHONE","allotment":2,"starts_at":%q,"ends_at":%q}`,
+		starts.Format(time.RFC3339Nano), starts.Add(time.Hour).Format(time.RFC3339Nano)), "Authorization", "Bearer "+a.Cfg.AdminToken)
+	require.Equal(t, 200, code, body)
+	alice := buyerToken(t, a, "alice")
+	for _, c := range []struct {
+		name    string
+		body    string
+		header  []string
+		code    int
+		errCode string
+	}{
+		{"no buyer token", "", nil, 401, "unauthorized"},
+		{"a forged buyer token", "", []string{identity.Header, alice + "x"}, 401, "unauthorized"},
+		{"another buyer's user_id", `{"user_id":"bob"}`, []string{identity.Header, alice}, 403, "forbidden"},
+		{"a bad Idempotency-Key", "", []string{identity.Header, alice, "Idempotency-Key", "no spaces allowed"}, 400, "invalid_argument"},
+		{"a bad body", `{"user_id":`, []string{identity.Header, alice}, 400, "invalid_argument"},
+		{"a good buy", "", []string{identity.Header, alice, "Idempotency-Key", "k-1"}, 409, "sale_not_started"},
+		{"again", "", []string{identity.Header, alice}, 409, "sale_not_started"},
+	} {
+		rec := send(t, h, "POST", "/v1/campaigns/soon/buy", c.body, c.header...)
+		require.Equal(t, c.code, rec.Code, "%s: %s", c.name, rec.Body)
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &e), c.name)
+		require.Equal(t, c.errCode, e.Error.Code, c.name)
+		if c.code != 409 {
+			require.Empty(t, rec.Header().Get("Retry-After"), c.name)
+			continue
+		}
+		require.Equal(t, "the sale opens at "+starts.Format(time.RFC3339), e.Error.Message, c.name)
+		wait, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+		require.NoError(t, err, c.name)
+		require.InDelta(t, 3600, wait, 5, c.name)
+	}
+	code, body = call(t, h, "GET", "/v1/campaigns/soon", "")
+	require.Equal(t, 200, code, body)
+	require.Equal(t, [2]int64{0, 2}, [2]int64{campaignOf(t, body).Held, campaignOf(t, body).Remaining}, "nothing was taken")
+}

@@ -18,6 +18,7 @@ type Metrics struct {
 	requests    *prometheus.HistogramVec
 	deductions  *prometheus.CounterVec
 	soldOutFlag prometheus.Counter
+	notStarted  prometheus.Counter // deductions{result="not_started"}, resolved once: the answer before an opening is the cheapest path
 
 	// observers caches requests' histogram per label set (routeStatus), so
 	// a request costs one map read instead of hashing its label values.
@@ -43,6 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.requests, m.deductions, m.soldOutFlag)
+	m.notStarted = m.deductions.WithLabelValues("not_started")
 	return m
 }
 
@@ -94,6 +96,10 @@ func (m *Metrics) deduction(err error, n int64) {
 		result = "released"
 	case errors.Is(err, inventory.ErrUnavailable):
 		result = "unavailable"
+	case errors.Is(err, inventory.ErrNotStarted):
+		result = "not_started"
+	case errors.Is(err, inventory.ErrEnded):
+		result = "ended"
 	default:
 		result = "error"
 	}

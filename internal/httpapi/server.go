@@ -93,8 +93,11 @@ type Server struct {
 	// sold-out flag refuses: the cheapest answer the service gives, so it is
 	// written as bytes, not rebuilt per request.
 	soldOutBodies sync.Map // sku -> []byte
-	log           *slog.Logger
-	e             *echo.Echo
+	// notStartedBodies holds, per campaign, the encoded answer to a buy
+	// before its opening (the message names starts_at).
+	notStartedBodies sync.Map // campaign id -> its opening and the body
+	log              *slog.Logger
+	e                *echo.Echo
 }
 
 type cachedLimit struct {
@@ -213,14 +216,20 @@ func (s *Server) soldOutBody(sku string) []byte {
 	if b, ok := s.soldOutBodies.Load(sku); ok {
 		return b.([]byte)
 	}
-	_, body := s.answer(fmt.Errorf("%w: %s is sold out", inventory.ErrInsufficientStock, sku))
+	b := s.encodedAnswer(fmt.Errorf("%w: %s is sold out", inventory.ErrInsufficientStock, sku))
+	s.soldOutBodies.Store(sku, b)
+	return b
+}
+
+// encodedAnswer is the body the error path writes for err.
+func (s *Server) encodedAnswer(err error) []byte {
+	_, body := s.answer(err)
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf) // as jsonSerializer writes every answer
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(body); err != nil {
 		panic(err) // two strings always encode
 	}
-	s.soldOutBodies.Store(sku, buf.Bytes())
 	return buf.Bytes()
 }
 
