@@ -496,15 +496,19 @@ func (ar *arrivalRun) closedBeside(a *app.App, ours httpResult, url string, head
 // closedOurs is what wrk is judged against: our closed loop's rate and
 // p50, the mean of the phases before and after wrk (the one before alone
 // when there is no after).
-func (ar *arrivalRun) closedOurs() *arrivalRow {
-	before, after := ar.row(ar.closedIdx), ar.row(ar.againIdx)
-	if before == nil || after == nil {
-		return before
+func (ar *arrivalRun) closedOurs() *arrivalRow { return ar.meanOf(ar.closedIdx, ar.againIdx) }
+
+// meanOf is the row at before with the rate, p50 and p99 averaged with
+// the row at after (before alone when there is no after).
+func (ar *arrivalRun) meanOf(before, after int) *arrivalRow {
+	b, a := ar.row(before), ar.row(after)
+	if b == nil || a == nil {
+		return b
 	}
-	m := *before
-	m.rate = (before.rate + after.rate) / 2
-	m.dist.p50 = (before.dist.p50 + after.dist.p50) / 2
-	m.dist.p99 = (before.dist.p99 + after.dist.p99) / 2
+	m := *b
+	m.rate = (b.rate + a.rate) / 2
+	m.dist.p50 = (b.dist.p50 + a.dist.p50) / 2
+	m.dist.p99 = (b.dist.p99 + a.dist.p99) / 2
 	return &m
 }
 
@@ -567,17 +571,7 @@ func (ar *arrivalRun) openBeside(a *app.App, closed httpResult, url string, head
 
 // openOurs is what vegeta is judged against: our open loop's rate and
 // percentiles at 50%, the mean of the phases before and after vegeta.
-func (ar *arrivalRun) openOurs() *arrivalRow {
-	before, after := ar.row(ar.p50Idx), ar.row(ar.p50AgainIdx)
-	if before == nil || after == nil {
-		return before
-	}
-	m := *before
-	m.rate = (before.rate + after.rate) / 2
-	m.dist.p50 = (before.dist.p50 + after.dist.p50) / 2
-	m.dist.p99 = (before.dist.p99 + after.dist.p99) / 2
-	return &m
-}
+func (ar *arrivalRun) openOurs() *arrivalRow { return ar.meanOf(ar.p50Idx, ar.p50AgainIdx) }
 
 // row is the row at index i (-1: none).
 func (ar *arrivalRun) row(i int) *arrivalRow {
