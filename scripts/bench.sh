@@ -17,19 +17,9 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 "$ROOT/scripts/up.sh"
 
-VEGETA_VERSION=v12.13.0 # cmd/benchtable/external.go's vegetaVersion
-command -v wrk >/dev/null || apt_install wrk
-command -v wrk >/dev/null || die "wrk is not installed and could not be; the load-generator check needs it"
-VEGETA="$CACHE/bin/vegeta-$VEGETA_VERSION"
-if [ ! -x "$VEGETA" ]; then
-  log "installing vegeta $VEGETA_VERSION"
-  mkdir -p "$CACHE/bin/vegeta-build"
-  GOBIN="$CACHE/bin/vegeta-build" go install "github.com/tsenart/vegeta/v12@$VEGETA_VERSION" \
-    || die "could not install vegeta $VEGETA_VERSION (go install github.com/tsenart/vegeta/v12@$VEGETA_VERSION); the load-generator check needs it"
-  mv "$CACHE/bin/vegeta-build/vegeta" "$VEGETA" && rmdir "$CACHE/bin/vegeta-build"
-fi
+load_generators
 
 mkdir -p bench-results
-go run ./cmd/benchtable -out bench-results/results.md -cpuprofile bench-results/http.cpu.pprof -wrk "$(command -v wrk)" -vegeta "$VEGETA" \
+go run ./cmd/benchtable -out bench-results/results.md -cpuprofile bench-results/http.cpu.pprof -wrk "$INVENTORY_WRK" -vegeta "$INVENTORY_VEGETA" \
   -cpuprofile-phases '^(seckill, selling|orders, 2-line cart|soak|seckill, selling, beside the campaign|campaign #[0-9]+, .*|(orders|stock) extend)$' "$@"
 go test -run '^$' -bench . -benchtime=1x ./...

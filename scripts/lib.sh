@@ -52,5 +52,27 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
+# load_generators: installs the two load generators nobody here wrote that
+# make bench checks its own against (wrk, Debian's package; vegeta, a Go
+# module's CLI, into .cache/bin from the Go module proxy), or dies; exports
+# their paths as INVENTORY_WRK and INVENTORY_VEGETA (cmd/benchtable's
+# tests run them: make test installs them too).
+VEGETA_VERSION=v12.13.0 # cmd/benchtable/external.go's vegetaVersion
+load_generators() {
+  command -v wrk >/dev/null || apt_install wrk
+  command -v wrk >/dev/null || die "wrk is not installed and could not be; the load-generator check needs it"
+  local vegeta="$CACHE/bin/vegeta-$VEGETA_VERSION"
+  if [ ! -x "$vegeta" ]; then
+    log "installing vegeta $VEGETA_VERSION"
+    mkdir -p "$CACHE/bin/vegeta-build"
+    GOBIN="$CACHE/bin/vegeta-build" go install "github.com/tsenart/vegeta/v12@$VEGETA_VERSION" \
+      || die "could not install vegeta $VEGETA_VERSION (go install github.com/tsenart/vegeta/v12@$VEGETA_VERSION); the load-generator check needs it"
+    mv "$CACHE/bin/vegeta-build/vegeta" "$vegeta" && rmdir "$CACHE/bin/vegeta-build"
+  fi
+  INVENTORY_WRK="$(command -v wrk)"
+  INVENTORY_VEGETA="$vegeta"
+  export INVENTORY_WRK INVENTORY_VEGETA
+}
+
 # started NAME PID: remembers that these scripts started NAME, so down.sh stops only it.
 started() { echo "$2" >"$RUN/$1.pid"; }

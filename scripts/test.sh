@@ -10,6 +10,7 @@ shopt -s nullglob
 before=$(cd "$RUN" && echo *.pid)
 t0=$SECONDS
 "$ROOT/scripts/up.sh"
+load_generators # cmd/benchtable's tests run wrk and vegeta
 log "servers ready in $((SECONDS - t0))s"
 
 cleanup() {

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -139,11 +140,25 @@ func TestAgreement(t *testing.T) {
 	}
 }
 
-// wrk, when installed, sends the headers it is given and its line is read.
-func TestWrkRun(t *testing.T) {
-	if _, err := exec.LookPath(*wrkPath); err != nil {
-		t.Skip("wrk is not installed")
+// loadGenerator is the path of a load generator make test installed
+// (scripts/lib.sh's load_generators exports it as env), or the flag's; a
+// missing one fails the test: make bench needs it.
+func loadGenerator(t *testing.T, env, flagValue string) string {
+	t.Helper()
+	path := os.Getenv(env)
+	if path == "" {
+		path = flagValue
 	}
+	found, err := exec.LookPath(path)
+	if err != nil {
+		t.Fatalf("%s is not installed (%v): make test installs it (scripts/lib.sh load_generators), or set %s", path, err, env)
+	}
+	return found
+}
+
+// wrk sends the headers it is given and its line is read.
+func TestWrkRun(t *testing.T) {
+	*wrkPath = loadGenerator(t, "INVENTORY_WRK", *wrkPath)
 	var tokens sync.Map
 	var bad atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -170,12 +185,10 @@ func TestWrkRun(t *testing.T) {
 	}
 }
 
-// vegeta, when installed (-vegeta), sends the targets it is given at the
-// rate asked and its report is read.
+// vegeta sends the targets it is given at the rate asked and its report
+// is read.
 func TestVegetaRun(t *testing.T) {
-	if _, err := exec.LookPath(*vegetaPath); err != nil {
-		t.Skip("vegeta is not installed (go test ./cmd/benchtable/ -args -vegeta PATH)")
-	}
+	*vegetaPath = loadGenerator(t, "INVENTORY_VEGETA", *vegetaPath)
 	var bad, n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)

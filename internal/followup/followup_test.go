@@ -92,19 +92,7 @@ func (x *fixture) admit(sku string, qty, left int64) stock.Admission {
 // (as the group commit does) and returns the database's fences.
 func (x *fixture) record(token string, lines ...inventory.Line) map[string]arbiter.Fence {
 	x.T.Helper()
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	holds := make([]arbiter.Hold, len(lines))
-	for i, l := range lines {
-		holds[i] = arbiter.Hold{Row: arbiter.Reservation{Token: token, SKU: l.SKU, Qty: l.Qty, State: arbiter.Held,
-			ExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}}
-	}
-	var fences map[string]arbiter.Fence
-	require.NoError(x.T, x.DB.Transaction(func(tx *gorm.DB) error {
-		var err error
-		fences, err = arbiter.In(tx).Reserve(holds)
-		return err
-	}))
-	return fences
+	return x.recordFor(token, "", lines...)
 }
 
 // release releases token's holds in the database and returns the changes
