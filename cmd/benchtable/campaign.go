@@ -24,14 +24,15 @@ import (
 // campaign opening, and the hold extension): the real service in this
 // process, served on a listener whose requests are counted (stmtcount.go)
 // and dialing MariaDB through the counted network (wire.go). Side by side
-// in one run: the bare handler and the sold-out phase the opening is
-// judged against, the seckill selling phase its selling is judged against,
-// then -campaign-openings openings (buyers and pollers across starts_at),
-// then the two extension routes.
+// in one run: the seckill selling phase the campaigns' selling is judged
+// against, then -campaign-openings openings (buyers and pollers across
+// starts_at), each just after the bare handler and the sold-out phase its
+// requests before starts_at are judged against (as long as that window
+// each), then the two extension routes.
 
 var (
 	campOpenings  = flag.Int("campaign-openings", 3, "campaign group: how many openings (the first 201's delay is their p50)")
-	campAllotment = flag.Int64("campaign-allotment", 10_000, "campaign group: units each opening's campaign sells")
+	campAllotment = flag.Int64("campaign-allotment", 25_000, "campaign group: units each opening's campaign sells (at the seckill selling phase's rate, about as long as that phase runs)")
 	campBefore    = flag.Duration("campaign-before", 3*time.Second, "campaign group: how long buyers and pollers call before each opening")
 	campPollers   = flag.Int("campaign-pollers", 16, "campaign group: clients polling GET /v1/campaigns/{id} besides the -workers buyers")
 )
@@ -43,8 +44,6 @@ const firstSaleTarget = 50 * time.Millisecond
 // campaignRun is what the campaign group measured.
 type campaignRun struct {
 	phases   []httpResult
-	bare     float64 // the bare handler's rate, before the openings
-	soldOut  float64 // the sold-out phase's rate, after it
 	selling  float64 // seckill selling, 201s per second
 	openings []opening
 	extends  []extension
@@ -55,6 +54,7 @@ type campaignRun struct {
 type opening struct {
 	id                  string
 	allotment           int64
+	bare, soldOut       float64       // the rates of the bare handler and the sold-out phase just before the opening
 	before              time.Duration // from the first request to starts_at
 	buys, polls, others int64         // answered before starts_at: buys 409 sale_not_started, polls 200/304, anything else
 	stmts               stmtCount     // the statements of the requests answered before starts_at
@@ -111,12 +111,8 @@ func campaignBench(ctx context.Context, rdb *redis.Client, dsnBase string) *camp
 	empty := func(int, int64) string { return `{}` }
 	run := &campaignRun{wired: wired}
 
-	// What the opening is judged against, just before it: the bare handler,
-	// the sold-out phase (the local flag), the seckill selling phase.
-	run.phases = append(run.phases, load("bare net/http + EVALSHA, before the campaign", bareURL, *workers, *duration, buyer("b"), empty))
-	run.bare = run.phases[len(run.phases)-1].rate
-	run.phases = append(run.phases, load("seckill, sold out, before the campaign", base+"/v1/seckill/GONE/buy", *workers, *duration, buyer("g"), empty))
-	run.soldOut = run.phases[len(run.phases)-1].rate
+	// What the openings' selling is judged against: the seckill selling
+	// phase.
 	var batch int
 	run.phases = append(run.phases, withGroupCommits(a, &batch, func() httpResult {
 		return load("seckill, selling, beside the campaign", base+"/v1/seckill/FLASH/buy", *workers, *duration, buyer("s"), empty)
@@ -124,9 +120,15 @@ func campaignBench(ctx context.Context, rdb *redis.Client, dsnBase string) *camp
 	run.selling = run.phases[len(run.phases)-1].rate
 
 	for i := range *campOpenings {
+		// What the opening's requests before starts_at are judged against,
+		// just before them: the bare handler and the sold-out phase (the
+		// local flag), each as long as that window.
+		bare := load(fmt.Sprintf("bare net/http + EVALSHA, before opening #%d", i+1), bareURL, *workers, *campBefore, buyer("b"), empty)
+		soldOut := load(fmt.Sprintf("seckill, sold out, before opening #%d", i+1), base+"/v1/seckill/GONE/buy", *workers, *campBefore, buyer("g"), empty)
 		o, rows := openCampaign(ctx, a, check, base, i, stmts)
+		o.bare, o.soldOut = bare.rate, soldOut.rate
 		run.openings = append(run.openings, o)
-		run.phases = append(run.phases, rows...)
+		run.phases = append(append(run.phases, bare, soldOut), rows...)
 	}
 	run.extends, run.phases = extendPhases(ctx, a, base, stmts, run.phases)
 	return run
@@ -410,12 +412,19 @@ func campaignChecks(c *campaignRun) []check {
 	}
 	var buys, polls, stmtsN, commits, wire, untagged, sales int64
 	var before, selling time.Duration
+	var toBare, toSoldOut []float64
+	var pairs []string
 	var first []float64
 	var shapes, firsts, sold []string
 	soldOK, oversell := true, int64(0)
 	for _, o := range c.openings {
 		buys, polls, stmtsN, commits, wire, untagged = buys+o.buys, polls+o.polls, stmtsN+o.stmts.tagged, commits+o.commits, wire+o.wire, untagged+o.stmts.untagged
 		before += o.before
+		if rate := float64(o.buys+o.polls) / o.before.Seconds(); o.bare > 0 && o.soldOut > 0 {
+			toBare, toSoldOut = append(toBare, rate/o.bare), append(toSoldOut, rate/o.soldOut)
+			pairs = append(pairs, fmt.Sprintf("#%s: %.0f/s, %.2f× bare (%.0f/s), %.2f× sold out (%.0f/s)",
+				strings.TrimPrefix(o.id, "OPEN-"), rate, rate/o.bare, o.bare, rate/o.soldOut, o.soldOut))
+		}
 		if o.sales > 1 {
 			sales += o.sales - 1
 			selling += o.sellingFor
@@ -438,25 +447,19 @@ func campaignChecks(c *campaignRun) []check {
 		sold = append(sold, line)
 	}
 	var cs []check
-	rateAll, rateBuys := float64(buys+polls)/before.Seconds(), float64(buys)/before.Seconds()
-	for _, r := range []struct {
-		what string
-		rate float64
-	}{
-		{fmt.Sprintf("campaign opening: requests answered before starts_at (%d buyers' 409 sale_not_started and %d pollers' GETs), per second", *workers, *campPollers), rateAll},
-		{"campaign opening: the buys alone before starts_at (409 sale_not_started), per second", rateBuys},
-	} {
-		k := check{what: r.what, target: "≥ the sold-out phase's rate and ≥ 2× bare", state: unmeasured, measured: "–"}
-		if r.rate > 0 && c.bare > 0 && c.soldOut > 0 {
-			k.measured = fmt.Sprintf("%.0f/s: %.2f× bare (%.0f/s), %.2f× sold out (%.0f/s)", r.rate, r.rate/c.bare, c.bare, r.rate/c.soldOut, c.soldOut)
-			k.state = missed
-			if r.rate >= 2*c.bare && r.rate >= c.soldOut {
-				k.state = met
-			}
+	k := check{what: fmt.Sprintf("campaign opening: requests answered before starts_at (%d buyers' 409 sale_not_started and %d pollers' GETs), per second, against the bare handler and the sold-out phase run just before each opening (median of the openings)", *workers, *campPollers),
+		target: "≥ 2× bare and ≥ the sold-out phase's rate", state: unmeasured, measured: "–"}
+	if len(pairs) == len(c.openings) {
+		b, so := median(toBare), median(toSoldOut)
+		k.measured = fmt.Sprintf("%.2f× bare, %.2f× sold out (%s); of them the buys alone (409 sale_not_started): %.0f/s",
+			b, so, strings.Join(pairs, "; "), float64(buys)/before.Seconds())
+		k.state = missed
+		if b >= 2 && so >= 1 {
+			k.state = met
 		}
-		cs = append(cs, k)
 	}
-	k := check{what: "campaign opening: database statements of the requests before starts_at (counted in the service: its GORM statements under those requests' contexts, and group commits)",
+	cs = append(cs, k)
+	k = check{what: "campaign opening: database statements of the requests before starts_at (counted in the service: its GORM statements under those requests' contexts, and group commits)",
 		measured: fmt.Sprintf("%d statements, %d group commits", stmtsN, commits), target: "0", state: met}
 	if len(shapes) > 0 {
 		k.measured += " (" + strings.Join(shapes, "; ") + ")"

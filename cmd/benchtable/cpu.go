@@ -208,7 +208,11 @@ func costPerAnswer(web webRun) string {
 	if web.camp != nil {
 		phases = append(slices.Clone(phases), web.camp.phases...)
 		if bare == 0 {
-			bare = web.camp.bare
+			var bares []float64
+			for _, o := range web.camp.openings {
+				bares = append(bares, o.bare)
+			}
+			bare = median(bares)
 		}
 	}
 	var b strings.Builder

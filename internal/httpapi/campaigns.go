@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -64,12 +66,11 @@ func (s *Server) putCampaign(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return campaignAnswer(c, v, false)
+	return campaignAnswer(c, v)
 }
 
 // getCampaign is the product page's countdown: served from memory (at most
-// campaign.Staleness old), with an ETag of what changed and a short
-// Cache-Control.
+// campaign.Staleness old; see pollAnswer).
 func (s *Server) getCampaign(c echo.Context) error {
 	id, err := campaignParam(c)
 	if err != nil {
@@ -79,27 +80,71 @@ func (s *Server) getCampaign(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return campaignAnswer(c, v, true)
+	return s.pollAnswer(c, v)
 }
 
-// campaignAnswer writes v. For a client read (poll), its ETag names the
-// state and the counts (not the clock), so a page that polls gets 304 until
-// something it shows changes.
-func campaignAnswer(c echo.Context, v campaign.View, poll bool) error {
-	h := c.Response().Header()
-	if !poll {
-		h.Set("ETag", `"`+v.Version+`"`)
-		return c.JSON(http.StatusOK, v)
+// campaignAnswer writes v to an admin: its ETag is the campaign's version
+// (If-Match on PUT).
+func campaignAnswer(c echo.Context, v campaign.View) error {
+	c.Response().Header().Set("ETag", `"`+v.Version+`"`)
+	return c.JSON(http.StatusOK, v)
+}
+
+// countdown is a poll's answer to one view of a campaign: its ETag, and
+// its body up to the value of "now" (the last member), encoded once per
+// view and state however many pages poll it.
+type countdown struct {
+	view campaign.View // the view with Now zero
+	tag  string
+	head []byte
+}
+
+// pollAnswer writes v to a product page polling it. Its weak ETag names
+// the state and the counts (not the clock), so a page that polls gets 304
+// until something it shows changes; Cache-Control lets a page or a CDN
+// keep it a second. Only "now" is written per request: the rest is the
+// view's countdown, kept per campaign.
+func (s *Server) pollAnswer(c echo.Context, v campaign.View) error {
+	now := v.Now
+	v.Now = time.Time{}
+	var cd *countdown
+	if got, ok := s.countdowns.Load(v.ID); ok && got.(*countdown).view == v {
+		cd = got.(*countdown)
+	} else {
+		cd = newCountdown(v)
+		s.countdowns.Store(v.ID, cd)
 	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%d|%d|%d|%d|%s|%s", v.Version, v.State, v.Allotment, v.Sold, v.Held, v.Remaining,
-		v.StartsAt.Format(time.RFC3339Nano), v.EndsAt.Format(time.RFC3339Nano)))
-	tag := `W/"` + hex.EncodeToString(sum[:8]) + `"`
-	h.Set("ETag", tag)
-	h.Set("Cache-Control", "max-age=1")
-	if inm := c.Request().Header.Get("If-None-Match"); inm != "" && bytes.Contains([]byte(inm), []byte(tag)) {
+	h := c.Response().Header()
+	h["Etag"] = []string{cd.tag} // the canonical key (Header.Get reads it)
+	h["Cache-Control"] = []string{"max-age=1"}
+	if inm := c.Request().Header.Get("If-None-Match"); inm != "" && strings.Contains(inm, cd.tag) {
 		return c.NoContent(http.StatusNotModified)
 	}
-	return c.JSON(http.StatusOK, v)
+	body := make([]byte, 0, len(cd.head)+len(time.RFC3339Nano)+4)
+	body = append(body, cd.head...)
+	body = append(body, '"')
+	body = now.AppendFormat(body, time.RFC3339Nano)
+	body = append(body, "\"}\n"...)
+	return c.JSONBlob(http.StatusOK, body)
+}
+
+// newCountdown encodes v (Now zero) as jsonSerializer would, cut before
+// the value of "now".
+func newCountdown(v campaign.View) *countdown {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s|%s|%d|%d|%d|%d|%s|%s", v.Version, v.State, v.Allotment, v.Sold, v.Held, v.Remaining,
+		v.StartsAt.Format(time.RFC3339Nano), v.EndsAt.Format(time.RFC3339Nano)))
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err) // a view always encodes
+	}
+	const tail = `"0001-01-01T00:00:00Z"}` + "\n" // Now is zero and the last member
+	head, ok := bytes.CutSuffix(buf.Bytes(), []byte(tail))
+	if !ok {
+		panic("campaign.View: now is not its last member")
+	}
+	return &countdown{view: v, tag: `W/"` + hex.EncodeToString(sum[:8]) + `"`, head: head}
 }
 
 // buyCampaign sells one unit of a campaign to the buyer X-Buyer-Token
@@ -196,5 +241,5 @@ func (s *Server) endCampaign(c echo.Context) error {
 		return err
 	}
 	s.soldOut.Clear(campaign.SoldOutKey(id)) // this node at once; the others through Redis
-	return campaignAnswer(c, v, false)
+	return campaignAnswer(c, v)
 }

@@ -96,6 +96,7 @@ type Server struct {
 	// notStartedBodies holds, per campaign, the encoded answer to a buy
 	// before its opening (the message names starts_at).
 	notStartedBodies sync.Map // campaign id -> its opening and the body
+	countdowns       sync.Map // campaign id -> *countdown (see pollAnswer)
 	log              *slog.Logger
 	e                *echo.Echo
 }
@@ -197,18 +198,6 @@ func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
 // not say (INVENTORY_REQUEST_TIMEOUT): a checkout that has not heard back in
 // a second is better told 503 than kept waiting.
 const DefaultRequestTimeout = time.Second
-
-// deadline gives every request a context that ends after d.
-func deadline(d time.Duration) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			ctx, cancel := context.WithTimeout(c.Request().Context(), d)
-			defer cancel()
-			c.SetRequest(c.Request().WithContext(ctx))
-			return next(c)
-		}
-	}
-}
 
 // soldOutBody is the answer to a purchase of a sold-out SKU: exactly what
 // the error path writes for it, encoded once per SKU.

@@ -83,3 +83,30 @@ func BenchmarkCampaignNotStarted(b *testing.B) {
 	require.Contains(b, send().Body.String(), "sale_not_started")
 	refusals(b, send)
 }
+
+// BenchmarkCampaignPoll is the handler's own cost of a product page's
+// countdown poll (GET /v1/campaigns/{id}, no If-None-Match): the other
+// request make bench's openings measure before starts_at.
+func BenchmarkCampaignPoll(b *testing.B) {
+	a, _ := benchApp(b)
+	ctx := context.Background()
+	_, err := a.Catalog.Put(ctx, "SOON", 10, 0)
+	require.NoError(b, err)
+	starts := time.Now().Add(time.Hour)
+	_, err = a.Campaigns.Put(ctx, "soon", campaign.Spec{SKU: "SOON", Allotment: 10, StartsAt: starts, EndsAt: starts.Add(time.Hour)}, nil)
+	require.NoError(b, err)
+	h := a.Handler()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req := httptest.NewRequest(http.MethodGet, "/v1/campaigns/soon", nil)
+			req.Header.Set("Authorization", "Bearer "+a.Cfg.ClientTokens[0])
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				b.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+		}
+	})
+}
