@@ -50,6 +50,7 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/mysqlconn"
+	"github.com/acme/inventory/internal/redislease"
 	"github.com/acme/inventory/internal/stocksync"
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
@@ -134,6 +135,17 @@ func main() {
 		return
 	}
 	ctx := context.Background()
+	// The test processes lease databases of the same Redis (1-31) and
+	// flush theirs: hold -redis-db as they do, so neither flushes the
+	// other's (waiting for a test process that holds it to end).
+	lease, ok, err := redislease.TryHold(*redisAddr, *redisDB)
+	must(err)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "Redis database %d is held by a test process or another run: waiting for it (-redis-db picks another)\n", *redisDB)
+		lease, err = redislease.Hold(*redisAddr, *redisDB)
+		must(err)
+	}
+	defer lease.Release()
 	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, DB: *redisDB, PoolSize: *workers * 2})
 	must(rdb.FlushDB(ctx).Err())
 	db := openMySQL(ctx)

@@ -30,6 +30,7 @@ import (
 
 	"github.com/acme/inventory/internal/faultnet"
 	"github.com/acme/inventory/internal/mysqlconn"
+	"github.com/acme/inventory/internal/redislease"
 	"github.com/acme/inventory/migrations"
 )
 
@@ -119,7 +120,7 @@ func holdCluster(t testing.TB) {
 // lockDir is where the test processes of this machine keep their lock files.
 func lockDir(t testing.TB) string {
 	t.Helper()
-	dir := filepath.Join(os.TempDir(), "inventory-testenv")
+	dir := redislease.Dir()
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -132,38 +133,32 @@ const redisDBs = 32
 
 var lease struct {
 	sync.Mutex
-	db   int
-	file *os.File // held open (and locked) until the process exits
+	*redislease.Lease // held until the process exits
 }
 
 // RedisDB is the number of the database this test process holds on the test
-// Redis: the first of 1..31 whose lock file no other process holds. The lock
-// is an flock, so the kernel releases it when the process ends, however it
-// ends; the tests and the Redis are on one machine (loopback).
+// Redis: the first of 1..31 no other process holds (see redislease; make
+// bench holds its own the same way).
 func RedisDB(t testing.TB) int {
 	t.Helper()
 	lease.Lock()
 	defer lease.Unlock()
-	if lease.file != nil {
-		return lease.db
+	if lease.Lease != nil {
+		return lease.DB
 	}
 	opt, err := redis.ParseURL(RedisURL())
 	if err != nil {
 		t.Fatalf("testenv: INVENTORY_TEST_REDIS_URL: %v", err)
 	}
-	dir := lockDir(t)
 	for db := 1; db < redisDBs; db++ {
-		name := filepath.Join(dir, fmt.Sprintf("redis-%s-%d.lock", strings.ReplaceAll(opt.Addr, ":", "_"), db))
-		f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o666)
+		l, ok, err := redislease.TryHold(opt.Addr, db)
 		if err != nil {
 			t.Fatalf("testenv: %v", err)
 		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			_ = f.Close()
-			continue
+		if ok {
+			lease.Lease = l
+			return db
 		}
-		lease.db, lease.file = db, f
-		return db
 	}
 	t.Fatalf("testenv: all %d databases of the test Redis are held by other test processes", redisDBs-1)
 	return 0
