@@ -205,6 +205,21 @@ func (s *Store) ReturnCampaignQuota(ctx context.Context, c Campaign, user string
 	return quotaScript.Run(ctx, s.rdb, []string{campaignBuyersKey(c)}, user, qty).Err()
 }
 
+// DropCampaign deletes c's pool and its buyers' counts from Redis, once
+// the campaign has ended and nothing sells from it: an ended campaign's
+// keys (the buyers' counts one field per buyer) would otherwise stay
+// forever. A late admission finds no pool and initialises it again from
+// the database, ended (see maintenance.DropEndedCampaigns).
+func (s *Store) DropCampaign(ctx context.Context, c Campaign) error {
+	if err := s.validateCampaign(c); err != nil {
+		return err
+	}
+	if err := s.rdb.Del(ctx, campaignKey(c), campaignBuyersKey(c)).Err(); err != nil {
+		return fmt.Errorf("stock: dropping %s: %w", c, err)
+	}
+	return nil
+}
+
 // CampaignLevels is what Redis holds for one campaign's pool.
 type CampaignLevels struct {
 	Initialised   bool

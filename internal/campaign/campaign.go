@@ -459,6 +459,12 @@ func (s *Service) Buy(ctx context.Context, id, userID, idemKey string) (*order.O
 	if now.Before(v.StartsAt) {
 		return nil, NotStarted{StartsAt: v.StartsAt, Now: now}
 	}
+	// After the end, or ended by the route, likewise: a crowd that comes
+	// late costs Redis nothing, and the keys of a campaign long ended
+	// (maintenance.DropEndedCampaigns) are not written again.
+	if v.State == Ended || !now.Before(v.EndsAt) {
+		return nil, fmt.Errorf("%w: %s", inventory.ErrEnded, stock.Campaign{ID: v.ID, SKU: v.SKU})
+	}
 	o, err := s.orders.BuyCampaign(ctx, userID, idemKey, order.CampaignSale{ID: v.ID, SKU: v.SKU, Limit: v.PerUserLimit,
 		Hold: inventory.Seconds(v.HoldSeconds)}, now)
 	if errors.Is(err, inventory.ErrNotStarted) {

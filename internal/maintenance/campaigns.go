@@ -15,6 +15,16 @@ import (
 // buyer waits for a cold init at the opening.
 const WarmAhead = 10 * time.Minute
 
+// EndedKeysLinger is how long after its end a campaign's Redis keys are
+// kept (a buy a node answers from a view of the window up to
+// campaign.Staleness old still finds them), and EndedKeysHorizon how far
+// back the realign looks for ended campaigns whose keys to delete: one
+// that ended earlier (the job was down that long) keeps its keys.
+const (
+	EndedKeysLinger  = time.Hour
+	EndedKeysHorizon = 7 * 24 * time.Hour
+)
+
 // CampaignReport is one campaign whose Redis copy disagrees with the
 // database.
 type CampaignReport struct {
@@ -128,5 +138,29 @@ func (c *Reconciler) RealignCampaigns(ctx context.Context) ([]string, error) {
 		}
 		return err
 	})
-	return done, err
+	return done, errors.Join(err, c.DropEndedCampaigns(ctx, time.Now()))
+}
+
+// DropEndedCampaigns deletes from Redis the keys of every campaign that
+// ended between EndedKeysHorizon and EndedKeysLinger before now. Each
+// node's reconciler drops a campaign once (a late buy that initialised the
+// pool again leaves it, a few hashes, until that node restarts).
+func (c *Reconciler) DropEndedCampaigns(ctx context.Context, now time.Time) error {
+	var ended []arbiter.Campaign
+	if err := c.db.WithContext(ctx).Select("id", "sku").Where("ends_at >= ? AND ends_at < ?", now.Add(-EndedKeysHorizon), now.Add(-EndedKeysLinger)).
+		Find(&ended).Error; err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ended {
+		if _, done := c.dropped.Load(e.ID); done {
+			continue
+		}
+		err := c.stock.DropCampaign(ctx, stock.Campaign{ID: e.ID, SKU: e.SKU})
+		if err == nil {
+			c.dropped.Store(e.ID, true)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }

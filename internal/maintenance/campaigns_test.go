@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/campaign"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/testenv"
@@ -15,12 +16,15 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
-func putCampaign(t *testing.T, r *testrig.Rig, allotment int64, starts time.Time) stock.Campaign {
+func putCampaign(t *testing.T, r *testrig.Rig, allotment int64, starts time.Time, perUser ...int64) stock.Campaign {
 	t.Helper()
 	sku := r.PutSKU("MC", 20, 0)
 	id := testenv.Unique("c")
-	_, err := r.Campaigns.Put(context.Background(), id, campaign.Spec{SKU: sku, Allotment: allotment, StartsAt: starts,
-		EndsAt: starts.Add(time.Hour)}, nil)
+	spec := campaign.Spec{SKU: sku, Allotment: allotment, StartsAt: starts, EndsAt: starts.Add(time.Hour)}
+	if len(perUser) > 0 {
+		spec.PerUserLimit = perUser[0]
+	}
+	_, err := r.Campaigns.Put(context.Background(), id, spec, nil)
 	require.NoError(t, err)
 	return stock.Campaign{ID: id, SKU: sku}
 }
@@ -74,4 +78,40 @@ func TestCampaignPoolsRealignedAndWarmed(t *testing.T) {
 	reports, err = rec.ReconcileCampaigns(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports)
+}
+
+// An ended campaign's Redis keys (its pool, and its buyers' counts: a field
+// per buyer) are deleted by the realign once it has been over for
+// EndedKeysLinger, not before, and a live campaign's never; a buy after the
+// end is answered sale_ended without writing them again.
+func TestEndedCampaignKeysAreDropped(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	ended := putCampaign(t, r, 10, time.Now().Add(-time.Minute), 2) // a limit: the buyers' counts are kept
+	live := putCampaign(t, r, 10, time.Now().Add(-time.Minute), 2)
+	for _, c := range []stock.Campaign{ended, live} {
+		_, err := r.Campaigns.Buy(ctx, c.ID, "ann", "")
+		require.NoError(t, err)
+	}
+	_, err := r.Campaigns.End(ctx, ended.ID)
+	require.NoError(t, err)
+	keys := func(c stock.Campaign) int64 {
+		n, err := r.RDB.Exists(ctx, "inv:{"+c.SKU+"}:c:"+c.ID, "inv:{"+c.SKU+"}:cb:"+c.ID).Result()
+		require.NoError(t, err)
+		return n
+	}
+	require.EqualValues(t, 2, keys(ended))
+
+	rec := r.Reconciler()
+	require.NoError(t, rec.DropEndedCampaigns(ctx, time.Now()))
+	require.EqualValues(t, 2, keys(ended), "kept while the end is recent")
+	require.NoError(t, rec.DropEndedCampaigns(ctx, time.Now().Add(maintenance.EndedKeysLinger+time.Minute)))
+	require.EqualValues(t, 0, keys(ended), "dropped once the end is EndedKeysLinger old")
+	require.EqualValues(t, 2, keys(live), "a live campaign keeps its keys")
+	require.NoError(t, rec.DropEndedCampaigns(ctx, time.Now().Add(maintenance.EndedKeysHorizon+2*time.Hour)))
+	require.EqualValues(t, 2, keys(live))
+
+	_, err = r.Campaigns.Buy(ctx, ended.ID, "bob", "")
+	require.ErrorIs(t, err, inventory.ErrEnded)
+	require.EqualValues(t, 0, keys(ended), "a late buy does not write them again")
 }

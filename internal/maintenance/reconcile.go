@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"gorm.io/gorm"
 
@@ -16,9 +17,10 @@ import (
 // the live reservations (through the arbiter). Anomalies it only reports:
 // they need an operator.
 type Reconciler struct {
-	db    *gorm.DB
-	stock *stock.Store
-	log   *slog.Logger
+	db      *gorm.DB
+	stock   *stock.Store
+	log     *slog.Logger
+	dropped sync.Map // ids of the ended campaigns whose Redis keys this node deleted
 }
 
 func NewReconciler(db *gorm.DB, st *stock.Store, log *slog.Logger) *Reconciler {
