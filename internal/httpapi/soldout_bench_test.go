@@ -66,6 +66,16 @@ func BenchmarkSeckillSoldOut(b *testing.B) {
 	refusals(b, send)
 }
 
+// scheduled puts campaign "soon" of SKU SOON, opening in an hour.
+func scheduled(b *testing.B, a *app.App) {
+	ctx := context.Background()
+	_, err := a.Catalog.Put(ctx, "SOON", 10, 0)
+	require.NoError(b, err)
+	starts := time.Now().Add(time.Hour)
+	_, err = a.Campaigns.Put(ctx, "soon", campaign.Spec{SKU: "SOON", Allotment: 10, StartsAt: starts, EndsAt: starts.Add(time.Hour)}, nil)
+	require.NoError(b, err)
+}
+
 // BenchmarkCampaignNotStarted is the handler's own cost of a buy before a
 // campaign's opening (409 sale_not_started with Retry-After): the path
 // make bench's openings measure before starts_at, to be at least as cheap
@@ -73,12 +83,7 @@ func BenchmarkSeckillSoldOut(b *testing.B) {
 // are still checked).
 func BenchmarkCampaignNotStarted(b *testing.B) {
 	a, buy := benchApp(b)
-	ctx := context.Background()
-	_, err := a.Catalog.Put(ctx, "SOON", 10, 0)
-	require.NoError(b, err)
-	starts := time.Now().Add(time.Hour)
-	_, err = a.Campaigns.Put(ctx, "soon", campaign.Spec{SKU: "SOON", Allotment: 10, StartsAt: starts, EndsAt: starts.Add(time.Hour)}, nil)
-	require.NoError(b, err)
+	scheduled(b, a)
 	send := func() *httptest.ResponseRecorder { return buy("/v1/campaigns/soon/buy") }
 	require.Contains(b, send().Body.String(), "sale_not_started")
 	refusals(b, send)
@@ -89,12 +94,7 @@ func BenchmarkCampaignNotStarted(b *testing.B) {
 // request make bench's openings measure before starts_at.
 func BenchmarkCampaignPoll(b *testing.B) {
 	a, _ := benchApp(b)
-	ctx := context.Background()
-	_, err := a.Catalog.Put(ctx, "SOON", 10, 0)
-	require.NoError(b, err)
-	starts := time.Now().Add(time.Hour)
-	_, err = a.Campaigns.Put(ctx, "soon", campaign.Spec{SKU: "SOON", Allotment: 10, StartsAt: starts, EndsAt: starts.Add(time.Hour)}, nil)
-	require.NoError(b, err)
+	scheduled(b, a)
 	h := a.Handler()
 	b.ReportAllocs()
 	b.ResetTimer()
