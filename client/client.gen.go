@@ -184,6 +184,48 @@ func (e StockEventType) Valid() bool {
 	}
 }
 
+// Defines values for WebhookEvents.
+const (
+	WebhookEventsSkuBackInStock  WebhookEvents = "sku.back_in_stock"
+	WebhookEventsSkuLevelChanged WebhookEvents = "sku.level_changed"
+	WebhookEventsSkuLowStock     WebhookEvents = "sku.low_stock"
+	WebhookEventsSkuSoldOut      WebhookEvents = "sku.sold_out"
+)
+
+// Valid indicates whether the value is a known member of the WebhookEvents enum.
+func (e WebhookEvents) Valid() bool {
+	switch e {
+	case WebhookEventsSkuBackInStock:
+		return true
+	case WebhookEventsSkuLevelChanged:
+		return true
+	case WebhookEventsSkuLowStock:
+		return true
+	case WebhookEventsSkuSoldOut:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookState.
+const (
+	WebhookStateActive  WebhookState = "active"
+	WebhookStateFailing WebhookState = "failing"
+)
+
+// Valid indicates whether the value is a known member of the WebhookState enum.
+func (e WebhookState) Valid() bool {
+	switch e {
+	case WebhookStateActive:
+		return true
+	case WebhookStateFailing:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Healthz200JSONResponseBodyStatus.
 const (
 	Healthz200JSONResponseBodyStatusOk Healthz200JSONResponseBodyStatus = "ok"
@@ -241,6 +283,30 @@ func (e PaymentCallbackJSONBodyStatus) Valid() bool {
 	case PaymentCallbackJSONBodyStatusFAILED:
 		return true
 	case PaymentCallbackJSONBodyStatusSUCCESS:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PutV1WebhooksIdJSONBodyEvents.
+const (
+	PutV1WebhooksIdJSONBodyEventsSkuBackInStock  PutV1WebhooksIdJSONBodyEvents = "sku.back_in_stock"
+	PutV1WebhooksIdJSONBodyEventsSkuLevelChanged PutV1WebhooksIdJSONBodyEvents = "sku.level_changed"
+	PutV1WebhooksIdJSONBodyEventsSkuLowStock     PutV1WebhooksIdJSONBodyEvents = "sku.low_stock"
+	PutV1WebhooksIdJSONBodyEventsSkuSoldOut      PutV1WebhooksIdJSONBodyEvents = "sku.sold_out"
+)
+
+// Valid indicates whether the value is a known member of the PutV1WebhooksIdJSONBodyEvents enum.
+func (e PutV1WebhooksIdJSONBodyEvents) Valid() bool {
+	switch e {
+	case PutV1WebhooksIdJSONBodyEventsSkuBackInStock:
+		return true
+	case PutV1WebhooksIdJSONBodyEventsSkuLevelChanged:
+		return true
+	case PutV1WebhooksIdJSONBodyEventsSkuLowStock:
+		return true
+	case PutV1WebhooksIdJSONBodyEventsSkuSoldOut:
 		return true
 	default:
 		return false
@@ -522,6 +588,39 @@ type StockEventType string
 // even when it is spelled like an order id.
 type Token = string
 
+// Webhook A webhook subscription with its delivery state; never its secret.
+//
+// Example: {"backlog":0,"created_at":"2025-01-02T15:04:05Z","events":["sku.back_in_stock","sku.sold_out"],"id":"storefront","skus":[],"state":"active","updated_at":"2025-01-02T15:04:05Z","url":"https://shop.example.com/hooks/stock"}
+type Webhook struct {
+	// Backlog the subscription's events in the feed not delivered yet
+	Backlog       int64           `json:"backlog"`
+	CreatedAt     time.Time       `json:"created_at"`
+	Events        []WebhookEvents `json:"events"`
+	Id            string          `json:"id"`
+	LastError     *string         `json:"last_error,omitempty"`
+	LastErrorAt   *time.Time      `json:"last_error_at,omitempty"`
+	LastSuccessAt *time.Time      `json:"last_success_at,omitempty"`
+
+	// Skus empty: every SKU
+	Skus []SKUName `json:"skus"`
+
+	// State failing: deliveries keep failing; the backlog is kept, never deleted
+	State     WebhookState `json:"state"`
+	UpdatedAt time.Time    `json:"updated_at"`
+	Url       string       `json:"url"`
+}
+
+// WebhookEvents defines model for Webhook.Events.
+type WebhookEvents string
+
+// WebhookState failing: deliveries keep failing; the backlog is kept, never deleted
+type WebhookState string
+
+// WebhookPage defines model for WebhookPage.
+type WebhookPage struct {
+	Items []Webhook `json:"items"`
+}
+
 // CampaignId 1-60 characters of A-Z a-z 0-9 . _ -, compared byte for byte.
 type CampaignId = CampaignID
 
@@ -545,6 +644,9 @@ type RequestId = string
 
 // Sku 1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.
 type Sku = SKUName
+
+// WebhookId defines model for webhookId.
+type WebhookId = string
 
 // AdminOnly defines model for AdminOnly.
 type AdminOnly = Error
@@ -1067,6 +1169,53 @@ type ReleaseStockParams struct {
 	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
 }
 
+// GetV1WebhooksParams defines parameters for GetV1Webhooks.
+type GetV1WebhooksParams struct {
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
+// DeleteV1WebhooksIdParams defines parameters for DeleteV1WebhooksId.
+type DeleteV1WebhooksIdParams struct {
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
+// GetV1WebhooksIdParams defines parameters for GetV1WebhooksId.
+type GetV1WebhooksIdParams struct {
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
+// PutV1WebhooksIdJSONBody defines parameters for PutV1WebhooksId.
+type PutV1WebhooksIdJSONBody struct {
+	Events []PutV1WebhooksIdJSONBodyEvents `json:"events"`
+	Secret string                          `json:"secret"`
+	Skus   *[]SKUName                      `json:"skus,omitempty"`
+	Url    string                          `json:"url"`
+}
+
+// PutV1WebhooksIdParams defines parameters for PutV1WebhooksId.
+type PutV1WebhooksIdParams struct {
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
+// PutV1WebhooksIdJSONBodyEvents defines parameters for PutV1WebhooksId.
+type PutV1WebhooksIdJSONBodyEvents string
+
 // PutCampaignJSONRequestBody defines body for PutCampaign for application/json ContentType.
 type PutCampaignJSONRequestBody PutCampaignJSONBody
 
@@ -1102,6 +1251,9 @@ type ExtendStockJSONRequestBody ExtendStockJSONBody
 
 // ReleaseStockJSONRequestBody defines body for ReleaseStock for application/json ContentType.
 type ReleaseStockJSONRequestBody ReleaseStockJSONBody
+
+// PutV1WebhooksIdJSONRequestBody defines body for PutV1WebhooksId for application/json ContentType.
+type PutV1WebhooksIdJSONRequestBody PutV1WebhooksIdJSONBody
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1687,6 +1839,53 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/stock/release (the `ReleaseStock` operationId).
 	ReleaseStock(ctx context.Context, params *ReleaseStockParams, body ReleaseStockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetV1Webhooks Every webhook subscription, in id order, with its delivery state.
+	//
+	// Corresponds with GET /v1/webhooks (the `GetV1Webhooks` operationId).
+	GetV1Webhooks(ctx context.Context, params *GetV1WebhooksParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteV1WebhooksId Delete a webhook subscription (its undelivered events stay in the feed).
+	//
+	// Corresponds with DELETE /v1/webhooks/{id} (the `DeleteV1WebhooksId` operationId).
+	DeleteV1WebhooksId(ctx context.Context, id WebhookId, params *DeleteV1WebhooksIdParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetV1WebhooksId A webhook subscription and its delivery state (never its secret).
+	//
+	// Corresponds with GET /v1/webhooks/{id} (the `GetV1WebhooksId` operationId).
+	GetV1WebhooksId(ctx context.Context, id WebhookId, params *GetV1WebhooksIdParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutV1WebhooksIdWithBody Create a webhook subscription, or replace it.
+	//
+	// Stock events of the named types (and SKUs; none or empty: every SKU)
+	// are delivered to url, signed with secret (write-only: never answered
+	// or logged). A new subscription starts at the feed's head; a replaced
+	// one keeps its place and state. Refused (400): a url that is not https
+	// (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
+	// a host that is or resolves to a loopback, private, link-local or
+	// metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
+	// event, a secret shorter than 32 characters.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/webhooks/{id} (the `PutV1WebhooksId` operationId).
+	PutV1WebhooksIdWithBody(ctx context.Context, id WebhookId, params *PutV1WebhooksIdParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutV1WebhooksId Create a webhook subscription, or replace it.
+	//
+	// Stock events of the named types (and SKUs; none or empty: every SKU)
+	// are delivered to url, signed with secret (write-only: never answered
+	// or logged). A new subscription starts at the feed's head; a replaced
+	// one keeps its place and state. Refused (400): a url that is not https
+	// (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
+	// a host that is or resolves to a loopback, private, link-local or
+	// metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
+	// event, a secret shorter than 32 characters.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/webhooks/{id} (the `PutV1WebhooksId` operationId).
+	PutV1WebhooksId(ctx context.Context, id WebhookId, params *PutV1WebhooksIdParams, body PutV1WebhooksIdJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // Healthz Liveness.
@@ -2570,6 +2769,103 @@ func (c *Client) ReleaseStockWithBody(ctx context.Context, params *ReleaseStockP
 // Corresponds with POST /v1/stock/release (the `ReleaseStock` operationId).
 func (c *Client) ReleaseStock(ctx context.Context, params *ReleaseStockParams, body ReleaseStockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReleaseStockRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetV1Webhooks Every webhook subscription, in id order, with its delivery state.
+//
+// Corresponds with GET /v1/webhooks (the `GetV1Webhooks` operationId).
+func (c *Client) GetV1Webhooks(ctx context.Context, params *GetV1WebhooksParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetV1WebhooksRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteV1WebhooksId Delete a webhook subscription (its undelivered events stay in the feed).
+//
+// Corresponds with DELETE /v1/webhooks/{id} (the `DeleteV1WebhooksId` operationId).
+func (c *Client) DeleteV1WebhooksId(ctx context.Context, id WebhookId, params *DeleteV1WebhooksIdParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteV1WebhooksIdRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetV1WebhooksId A webhook subscription and its delivery state (never its secret).
+//
+// Corresponds with GET /v1/webhooks/{id} (the `GetV1WebhooksId` operationId).
+func (c *Client) GetV1WebhooksId(ctx context.Context, id WebhookId, params *GetV1WebhooksIdParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetV1WebhooksIdRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutV1WebhooksIdWithBody Create a webhook subscription, or replace it.
+//
+// Stock events of the named types (and SKUs; none or empty: every SKU)
+// are delivered to url, signed with secret (write-only: never answered
+// or logged). A new subscription starts at the feed's head; a replaced
+// one keeps its place and state. Refused (400): a url that is not https
+// (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
+// a host that is or resolves to a loopback, private, link-local or
+// metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
+// event, a secret shorter than 32 characters.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/webhooks/{id} (the `PutV1WebhooksId` operationId).
+func (c *Client) PutV1WebhooksIdWithBody(ctx context.Context, id WebhookId, params *PutV1WebhooksIdParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutV1WebhooksIdRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutV1WebhooksId Create a webhook subscription, or replace it.
+//
+// Stock events of the named types (and SKUs; none or empty: every SKU)
+// are delivered to url, signed with secret (write-only: never answered
+// or logged). A new subscription starts at the feed's head; a replaced
+// one keeps its place and state. Refused (400): a url that is not https
+// (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
+// a host that is or resolves to a loopback, private, link-local or
+// metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
+// event, a secret shorter than 32 characters.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/webhooks/{id} (the `PutV1WebhooksId` operationId).
+func (c *Client) PutV1WebhooksId(ctx context.Context, id WebhookId, params *PutV1WebhooksIdParams, body PutV1WebhooksIdJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutV1WebhooksIdRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4244,6 +4540,208 @@ func NewReleaseStockRequestWithBody(server string, params *ReleaseStockParams, c
 	return req, nil
 }
 
+// NewGetV1WebhooksRequest constructs an http.Request for the GetV1Webhooks method
+func NewGetV1WebhooksRequest(server string, params *GetV1WebhooksParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/webhooks")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewDeleteV1WebhooksIdRequest constructs an http.Request for the DeleteV1WebhooksId method
+func NewDeleteV1WebhooksIdRequest(server string, id WebhookId, params *DeleteV1WebhooksIdParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/webhooks/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetV1WebhooksIdRequest constructs an http.Request for the GetV1WebhooksId method
+func NewGetV1WebhooksIdRequest(server string, id WebhookId, params *GetV1WebhooksIdParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/webhooks/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewPutV1WebhooksIdRequest calls the generic PutV1WebhooksId builder with application/json body
+func NewPutV1WebhooksIdRequest(server string, id WebhookId, params *PutV1WebhooksIdParams, body PutV1WebhooksIdJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutV1WebhooksIdRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewPutV1WebhooksIdRequestWithBody constructs an http.Request for the PutV1WebhooksId method, with any body, and a specified content type
+func NewPutV1WebhooksIdRequestWithBody(server string, id WebhookId, params *PutV1WebhooksIdParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/webhooks/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -4826,6 +5324,59 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/stock/release (the `ReleaseStock` operationId).
 	ReleaseStockWithResponse(ctx context.Context, params *ReleaseStockParams, body ReleaseStockJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleaseStockResponse, error)
+
+	// GetV1WebhooksWithResponse Every webhook subscription, in id order, with its delivery state.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/webhooks (the `GetV1Webhooks` operationId).
+	GetV1WebhooksWithResponse(ctx context.Context, params *GetV1WebhooksParams, reqEditors ...RequestEditorFn) (*GetV1WebhooksResponse, error)
+
+	// DeleteV1WebhooksIdWithResponse Delete a webhook subscription (its undelivered events stay in the feed).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/webhooks/{id} (the `DeleteV1WebhooksId` operationId).
+	DeleteV1WebhooksIdWithResponse(ctx context.Context, id WebhookId, params *DeleteV1WebhooksIdParams, reqEditors ...RequestEditorFn) (*DeleteV1WebhooksIdResponse, error)
+
+	// GetV1WebhooksIdWithResponse A webhook subscription and its delivery state (never its secret).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/webhooks/{id} (the `GetV1WebhooksId` operationId).
+	GetV1WebhooksIdWithResponse(ctx context.Context, id WebhookId, params *GetV1WebhooksIdParams, reqEditors ...RequestEditorFn) (*GetV1WebhooksIdResponse, error)
+
+	// PutV1WebhooksIdWithBodyWithResponse Create a webhook subscription, or replace it.
+	//
+	// Stock events of the named types (and SKUs; none or empty: every SKU)
+	// are delivered to url, signed with secret (write-only: never answered
+	// or logged). A new subscription starts at the feed's head; a replaced
+	// one keeps its place and state. Refused (400): a url that is not https
+	// (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
+	// a host that is or resolves to a loopback, private, link-local or
+	// metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
+	// event, a secret shorter than 32 characters.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/webhooks/{id} (the `PutV1WebhooksId` operationId).
+	PutV1WebhooksIdWithBodyWithResponse(ctx context.Context, id WebhookId, params *PutV1WebhooksIdParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutV1WebhooksIdResponse, error)
+
+	// PutV1WebhooksIdWithResponse Create a webhook subscription, or replace it.
+	//
+	// Stock events of the named types (and SKUs; none or empty: every SKU)
+	// are delivered to url, signed with secret (write-only: never answered
+	// or logged). A new subscription starts at the feed's head; a replaced
+	// one keeps its place and state. Refused (400): a url that is not https
+	// (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
+	// a host that is or resolves to a loopback, private, link-local or
+	// metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
+	// event, a secret shorter than 32 characters.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/webhooks/{id} (the `PutV1WebhooksId` operationId).
+	PutV1WebhooksIdWithResponse(ctx context.Context, id WebhookId, params *PutV1WebhooksIdParams, body PutV1WebhooksIdJSONRequestBody, reqEditors ...RequestEditorFn) (*PutV1WebhooksIdResponse, error)
 }
 
 // HealthzResponse200Headers the declared response headers of an HTTP 200 response for Healthz
@@ -7934,6 +8485,444 @@ func (r ReleaseStockResponse) ContentType() string {
 	return ""
 }
 
+// GetV1WebhooksResponse200Headers the declared response headers of an HTTP 200 response for GetV1Webhooks
+type GetV1WebhooksResponse200Headers struct {
+	XRequestID string
+}
+
+// GetV1WebhooksResponse401Headers the declared response headers of an HTTP 401 response for GetV1Webhooks
+type GetV1WebhooksResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// GetV1WebhooksResponse403Headers the declared response headers of an HTTP 403 response for GetV1Webhooks
+type GetV1WebhooksResponse403Headers struct {
+	XRequestID string
+}
+
+// GetV1WebhooksResponse503Headers the declared response headers of an HTTP 503 response for GetV1Webhooks
+type GetV1WebhooksResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type GetV1WebhooksResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WebhookPage
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *AdminUnauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *AdminOnly
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetV1WebhooksResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetV1WebhooksResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetV1WebhooksResponse403Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetV1WebhooksResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetV1WebhooksResponse) GetJSON200() *WebhookPage {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetV1WebhooksResponse) GetJSON401() *AdminUnauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetV1WebhooksResponse) GetJSON403() *AdminOnly {
+	return r.JSON403
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetV1WebhooksResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetV1WebhooksResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetV1WebhooksResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetV1WebhooksResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetV1WebhooksResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteV1WebhooksIdResponse200Headers the declared response headers of an HTTP 200 response for DeleteV1WebhooksId
+type DeleteV1WebhooksIdResponse200Headers struct {
+	XRequestID string
+}
+
+// DeleteV1WebhooksIdResponse400Headers the declared response headers of an HTTP 400 response for DeleteV1WebhooksId
+type DeleteV1WebhooksIdResponse400Headers struct {
+	XRequestID string
+}
+
+// DeleteV1WebhooksIdResponse401Headers the declared response headers of an HTTP 401 response for DeleteV1WebhooksId
+type DeleteV1WebhooksIdResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// DeleteV1WebhooksIdResponse403Headers the declared response headers of an HTTP 403 response for DeleteV1WebhooksId
+type DeleteV1WebhooksIdResponse403Headers struct {
+	XRequestID string
+}
+
+// DeleteV1WebhooksIdResponse404Headers the declared response headers of an HTTP 404 response for DeleteV1WebhooksId
+type DeleteV1WebhooksIdResponse404Headers struct {
+	XRequestID string
+}
+
+// DeleteV1WebhooksIdResponse503Headers the declared response headers of an HTTP 503 response for DeleteV1WebhooksId
+type DeleteV1WebhooksIdResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type DeleteV1WebhooksIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Webhook
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *AdminUnauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *AdminOnly
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *DeleteV1WebhooksIdResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *DeleteV1WebhooksIdResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteV1WebhooksIdResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *DeleteV1WebhooksIdResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *DeleteV1WebhooksIdResponse404Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteV1WebhooksIdResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeleteV1WebhooksIdResponse) GetJSON200() *Webhook {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteV1WebhooksIdResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteV1WebhooksIdResponse) GetJSON401() *AdminUnauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r DeleteV1WebhooksIdResponse) GetJSON403() *AdminOnly {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteV1WebhooksIdResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteV1WebhooksIdResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteV1WebhooksIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteV1WebhooksIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteV1WebhooksIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteV1WebhooksIdResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetV1WebhooksIdResponse200Headers the declared response headers of an HTTP 200 response for GetV1WebhooksId
+type GetV1WebhooksIdResponse200Headers struct {
+	XRequestID string
+}
+
+// GetV1WebhooksIdResponse400Headers the declared response headers of an HTTP 400 response for GetV1WebhooksId
+type GetV1WebhooksIdResponse400Headers struct {
+	XRequestID string
+}
+
+// GetV1WebhooksIdResponse401Headers the declared response headers of an HTTP 401 response for GetV1WebhooksId
+type GetV1WebhooksIdResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// GetV1WebhooksIdResponse403Headers the declared response headers of an HTTP 403 response for GetV1WebhooksId
+type GetV1WebhooksIdResponse403Headers struct {
+	XRequestID string
+}
+
+// GetV1WebhooksIdResponse404Headers the declared response headers of an HTTP 404 response for GetV1WebhooksId
+type GetV1WebhooksIdResponse404Headers struct {
+	XRequestID string
+}
+
+// GetV1WebhooksIdResponse503Headers the declared response headers of an HTTP 503 response for GetV1WebhooksId
+type GetV1WebhooksIdResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type GetV1WebhooksIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Webhook
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *AdminUnauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *AdminOnly
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetV1WebhooksIdResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetV1WebhooksIdResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetV1WebhooksIdResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetV1WebhooksIdResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetV1WebhooksIdResponse404Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetV1WebhooksIdResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetV1WebhooksIdResponse) GetJSON200() *Webhook {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetV1WebhooksIdResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetV1WebhooksIdResponse) GetJSON401() *AdminUnauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetV1WebhooksIdResponse) GetJSON403() *AdminOnly {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetV1WebhooksIdResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetV1WebhooksIdResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetV1WebhooksIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetV1WebhooksIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetV1WebhooksIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetV1WebhooksIdResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutV1WebhooksIdResponse200Headers the declared response headers of an HTTP 200 response for PutV1WebhooksId
+type PutV1WebhooksIdResponse200Headers struct {
+	XRequestID string
+}
+
+// PutV1WebhooksIdResponse400Headers the declared response headers of an HTTP 400 response for PutV1WebhooksId
+type PutV1WebhooksIdResponse400Headers struct {
+	XRequestID string
+}
+
+// PutV1WebhooksIdResponse401Headers the declared response headers of an HTTP 401 response for PutV1WebhooksId
+type PutV1WebhooksIdResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// PutV1WebhooksIdResponse403Headers the declared response headers of an HTTP 403 response for PutV1WebhooksId
+type PutV1WebhooksIdResponse403Headers struct {
+	XRequestID string
+}
+
+// PutV1WebhooksIdResponse503Headers the declared response headers of an HTTP 503 response for PutV1WebhooksId
+type PutV1WebhooksIdResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type PutV1WebhooksIdResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Webhook
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *AdminUnauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *AdminOnly
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PutV1WebhooksIdResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *PutV1WebhooksIdResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PutV1WebhooksIdResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PutV1WebhooksIdResponse403Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PutV1WebhooksIdResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutV1WebhooksIdResponse) GetJSON200() *Webhook {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PutV1WebhooksIdResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PutV1WebhooksIdResponse) GetJSON401() *AdminUnauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PutV1WebhooksIdResponse) GetJSON403() *AdminOnly {
+	return r.JSON403
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PutV1WebhooksIdResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PutV1WebhooksIdResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutV1WebhooksIdResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutV1WebhooksIdResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutV1WebhooksIdResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // HealthzWithResponse Liveness.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -8699,6 +9688,89 @@ func (c *ClientWithResponses) ReleaseStockWithResponse(ctx context.Context, para
 		return nil, err
 	}
 	return ParseReleaseStockResponse(rsp)
+}
+
+// GetV1WebhooksWithResponse Every webhook subscription, in id order, with its delivery state.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/webhooks (the `GetV1Webhooks` operationId).
+func (c *ClientWithResponses) GetV1WebhooksWithResponse(ctx context.Context, params *GetV1WebhooksParams, reqEditors ...RequestEditorFn) (*GetV1WebhooksResponse, error) {
+	rsp, err := c.GetV1Webhooks(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetV1WebhooksResponse(rsp)
+}
+
+// DeleteV1WebhooksIdWithResponse Delete a webhook subscription (its undelivered events stay in the feed).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/webhooks/{id} (the `DeleteV1WebhooksId` operationId).
+func (c *ClientWithResponses) DeleteV1WebhooksIdWithResponse(ctx context.Context, id WebhookId, params *DeleteV1WebhooksIdParams, reqEditors ...RequestEditorFn) (*DeleteV1WebhooksIdResponse, error) {
+	rsp, err := c.DeleteV1WebhooksId(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteV1WebhooksIdResponse(rsp)
+}
+
+// GetV1WebhooksIdWithResponse A webhook subscription and its delivery state (never its secret).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/webhooks/{id} (the `GetV1WebhooksId` operationId).
+func (c *ClientWithResponses) GetV1WebhooksIdWithResponse(ctx context.Context, id WebhookId, params *GetV1WebhooksIdParams, reqEditors ...RequestEditorFn) (*GetV1WebhooksIdResponse, error) {
+	rsp, err := c.GetV1WebhooksId(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetV1WebhooksIdResponse(rsp)
+}
+
+// PutV1WebhooksIdWithBodyWithResponse Create a webhook subscription, or replace it.
+//
+// Stock events of the named types (and SKUs; none or empty: every SKU)
+// are delivered to url, signed with secret (write-only: never answered
+// or logged). A new subscription starts at the feed's head; a replaced
+// one keeps its place and state. Refused (400): a url that is not https
+// (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
+// a host that is or resolves to a loopback, private, link-local or
+// metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
+// event, a secret shorter than 32 characters.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/webhooks/{id} (the `PutV1WebhooksId` operationId).
+func (c *ClientWithResponses) PutV1WebhooksIdWithBodyWithResponse(ctx context.Context, id WebhookId, params *PutV1WebhooksIdParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutV1WebhooksIdResponse, error) {
+	rsp, err := c.PutV1WebhooksIdWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutV1WebhooksIdResponse(rsp)
+}
+
+// PutV1WebhooksIdWithResponse Create a webhook subscription, or replace it.
+//
+// Stock events of the named types (and SKUs; none or empty: every SKU)
+// are delivered to url, signed with secret (write-only: never answered
+// or logged). A new subscription starts at the feed's head; a replaced
+// one keeps its place and state. Refused (400): a url that is not https
+// (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
+// a host that is or resolves to a loopback, private, link-local or
+// metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
+// event, a secret shorter than 32 characters.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/webhooks/{id} (the `PutV1WebhooksId` operationId).
+func (c *ClientWithResponses) PutV1WebhooksIdWithResponse(ctx context.Context, id WebhookId, params *PutV1WebhooksIdParams, body PutV1WebhooksIdJSONRequestBody, reqEditors ...RequestEditorFn) (*PutV1WebhooksIdResponse, error) {
+	rsp, err := c.PutV1WebhooksId(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutV1WebhooksIdResponse(rsp)
 }
 
 // ParseHealthzResponse parses an HTTP response from a HealthzWithResponse call
@@ -12274,6 +13346,507 @@ func ParseReleaseStockResponse(rsp *http.Response) (*ReleaseStockResponse, error
 		response.Headers413 = &headers
 	case rsp.StatusCode == 503:
 		var headers ReleaseStockResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetV1WebhooksResponse parses an HTTP response from a GetV1WebhooksWithResponse call
+func ParseGetV1WebhooksResponse(rsp *http.Response) (*GetV1WebhooksResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetV1WebhooksResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WebhookPage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest AdminOnly
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetV1WebhooksResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetV1WebhooksResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetV1WebhooksResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetV1WebhooksResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteV1WebhooksIdResponse parses an HTTP response from a DeleteV1WebhooksIdWithResponse call
+func ParseDeleteV1WebhooksIdResponse(rsp *http.Response) (*DeleteV1WebhooksIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteV1WebhooksIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Webhook
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest AdminOnly
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers DeleteV1WebhooksIdResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers DeleteV1WebhooksIdResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers DeleteV1WebhooksIdResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers DeleteV1WebhooksIdResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers DeleteV1WebhooksIdResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 503:
+		var headers DeleteV1WebhooksIdResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetV1WebhooksIdResponse parses an HTTP response from a GetV1WebhooksIdWithResponse call
+func ParseGetV1WebhooksIdResponse(rsp *http.Response) (*GetV1WebhooksIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetV1WebhooksIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Webhook
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest AdminOnly
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetV1WebhooksIdResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetV1WebhooksIdResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetV1WebhooksIdResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetV1WebhooksIdResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetV1WebhooksIdResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetV1WebhooksIdResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutV1WebhooksIdResponse parses an HTTP response from a PutV1WebhooksIdWithResponse call
+func ParsePutV1WebhooksIdResponse(rsp *http.Response) (*PutV1WebhooksIdResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutV1WebhooksIdResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Webhook
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest AdminOnly
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PutV1WebhooksIdResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers PutV1WebhooksIdResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers PutV1WebhooksIdResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PutV1WebhooksIdResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 503:
+		var headers PutV1WebhooksIdResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/acme/inventory/migrations"
 )
 
-var tables = []string{"buyer_quotas", "campaigns", "orders", "order_items", "skus", "stock_adjustments", "stock_anomalies", "stock_events", "stock_ledger", "stock_movements", "stock_outbox", "stock_reservations"}
+var tables = []string{"buyer_quotas", "campaigns", "orders", "order_items", "skus", "stock_adjustments", "stock_anomalies", "stock_events", "stock_ledger", "stock_movements", "stock_outbox", "stock_reservations", "webhooks"}
 
 func appTables(t *testing.T, db *sql.DB) []string {
 	t.Helper()

@@ -45,6 +45,7 @@ import (
 	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/internal/stocksync"
 	"github.com/acme/inventory/internal/tokens"
+	"github.com/acme/inventory/internal/webhooks"
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/order"
@@ -190,7 +191,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 		AdminToken: a.Cfg.AdminToken, ClientTokens: a.Cfg.ClientTokens, Buyers: buyers,
 		PaymentSecret: a.Cfg.PaymentSecret, TrustedProxies: proxies, SeckillRate: cfg.SeckillRate, RequestTimeout: cfg.RequestTimeout,
 		Ready: a.ready, Degraded: a.degraded, Gatherer: reg, Metrics: httpapi.NewMetrics(reg), Logger: log,
-	}, httpapi.Services{Orders: a.Orders, Catalog: a.Catalog, Tokens: a.Tokens, Listing: listing.New(a.db), Campaigns: a.Campaigns}, a.soldOut)
+	}, httpapi.Services{Orders: a.Orders, Catalog: a.Catalog, Tokens: a.Tokens, Listing: listing.New(a.db), Campaigns: a.Campaigns,
+		Webhooks: webhooks.New(a.db, webhooks.Policy{AllowHTTP: cfg.WebhookAllowHTTP, AllowPrivate: cfg.WebhookAllowPrivate}, log)}, a.soldOut)
 	return a, nil
 }
 

@@ -55,6 +55,10 @@ type Config struct {
 	// rows, stock movements) is kept before one node prunes it, every
 	// RetentionInterval. Exactly once never depends on what it prunes.
 	Retention time.Duration `env:"INVENTORY_RETENTION" envDefault:"720h" help:"how long finished history is kept (at least 1h): applied outbox rows, ledger rows, movements folded into an opening balance"`
+	// WebhookAllowHTTP and WebhookAllowPrivate loosen what a webhook may
+	// target (tests, a receiver on the same host or network).
+	WebhookAllowHTTP    bool `env:"INVENTORY_WEBHOOK_ALLOW_HTTP" envDefault:"false" help:"let webhooks deliver over plain http (default: https only)"`
+	WebhookAllowPrivate bool `env:"INVENTORY_WEBHOOK_ALLOW_PRIVATE" envDefault:"false" help:"let webhooks target loopback, private, link-local and metadata addresses (default: refused, at subscription and at delivery)"`
 	// EventRetention is how long stock events stay in the replay feed.
 	EventRetention    time.Duration `env:"INVENTORY_EVENT_RETENTION" envDefault:"168h" help:"how long stock events stay in the replay feed (at least 168h, 7 days)"`
 	RetentionInterval time.Duration `env:"INVENTORY_RETENTION_INTERVAL" envDefault:"10m" help:"how often one node prunes it"`

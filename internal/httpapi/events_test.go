@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,4 +89,68 @@ func TestEventFeedThroughTheAPI(t *testing.T) {
 	require.Equal(t, 400, code)
 	code, _ = call(t, http.Handler(a.Handler()), "GET", "/v1/events", "")
 	require.Equal(t, 401, code, "the feed is for clients")
+}
+
+// Webhook subscriptions through the API (admin): a put is answered with
+// the subscription and its delivery state, never its secret; what is
+// refused (not https, a target on loopback, private, link-local or
+// metadata addresses, by name too, an unknown event, a short secret) is a
+// 400 that keeps nothing.
+func TestWebhooksThroughTheAPI(t *testing.T) {
+	a := embeddedApp(t)
+	h := storefront(t, a)
+	auth := []string{"Authorization", "Bearer " + a.Cfg.AdminToken}
+	secret := strings.Repeat("s3cr3t", 6)
+	put := func(id, url, events, secret string) (int, string) {
+		return call(t, h, "PUT", "/v1/webhooks/"+id, `{"url":"`+url+`","secret":"`+secret+`","events":`+events+`}`, auth...)
+	}
+	for url, msg := range map[string]string{
+		"http://93.184.215.14/hook":                 "url must be https",
+		"https://127.0.0.1/hook":                    "loopback, private, link-local or metadata",
+		"https://localhost:8443/hook":               "loopback, private, link-local or metadata",
+		"https://10.0.0.8/hook":                     "loopback, private, link-local or metadata",
+		"https://169.254.169.254/latest/meta-data/": "loopback, private, link-local or metadata",
+		"https://[::1]/hook":                        "loopback, private, link-local or metadata",
+		"https://user:pass@93.184.215.14/hook":      "must not carry credentials",
+		"not a url":                                 "absolute https URL",
+	} {
+		code, body := put("w", url, `["sku.sold_out"]`, secret)
+		require.Equal(t, 400, code, "%s: %s", url, body)
+		require.Contains(t, body, msg, url)
+	}
+	code, body := put("w", "https://93.184.215.14/hook", `["sku.sold_out","sku.restocked"]`, secret)
+	require.Equal(t, 400, code, body)
+	require.Contains(t, body, `unknown event \"sku.restocked\"`)
+	code, body = put("w", "https://93.184.215.14/hook", `["sku.sold_out"]`, "short")
+	require.Equal(t, 400, code, body)
+	require.Contains(t, body, "secret must be 32 to 255 characters")
+	code, body = call(t, h, "GET", "/v1/webhooks", "", auth...)
+	require.Equal(t, 200, code, body)
+	require.JSONEq(t, `{"items":[]}`, body, "nothing refused was kept")
+
+	code, body = put("w", "https://93.184.215.14/hook", `["sku.sold_out","sku.back_in_stock","sku.sold_out"]`, secret)
+	require.Equal(t, 200, code, body)
+	require.NotContains(t, body, secret)
+	var v map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body), &v))
+	require.Equal(t, "active", v["state"])
+	require.Equal(t, []any{"sku.back_in_stock", "sku.sold_out"}, v["events"])
+	require.Equal(t, []any{}, v["skus"])
+	require.EqualValues(t, 0, v["backlog"])
+	code, body = call(t, h, "GET", "/v1/webhooks/w", "", auth...)
+	require.Equal(t, 200, code, body)
+	require.NotContains(t, body, secret)
+	code, body = call(t, h, "GET", "/v1/webhooks", "", auth...)
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, `"id":"w"`)
+	code, body = call(t, h, "GET", "/v1/webhooks/w", "")
+	require.Equal(t, 403, code, "subscriptions are the admin's: %s", body)
+
+	code, body = call(t, h, "DELETE", "/v1/webhooks/w", "", auth...)
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, `"id":"w"`)
+	code, body = call(t, h, "GET", "/v1/webhooks/w", "", auth...)
+	require.Equal(t, 404, code, body)
+	code, body = call(t, h, "DELETE", "/v1/webhooks/w", "", auth...)
+	require.Equal(t, 404, code, body)
 }

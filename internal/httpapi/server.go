@@ -33,6 +33,7 @@ import (
 	"github.com/acme/inventory/internal/identity"
 	"github.com/acme/inventory/internal/listing"
 	"github.com/acme/inventory/internal/tokens"
+	"github.com/acme/inventory/internal/webhooks"
 	"github.com/acme/inventory/order"
 )
 
@@ -81,14 +82,15 @@ type Config struct {
 
 // Server is the HTTP API.
 type Server struct {
-	cfg     Config
-	orders  *order.Service
-	catalog *catalog.Catalog
-	camps   *campaign.Service
-	tokens  *tokens.Service
-	listing *listing.Reader
-	soldOut *SoldOut
-	limits  sync.Map // sku -> cachedLimit
+	cfg      Config
+	orders   *order.Service
+	catalog  *catalog.Catalog
+	camps    *campaign.Service
+	tokens   *tokens.Service
+	listing  *listing.Reader
+	webhooks *webhooks.Service
+	soldOut  *SoldOut
+	limits   sync.Map // sku -> cachedLimit
 	// soldOutBodies holds, per SKU, the encoded answer to a purchase the
 	// sold-out flag refuses: the cheapest answer the service gives, so it is
 	// written as bytes, not rebuilt per request.
@@ -113,6 +115,8 @@ type Services struct {
 	Tokens    *tokens.Service
 	Listing   *listing.Reader
 	Campaigns *campaign.Service
+	// Webhooks are the stock events' subscriptions.
+	Webhooks *webhooks.Service
 }
 
 func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
@@ -146,7 +150,7 @@ func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
-	s := &Server{cfg: cfg, orders: svc.Orders, catalog: svc.Catalog, tokens: svc.Tokens, listing: svc.Listing, camps: svc.Campaigns, soldOut: soldOut, log: cfg.Logger}
+	s := &Server{cfg: cfg, orders: svc.Orders, catalog: svc.Catalog, tokens: svc.Tokens, listing: svc.Listing, camps: svc.Campaigns, webhooks: svc.Webhooks, soldOut: soldOut, log: cfg.Logger}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
@@ -190,6 +194,7 @@ func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
 	v1.GET("/campaigns/:id", s.getCampaign, client)
 	v1.POST("/campaigns/:id/buy", s.buyCampaign, client, limiter)
 	v1.POST("/campaigns/:id/end", s.endCampaign, admin)
+	s.webhookRoutes(v1, admin)
 	s.e = e
 	return s
 }
