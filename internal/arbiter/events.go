@@ -254,11 +254,14 @@ func (e Events) Page(f EventFilter) ([]Event, error) {
 }
 
 // PruneBefore deletes up to limit numbered events that occurred before t
-// and returns how many (retention). An event not numbered yet stays.
-func (e Events) PruneBefore(t time.Time, limit int) (int64, error) {
+// and whose feed id is at most through, and returns how many (retention:
+// through is the lowest id a webhook subscription was delivered up to,
+// so nothing a subscription still has to deliver goes). An event not
+// numbered yet stays.
+func (e Events) PruneBefore(t time.Time, through int64, limit int) (int64, error) {
 	var rows []int64
-	if err := e.db.Raw(`SELECT row_id FROM stock_events WHERE occurred_at < ? AND id IS NOT NULL ORDER BY occurred_at LIMIT ?`,
-		t, limit).Scan(&rows).Error; err != nil || len(rows) == 0 {
+	if err := e.db.Raw(`SELECT row_id FROM stock_events WHERE occurred_at < ? AND id IS NOT NULL AND id <= ? ORDER BY occurred_at LIMIT ?`,
+		t, through, limit).Scan(&rows).Error; err != nil || len(rows) == 0 {
 		return 0, err
 	}
 	res := e.db.Exec(`DELETE FROM stock_events WHERE row_id IN ?`, rows)

@@ -3,6 +3,7 @@ package maintenance
 import (
 	"context"
 	"log/slog"
+	"math"
 	"time"
 
 	"gorm.io/gorm"
@@ -10,6 +11,7 @@ import (
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/job"
 	"github.com/acme/inventory/internal/lock"
+	"github.com/acme/inventory/internal/webhooks"
 )
 
 // The retention's defaults.
@@ -78,7 +80,8 @@ func (c *RetentionConfig) defaults() {
 //     takes the id of the last one, so a SKU's deltas still sum to on_hand
 //     and reserved and its history still reads in order;
 //   - stock events older than their own horizon (EventHorizon, 7 days by
-//     default), numbered ones only.
+//     default), numbered ones only, and none a webhook subscription has
+//     not been delivered yet (above the lowest cursor: webhooks.Floor).
 //
 // Reservations, orders and anomalies are kept: they are the record.
 type Retention struct {
@@ -134,8 +137,17 @@ func (r *Retention) PruneOnce(ctx context.Context) (Pruned, error) {
 		return p, err
 	}
 	eventCutoff := r.cfg.Now().UTC().Add(-r.cfg.EventHorizon)
+	// An event a webhook subscription has not been delivered yet stays,
+	// however old: a failing receiver keeps its backlog.
+	floor, subscribed, err := webhooks.Floor(ctx, db)
+	if err != nil {
+		return p, err
+	}
+	if !subscribed {
+		floor = math.MaxInt64
+	}
 	if p.Events, err = r.batches(ctx, func() (int64, error) {
-		return arbiter.EventsOf(db).PruneBefore(eventCutoff, r.cfg.Batch)
+		return arbiter.EventsOf(db).PruneBefore(eventCutoff, floor, r.cfg.Batch)
 	}); err != nil {
 		return p, err
 	}

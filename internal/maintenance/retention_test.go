@@ -2,6 +2,7 @@ package maintenance_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/internal/webhooks"
 	"github.com/acme/inventory/order"
 )
 
@@ -180,4 +182,59 @@ func TestRetentionKeepsEventsTheirHorizon(t *testing.T) {
 		seqs = append(seqs, e.Seq)
 	}
 	require.Equal(t, []int64{3, 4, 5, 6}, seqs)
+}
+
+// An event a webhook subscription has not been delivered yet is kept
+// however old (a failing receiver keeps its backlog): retention prunes
+// only up to the lowest cursor of all subscriptions, and everything once
+// the last subscription is gone.
+func TestRetentionKeepsEventsAWebhookHasNotDelivered(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	subs := webhooks.New(r.DB, webhooks.Policy{AllowPrivate: true}, nil)
+	for _, id := range []string{"behind", "ahead"} {
+		_, err := subs.Put(ctx, id, webhooks.Spec{URL: "https://127.0.0.1/" + id, Secret: strings.Repeat("k", 40),
+			Events: []string{arbiter.EventSoldOut}})
+		require.NoError(t, err)
+	}
+	sku := r.PutSKU("RETWH", 1, 0)
+	for range 3 {
+		tok := testenv.Unique("t")
+		_, err := r.Tokens.Reserve(ctx, sku, 1, tok)
+		require.NoError(t, err)
+		_, err = r.Tokens.Release(ctx, sku, tok)
+		require.NoError(t, err)
+	}
+	// Six events, all numbered and 8 days old; "behind" was delivered up
+	// to the second, "ahead" up to the fifth.
+	require.NoError(t, r.DB.Exec(`UPDATE stock_events SET id = row_id, occurred_at = ?`, time.Now().UTC().Add(-8*24*time.Hour)).Error)
+	all, err := arbiter.EventsOf(r.DB).OfSKU(sku)
+	require.NoError(t, err)
+	require.Len(t, all, 6)
+	require.NoError(t, r.DB.Exec(`UPDATE webhooks SET delivered_id = ? WHERE id = 'behind'`, *all[1].ID).Error)
+	require.NoError(t, r.DB.Exec(`UPDATE webhooks SET delivered_id = ? WHERE id = 'ahead'`, *all[4].ID).Error)
+	seqs := func() (out []int64) {
+		left, err := arbiter.EventsOf(r.DB).OfSKU(sku)
+		require.NoError(t, err)
+		for _, e := range left {
+			out = append(out, e.Seq)
+		}
+		return out
+	}
+	ret := maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{Batch: 1})
+	p, err := ret.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, p.Events)
+	require.Equal(t, []int64{3, 4, 5, 6}, seqs(), "what behind has not been delivered stays")
+
+	_, err = subs.Delete(ctx, "behind")
+	require.NoError(t, err)
+	_, err = ret.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int64{6}, seqs(), "up to ahead's cursor now")
+	_, err = subs.Delete(ctx, "ahead")
+	require.NoError(t, err)
+	_, err = ret.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.Empty(t, seqs(), "no subscription: the horizon alone")
 }
