@@ -589,22 +589,39 @@ type StockEventType string
 type Token = string
 
 // Webhook A webhook subscription with its delivery state; never its secret.
+// Its events are delivered one at a time in feed id order (so in
+// per-SKU seq order); the first that fails holds the rest back until
+// it is delivered (docs/api.md "Webhook deliveries").
 //
-// Example: {"backlog":0,"created_at":"2025-01-02T15:04:05Z","events":["sku.back_in_stock","sku.sold_out"],"id":"storefront","skus":[],"state":"active","updated_at":"2025-01-02T15:04:05Z","url":"https://shop.example.com/hooks/stock"}
+// Example: {"attempts":0,"backlog":0,"created_at":"2025-01-02T15:04:05Z","delivered_id":42,"events":["sku.back_in_stock","sku.sold_out"],"id":"storefront","last_success_at":"2025-01-02T15:09:12Z","skus":[],"state":"active","updated_at":"2025-01-02T15:04:05Z","url":"https://shop.example.com/hooks/stock"}
 type Webhook struct {
+	// Attempts the failed attempts in a row at the oldest undelivered event (0 after a success or a resume)
+	Attempts int `json:"attempts"`
+
 	// Backlog the subscription's events in the feed not delivered yet
-	Backlog       int64           `json:"backlog"`
-	CreatedAt     time.Time       `json:"created_at"`
-	Events        []WebhookEvents `json:"events"`
-	Id            string          `json:"id"`
-	LastError     *string         `json:"last_error,omitempty"`
-	LastErrorAt   *time.Time      `json:"last_error_at,omitempty"`
-	LastSuccessAt *time.Time      `json:"last_success_at,omitempty"`
+	Backlog   int64     `json:"backlog"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// DeliveredId the feed id up to which the events were delivered: the next delivery is the first of its events above it
+	DeliveredId int64           `json:"delivered_id"`
+	Events      []WebhookEvents `json:"events"`
+
+	// FailingSince when the first of those attempts failed
+	FailingSince *time.Time `json:"failing_since,omitempty"`
+	Id           string     `json:"id"`
+
+	// LastError the last failed attempt: "failed: event <id>: ..." or "refused: event <id>: ..." (never the secret or a signature)
+	LastError     *string    `json:"last_error,omitempty"`
+	LastErrorAt   *time.Time `json:"last_error_at,omitempty"`
+	LastSuccessAt *time.Time `json:"last_success_at,omitempty"`
+
+	// NextAttemptAt when the next attempt may start (absent: now)
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
 
 	// Skus empty: every SKU
 	Skus []SKUName `json:"skus"`
 
-	// State failing: deliveries keep failing; the backlog is kept, never deleted
+	// State failing: the oldest undelivered event has failed for longer than INVENTORY_WEBHOOK_FAILING_AFTER (15m); it is still retried, and the backlog is kept, never deleted
 	State     WebhookState `json:"state"`
 	UpdatedAt time.Time    `json:"updated_at"`
 	Url       string       `json:"url"`
@@ -613,7 +630,7 @@ type Webhook struct {
 // WebhookEvents defines model for Webhook.Events.
 type WebhookEvents string
 
-// WebhookState failing: deliveries keep failing; the backlog is kept, never deleted
+// WebhookState failing: the oldest undelivered event has failed for longer than INVENTORY_WEBHOOK_FAILING_AFTER (15m); it is still retried, and the backlog is kept, never deleted
 type WebhookState string
 
 // WebhookPage defines model for WebhookPage.
@@ -1215,6 +1232,15 @@ type PutV1WebhooksIdParams struct {
 
 // PutV1WebhooksIdJSONBodyEvents defines parameters for PutV1WebhooksId.
 type PutV1WebhooksIdJSONBodyEvents string
+
+// PostV1WebhooksIdResumeParams defines parameters for PostV1WebhooksIdResume.
+type PostV1WebhooksIdResumeParams struct {
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
 
 // PutCampaignJSONRequestBody defines body for PutCampaign for application/json ContentType.
 type PutCampaignJSONRequestBody PutCampaignJSONBody
@@ -1860,7 +1886,14 @@ type ClientInterface interface {
 	// Stock events of the named types (and SKUs; none or empty: every SKU)
 	// are delivered to url, signed with secret (write-only: never answered
 	// or logged). A new subscription starts at the feed's head; a replaced
-	// one keeps its place and state. Refused (400): a url that is not https
+	// one keeps its place and state. Each delivery is a POST of the event's
+	// JSON object as GET /v1/events serves it, with X-Event-Id (its feed
+	// id: deduplicate by it, delivery is at least once), X-Timestamp (unix
+	// seconds) and X-Signature (hex HMAC-SHA256(secret, X-Timestamp + "." +
+	// body)); a 2xx answer within INVENTORY_WEBHOOK_TIMEOUT (5s) delivers
+	// it, anything else is retried with jittered backoff (1s doubling to
+	// INVENTORY_WEBHOOK_MAX_BACKOFF, 10m), for as long as it takes.
+	// Refused (400): a url that is not https
 	// (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
 	// a host that is or resolves to a loopback, private, link-local or
 	// metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
@@ -1876,7 +1909,14 @@ type ClientInterface interface {
 	// Stock events of the named types (and SKUs; none or empty: every SKU)
 	// are delivered to url, signed with secret (write-only: never answered
 	// or logged). A new subscription starts at the feed's head; a replaced
-	// one keeps its place and state. Refused (400): a url that is not https
+	// one keeps its place and state. Each delivery is a POST of the event's
+	// JSON object as GET /v1/events serves it, with X-Event-Id (its feed
+	// id: deduplicate by it, delivery is at least once), X-Timestamp (unix
+	// seconds) and X-Signature (hex HMAC-SHA256(secret, X-Timestamp + "." +
+	// body)); a 2xx answer within INVENTORY_WEBHOOK_TIMEOUT (5s) delivers
+	// it, anything else is retried with jittered backoff (1s doubling to
+	// INVENTORY_WEBHOOK_MAX_BACKOFF, 10m), for as long as it takes.
+	// Refused (400): a url that is not https
 	// (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
 	// a host that is or resolves to a loopback, private, link-local or
 	// metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
@@ -1886,6 +1926,17 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/webhooks/{id} (the `PutV1WebhooksId` operationId).
 	PutV1WebhooksId(ctx context.Context, id WebhookId, params *PutV1WebhooksIdParams, body PutV1WebhooksIdJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PostV1WebhooksIdResume Try a webhook subscription now, whatever its backoff, and mark it active.
+	//
+	// For an operator who fixed a failing receiver: the subscription's
+	// failed attempts are forgotten and its oldest undelivered event is
+	// tried at once; its backlog is kept and delivered in order from
+	// where it stopped. If the receiver still fails, the backoff starts
+	// again from 1s.
+	//
+	// Corresponds with POST /v1/webhooks/{id}/resume (the `PostV1WebhooksIdResume` operationId).
+	PostV1WebhooksIdResume(ctx context.Context, id WebhookId, params *PostV1WebhooksIdResumeParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // Healthz Liveness.
@@ -2829,7 +2880,14 @@ func (c *Client) GetV1WebhooksId(ctx context.Context, id WebhookId, params *GetV
 // Stock events of the named types (and SKUs; none or empty: every SKU)
 // are delivered to url, signed with secret (write-only: never answered
 // or logged). A new subscription starts at the feed's head; a replaced
-// one keeps its place and state. Refused (400): a url that is not https
+// one keeps its place and state. Each delivery is a POST of the event's
+// JSON object as GET /v1/events serves it, with X-Event-Id (its feed
+// id: deduplicate by it, delivery is at least once), X-Timestamp (unix
+// seconds) and X-Signature (hex HMAC-SHA256(secret, X-Timestamp + "." +
+// body)); a 2xx answer within INVENTORY_WEBHOOK_TIMEOUT (5s) delivers
+// it, anything else is retried with jittered backoff (1s doubling to
+// INVENTORY_WEBHOOK_MAX_BACKOFF, 10m), for as long as it takes.
+// Refused (400): a url that is not https
 // (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
 // a host that is or resolves to a loopback, private, link-local or
 // metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
@@ -2855,7 +2913,14 @@ func (c *Client) PutV1WebhooksIdWithBody(ctx context.Context, id WebhookId, para
 // Stock events of the named types (and SKUs; none or empty: every SKU)
 // are delivered to url, signed with secret (write-only: never answered
 // or logged). A new subscription starts at the feed's head; a replaced
-// one keeps its place and state. Refused (400): a url that is not https
+// one keeps its place and state. Each delivery is a POST of the event's
+// JSON object as GET /v1/events serves it, with X-Event-Id (its feed
+// id: deduplicate by it, delivery is at least once), X-Timestamp (unix
+// seconds) and X-Signature (hex HMAC-SHA256(secret, X-Timestamp + "." +
+// body)); a 2xx answer within INVENTORY_WEBHOOK_TIMEOUT (5s) delivers
+// it, anything else is retried with jittered backoff (1s doubling to
+// INVENTORY_WEBHOOK_MAX_BACKOFF, 10m), for as long as it takes.
+// Refused (400): a url that is not https
 // (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
 // a host that is or resolves to a loopback, private, link-local or
 // metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
@@ -2866,6 +2931,27 @@ func (c *Client) PutV1WebhooksIdWithBody(ctx context.Context, id WebhookId, para
 // Corresponds with PUT /v1/webhooks/{id} (the `PutV1WebhooksId` operationId).
 func (c *Client) PutV1WebhooksId(ctx context.Context, id WebhookId, params *PutV1WebhooksIdParams, body PutV1WebhooksIdJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPutV1WebhooksIdRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PostV1WebhooksIdResume Try a webhook subscription now, whatever its backoff, and mark it active.
+//
+// For an operator who fixed a failing receiver: the subscription's
+// failed attempts are forgotten and its oldest undelivered event is
+// tried at once; its backlog is kept and delivered in order from
+// where it stopped. If the receiver still fails, the backoff starts
+// again from 1s.
+//
+// Corresponds with POST /v1/webhooks/{id}/resume (the `PostV1WebhooksIdResume` operationId).
+func (c *Client) PostV1WebhooksIdResume(ctx context.Context, id WebhookId, params *PostV1WebhooksIdResumeParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostV1WebhooksIdResumeRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4742,6 +4828,55 @@ func NewPutV1WebhooksIdRequestWithBody(server string, id WebhookId, params *PutV
 	return req, nil
 }
 
+// NewPostV1WebhooksIdResumeRequest constructs an http.Request for the PostV1WebhooksIdResume method
+func NewPostV1WebhooksIdResumeRequest(server string, id WebhookId, params *PostV1WebhooksIdResumeParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/webhooks/%s/resume", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -5351,7 +5486,14 @@ type ClientWithResponsesInterface interface {
 	// Stock events of the named types (and SKUs; none or empty: every SKU)
 	// are delivered to url, signed with secret (write-only: never answered
 	// or logged). A new subscription starts at the feed's head; a replaced
-	// one keeps its place and state. Refused (400): a url that is not https
+	// one keeps its place and state. Each delivery is a POST of the event's
+	// JSON object as GET /v1/events serves it, with X-Event-Id (its feed
+	// id: deduplicate by it, delivery is at least once), X-Timestamp (unix
+	// seconds) and X-Signature (hex HMAC-SHA256(secret, X-Timestamp + "." +
+	// body)); a 2xx answer within INVENTORY_WEBHOOK_TIMEOUT (5s) delivers
+	// it, anything else is retried with jittered backoff (1s doubling to
+	// INVENTORY_WEBHOOK_MAX_BACKOFF, 10m), for as long as it takes.
+	// Refused (400): a url that is not https
 	// (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
 	// a host that is or resolves to a loopback, private, link-local or
 	// metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
@@ -5367,7 +5509,14 @@ type ClientWithResponsesInterface interface {
 	// Stock events of the named types (and SKUs; none or empty: every SKU)
 	// are delivered to url, signed with secret (write-only: never answered
 	// or logged). A new subscription starts at the feed's head; a replaced
-	// one keeps its place and state. Refused (400): a url that is not https
+	// one keeps its place and state. Each delivery is a POST of the event's
+	// JSON object as GET /v1/events serves it, with X-Event-Id (its feed
+	// id: deduplicate by it, delivery is at least once), X-Timestamp (unix
+	// seconds) and X-Signature (hex HMAC-SHA256(secret, X-Timestamp + "." +
+	// body)); a 2xx answer within INVENTORY_WEBHOOK_TIMEOUT (5s) delivers
+	// it, anything else is retried with jittered backoff (1s doubling to
+	// INVENTORY_WEBHOOK_MAX_BACKOFF, 10m), for as long as it takes.
+	// Refused (400): a url that is not https
 	// (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
 	// a host that is or resolves to a loopback, private, link-local or
 	// metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
@@ -5377,6 +5526,19 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/webhooks/{id} (the `PutV1WebhooksId` operationId).
 	PutV1WebhooksIdWithResponse(ctx context.Context, id WebhookId, params *PutV1WebhooksIdParams, body PutV1WebhooksIdJSONRequestBody, reqEditors ...RequestEditorFn) (*PutV1WebhooksIdResponse, error)
+
+	// PostV1WebhooksIdResumeWithResponse Try a webhook subscription now, whatever its backoff, and mark it active.
+	//
+	// For an operator who fixed a failing receiver: the subscription's
+	// failed attempts are forgotten and its oldest undelivered event is
+	// tried at once; its backlog is kept and delivered in order from
+	// where it stopped. If the receiver still fails, the backoff starts
+	// again from 1s.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/webhooks/{id}/resume (the `PostV1WebhooksIdResume` operationId).
+	PostV1WebhooksIdResumeWithResponse(ctx context.Context, id WebhookId, params *PostV1WebhooksIdResumeParams, reqEditors ...RequestEditorFn) (*PostV1WebhooksIdResumeResponse, error)
 }
 
 // HealthzResponse200Headers the declared response headers of an HTTP 200 response for Healthz
@@ -8923,6 +9085,126 @@ func (r PutV1WebhooksIdResponse) ContentType() string {
 	return ""
 }
 
+// PostV1WebhooksIdResumeResponse200Headers the declared response headers of an HTTP 200 response for PostV1WebhooksIdResume
+type PostV1WebhooksIdResumeResponse200Headers struct {
+	XRequestID string
+}
+
+// PostV1WebhooksIdResumeResponse400Headers the declared response headers of an HTTP 400 response for PostV1WebhooksIdResume
+type PostV1WebhooksIdResumeResponse400Headers struct {
+	XRequestID string
+}
+
+// PostV1WebhooksIdResumeResponse401Headers the declared response headers of an HTTP 401 response for PostV1WebhooksIdResume
+type PostV1WebhooksIdResumeResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// PostV1WebhooksIdResumeResponse403Headers the declared response headers of an HTTP 403 response for PostV1WebhooksIdResume
+type PostV1WebhooksIdResumeResponse403Headers struct {
+	XRequestID string
+}
+
+// PostV1WebhooksIdResumeResponse404Headers the declared response headers of an HTTP 404 response for PostV1WebhooksIdResume
+type PostV1WebhooksIdResumeResponse404Headers struct {
+	XRequestID string
+}
+
+// PostV1WebhooksIdResumeResponse503Headers the declared response headers of an HTTP 503 response for PostV1WebhooksIdResume
+type PostV1WebhooksIdResumeResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type PostV1WebhooksIdResumeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Webhook
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *AdminUnauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *AdminOnly
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PostV1WebhooksIdResumeResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *PostV1WebhooksIdResumeResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PostV1WebhooksIdResumeResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PostV1WebhooksIdResumeResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *PostV1WebhooksIdResumeResponse404Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PostV1WebhooksIdResumeResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PostV1WebhooksIdResumeResponse) GetJSON200() *Webhook {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PostV1WebhooksIdResumeResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r PostV1WebhooksIdResumeResponse) GetJSON401() *AdminUnauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r PostV1WebhooksIdResumeResponse) GetJSON403() *AdminOnly {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r PostV1WebhooksIdResumeResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PostV1WebhooksIdResumeResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r PostV1WebhooksIdResumeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PostV1WebhooksIdResumeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PostV1WebhooksIdResumeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PostV1WebhooksIdResumeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // HealthzWithResponse Liveness.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -9734,7 +10016,14 @@ func (c *ClientWithResponses) GetV1WebhooksIdWithResponse(ctx context.Context, i
 // Stock events of the named types (and SKUs; none or empty: every SKU)
 // are delivered to url, signed with secret (write-only: never answered
 // or logged). A new subscription starts at the feed's head; a replaced
-// one keeps its place and state. Refused (400): a url that is not https
+// one keeps its place and state. Each delivery is a POST of the event's
+// JSON object as GET /v1/events serves it, with X-Event-Id (its feed
+// id: deduplicate by it, delivery is at least once), X-Timestamp (unix
+// seconds) and X-Signature (hex HMAC-SHA256(secret, X-Timestamp + "." +
+// body)); a 2xx answer within INVENTORY_WEBHOOK_TIMEOUT (5s) delivers
+// it, anything else is retried with jittered backoff (1s doubling to
+// INVENTORY_WEBHOOK_MAX_BACKOFF, 10m), for as long as it takes.
+// Refused (400): a url that is not https
 // (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
 // a host that is or resolves to a loopback, private, link-local or
 // metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
@@ -9756,7 +10045,14 @@ func (c *ClientWithResponses) PutV1WebhooksIdWithBodyWithResponse(ctx context.Co
 // Stock events of the named types (and SKUs; none or empty: every SKU)
 // are delivered to url, signed with secret (write-only: never answered
 // or logged). A new subscription starts at the feed's head; a replaced
-// one keeps its place and state. Refused (400): a url that is not https
+// one keeps its place and state. Each delivery is a POST of the event's
+// JSON object as GET /v1/events serves it, with X-Event-Id (its feed
+// id: deduplicate by it, delivery is at least once), X-Timestamp (unix
+// seconds) and X-Signature (hex HMAC-SHA256(secret, X-Timestamp + "." +
+// body)); a 2xx answer within INVENTORY_WEBHOOK_TIMEOUT (5s) delivers
+// it, anything else is retried with jittered backoff (1s doubling to
+// INVENTORY_WEBHOOK_MAX_BACKOFF, 10m), for as long as it takes.
+// Refused (400): a url that is not https
 // (plain http only when the operator sets INVENTORY_WEBHOOK_ALLOW_HTTP),
 // a host that is or resolves to a loopback, private, link-local or
 // metadata address (unless INVENTORY_WEBHOOK_ALLOW_PRIVATE), an unknown
@@ -9771,6 +10067,25 @@ func (c *ClientWithResponses) PutV1WebhooksIdWithResponse(ctx context.Context, i
 		return nil, err
 	}
 	return ParsePutV1WebhooksIdResponse(rsp)
+}
+
+// PostV1WebhooksIdResumeWithResponse Try a webhook subscription now, whatever its backoff, and mark it active.
+//
+// For an operator who fixed a failing receiver: the subscription's
+// failed attempts are forgotten and its oldest undelivered event is
+// tried at once; its backlog is kept and delivered in order from
+// where it stopped. If the receiver still fails, the backoff starts
+// again from 1s.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/webhooks/{id}/resume (the `PostV1WebhooksIdResume` operationId).
+func (c *ClientWithResponses) PostV1WebhooksIdResumeWithResponse(ctx context.Context, id WebhookId, params *PostV1WebhooksIdResumeParams, reqEditors ...RequestEditorFn) (*PostV1WebhooksIdResumeResponse, error) {
+	rsp, err := c.PostV1WebhooksIdResume(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePostV1WebhooksIdResumeResponse(rsp)
 }
 
 // ParseHealthzResponse parses an HTTP response from a HealthzWithResponse call
@@ -13847,6 +14162,144 @@ func ParsePutV1WebhooksIdResponse(rsp *http.Response) (*PutV1WebhooksIdResponse,
 		response.Headers403 = &headers
 	case rsp.StatusCode == 503:
 		var headers PutV1WebhooksIdResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePostV1WebhooksIdResumeResponse parses an HTTP response from a PostV1WebhooksIdResumeWithResponse call
+func ParsePostV1WebhooksIdResumeResponse(rsp *http.Response) (*PostV1WebhooksIdResumeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PostV1WebhooksIdResumeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Webhook
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest AdminOnly
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PostV1WebhooksIdResumeResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers PostV1WebhooksIdResumeResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers PostV1WebhooksIdResumeResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PostV1WebhooksIdResumeResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers PostV1WebhooksIdResumeResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 503:
+		var headers PostV1WebhooksIdResumeResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

@@ -46,6 +46,7 @@ import (
 	"github.com/acme/inventory/internal/stocksync"
 	"github.com/acme/inventory/internal/tokens"
 	"github.com/acme/inventory/internal/webhooks"
+	"github.com/acme/inventory/internal/webhooks/delivery"
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/order"
@@ -84,6 +85,8 @@ type App struct {
 	realigner  *maintenance.Realigner
 	retention  *maintenance.Retention
 	events     *events.Job
+	deliveries *delivery.Job
+	webhooks   *webhooks.Service
 	producer   mq.Producer
 	consumer   mq.Consumer
 	soldOut    *httpapi.SoldOut
@@ -161,6 +164,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 		Horizon: cfg.Retention, EventHorizon: cfg.EventRetention, Interval: cfg.RetentionInterval, Logger: log,
 	})
 	a.events = events.New(a.db, a.Stock.Locker(), events.Config{Logger: log})
+	a.webhooks = webhooks.New(a.db, webhooks.Policy{AllowHTTP: cfg.WebhookAllowHTTP, AllowPrivate: cfg.WebhookAllowPrivate}, log)
+	a.deliveries = delivery.New(a.webhooks, a.Stock.Locker(), delivery.Config{
+		Timeout: cfg.WebhookTimeout, MaxBackoff: cfg.WebhookMaxBackoff, FailingAfter: cfg.WebhookFailingAfter, Logger: log,
+	})
 	a.applier.OnApplied = followup.Redis{Stock: a.Stock, Log: log}.Apply
 	if a.memq != nil {
 		a.consumer = a.memq.Consumer(a.applier.Handle, 64, 200*time.Millisecond)
@@ -192,7 +199,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 		PaymentSecret: a.Cfg.PaymentSecret, TrustedProxies: proxies, SeckillRate: cfg.SeckillRate, RequestTimeout: cfg.RequestTimeout,
 		Ready: a.ready, Degraded: a.degraded, Gatherer: reg, Metrics: httpapi.NewMetrics(reg), Logger: log,
 	}, httpapi.Services{Orders: a.Orders, Catalog: a.Catalog, Tokens: a.Tokens, Listing: listing.New(a.db), Campaigns: a.Campaigns,
-		Webhooks: webhooks.New(a.db, webhooks.Policy{AllowHTTP: cfg.WebhookAllowHTTP, AllowPrivate: cfg.WebhookAllowPrivate}, log)}, a.soldOut)
+		Webhooks: a.webhooks, OnWebhookPut: a.deliveries.Wake}, a.soldOut)
 	return a, nil
 }
 
@@ -457,6 +464,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.realigner.Start(bg)
 	a.retention.Start(bg)
 	a.events.Start(bg)
+	a.deliveries.Start(bg)
 	watching := a.Stock.WatchStockBack(bg, a.soldOut.Clear)
 	a.bg.Add(1)
 	go func() {
@@ -492,9 +500,10 @@ func (a *App) Done() <-chan error { return a.done }
 
 // Shutdown stops the service in this order: stop accepting HTTP and finish
 // the requests in flight; stop the consumer, the relay, the timeout release,
-// the events job and the subscriber (unsent outbox rows and unnumbered
-// events wait in the database for the next start; unacknowledged messages
-// are redelivered); then close the producer,
+// the events job, the webhook deliveries and the subscriber (unsent outbox
+// rows, unnumbered events and undelivered ones wait in the database for the
+// next start; unacknowledged messages are redelivered, an attempt cut short
+// is made again); then close the producer,
 // Redis and the database.
 func (a *App) Shutdown(ctx context.Context) error {
 	start := time.Now()
@@ -508,6 +517,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 	a.realigner.Stop()
 	a.retention.Stop()
 	a.events.Stop()
+	a.deliveries.Stop()
 	if a.stop != nil {
 		a.stop()
 	}

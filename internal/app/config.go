@@ -59,6 +59,13 @@ type Config struct {
 	// target (tests, a receiver on the same host or network).
 	WebhookAllowHTTP    bool `env:"INVENTORY_WEBHOOK_ALLOW_HTTP" envDefault:"false" help:"let webhooks deliver over plain http (default: https only)"`
 	WebhookAllowPrivate bool `env:"INVENTORY_WEBHOOK_ALLOW_PRIVATE" envDefault:"false" help:"let webhooks target loopback, private, link-local and metadata addresses (default: refused, at subscription and at delivery)"`
+	// A webhook delivery attempt ends after WebhookTimeout; a failed one is
+	// retried after a jittered backoff doubling from 1s up to
+	// WebhookMaxBackoff, never given up; a subscription whose oldest
+	// undelivered event has failed for WebhookFailingAfter is marked failing.
+	WebhookTimeout      time.Duration `env:"INVENTORY_WEBHOOK_TIMEOUT" envDefault:"5s" help:"the deadline of one webhook delivery attempt (100ms to 1m)"`
+	WebhookMaxBackoff   time.Duration `env:"INVENTORY_WEBHOOK_MAX_BACKOFF" envDefault:"10m" help:"the longest wait between a failing webhook's attempts (1s to 1h); they never stop"`
+	WebhookFailingAfter time.Duration `env:"INVENTORY_WEBHOOK_FAILING_AFTER" envDefault:"15m" help:"how long a webhook's oldest undelivered event may keep failing before the subscription is marked failing (1m to 24h)"`
 	// EventRetention is how long stock events stay in the replay feed.
 	EventRetention    time.Duration `env:"INVENTORY_EVENT_RETENTION" envDefault:"168h" help:"how long stock events stay in the replay feed (at least 168h, 7 days)"`
 	RetentionInterval time.Duration `env:"INVENTORY_RETENTION_INTERVAL" envDefault:"10m" help:"how often one node prunes it"`
@@ -165,6 +172,19 @@ func (c Config) ValidateFor(cmd Command) error {
 		"INVENTORY_SOLDOUT_TTL": c.SoldOutTTL} {
 		if d != 0 && (d < 100*time.Millisecond || d > time.Hour) { // 0: the default
 			return fmt.Errorf("config: %s must be between 100ms and 1h, got %s", name, d)
+		}
+	}
+	for _, b := range []struct {
+		name     string
+		d        time.Duration
+		min, max time.Duration
+	}{
+		{"INVENTORY_WEBHOOK_TIMEOUT", c.WebhookTimeout, 100 * time.Millisecond, time.Minute},
+		{"INVENTORY_WEBHOOK_MAX_BACKOFF", c.WebhookMaxBackoff, time.Second, time.Hour},
+		{"INVENTORY_WEBHOOK_FAILING_AFTER", c.WebhookFailingAfter, time.Minute, 24 * time.Hour},
+	} {
+		if b.d != 0 && (b.d < b.min || b.d > b.max) { // 0: the default
+			return fmt.Errorf("config: %s must be between %s and %s, got %s", b.name, b.min, b.max, b.d)
 		}
 	}
 	if c.BuyerTokenMaxTTL != 0 && (c.BuyerTokenMaxTTL < time.Minute || c.BuyerTokenMaxTTL > 7*24*time.Hour) {

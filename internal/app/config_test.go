@@ -14,6 +14,7 @@ import (
 	"github.com/acme/inventory/internal/httpapi"
 	"github.com/acme/inventory/internal/identity"
 	"github.com/acme/inventory/internal/maintenance"
+	"github.com/acme/inventory/internal/webhooks/delivery"
 )
 
 const (
@@ -112,4 +113,22 @@ func TestConfigDefaultsAreTheComponents(t *testing.T) {
 	require.Equal(t, identity.DefaultMaxTTL, c.BuyerTokenMaxTTL)
 	require.Equal(t, DefaultSoldOutTTL, c.SoldOutTTL)
 	require.Equal(t, httpapi.DefaultRequestTimeout, c.RequestTimeout)
+	require.Equal(t, delivery.DefaultTimeout, c.WebhookTimeout)
+	require.Equal(t, delivery.DefaultMaxBackoff, c.WebhookMaxBackoff)
+	require.Equal(t, delivery.DefaultFailingAfter, c.WebhookFailingAfter)
+}
+
+// The webhook delivery's bounds are checked before the service starts.
+func TestConfigWebhookBounds(t *testing.T) {
+	c := Config{HTTPAddr: ":8080", OrderTTL: time.Minute, ShutdownTimeout: time.Second, SeckillRate: 1}
+	require.NoError(t, c.Validate())
+	for field, msg := range map[*time.Duration]string{
+		&c.WebhookTimeout:      "INVENTORY_WEBHOOK_TIMEOUT must be between 100ms and 1m0s",
+		&c.WebhookMaxBackoff:   "INVENTORY_WEBHOOK_MAX_BACKOFF must be between 1s and 1h0m0s",
+		&c.WebhookFailingAfter: "INVENTORY_WEBHOOK_FAILING_AFTER must be between 1m0s and 24h0m0s",
+	} {
+		*field = 2 * 24 * time.Hour
+		require.ErrorContains(t, c.Validate(), msg)
+		*field = 0
+	}
 }

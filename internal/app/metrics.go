@@ -8,6 +8,8 @@ import (
 
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/breaker"
+	"github.com/acme/inventory/internal/webhooks"
+	"github.com/acme/inventory/internal/webhooks/delivery"
 	"github.com/acme/inventory/order"
 )
 
@@ -70,7 +72,45 @@ func registerDomainMetrics(reg prometheus.Registerer, a *App) {
 			Help: "Time spent in those commits (summed over concurrent ones)."},
 			func() float64 { return time.Duration(cs.Nanos.Load()).Seconds() }),
 	)
-	reg.MustRegister(&dbCollector{a: a}, releaseLatency, transitionsCollector{a.Orders})
+	for _, r := range delivery.Results {
+		n := a.deliveries.Stats.Of(r)
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "inventory_webhook_deliveries_total",
+			Help: "Webhook delivery attempts this node made, by result: delivered (2xx), failed (no answer in time, " +
+				"no connection, not 2xx: retried) or refused (the target resolves to an address not allowed: retried).",
+			ConstLabels: prometheus.Labels{"result": string(r)}}, func() float64 { return float64(n.Load()) }))
+	}
+	reg.MustRegister(&dbCollector{a: a}, releaseLatency, transitionsCollector{a.Orders}, webhookCollector{a.webhooks})
+}
+
+// webhookCollector reads each webhook subscription's oldest undelivered
+// event from the database at scrape time (every node reports the same).
+// The subscription label is bounded by what operators create with
+// PUT /v1/webhooks/{id}: a handful, not a value per request.
+type webhookCollector struct{ subs *webhooks.Service }
+
+var oldestDesc = prometheus.NewDesc("inventory_webhook_oldest_undelivered_seconds",
+	"Age of the oldest event a webhook subscription has not been delivered yet (0: none waiting).", []string{"subscription"}, nil)
+
+func (c webhookCollector) Describe(ch chan<- *prometheus.Desc) { ch <- oldestDesc }
+
+func (c webhookCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ids, err := c.subs.IDs(ctx)
+	if err != nil {
+		return
+	}
+	oldest, err := c.subs.Oldest(ctx)
+	if err != nil {
+		return
+	}
+	for _, id := range ids {
+		age := 0.0
+		if at, ok := oldest[id]; ok {
+			age = max(0, time.Since(at).Seconds())
+		}
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, id)
+	}
 }
 
 // dbCollector reads gauges from the database at scrape time. Each query

@@ -235,11 +235,14 @@ func (e Events) Publish(limit int) (int, error) {
 }
 
 // EventFilter selects a page of the replay feed: events with an id above
-// After, of SKU if given, at most Limit.
+// After, of SKU if given, at most Limit. A webhook's delivery narrows it to
+// the events it subscribed to: of Types if any, of SKUs if any.
 type EventFilter struct {
 	After int64
 	SKU   string
 	Limit int
+	Types []string
+	SKUs  []string
 }
 
 // Page reads published events in id order.
@@ -248,9 +251,22 @@ func (e Events) Page(f EventFilter) ([]Event, error) {
 	if f.SKU != "" {
 		q = q.Where("sku = ?", f.SKU)
 	}
+	if len(f.Types) > 0 {
+		q = q.Where("type IN ?", f.Types)
+	}
+	if len(f.SKUs) > 0 {
+		q = q.Where("sku IN ?", f.SKUs)
+	}
 	var out []Event
 	err := q.Order("id").Limit(f.Limit).Find(&out).Error
 	return out, err
+}
+
+// Head is the highest feed id given so far (0: none).
+func (e Events) Head() (int64, error) {
+	var head int64
+	err := e.db.Raw(`SELECT COALESCE(MAX(id), 0) FROM stock_events`).Scan(&head).Error
+	return head, err
 }
 
 // PruneBefore deletes up to limit numbered events that occurred before t

@@ -1,16 +1,22 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/acme/inventory/client"
+	"github.com/acme/inventory/internal/app"
 	"github.com/acme/inventory/internal/arbiter"
 )
 
@@ -153,4 +159,98 @@ func TestWebhooksThroughTheAPI(t *testing.T) {
 	require.Equal(t, 404, code, body)
 	code, body = call(t, h, "DELETE", "/v1/webhooks/w", "", auth...)
 	require.Equal(t, 404, code, body)
+}
+
+// Deliveries through the API on the embedded default, as docs/examples.md
+// walks them (plain http and a loopback receiver allowed by the
+// operator): a subscription's events reach the receiver as the feed
+// serves them, byte for byte, signed so the client's VerifyDelivery
+// accepts them; its state shows where it is; resume is the admin's and
+// answers the subscription; the secret shows in no answer and no log
+// line; the metrics count the deliveries and the oldest undelivered age.
+func TestWebhookDeliveriesThroughTheAPI(t *testing.T) {
+	var logs syncBuffer
+	a, err := app.New(context.Background(), app.Config{
+		HTTPAddr: "127.0.0.1:0", OrderTTL: 15 * time.Minute, ShutdownTimeout: 5 * time.Second, SeckillRate: 1e6,
+		WebhookAllowHTTP: true, WebhookAllowPrivate: true,
+	}, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	require.NoError(t, err)
+	require.NoError(t, a.Start(context.Background()))
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	h := storefront(t, a)
+	auth := []string{"Authorization", "Bearer " + a.Cfg.AdminToken}
+	secret := "hooksecret-" + strings.Repeat("9f8e7d", 6)
+
+	var mu sync.Mutex
+	var bodies []string
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _, err := client.VerifyDelivery(r, secret, time.Now())
+		if err != nil {
+			t.Errorf("a delivery does not verify: %v", err)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		mu.Lock()
+		bodies = append(bodies, string(body))
+		mu.Unlock()
+	}))
+	defer receiver.Close()
+	code, body := call(t, h, "PUT", "/v1/webhooks/shop", `{"url":"`+receiver.URL+`/stock","secret":"`+secret+`","events":["sku.sold_out","sku.back_in_stock"],"skus":["HOOK"]}`, auth...)
+	require.Equal(t, 200, code, body)
+	for _, put := range []string{`{"stock":1}`, `{"stock":0}`, `{"stock":2}`} {
+		code, body := call(t, h, "PUT", "/v1/skus/HOOK", put, auth...)
+		require.Equal(t, 200, code, body)
+	}
+	code, body = call(t, h, "PUT", "/v1/skus/OTHER", `{"stock":0}`, auth...)
+	require.Equal(t, 200, code, body)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(bodies) == 2
+	}, 30*time.Second, 10*time.Millisecond, "sold out and back in stock delivered")
+	code, body = call(t, h, "GET", "/v1/events?sku=HOOK", "")
+	require.Equal(t, 200, code, body)
+	var feed struct{ Items []json.RawMessage }
+	require.NoError(t, json.Unmarshal([]byte(body), &feed))
+	var subscribed []string
+	for _, item := range feed.Items {
+		var e arbiter.Event
+		require.NoError(t, json.Unmarshal(item, &e))
+		if e.Type != arbiter.EventLevelChanged {
+			subscribed = append(subscribed, string(item))
+		}
+	}
+	mu.Lock()
+	require.Equal(t, subscribed, bodies, "the feed's objects, byte for byte, in its order")
+	mu.Unlock()
+
+	var v map[string]any
+	require.Eventually(t, func() bool {
+		code, body = call(t, h, "GET", "/v1/webhooks/shop", "", auth...)
+		require.Equal(t, 200, code, body)
+		require.NoError(t, json.Unmarshal([]byte(body), &v))
+		return v["backlog"] == 0.0 && v["last_success_at"] != nil
+	}, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, "active", v["state"])
+	require.EqualValues(t, 0, v["attempts"])
+	require.Positive(t, v["delivered_id"])
+	require.NotContains(t, body, secret)
+
+	code, body = call(t, h, "POST", "/v1/webhooks/shop/resume", "", auth...)
+	require.Equal(t, 200, code, body)
+	require.Contains(t, body, `"state":"active"`)
+	require.NotContains(t, body, secret)
+	code, body = call(t, h, "POST", "/v1/webhooks/nope/resume", "", auth...)
+	require.Equal(t, 404, code, body)
+	code, body = call(t, h, "POST", "/v1/webhooks/shop/resume", "")
+	require.Equal(t, 403, code, "resume is the admin's: %s", body)
+
+	rec := httptest.NewRecorder()
+	a.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	require.Equal(t, 200, rec.Code)
+	body = rec.Body.String()
+	require.Contains(t, body, `inventory_webhook_deliveries_total{result="delivered"} 2`)
+	require.Contains(t, body, `inventory_webhook_deliveries_total{result="refused"} 0`)
+	require.Contains(t, body, `inventory_webhook_oldest_undelivered_seconds{subscription="shop"} 0`)
+	require.NotContains(t, logs.String(), secret, "the secret is never logged")
 }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/hmac"
-	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
@@ -89,6 +88,7 @@ type Server struct {
 	tokens   *tokens.Service
 	listing  *listing.Reader
 	webhooks *webhooks.Service
+	onPut    func()
 	soldOut  *SoldOut
 	limits   sync.Map // sku -> cachedLimit
 	// soldOutBodies holds, per SKU, the encoded answer to a purchase the
@@ -117,6 +117,9 @@ type Services struct {
 	Campaigns *campaign.Service
 	// Webhooks are the stock events' subscriptions.
 	Webhooks *webhooks.Service
+	// OnWebhookPut is told a subscription was put or resumed (the
+	// delivery looks at it now); nil: nothing.
+	OnWebhookPut func()
 }
 
 func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
@@ -150,7 +153,10 @@ func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
-	s := &Server{cfg: cfg, orders: svc.Orders, catalog: svc.Catalog, tokens: svc.Tokens, listing: svc.Listing, camps: svc.Campaigns, webhooks: svc.Webhooks, soldOut: soldOut, log: cfg.Logger}
+	s := &Server{cfg: cfg, orders: svc.Orders, catalog: svc.Catalog, tokens: svc.Tokens, listing: svc.Listing, camps: svc.Campaigns, webhooks: svc.Webhooks, onPut: svc.OnWebhookPut, soldOut: soldOut, log: cfg.Logger}
+	if s.onPut == nil {
+		s.onPut = func() {}
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
@@ -739,13 +745,10 @@ func (s *Server) paymentCallback(c echo.Context) error {
 // callbackChallenge names the callback's scheme on a 401.
 const callbackChallenge = `HMAC-SHA256 realm="payments", headers="X-Timestamp X-Signature"`
 
-// Sign is the callback signature: HMAC-SHA256(secret, timestamp + "." + body).
+// Sign is the callback signature: HMAC-SHA256(secret, timestamp + "." +
+// body), the scheme webhook deliveries are signed with too (inventory.Sign).
 func Sign(secret, timestamp string, body []byte) []byte {
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte(timestamp))
-	mac.Write([]byte("."))
-	mac.Write(body)
-	return mac.Sum(nil)
+	return inventory.Sign(secret, timestamp, body)
 }
 
 // seckill buys one unit for a user. A SKU known to be sold out is answered

@@ -14,6 +14,22 @@ func (s *Server) webhookRoutes(v1 *echo.Group, admin echo.MiddlewareFunc) {
 	v1.PUT("/webhooks/:id", s.putWebhook, admin)
 	v1.GET("/webhooks/:id", s.getWebhook, admin)
 	v1.DELETE("/webhooks/:id", s.deleteWebhook, admin)
+	v1.POST("/webhooks/:id/resume", s.resumeWebhook, admin)
+}
+
+// resumeWebhook: POST /v1/webhooks/{id}/resume tries the subscription
+// now, whatever its backoff, and marks it active; its backlog is kept.
+func (s *Server) resumeWebhook(c echo.Context) error {
+	id, err := pathParam(c, "id")
+	if err != nil {
+		return err
+	}
+	v, err := s.webhooks.Resume(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	s.onPut()
+	return c.JSON(http.StatusOK, v)
 }
 
 // putWebhook: PUT /v1/webhooks/{id} {"url","secret","events","skus"}.
@@ -42,6 +58,7 @@ func (s *Server) putWebhook(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.onPut()
 	return c.JSON(http.StatusOK, v)
 }
 

@@ -8,6 +8,7 @@ package lock
 //	inv:{realign}:lock         string  the periodic realign's one-node lock
 //	inv:{retention}:lock       string  the retention job's one-node lock
 //	inv:{events}:lock          string  the events job's leader lock
+//	inv:{webhook:ID}:lock      string  the delivery lock of webhook subscription ID
 const (
 	// SweepKey may stay one key for the whole fleet: each node tries it
 	// once per sweep interval, and no order touches it.
@@ -17,3 +18,8 @@ const (
 	RetentionKey = "inv:{retention}:lock"
 	EventsKey    = "inv:{events}:lock"
 )
+
+// WebhookKey is the lock under which one node at a time delivers the
+// events of webhook subscription id (ids are [A-Za-z0-9._-]: no brace
+// breaks the hash tag).
+func WebhookKey(id string) string { return "inv:{webhook:" + id + "}:lock" }

@@ -6,6 +6,12 @@
 // metadata address, unless the operator allows private targets), and
 // CheckTarget is the same check for a delivery to make again, since DNS
 // can change. The secret is written, never answered and never logged.
+//
+// The table also keeps each subscription's delivery state, which the
+// delivery job (internal/webhooks/delivery) reads and writes here: the
+// feed id up to which its events were delivered (its cursor), the failed
+// attempts at the oldest undelivered one, when the next may start, and
+// whether it is failing. Nothing here sends anything.
 package webhooks
 
 import (
@@ -76,6 +82,16 @@ type View struct {
 	LastSuccessAt *time.Time `json:"last_success_at,omitempty"`
 	LastError     *string    `json:"last_error,omitempty"`
 	LastErrorAt   *time.Time `json:"last_error_at,omitempty"`
+	// DeliveredID is the feed id up to which the subscription's events
+	// were delivered (its cursor): the next delivery is its first event
+	// above it.
+	DeliveredID int64 `json:"delivered_id"`
+	// Attempts counts the failed attempts, in a row, at the oldest
+	// undelivered event; FailingSince is when the first of them failed,
+	// NextAttemptAt when the next may start (absent: now).
+	Attempts      int        `json:"attempts"`
+	FailingSince  *time.Time `json:"failing_since,omitempty"`
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"`
 	// Backlog counts the events of the subscription not delivered yet.
 	Backlog   int64     `json:"backlog"`
 	CreatedAt time.Time `json:"created_at"`
@@ -94,6 +110,9 @@ type row struct {
 	LastSuccessAt *time.Time
 	LastError     *string
 	LastErrorAt   *time.Time
+	Attempts      int
+	FailingSince  *time.Time
+	NextAttemptAt *time.Time
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
 }
@@ -199,9 +218,10 @@ func (svc *Service) Delete(ctx context.Context, id string) (*View, error) {
 
 func (svc *Service) view(ctx context.Context, r row) (*View, error) {
 	v := &View{ID: r.ID, URL: r.URL, State: r.State, LastSuccessAt: r.LastSuccessAt, LastError: r.LastError,
-		LastErrorAt: r.LastErrorAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
-	if err := errors.Join(json.Unmarshal([]byte(r.Events), &v.Events), json.Unmarshal([]byte(r.SKUs), &v.SKUs)); err != nil {
-		return nil, fmt.Errorf("webhook %s: stored events or skus: %w", r.ID, err)
+		LastErrorAt: r.LastErrorAt, DeliveredID: r.DeliveredID, Attempts: r.Attempts, FailingSince: r.FailingSince,
+		NextAttemptAt: r.NextAttemptAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	if err := r.filters(&v.Events, &v.SKUs); err != nil {
+		return nil, err
 	}
 	q := svc.db.WithContext(ctx).Table("stock_events").Where("id > ? AND type IN ?", r.DeliveredID, v.Events)
 	if len(v.SKUs) > 0 {
@@ -211,6 +231,35 @@ func (svc *Service) view(ctx context.Context, r row) (*View, error) {
 		return nil, err
 	}
 	return v, nil
+}
+
+// filters decodes the stored events and skus.
+func (r row) filters(events, skus *[]string) error {
+	if err := errors.Join(json.Unmarshal([]byte(r.Events), events), json.Unmarshal([]byte(r.SKUs), skus)); err != nil {
+		return fmt.Errorf("webhook %s: stored events or skus: %w", r.ID, err)
+	}
+	return nil
+}
+
+// Policy is what the operator allows of targets (the delivery checks each
+// attempt against the same).
+func (svc *Service) Policy() Policy { return svc.policy }
+
+// Resume makes subscription id's next attempt start now and marks it
+// active (POST /v1/webhooks/{id}/resume): its failed attempts are
+// forgotten, its backlog is kept, and it is delivered from where it
+// stopped.
+func (svc *Service) Resume(ctx context.Context, id string) (*View, error) {
+	res := svc.db.WithContext(ctx).Model(&row{}).Where("id = ?", id).Updates(map[string]any{
+		"state": Active, "attempts": 0, "failing_since": nil, "next_attempt_at": nil,
+	})
+	if res.Error != nil {
+		return nil, res.Error
+	}
+	if res.RowsAffected == 1 { // 0: none, or nothing to reset (MySQL counts changed rows)
+		svc.log.Info("webhook resumed", "id", id)
+	}
+	return svc.Get(ctx, id)
 }
 
 // validate checks a put: the id, the target (CheckTarget), the secret's
