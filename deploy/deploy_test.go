@@ -393,6 +393,9 @@ func scrapeEmbedded(t *testing.T) exports {
 	require.NoError(t, err)
 	cfg.RedisURL, cfg.RedisCluster, cfg.MySQLDSN, cfg.RocketMQNamesrv = "", nil, "", nil // embedded, whatever the environment says
 	cfg.HTTPAddr = "127.0.0.1:0"
+	// A subscription to a receiver that is not there: its oldest
+	// undelivered event's age is labelled with it.
+	cfg.WebhookAllowHTTP, cfg.WebhookAllowPrivate = true, true
 	ctx := context.Background()
 	a, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
@@ -425,6 +428,9 @@ func scrapeEmbedded(t *testing.T) exports {
 	require.Equal(t, http.StatusCreated, st, "an order, for inventory_orders_total and inventory_deductions_total: %s", body)
 	st, body = call("POST", "/v1/stock/deduct", `{"sku":"DEMO-TSHIRT","qty":1,"token":"deploy-test"}`, "Authorization", client)
 	require.Equal(t, http.StatusOK, st, "a token-API reservation: %s", body)
+	st, body = call("PUT", "/v1/webhooks/deploy-test", `{"url":"http://127.0.0.1:9/","secret":"`+strings.Repeat("0123456789abcdef", 2)+
+		`","events":["sku.sold_out"]}`, "Authorization", "Bearer "+a.Cfg.AdminToken)
+	require.Equal(t, http.StatusOK, st, "a webhook subscription, for inventory_webhook_oldest_undelivered_seconds: %s", body)
 
 	st, body = call("GET", "/metrics", "")
 	require.Equal(t, http.StatusOK, st)
@@ -471,7 +477,8 @@ func scrapeEmbedded(t *testing.T) exports {
 	// What the dashboard and rules rely on is there at all (else the scrape
 	// above, not the files, would be wrong).
 	for _, name := range []string{"inventory_http_request_duration_seconds_bucket", "inventory_deductions_total",
-		"inventory_orders_total", "inventory_mq_lag_seconds", "inventory_release_latency_seconds_bucket", "process_cpu_seconds_total"} {
+		"inventory_orders_total", "inventory_mq_lag_seconds", "inventory_release_latency_seconds_bucket", "process_cpu_seconds_total",
+		"inventory_webhook_deliveries_total", "inventory_webhook_oldest_undelivered_seconds"} {
 		require.Contains(t, ex, name, "the scrape")
 	}
 	return ex
