@@ -213,7 +213,7 @@ func checkAnchors(t *testing.T, d doc) {
 
 // Every example of the README and docs/examples.md runs as it is against
 // what `make run` starts (the real binary in embedded mode), with only the
-// banner's export lines and PATH in its environment: each block in order
+// banner's export lines, PATH and Go's home in its environment: each block in order
 // under bash -euo pipefail, so a failing command or a check (jq -e, test,
 // grep) that does not hold fails the test. The README and every page of
 // docs/ stay in the repository and link to files and headings that exist.
@@ -264,12 +264,21 @@ func TestREADMEExamples(t *testing.T) {
 		require.NoError(t, err, "the examples need %s (scripts/up.sh installs it)", tool)
 	}
 
-	p := start(t)
+	// Started as docs/examples.md says for its webhooks block: plain http
+	// and a receiver on loopback allowed (the other blocks do not mind).
+	p := start(t, "INVENTORY_WEBHOOK_ALLOW_HTTP=true", "INVENTORY_WEBHOOK_ALLOW_PRIVATE=true")
 	exports := p.exports()
 	for _, name := range []string{"INVENTORY_URL", "ADMIN_TOKEN", "CLIENT_TOKEN", "PAYMENT_SECRET", "BUYER_KEY", "ALICE_TOKEN", "BOB_TOKEN"} {
 		require.NotEmpty(t, exports[name], "the banner exports %s", name)
 	}
 	env := []string{"PATH=" + os.Getenv("PATH")}
+	// The webhooks block builds its receiver with go, which needs a home
+	// (or a cache) as a reader's shell has.
+	for _, name := range []string{"HOME", "GOCACHE", "GOPATH", "GOMODCACHE", "GOROOT"} {
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
 	for k, v := range exports {
 		env = append(env, k+"="+v)
 	}
