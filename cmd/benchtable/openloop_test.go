@@ -87,8 +87,11 @@ func TestOpenLoopShowsAStall(t *testing.T) {
 	if d.p99 < 150*time.Millisecond || d.max < 180*time.Millisecond {
 		t.Errorf("p99 %s, max %s: want ≥ 150 ms and ≥ 180 ms (the stall)", d.p99, d.max)
 	}
-	if d.p50 > 20*time.Millisecond {
-		t.Errorf("p50 %s: want the unstalled majority fast", d.p50)
+	// The majority, meant for before or after the stall, did not wait for
+	// it: their p50 is under half the stall (a busy machine's late
+	// senders add milliseconds, never the stall).
+	if d.p50 >= 100*time.Millisecond {
+		t.Errorf("p50 %s: want the unstalled majority under half the stall", d.p50)
 	}
 	// Every sender was stuck, so the stall's requests started late.
 	if st.maxInFlight != senders || st.startedLate() < 150 {
