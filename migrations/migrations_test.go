@@ -60,7 +60,8 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	require.NoError(t, err)
 	v, err := p.GetDBVersion(ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, len(p.ListSources()), v, "every migration applied")
+	sources := p.ListSources()
+	require.EqualValues(t, sources[len(sources)-1].Version, v, "every migration applied, up to the last")
 
 	require.NoError(t, migrations.DownAll(ctx, db, migrations.MySQL))
 	require.Empty(t, appTables(t, db))

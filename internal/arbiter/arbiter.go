@@ -232,7 +232,7 @@ func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 		return Freed{}, err
 	}
 	give := map[string]int64{}
-	var released []Reservation
+	var released, pools []Reservation
 	for _, r := range rows {
 		if r.State != Held {
 			continue
@@ -245,12 +245,15 @@ func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 		if res.Error != nil {
 			return Freed{}, res.Error
 		}
+		if res.RowsAffected == 1 && r.CampaignID != nil && r.Token == CampaignToken(*r.CampaignID) {
+			pools = append(pools, r) // a campaign's end, sold out or not
+		}
 		if res.RowsAffected == 1 && r.Qty > 0 {
 			give[r.SKU] += r.Qty
 			released = append(released, r)
 		}
 	}
-	toSKU, pools, err := a.returnToPools(released)
+	toSKU, poolChs, err := a.returnToPools(released)
 	if err != nil {
 		return Freed{}, err
 	}
@@ -263,7 +266,7 @@ func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 		return Freed{}, err
 	}
 	if len(give) == 0 {
-		return Freed{Units: give, Campaigns: pools, CampaignQuotas: campQuotas}, nil
+		return Freed{Units: give, Campaigns: poolChs, CampaignQuotas: campQuotas}, a.poolsReleased(pools)
 	}
 	skus := sortedKeys(give)
 	for _, sku := range skus {
@@ -271,6 +274,9 @@ func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 			give[sku], sku).Error; err != nil {
 			return Freed{}, err
 		}
+	}
+	if err := a.poolsReleased(pools); err != nil { // the end first, then what its units crossed
+		return Freed{}, err
 	}
 	fences, err := a.fencesAfter(skus)
 	if err != nil {
@@ -290,7 +296,7 @@ func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 			}
 		}
 	}
-	return Freed{Changes: chs, Units: give, Quotas: quotas, Campaigns: pools, CampaignQuotas: campQuotas}, nil
+	return Freed{Changes: chs, Units: give, Quotas: quotas, Campaigns: poolChs, CampaignQuotas: campQuotas}, nil
 }
 
 // returnQuotas gives released reservations' units back to their buyers'

@@ -209,6 +209,15 @@ func (a Arbiter) movePool(id, sku string, delta int64, created bool) ([]inventor
 	if err != nil {
 		return nil, err
 	}
+	if !created { // a shrink to what is sold and held, or a growth from it
+		p, err := a.poolAfter(id)
+		if err != nil {
+			return nil, err
+		}
+		if err := a.poolMoved(id, sku, p, false); err != nil {
+			return nil, err
+		}
+	}
 	return Changes(map[string]int64{sku: delta}, fences, -1), nil
 }
 
@@ -244,21 +253,16 @@ func (a Arbiter) takeFromPools(want map[string]int64, skuOf map[string]string) (
 		if res.RowsAffected == 0 {
 			return nil, a.whyNotSold(id, want[id])
 		}
-		f, err := a.campaignFence(id)
+		p, err := a.poolAfter(id)
 		if err != nil {
 			return nil, err
 		}
-		out[id] = f
+		if err := a.poolMoved(id, skuOf[id], p, true); err != nil {
+			return nil, err
+		}
+		out[id] = p.fence()
 	}
 	return out, nil
-}
-
-// campaignFence reads where campaign id's pool stands.
-func (a Arbiter) campaignFence(id string) (Fence, error) {
-	var f struct{ Seq, Epoch int64 }
-	err := a.tx.Raw(`SELECT r.result AS seq, c.redis_epoch AS epoch FROM stock_reservations r JOIN campaigns c ON c.id = r.campaign_id
-		WHERE r.token = ?`, CampaignToken(id)).Scan(&f).Error
-	return Fence{Seq: f.Seq, Epoch: f.Epoch}, err
 }
 
 // whyNotSold says why the pool of campaign id could not give qty units, by
@@ -323,11 +327,14 @@ func (a Arbiter) returnToPools(rows []Reservation) (toSKU []Reservation, chs []C
 			toSKU = append(toSKU, r)
 			continue
 		}
-		f, err := a.campaignFence(id)
+		p, err := a.poolAfter(id)
 		if err != nil {
 			return nil, nil, err
 		}
-		chs = append(chs, CampaignChange{ID: id, SKU: r.SKU, Delta: r.Qty, Seq: f.Seq})
+		if err := a.poolMoved(id, r.SKU, p, false); err != nil {
+			return nil, nil, err
+		}
+		chs = append(chs, CampaignChange{ID: id, SKU: r.SKU, Delta: r.Qty, Seq: p.Seq})
 	}
 	return toSKU, chs, nil
 }

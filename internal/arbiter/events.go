@@ -29,7 +29,8 @@ import (
 //
 // A SKU's events carry seq 1, 2, 3, ... (skus.event_seq, bumped under the
 // row lock), so per SKU they commit in seq order with no gap; Publish then
-// numbers committed events for the replay feed (their id).
+// numbers committed events for the replay feed (their id). Its campaigns'
+// events (campaign_events.go) take their seqs from the same stream.
 
 // The events' names (docs/api.md lists them).
 const (
@@ -39,8 +40,10 @@ const (
 	EventLevelChanged = "sku.level_changed" // on_hand or reserved moved (coalesced)
 )
 
-// EventTypes are the names a subscription may ask for.
-var EventTypes = []string{EventSoldOut, EventBackInStock, EventLowStock, EventLevelChanged}
+// EventTypes are the names a subscription may ask for: the SKUs' and the
+// campaigns' (campaign_events.go).
+var EventTypes = []string{EventSoldOut, EventBackInStock, EventLowStock, EventLevelChanged,
+	EventCampaignStarted, EventCampaignSoldOut, EventCampaignBackInStock, EventCampaignEnded}
 
 // Event is one stock event: id is its place in the replay feed (nil until
 // published), seq its number among its SKU's events; the levels are the

@@ -136,7 +136,8 @@ func TestEventsEachPathCrossesOnce(t *testing.T) {
 		_, err := a.EndCampaign(id, time.Now().UTC().Truncate(time.Microsecond))
 		return err
 	}))
-	step("the campaign's end returns them", ev{arbiter.EventBackInStock, 3, 0, 3})
+	step("the campaign's end returns them",
+		ev{arbiter.EventCampaignEnded, 3, 0, 3}, ev{arbiter.EventBackInStock, 3, 0, 3})
 }
 
 // A change that rolls back announces nothing and leaves the SKU's

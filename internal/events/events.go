@@ -1,10 +1,13 @@
 // Package events runs the stock events' one-node job: it writes
 // sku.level_changed for the SKUs whose levels moved (at most one per SKU
-// per second, through the arbiter) and numbers committed events for the
-// replay feed (arbiter.Events.Publish), on one node at a time under a
-// renewed lock, as the outbox relay does. The threshold events themselves
-// are the arbiter's, written in the transaction that crosses the
-// threshold; nothing here decides one.
+// per second, through the arbiter), campaign.started and campaign.ended
+// for the campaigns whose window the database's clock opened or closed
+// and nothing announced yet (arbiter.AnnounceCampaigns), and numbers
+// committed events for the replay feed (arbiter.Events.Publish), on one
+// node at a time under a renewed lock, as the outbox relay does. The
+// threshold events themselves are the arbiter's, written in the
+// transaction that crosses the threshold; nothing here decides one, and
+// no node's clock decides a campaign's.
 package events
 
 import (
@@ -96,6 +99,9 @@ func (j *Job) lead(ctx context.Context) {
 			_, err = j.AnnounceLevels(ctx)
 		}
 		if err == nil {
+			_, err = j.AnnounceCampaigns(ctx)
+		}
+		if err == nil {
 			_, err = j.Publish(ctx)
 		}
 		if err != nil {
@@ -122,6 +128,24 @@ func (j *Job) AnnounceLevels(ctx context.Context) (int, error) {
 		})
 		total += n
 		if err != nil || n < j.cfg.Batch {
+			return total, err
+		}
+	}
+}
+
+// AnnounceCampaigns writes the campaign.started and campaign.ended the
+// database's clock made due, a batch of campaigns per transaction, and
+// returns how many. Nothing due costs one statement.
+func (j *Job) AnnounceCampaigns(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		var n, seen int
+		err := j.tx(ctx, func(tx *gorm.DB) (err error) {
+			n, seen, err = arbiter.In(tx).AnnounceCampaigns(j.cfg.Batch)
+			return err
+		})
+		total += n
+		if err != nil || seen < j.cfg.Batch {
 			return total, err
 		}
 	}
