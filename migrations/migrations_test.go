@@ -220,3 +220,40 @@ func TestExactNamesMigration(t *testing.T) {
 	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM order_items WHERE sku = 'phone-x'`).Scan(&n))
 	require.Equal(t, 0, n)
 }
+
+// Migration 30 counts what campaigns already did as announced (no event
+// for what was already so): a scheduled one nothing, a live one started,
+// a live one sold out started and sold out, one past its window or whose
+// pool was released ended.
+func TestCampaignEventFlagsMigration(t *testing.T) {
+	ctx := context.Background()
+	db, _ := migratedTo(t, 28)
+	for _, q := range []string{
+		`INSERT INTO skus (sku, on_hand, reserved) VALUES ('S', 100, 10)`,
+		`INSERT INTO campaigns (id, sku, allotment, starts_at, ends_at) VALUES
+			('sched', 'S', 2, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, UTC_TIMESTAMP(6) + INTERVAL 2 HOUR),
+			('live', 'S', 2, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR),
+			('soldout', 'S', 2, UTC_TIMESTAMP(6) - INTERVAL 3 HOUR, UTC_TIMESTAMP(6) + INTERVAL 3 HOUR),
+			('past', 'S', 2, UTC_TIMESTAMP(6) - INTERVAL 6 HOUR, UTC_TIMESTAMP(6) - INTERVAL 5 HOUR),
+			('ended', 'S', 2, UTC_TIMESTAMP(6) - INTERVAL 9 HOUR, UTC_TIMESTAMP(6) + INTERVAL 9 HOUR)`,
+		`INSERT INTO stock_reservations (token, sku, qty, state, expires_at, campaign_id) VALUES
+			('c:sched', 'S', 2, 'HELD', NOW(), 'sched'), ('c:live', 'S', 2, 'HELD', NOW(), 'live'),
+			('c:soldout', 'S', 0, 'HELD', NOW(), 'soldout'), ('c:past', 'S', 2, 'HELD', NOW(), 'past'),
+			('c:ended', 'S', 2, 'RELEASED', NOW(), 'ended')`,
+	} {
+		_, err := db.Exec(q)
+		require.NoError(t, err, q)
+	}
+	require.NoError(t, migrations.Up(ctx, db, migrations.MySQL))
+	got := map[string]int{}
+	rows, err := db.Query(`SELECT id, event_flags FROM campaigns`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id string
+		var flags int
+		require.NoError(t, rows.Scan(&id, &flags))
+		got[id] = flags
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[string]int{"sched": 0, "live": 1, "soldout": 3, "past": 5, "ended": 5}, got)
+}

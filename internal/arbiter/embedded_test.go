@@ -39,5 +39,9 @@ func TestEmbeddedContract(t *testing.T) {
 		TestEventsLevelChangedCoalesced,
 		TestEventsPublishAndPage,
 		TestEventsUnlimited,
+		TestCampaignEventsEachPathCrossesOnce,
+		TestCampaignEventsRolledBackSaleWritesNone,
+		TestCampaignEventsRaceAcrossZero,
+		TestCampaignSaleCrossingNothingCostsNoStatement,
 	)
 }

@@ -314,3 +314,26 @@ func TestAChangeOnAnotherNodeIsSeenWithinStaleness(t *testing.T) {
 	require.Equal(t, campaign.Live, v.State)
 	require.True(t, v.StartsAt.Equal(opened.UTC().Truncate(time.Microsecond)), "%s", v.StartsAt)
 }
+
+// A buy that crosses nothing (not the campaign's first sale, not its
+// last unit) costs the statements it cost before campaign events: the
+// order's row, its reservation, the pool's conditional UPDATE and the
+// fence reads (the pool's also takes its units and the campaign's event
+// flags). The first buy pays for campaign.started, the last for
+// campaign.sold_out.
+func TestABuyThatCrossesNothingCostsNoStatementMore(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	id, _ := put(t, r, 10, 3, 0, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+	cost := func(user string) int64 {
+		return testrig.CountStatements(t, r.DB, func() {
+			_, err := r.Campaigns.Buy(ctx, id, user, "")
+			require.NoError(t, err)
+		})
+	}
+	first, middle, last := cost("u1"), cost("u2"), cost("u3")
+	t.Logf("statements of a campaign buy: the first %d, one that crosses nothing %d, the last %d", first, middle, last)
+	require.EqualValues(t, 6, middle, "as before campaign events")
+	require.Greater(t, first, middle)
+	require.Greater(t, last, middle)
+}

@@ -18,5 +18,6 @@ func TestEmbeddedContract(t *testing.T) {
 		TestEndedBeforeItsOpening,
 		TestNoStatementsBeforeTheOpening,
 		TestAChangeOnAnotherNodeIsSeenWithinStaleness,
+		TestABuyThatCrossesNothingCostsNoStatementMore,
 	)
 }

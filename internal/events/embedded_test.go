@@ -6,8 +6,14 @@ import (
 	"github.com/acme/inventory/internal/testrig"
 )
 
-// TestEmbeddedContract runs the race through the group commit again on the
-// embedded default's stand-ins (SQLite, miniredis).
+// TestEmbeddedContract runs the races through the group commit, the
+// campaigns' clock and their end again on the embedded default's
+// stand-ins (SQLite, miniredis).
 func TestEmbeddedContract(t *testing.T) {
-	testrig.RunEmbedded(t, TestGroupCommitRaceAnnouncesOneSoldOut)
+	testrig.RunEmbedded(t,
+		TestGroupCommitRaceAnnouncesOneSoldOut,
+		TestGroupCommitRaceAnnouncesOneCampaignSoldOut,
+		TestAFastClockCannotStartACampaignEarly,
+		TestCampaignEndedOnceByTheRouteAndItsWindow,
+	)
 }
