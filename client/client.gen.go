@@ -162,15 +162,27 @@ func (e OrderStatus) Valid() bool {
 
 // Defines values for StockEventType.
 const (
-	StockEventTypeSkuBackInStock  StockEventType = "sku.back_in_stock"
-	StockEventTypeSkuLevelChanged StockEventType = "sku.level_changed"
-	StockEventTypeSkuLowStock     StockEventType = "sku.low_stock"
-	StockEventTypeSkuSoldOut      StockEventType = "sku.sold_out"
+	StockEventTypeCampaignBackInStock StockEventType = "campaign.back_in_stock"
+	StockEventTypeCampaignEnded       StockEventType = "campaign.ended"
+	StockEventTypeCampaignSoldOut     StockEventType = "campaign.sold_out"
+	StockEventTypeCampaignStarted     StockEventType = "campaign.started"
+	StockEventTypeSkuBackInStock      StockEventType = "sku.back_in_stock"
+	StockEventTypeSkuLevelChanged     StockEventType = "sku.level_changed"
+	StockEventTypeSkuLowStock         StockEventType = "sku.low_stock"
+	StockEventTypeSkuSoldOut          StockEventType = "sku.sold_out"
 )
 
 // Valid indicates whether the value is a known member of the StockEventType enum.
 func (e StockEventType) Valid() bool {
 	switch e {
+	case StockEventTypeCampaignBackInStock:
+		return true
+	case StockEventTypeCampaignEnded:
+		return true
+	case StockEventTypeCampaignSoldOut:
+		return true
+	case StockEventTypeCampaignStarted:
+		return true
 	case StockEventTypeSkuBackInStock:
 		return true
 	case StockEventTypeSkuLevelChanged:
@@ -543,14 +555,16 @@ type SKUPage struct {
 
 // StockEvent A stock event, decided by the database in the transaction of the
 // change it reports (sku.level_changed: by the events job, at most one
-// per SKU per second). The levels are the database's after the change.
+// per SKU per second). The levels are the database's after the change
+// (the SKU's, for a campaign's event too). A campaign's events carry
+// campaign_id and are numbered in its SKU's seq stream.
 //
 // Example: {"available":0,"id":42,"occurred_at":"2025-01-02T15:04:05.123456Z","on_hand":10,"reserved":10,"seq":3,"sku":"DEMO-PHONE","type":"sku.sold_out"}
 type StockEvent struct {
 	// Available on_hand - reserved; -1 when unlimited
 	Available int64 `json:"available"`
 
-	// CampaignId a campaign event's campaign
+	// CampaignId a campaign event's campaign (absent for a SKU's)
 	CampaignId *string `json:"campaign_id,omitempty"`
 
 	// Id the event's place in the replay feed: unique, increasing; a receiver deduplicates by it
@@ -571,7 +585,13 @@ type StockEvent struct {
 	// from 0 (or the SKU turned unlimited). sku.low_stock: available fell
 	// to the SKU's low_stock_threshold or below (announced again only after
 	// it rose above it). sku.level_changed: on_hand or reserved moved;
-	// coalesced, the latest levels.
+	// coalesced, the latest levels. campaign.started: the database's clock
+	// opened the campaign's window (or its first sale came first).
+	// campaign.sold_out: the campaign's remaining units fell to 0.
+	// campaign.back_in_stock: units came back to a sold-out campaign that
+	// still runs (an order cancelled or expired, a larger allotment).
+	// campaign.ended: the campaign was ended, or the database's clock
+	// passed ends_at; nothing of the campaign follows it.
 	Type StockEventType `json:"type"`
 }
 
@@ -579,7 +599,13 @@ type StockEvent struct {
 // from 0 (or the SKU turned unlimited). sku.low_stock: available fell
 // to the SKU's low_stock_threshold or below (announced again only after
 // it rose above it). sku.level_changed: on_hand or reserved moved;
-// coalesced, the latest levels.
+// coalesced, the latest levels. campaign.started: the database's clock
+// opened the campaign's window (or its first sale came first).
+// campaign.sold_out: the campaign's remaining units fell to 0.
+// campaign.back_in_stock: units came back to a sold-out campaign that
+// still runs (an order cancelled or expired, a larger allotment).
+// campaign.ended: the campaign was ended, or the database's clock
+// passed ends_at; nothing of the campaign follows it.
 type StockEventType string
 
 // Token The client's reservation token: 1-128 characters of A-Z a-z 0-9 . _ : -,
