@@ -276,10 +276,14 @@ func (e Events) Head() (int64, error) {
 // and whose feed id is at most through, and returns how many (retention:
 // through is the lowest id a webhook subscription was delivered up to,
 // so nothing a subscription still has to deliver goes). An event not
-// numbered yet stays.
+// numbered yet stays, and so does the one with the highest id, however
+// old: Publish numbers on from it, so a reader paging after the last id
+// it read never finds the feed numbered again from 1 below it (a week
+// without an event would otherwise prune them all).
 func (e Events) PruneBefore(t time.Time, through int64, limit int) (int64, error) {
 	var rows []int64
-	if err := e.db.Raw(`SELECT row_id FROM stock_events WHERE occurred_at < ? AND id IS NOT NULL AND id <= ? ORDER BY occurred_at LIMIT ?`,
+	if err := e.db.Raw(`SELECT row_id FROM stock_events WHERE occurred_at < ? AND id IS NOT NULL AND id <= ?
+		AND id < (SELECT MAX(id) FROM stock_events) ORDER BY occurred_at LIMIT ?`,
 		t, through, limit).Scan(&rows).Error; err != nil || len(rows) == 0 {
 		return 0, err
 	}

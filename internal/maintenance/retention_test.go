@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
@@ -236,5 +237,44 @@ func TestRetentionKeepsEventsAWebhookHasNotDelivered(t *testing.T) {
 	require.NoError(t, err)
 	_, err = ret.PruneOnce(ctx)
 	require.NoError(t, err)
-	require.Empty(t, seqs(), "no subscription: the horizon alone")
+	require.Equal(t, []int64{6}, seqs(), "no subscription: the horizon alone (the newest id stays: TestRetentionKeepsTheFeedsLastID)")
+}
+
+// Retention keeps the newest numbered event however old it is, so the
+// feed's ids go on growing after a quiet week: a reader paging after the
+// last id it read finds the next event above it, not numbered again from 1.
+func TestRetentionKeepsTheFeedsLastID(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	sku := r.PutSKU("RETID", 1, 0)
+	churn := func() {
+		tok := testenv.Unique("t")
+		_, err := r.Tokens.Reserve(ctx, sku, 1, tok)
+		require.NoError(t, err)
+		_, err = r.Tokens.Release(ctx, sku, tok)
+		require.NoError(t, err)
+	}
+	publish := func() {
+		require.NoError(t, arbiter.Transact(ctx, r.DB, func(tx *gorm.DB) error {
+			_, err := arbiter.EventsOf(tx).Publish(100)
+			return err
+		}))
+	}
+	churn()
+	publish()
+	page, err := arbiter.EventsOf(r.DB).Page(arbiter.EventFilter{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, page, 2)
+	last := *page[1].ID
+	require.NoError(t, r.DB.Exec(`UPDATE stock_events SET occurred_at = ?`, time.Now().UTC().Add(-30*24*time.Hour)).Error)
+	ret := maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{Horizon: time.Hour})
+	p, err := ret.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, p.Events, "every event but the newest")
+	churn()
+	publish()
+	next, err := arbiter.EventsOf(r.DB).Page(arbiter.EventFilter{After: last, Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, next, 2, "the reader after id %d finds the new events", last)
+	require.Greater(t, *next[0].ID, last)
 }
