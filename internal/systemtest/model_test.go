@@ -5,9 +5,11 @@ package systemtest
 // operations against the real service (MariaDB and Redis through the rig)
 // and against a plain in-memory reference model of docs/SPEC.md sections 3
 // and 4, and after every step the two must agree on every SKU's quantities,
-// the reservations and orders the step touched, every buyer's quota and
-// Redis's available units; at quiet points (the ordered sync drained) on
-// everything. The model is written to the specification, not to the code.
+// the reservations and orders the step touched, every buyer's quota,
+// Redis's available units and the stock events the step wrote (the
+// threshold crossings and the campaigns' own events, read from the replay
+// feed); at quiet points (the ordered sync drained) on everything. The
+// model is written to the specification, not to the code.
 //
 // Replay a run with INVENTORY_MODEL_SEED=<seed>; INVENTORY_MODEL_OPS sets
 // its length (default 10000; the long run uses 200000).
@@ -39,6 +41,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"gorm.io/gorm"
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
@@ -90,7 +93,42 @@ const mbRestored arbiter.ResState = "RESTORED"
 // ---------------------------------------------------------------------------
 // The reference model.
 
-type mbSKU struct{ onHand, reserved, limit int64 }
+type mbSKU struct {
+	onHand, reserved, limit int64
+	// threshold is the SKU's low_stock_threshold (0: none); lowSaid and
+	// soldOutSaid are what its last stock events announced.
+	threshold            int64
+	lowSaid, soldOutSaid bool
+}
+
+// crossed is what the specification says a SKU at its levels has crossed:
+// sold out at 0 available, low at or below its threshold (when it has
+// one); an unlimited SKU neither.
+func (s *mbSKU) crossed() (low, soldOut bool) {
+	if !s.limited() {
+		return false, false
+	}
+	return s.threshold > 0 && s.available() <= s.threshold, s.available() <= 0
+}
+
+// announce returns the events of the thresholds s crossed since its last
+// ones (a fall past the low threshold before a fall to zero; a rise above
+// it re-arms it silently) and records them as announced.
+func (s *mbSKU) announce() []string {
+	low, soldOut := s.crossed()
+	var out []string
+	if low && !s.lowSaid {
+		out = append(out, arbiter.EventLowStock)
+	}
+	switch {
+	case soldOut && !s.soldOutSaid:
+		out = append(out, arbiter.EventSoldOut)
+	case !soldOut && s.soldOutSaid:
+		out = append(out, arbiter.EventBackInStock)
+	}
+	s.lowSaid, s.soldOutSaid = low, soldOut
+	return out
+}
 
 func (s *mbSKU) limited() bool { return s.onHand != inventory.Unlimited }
 
@@ -130,6 +168,9 @@ type mbCampaign struct {
 	limit        int64
 	hold         time.Duration
 	ended, stale bool
+	// What its events announced: opened (by its first sale: no events
+	// job runs here), sold out (not yet back), ended.
+	startedSaid, soldOutSaid, endedSaid bool
 }
 
 type mbOrder struct {
@@ -188,6 +229,10 @@ type mbModel struct {
 	dirtyTokens, dirtyOrders map[string]bool
 	campaigns                map[string]*mbCampaign
 	campList                 []*mbCampaign
+	// events are the campaign events the model wrote since the driver
+	// last compared, by SKU ("type campaign"); the SKUs' threshold
+	// events are added when it compares (announce).
+	events map[string][]string
 }
 
 func newMBModel() *mbModel {
@@ -197,7 +242,13 @@ func newMBModel() *mbModel {
 		payments: map[string]string{}, quota: map[mbQuota]int64{}, refs: map[[2]string]int64{},
 		stale: map[string]bool{}, staleQuota: map[string]bool{}, tokenKey: map[mbKey]bool{},
 		dirtyTokens: map[string]bool{}, dirtyOrders: map[string]bool{}, campaigns: map[string]*mbCampaign{},
+		events: map[string][]string{},
 	}
+}
+
+// campaignEvent records event typ of c, on its SKU's stream.
+func (m *mbModel) campaignEvent(c *mbCampaign, typ string) {
+	m.events[c.sku] = append(m.events[c.sku], typ+" "+c.id)
 }
 
 func (m *mbModel) addRes(k mbKey, r *mbRes) {
@@ -336,6 +387,10 @@ func (m *mbModel) release(token, sku string) int64 {
 			if p := m.pool(c); p.state == arbiter.Held { // back to the live campaign
 				p.qty += r.qty
 				m.dirtyTokens[mbPoolToken(c)] = true
+				if c.soldOutSaid && !c.endedSaid {
+					c.soldOutSaid = false
+					m.campaignEvent(c, arbiter.EventCampaignBackInStock)
+				}
 			} else {
 				m.skus[s].reserved -= r.qty
 			}
@@ -451,6 +506,10 @@ func (m *mbModel) endPool(c *mbCampaign) {
 	m.skus[c.sku].reserved -= p.qty
 	m.dirtyTokens[mbPoolToken(c)] = true
 	c.ended = true
+	if !c.endedSaid {
+		c.endedSaid = true
+		m.campaignEvent(c, arbiter.EventCampaignEnded)
+	}
 }
 
 // putCampaignOutcome is what putting a new campaign id of sku answers.
@@ -494,6 +553,11 @@ func (m *mbModel) buyOutcomes(c *mbCampaign, user string, now, real time.Time) m
 	switch {
 	case now.Before(c.starts):
 		return mbWant("notstarted")
+	case c.stale && (!now.Before(c.ends) || real.Before(c.starts)):
+		// A rolled-back copy of the pool has the window it had before the
+		// end: it may refuse from its old units or counts before the
+		// database refuses by the window.
+		return mbWant("ended", "notstarted", "insufficient", "conflict")
 	case !now.Before(c.ends):
 		return mbWant("ended")
 	case real.Before(c.starts):
@@ -532,6 +596,14 @@ func (m *mbModel) bought(c *mbCampaign, id, user string, created, expires time.T
 	m.addRes(mbKey{id, c.sku}, r)
 	m.pool(c).qty--
 	m.dirtyTokens[mbPoolToken(c)] = true
+	if !c.startedSaid {
+		c.startedSaid = true
+		m.campaignEvent(c, arbiter.EventCampaignStarted)
+	}
+	if m.pool(c).qty == 0 && !c.soldOutSaid {
+		c.soldOutSaid = true
+		m.campaignEvent(c, arbiter.EventCampaignSoldOut)
+	}
 	return o
 }
 
@@ -816,14 +888,17 @@ func (m *mbModel) putOutcome(sku string, onHand int64) string {
 	return "ok"
 }
 
-// put creates sku or sets its stock and limit; Redis is realigned.
-func (m *mbModel) put(sku string, onHand, limit int64) {
+// put creates sku or sets its stock, limit and low-stock threshold; Redis
+// is realigned. A new SKU's thresholds start as its levels are: nothing
+// crossed, nothing announced.
+func (m *mbModel) put(sku string, onHand, limit, threshold int64) {
 	s := m.skus[sku]
 	if s == nil {
 		s = &mbSKU{}
 		m.skus[sku] = s
+		defer s.announce()
 	}
-	s.onHand, s.limit = onHand, limit
+	s.onHand, s.limit, s.threshold = onHand, limit, threshold
 	delete(m.stale, sku)
 }
 
@@ -930,6 +1005,13 @@ type mbDriver struct {
 	touchedTokens map[string]bool
 	touchedOrders map[string]bool
 	anomalies     bool
+
+	// The replay feed as read so far: the last event id, and per SKU the
+	// last seq and what its events and its campaigns' said last (the
+	// order the model cannot see within a step of several transactions
+	// is checked against these).
+	lastEvent int64
+	feed      map[string]*mbFeed
 
 	snapshot  map[string]map[string]string // name -> Redis key -> DUMP
 	counter   int                          // fresh names
@@ -1047,12 +1129,13 @@ func newMBDriver(t *testing.T, seed uint64, ops int) *mbDriver {
 		ret: maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{Horizon: mbHorizon, Now: r.Clock.Now}),
 		m:   newMBModel(), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), seed: seed, ops: ops,
 		stats: map[string]int{}, touchedTokens: map[string]bool{}, touchedOrders: map[string]bool{},
+		feed: map[string]*mbFeed{},
 	}
 	for _, s := range mbInitial {
 		if _, err := d.cat.Put(d.ctx, s.sku, s.onHand, s.limit); err != nil {
 			t.Fatalf("put %s: %v", s.sku, err)
 		}
-		d.m.skus[s.sku] = &mbSKU{onHand: s.onHand, limit: s.limit}
+		d.m.put(s.sku, s.onHand, s.limit, 0)
 	}
 	return d
 }
@@ -1397,7 +1480,7 @@ func (d *mbDriver) putCampaign() {
 		stock := 2 + d.rng.Int64N(6)
 		_, err := d.r.Catalog.Put(d.ctx, sku, stock, 0)
 		d.must("put "+sku, err)
-		d.m.put(sku, stock, 0)
+		d.m.put(sku, stock, 0, 0)
 	}
 	now, real := d.now(), time.Now().UTC().Truncate(time.Microsecond)
 	starts := real.Add(-time.Hour)
@@ -1658,7 +1741,8 @@ func (d *mbDriver) adjust() {
 }
 
 // put creates a SKU (perhaps another spelling of one that exists) or sets
-// its stock (perhaps unlimited) and per-user limit.
+// its stock (perhaps unlimited), per-user limit and low-stock threshold
+// (half the time none).
 func (d *mbDriver) put() {
 	sku := d.pick(mbNames)
 	onHand := int64(d.rng.IntN(11))
@@ -1669,16 +1753,17 @@ func (d *mbDriver) put() {
 	if d.rng.IntN(2) == 0 {
 		limit = 1 + int64(d.rng.IntN(4))
 	}
+	threshold := max(0, int64(d.rng.IntN(8))-3)
 	want := d.m.putOutcome(sku, onHand)
-	v, err := d.cat.Put(d.ctx, sku, onHand, limit)
-	if d.expect(fmt.Sprintf("put %s stock=%d limit=%d", sku, onHand, limit), err, mbWant(want)) != "ok" {
+	v, err := d.cat.PutSettings(d.ctx, sku, arbiter.Settings{OnHand: onHand, PerUserLimit: limit, LowStockThreshold: threshold})
+	if d.expect(fmt.Sprintf("put %s stock=%d limit=%d threshold=%d", sku, onHand, limit, threshold), err, mbWant(want)) != "ok" {
 		return
 	}
-	d.m.put(sku, onHand, limit)
+	d.m.put(sku, onHand, limit, threshold)
 	s := d.m.skus[sku]
 	if v.SKU != sku || v.OnHand != s.onHand || v.Reserved != s.reserved || v.Available != s.available() ||
-		v.RedisAvailable != s.available() || v.Unlimited != !s.limited() || v.PerUserLimit != s.limit {
-		d.failf("put answered %+v; the model has on_hand %d reserved %d limit %d", *v, s.onHand, s.reserved, s.limit)
+		v.RedisAvailable != s.available() || v.Unlimited != !s.limited() || v.PerUserLimit != s.limit || v.LowStockThreshold != s.threshold {
+		d.failf("put answered %+v; the model has on_hand %d reserved %d limit %d threshold %d", *v, s.onHand, s.reserved, s.limit, s.threshold)
 	}
 }
 
@@ -1897,6 +1982,7 @@ func (d *mbDriver) check() {
 		d.checkOrders(d.touchedOrders)
 	}
 	d.checkRedis(false)
+	d.checkEvents()
 	d.clean()
 }
 
@@ -1928,6 +2014,7 @@ func (d *mbDriver) quiet(full bool) {
 	d.checkQuotas()
 	d.checkReservations(nil)
 	d.checkOrders(nil)
+	d.checkEvents()
 	d.clean()
 }
 
@@ -1977,15 +2064,15 @@ func (d *mbDriver) rows(query string, in map[string]bool, scan func(*sql.Rows) e
 func (d *mbDriver) checkSKUs() {
 	d.t.Helper()
 	got, want := map[string]string{}, map[string]string{}
-	d.rows(`SELECT sku, on_hand, reserved, per_user_limit FROM skus`, nil, func(r *sql.Rows) error {
+	d.rows(`SELECT sku, on_hand, reserved, per_user_limit, low_stock_threshold FROM skus`, nil, func(r *sql.Rows) error {
 		var sku string
-		var onHand, reserved, limit int64
-		err := r.Scan(&sku, &onHand, &reserved, &limit)
-		got[sku] = fmt.Sprintf("on_hand=%d reserved=%d limit=%d", onHand, reserved, limit)
+		var onHand, reserved, limit, threshold int64
+		err := r.Scan(&sku, &onHand, &reserved, &limit, &threshold)
+		got[sku] = fmt.Sprintf("on_hand=%d reserved=%d limit=%d threshold=%d", onHand, reserved, limit, threshold)
 		return err
 	})
 	for name, s := range d.m.skus {
-		want[name] = fmt.Sprintf("on_hand=%d reserved=%d limit=%d", s.onHand, s.reserved, s.limit)
+		want[name] = fmt.Sprintf("on_hand=%d reserved=%d limit=%d threshold=%d", s.onHand, s.reserved, s.limit, s.threshold)
 	}
 	d.diff("SKUs", got, want)
 }
@@ -2114,5 +2201,148 @@ func (d *mbDriver) checkRedis(initialise bool) {
 			d.failf("Redis has %d available for %s; the model on_hand %d - reserved %d = %d",
 				lv.Available, name, s.onHand, s.reserved, s.available())
 		}
+	}
+}
+
+// mbFeed is what the replay feed said of a SKU so far: its last seq,
+// whether its last threshold event was sold_out, and per campaign what
+// its events said (started, sold out, ended).
+type mbFeed struct {
+	seq       int64
+	soldOut   bool
+	campaigns map[string]*[3]bool
+}
+
+// checkEvents numbers the events the step wrote for the replay feed, as the
+// events job does, reads them from the feed after the last one read, and
+// compares them per SKU with what the model says the step crossed: the
+// SKUs' thresholds (sold out at 0 available, back from 0, low at or below
+// the threshold) and the campaigns' events (opened by the first sale, the
+// pool at 0, back from 0 while the campaign runs, the end). Within a step
+// of several transactions (a sweep, a drain) the model knows what crossed,
+// not in which order: there the events are compared as a set, and their
+// order is held to what a receiver relies on instead: each SKU's seqs run
+// 1, 2, 3, ... with no gap, sold_out and back_in_stock alternate (a SKU's
+// and each campaign's), a campaign opens before its other events and
+// nothing follows its end, and each event's levels are the SKU's
+// (available = on_hand - reserved) and say what it says.
+func (d *mbDriver) checkEvents() {
+	d.t.Helper()
+	want := d.m.events
+	d.m.events = map[string][]string{}
+	for name, s := range d.m.skus {
+		want[name] = append(want[name], s.announce()...)
+	}
+	for {
+		var n int
+		d.must("publish", arbiter.Transact(d.ctx, d.r.DB, func(tx *gorm.DB) (err error) {
+			n, err = arbiter.EventsOf(tx).Publish(500)
+			return err
+		}))
+		if n < 500 {
+			break
+		}
+	}
+	got := map[string][]string{}
+	for {
+		page, err := arbiter.EventsOf(d.r.DB).Page(arbiter.EventFilter{After: d.lastEvent, Limit: 500})
+		d.must("feed", err)
+		for _, e := range page {
+			d.lastEvent = *e.ID
+			d.checkEvent(e)
+			name := e.Type
+			if e.CampaignID != nil {
+				name += " " + *e.CampaignID
+			}
+			got[e.SKU] = append(got[e.SKU], name)
+		}
+		if len(page) < 500 {
+			break
+		}
+	}
+	if len(got) > 0 {
+		d.note("  events %v", got)
+	}
+	g, w := map[string]string{}, map[string]string{}
+	for sku, evs := range got {
+		sort.Strings(evs)
+		g[sku] = strings.Join(evs, ", ")
+	}
+	for sku, evs := range want {
+		if len(evs) > 0 {
+			sort.Strings(evs)
+			w[sku] = strings.Join(evs, ", ")
+		}
+	}
+	d.diff("stock events of the step", g, w)
+}
+
+// checkEvent holds one event of the feed to what its SKU's events said
+// before it.
+func (d *mbDriver) checkEvent(e arbiter.Event) {
+	d.t.Helper()
+	f := d.feed[e.SKU]
+	if f == nil {
+		f = &mbFeed{campaigns: map[string]*[3]bool{}}
+		d.feed[e.SKU] = f
+	}
+	if e.Seq != f.seq+1 {
+		d.failf("%s's event %s has seq %d after seq %d", e.SKU, e.Type, e.Seq, f.seq)
+	}
+	f.seq = e.Seq
+	limited := e.OnHand != inventory.Unlimited
+	if limited && e.Available != e.OnHand-e.Reserved || !limited && e.Available != inventory.Unlimited {
+		d.failf("%s's event %s (seq %d) carries on_hand %d reserved %d available %d", e.SKU, e.Type, e.Seq, e.OnHand, e.Reserved, e.Available)
+	}
+	bad := ""
+	if strings.HasPrefix(e.Type, "campaign.") != (e.CampaignID != nil) {
+		bad = "a campaign id on a SKU's event, or none on a campaign's"
+	}
+	switch e.Type {
+	case arbiter.EventSoldOut:
+		if f.soldOut || e.Available != 0 {
+			bad = "sold out again, or with units available"
+		}
+		f.soldOut = true
+	case arbiter.EventBackInStock:
+		if !f.soldOut || limited && e.Available <= 0 {
+			bad = "back in stock without a sold_out before, or with none available"
+		}
+		f.soldOut = false
+	case arbiter.EventLowStock:
+		if !limited {
+			bad = "low stock of an unlimited SKU"
+		}
+	default:
+		if e.CampaignID == nil {
+			break
+		}
+		c := f.campaigns[*e.CampaignID]
+		if c == nil {
+			c = &[3]bool{}
+			f.campaigns[*e.CampaignID] = c
+		}
+		started, soldOut, ended := &c[0], &c[1], &c[2]
+		switch {
+		case *ended:
+			bad = "after the campaign's end"
+		case e.Type == arbiter.EventCampaignStarted && *started, e.Type != arbiter.EventCampaignStarted && e.Type != arbiter.EventCampaignEnded && !*started:
+			bad = "opened twice, or a sale's event before the opening"
+		case e.Type == arbiter.EventCampaignSoldOut && *soldOut, e.Type == arbiter.EventCampaignBackInStock && !*soldOut:
+			bad = "sold_out and back_in_stock out of turn"
+		}
+		switch e.Type {
+		case arbiter.EventCampaignStarted:
+			*started = true
+		case arbiter.EventCampaignSoldOut:
+			*soldOut = true
+		case arbiter.EventCampaignBackInStock:
+			*soldOut = false
+		case arbiter.EventCampaignEnded:
+			*ended = true
+		}
+	}
+	if bad != "" {
+		d.failf("%s's event %s (seq %d, campaign %v): %s", e.SKU, e.Type, e.Seq, e.CampaignID, bad)
 	}
 }
