@@ -10,6 +10,10 @@
 // Credentials are request editors: BearerAuth for the client credential
 // (once, with WithRequestEditorFn, for every call) and BuyerToken for the
 // buyer a call acts for.
+//
+// A receiver of the service's webhooks checks each delivery with
+// VerifyWebhook (webhook.go: its signature, its timestamp, and the stock
+// event it carries).
 package client
 
 //go:generate go tool oapi-codegen -config oapi-codegen.yaml ../internal/httpapi/openapi.yaml

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -164,7 +165,7 @@ func TestWebhooksThroughTheAPI(t *testing.T) {
 // Deliveries through the API on the embedded default, as docs/examples.md
 // walks them (plain http and a loopback receiver allowed by the
 // operator): a subscription's events reach the receiver as the feed
-// serves them, byte for byte, signed so the client's VerifyDelivery
+// serves them, byte for byte, signed so the client's VerifyWebhook
 // accepts them; its state shows where it is; resume is the admin's and
 // answers the subscription; the secret shows in no answer and no log
 // line; the metrics count the deliveries and the oldest undelivered age.
@@ -184,7 +185,10 @@ func TestWebhookDeliveriesThroughTheAPI(t *testing.T) {
 	var mu sync.Mutex
 	var bodies []string
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _, err := client.VerifyDelivery(r, secret, time.Now())
+		body, err := io.ReadAll(r.Body)
+		if err == nil {
+			_, err = client.VerifyWebhook([]byte(secret), r.Header, body, time.Now(), 0)
+		}
 		if err != nil {
 			t.Errorf("a delivery does not verify: %v", err)
 			w.WriteHeader(http.StatusUnauthorized)
