@@ -221,7 +221,7 @@ func TestExactNamesMigration(t *testing.T) {
 	require.Equal(t, 0, n)
 }
 
-// Migration 30 counts what campaigns already did as announced (no event
+// Migration 31 counts what campaigns already did as announced (no event
 // for what was already so): a scheduled one nothing, a live one started,
 // a live one sold out started and sold out, one past its window or whose
 // pool was released ended.
