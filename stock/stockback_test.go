@@ -7,6 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/internal/testenv"
 )
 
 // A stock-back published on one Store reaches every Store watching, on
@@ -47,4 +49,41 @@ func TestStockBackReachesEveryWatcher(t *testing.T) {
 			w() // ends with ctx
 		}
 	})
+}
+
+// Two services on one Redis server in databases of their own do not hear
+// each other's stock-back news (a channel is the server's): the test
+// processes of one machine share a server, and so may a staging and a
+// production.
+func TestStockBackStaysInItsDatabase(t *testing.T) {
+	a := testenv.Redis(t) // a leased database, never 0
+	opt := *a.Options()
+	require.NotZero(t, opt.DB)
+	opt.DB = 0 // another database of the same server (no test process's)
+	b := redis.NewClient(&opt)
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	heard := make(chan string, 1000)
+	sa, err := NewStore(a, Config{Init: newFakeDB(nil).init})
+	require.NoError(t, err)
+	sb, err := NewStore(b, Config{Init: newFakeDB(nil).init})
+	require.NoError(t, err)
+	wait := sa.WatchStockBack(ctx, func(sku string) { heard <- sku })
+	defer wait()
+	defer cancel()
+	// The server sends a channel's messages in the order it ran the
+	// publishes: once "last" is heard, "other", published before it, would
+	// have been heard first had it crossed.
+	var got []string
+	require.Eventually(t, func() bool {
+		require.NoError(t, sb.PublishStockBack(ctx, "other"))
+		require.NoError(t, sa.PublishStockBack(ctx, "last"))
+		for len(heard) > 0 {
+			got = append(got, <-heard)
+		}
+		return len(got) > 0
+	}, 10*time.Second, 20*time.Millisecond)
+	for _, sku := range got {
+		require.Equal(t, "last", sku)
+	}
 }

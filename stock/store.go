@@ -107,6 +107,8 @@ type Store struct {
 	}
 	stats  Stats
 	admits *coalescer // nil: one round trip per admission
+	// stockBack is the channel of the stock-back news (stockBackChannelOf).
+	stockBack string
 }
 
 // Stats counts what a Store did, for metrics.
@@ -130,7 +132,7 @@ func NewStore(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	s := &Store{rdb: rdb, cfg: cfg, locker: lock.NewLocker(rdb)}
+	s := &Store{rdb: rdb, cfg: cfg, locker: lock.NewLocker(rdb), stockBack: stockBackChannelOf(rdb)}
 	if !cfg.OneCallPerAdmission {
 		s.admits = newCoalescer(rdb, &s.stats)
 	}
