@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,36 +27,18 @@ import (
 	"github.com/acme/inventory/stock"
 )
 
-// logs collects what the follow-ups log.
-type logs struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // fixture is a rig, its follow-ups, what they log and a count of the
 // commands its Redis client sends.
 type fixture struct {
 	*testrig.Rig
 	f    followup.Redis
-	logs *logs
+	logs *testenv.Logs
 	sent *atomic.Int64
 }
 
 func newFixture(t *testing.T) *fixture {
 	r := testrig.New(t, testrig.MemoryTransport(t))
-	l := &logs{}
+	l := &testenv.Logs{}
 	return &fixture{Rig: r, f: followup.Redis{Stock: r.Stock, Log: slog.New(slog.NewTextHandler(l, nil))}, logs: l,
 		sent: testenv.CountCommands(r.RDB)}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/acme/inventory/internal/app"
 	"github.com/acme/inventory/internal/httpapi"
+	"github.com/acme/inventory/internal/testenv"
 )
 
 // send serves one request on h exactly as given and returns the recorder.
@@ -283,28 +284,10 @@ func TestSeckillRateLimitTrustsOnlyConfiguredProxies(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink tests read while the app writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A failed request's log line carries the request id the caller sent, so an
 // operator can find it from the client's report.
 func TestRequestIDInLogs(t *testing.T) {
-	var logs syncBuffer
+	var logs testenv.Logs
 	a, err := app.New(context.Background(), app.Config{
 		HTTPAddr: "127.0.0.1:0", OrderTTL: 15 * time.Minute, ShutdownTimeout: 5 * time.Second, SeckillRate: 1e6,
 	}, slog.New(slog.NewJSONHandler(&logs, nil)))

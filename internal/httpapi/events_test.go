@@ -19,6 +19,7 @@ import (
 	"github.com/acme/inventory/client"
 	"github.com/acme/inventory/internal/app"
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/testenv"
 )
 
 // A put sets the low-stock threshold with the stock (a put sets every
@@ -170,7 +171,7 @@ func TestWebhooksThroughTheAPI(t *testing.T) {
 // answers the subscription; the secret shows in no answer and no log
 // line; the metrics count the deliveries and the oldest undelivered age.
 func TestWebhookDeliveriesThroughTheAPI(t *testing.T) {
-	var logs syncBuffer
+	var logs testenv.Logs
 	a, err := app.New(context.Background(), app.Config{
 		HTTPAddr: "127.0.0.1:0", OrderTTL: 15 * time.Minute, ShutdownTimeout: 5 * time.Second, SeckillRate: 1e6,
 		WebhookAllowHTTP: true, WebhookAllowPrivate: true,

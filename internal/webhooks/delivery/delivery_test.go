@@ -124,36 +124,18 @@ func (rc *receiver) ids() []int64 {
 	return out
 }
 
-// syncBuffer is a log sink the test reads while the job writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // world is one node's stores, its events job numbering the events for
 // the feed, the subscriptions and their log.
 type world struct {
 	*testrig.Rig
 	subs *webhooks.Service
-	log  *syncBuffer
+	log  *testenv.Logs
 	ctx  context.Context
 }
 
 func newWorld(t *testing.T, policy webhooks.Policy) *world {
 	r := testrig.New(t, testrig.MemoryTransport(t))
-	w := &world{Rig: r, log: &syncBuffer{}, ctx: context.Background()}
+	w := &world{Rig: r, log: &testenv.Logs{}, ctx: context.Background()}
 	logger := slog.New(slog.NewTextHandler(w.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	w.subs = webhooks.New(r.DB, policy, logger)
 	ev := events.New(r.DB, r.Stock.Locker(), events.Config{Interval: 20 * time.Millisecond, LevelInterval: 50 * time.Millisecond})
