@@ -152,6 +152,31 @@ func TestRetentionConcurrentRuns(t *testing.T) {
 	r.RequireQty(sku, 1000, 20)
 }
 
+// soldOutAndBack sells sku's one unit and gives it back n times: 2n
+// events (sold out, back in stock).
+func soldOutAndBack(t *testing.T, r *testrig.Rig, sku string, n int) {
+	t.Helper()
+	for range n {
+		tok := testenv.Unique("t")
+		_, err := r.Tokens.Reserve(context.Background(), sku, 1, tok)
+		require.NoError(t, err)
+		_, err = r.Tokens.Release(context.Background(), sku, tok)
+		require.NoError(t, err)
+	}
+}
+
+// eventSeqs are the seqs of sku's events left in the table.
+func eventSeqs(t *testing.T, r *testrig.Rig, sku string) []int64 {
+	t.Helper()
+	left, err := arbiter.EventsOf(r.DB).OfSKU(sku)
+	require.NoError(t, err)
+	var seqs []int64
+	for _, e := range left {
+		seqs = append(seqs, e.Seq)
+	}
+	return seqs
+}
+
 // Stock events stay for their own horizon (7 days by default), whatever
 // the history's: an event 6 days old is kept, one 8 days old goes, and an
 // event not numbered for the feed yet is never pruned.
@@ -159,13 +184,7 @@ func TestRetentionKeepsEventsTheirHorizon(t *testing.T) {
 	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	sku := r.PutSKU("RETEV", 1, 0)
-	for range 3 {
-		tok := testenv.Unique("t")
-		_, err := r.Tokens.Reserve(ctx, sku, 1, tok)
-		require.NoError(t, err)
-		_, err = r.Tokens.Release(ctx, sku, tok)
-		require.NoError(t, err)
-	}
+	soldOutAndBack(t, r, sku, 3)
 	// 6 events: sold out and back three times; 8 days old, 6 days old,
 	// and new (unnumbered).
 	now := time.Now().UTC()
@@ -176,13 +195,7 @@ func TestRetentionKeepsEventsTheirHorizon(t *testing.T) {
 	p, err := ret.PruneOnce(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, p.Events)
-	left, err := arbiter.EventsOf(r.DB).OfSKU(sku)
-	require.NoError(t, err)
-	var seqs []int64
-	for _, e := range left {
-		seqs = append(seqs, e.Seq)
-	}
-	require.Equal(t, []int64{3, 4, 5, 6}, seqs)
+	require.Equal(t, []int64{3, 4, 5, 6}, eventSeqs(t, r, sku))
 }
 
 // An event a webhook subscription has not been delivered yet is kept
@@ -199,13 +212,7 @@ func TestRetentionKeepsEventsAWebhookHasNotDelivered(t *testing.T) {
 		require.NoError(t, err)
 	}
 	sku := r.PutSKU("RETWH", 1, 0)
-	for range 3 {
-		tok := testenv.Unique("t")
-		_, err := r.Tokens.Reserve(ctx, sku, 1, tok)
-		require.NoError(t, err)
-		_, err = r.Tokens.Release(ctx, sku, tok)
-		require.NoError(t, err)
-	}
+	soldOutAndBack(t, r, sku, 3)
 	// Six events, all numbered and 8 days old; "behind" was delivered up
 	// to the second, "ahead" up to the fifth.
 	require.NoError(t, r.DB.Exec(`UPDATE stock_events SET id = row_id, occurred_at = ?`, time.Now().UTC().Add(-8*24*time.Hour)).Error)
@@ -214,14 +221,7 @@ func TestRetentionKeepsEventsAWebhookHasNotDelivered(t *testing.T) {
 	require.Len(t, all, 6)
 	require.NoError(t, r.DB.Exec(`UPDATE webhooks SET delivered_id = ? WHERE id = 'behind'`, *all[1].ID).Error)
 	require.NoError(t, r.DB.Exec(`UPDATE webhooks SET delivered_id = ? WHERE id = 'ahead'`, *all[4].ID).Error)
-	seqs := func() (out []int64) {
-		left, err := arbiter.EventsOf(r.DB).OfSKU(sku)
-		require.NoError(t, err)
-		for _, e := range left {
-			out = append(out, e.Seq)
-		}
-		return out
-	}
+	seqs := func() []int64 { return eventSeqs(t, r, sku) }
 	ret := maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{Batch: 1})
 	p, err := ret.PruneOnce(ctx)
 	require.NoError(t, err)
@@ -247,13 +247,7 @@ func TestRetentionKeepsTheFeedsLastID(t *testing.T) {
 	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	sku := r.PutSKU("RETID", 1, 0)
-	churn := func() {
-		tok := testenv.Unique("t")
-		_, err := r.Tokens.Reserve(ctx, sku, 1, tok)
-		require.NoError(t, err)
-		_, err = r.Tokens.Release(ctx, sku, tok)
-		require.NoError(t, err)
-	}
+	churn := func() { soldOutAndBack(t, r, sku, 1) }
 	publish := func() {
 		require.NoError(t, arbiter.Transact(ctx, r.DB, func(tx *gorm.DB) error {
 			_, err := arbiter.EventsOf(tx).Publish(100)
