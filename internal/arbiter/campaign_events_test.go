@@ -202,7 +202,7 @@ func TestCampaignSaleCrossingNothingCostsNoStatement(t *testing.T) {
 }
 
 // campaignSaleStatements is what arbiter.Reserve sends for one campaign
-// sale with no buyer limit, as before campaign events: the reservation's
-// INSERT, the SKUs' fence read (none to read: IN of nothing), the pool's
-// conditional UPDATE and its fence read.
-const campaignSaleStatements = 4
+// sale with no buyer limit: the reservation's INSERT, the pool's
+// conditional UPDATE and its fence read. It moves no SKU's row, so it
+// reads no SKU's fence.
+const campaignSaleStatements = 3

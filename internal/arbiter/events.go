@@ -131,8 +131,12 @@ const levelsSelect = `SELECT sku, seq, redis_epoch, on_hand, reserved, low_stock
 // fencesAfter reads skus as this transaction's change left them (their
 // rows are locked by that change), writes the threshold events of the
 // crossings the change made, and returns the SKUs' fences. Every method
-// that moves a SKU's on_hand or reserved calls it after the move.
+// that moves a SKU's on_hand or reserved calls it after the move. No SKU
+// (a batch of campaign sales only, a release back to live pools): no read.
 func (a Arbiter) fencesAfter(skus []string) (map[string]Fence, error) {
+	if len(skus) == 0 {
+		return map[string]Fence{}, nil
+	}
 	var rows []levelRow
 	if err := a.tx.Raw(levelsSelect, skus).Scan(&rows).Error; err != nil {
 		return nil, err
