@@ -21,5 +21,5 @@ load_generators
 
 mkdir -p bench-results
 go run ./cmd/benchtable -out bench-results/results.md -cpuprofile bench-results/http.cpu.pprof -wrk "$INVENTORY_WRK" -vegeta "$INVENTORY_VEGETA" \
-  -cpuprofile-phases '^(seckill, selling|orders, 2-line cart|soak|seckill, selling, beside the campaign|campaign #[0-9]+, .*|(orders|stock) extend)$' "$@"
+  -cpuprofile-phases '^(seckill, selling|orders, 2-line cart|soak|campaign #[0-9]+, .*|(orders|stock) extend)$' "$@"
 go test -run '^$' -bench . -benchtime=1x ./...

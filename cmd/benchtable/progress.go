@@ -172,11 +172,20 @@ func plan(group string) []step {
 		}
 	}
 	if group == "" || group == "campaign" {
-		s = append(s, step{"campaign setup", 5 * time.Second}, step{"bare net/http + EVALSHA, before the campaign", d},
-			step{"seckill, sold out, before the campaign", d}, step{"seckill, selling, beside the campaign", d})
+		refs := func(at string) {
+			s = append(s, step{"seckill, selling, " + at, d}, step{"bare net/http + EVALSHA, " + at, *campBefore},
+				step{"seckill, sold out, " + at, *campBefore})
+		}
+		s = append(s, step{"campaign setup", 5 * time.Second})
+		refs("before opening #1")
 		for i := 1; i <= *campOpenings; i++ {
 			s = append(s, step{fmt.Sprintf("campaign #%d, before the opening", i), *campBefore},
-				step{fmt.Sprintf("campaign #%d, selling", i), 2 * time.Second})
+				step{fmt.Sprintf("campaign #%d, selling", i), d})
+			if i < *campOpenings {
+				refs(fmt.Sprintf("between openings #%d and #%d", i, i+1))
+			} else {
+				refs(fmt.Sprintf("after opening #%d", i))
+			}
 		}
 		s = append(s, step{"extend setup", time.Second}, step{"orders extend", max(d/2, time.Second) + time.Second},
 			step{"stock extend", max(d/2, time.Second) + time.Second})
