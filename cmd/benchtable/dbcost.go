@@ -89,9 +89,20 @@ func insertFloor(ctx context.Context, c *costRig, tx costTx, ids []string, _ tim
 }
 
 func insertOrders(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
+	return insertOrdersOf(ctx, c, tx, ids, now, func(i int) string { return fmt.Sprintf("buyer%d", i) })
+}
+
+// insertOrdersNewBuyers is insertOrders with a buyer never seen before for
+// every sale, as a flash crowd's: the entries of the indexes that lead with
+// user_id land at random places in them instead of on the same 15 pages.
+func insertOrdersNewBuyers(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
+	return insertOrdersOf(ctx, c, tx, ids, now, func(int) string { return "b" + strings.ReplaceAll(uuid.NewString(), "-", "")[:15] })
+}
+
+func insertOrdersOf(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time, buyer func(i int) string) error {
 	args := make([]any, 0, 10*len(ids))
 	for i, id := range ids {
-		args = append(args, id, fmt.Sprintf("buyer%d", i), nil, "PENDING", id, nil, now.Add(15*time.Minute), nil, now, now)
+		args = append(args, id, buyer(i), nil, "PENDING", id, nil, now.Add(15*time.Minute), nil, now, now)
 	}
 	return c.exec(ctx, tx, `INSERT INTO orders (id, user_id, idempotency_key, status, reservation_token, payment_id,
 		expires_at, paid_at, created_at, updated_at) VALUES `+valuesOf(len(ids), 10), args...)
@@ -180,6 +191,9 @@ func costVariants() []costVariant {
 		{name: "as the service sends it now, batches of varied size (same mean)", rows: 3, entries: 12, trips: 8, steps: sale, mode: ownConn, varied: true},
 		{name: "the sale now without its RESERVE movement row too", rows: 2, entries: 10, trips: 7,
 			steps: []costStep{insertOrders, insertReservations, arbitrate}, mode: ownConn},
+		{name: "orders row alone, a new buyer per sale", rows: 1, entries: 7, trips: 3, steps: []costStep{insertOrdersNewBuyers}},
+		{name: "a seckill sale as the service sends it now, a new buyer per sale", rows: 3, entries: 12, trips: 8,
+			steps: []costStep{insertOrdersNewBuyers, insertReservations, insertMovements, arbitrate}, mode: ownConn},
 	}
 }
 
