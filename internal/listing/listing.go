@@ -189,6 +189,9 @@ func (r *Reader) Orders(ctx context.Context, q OrderQuery) (*OrderPage, error) {
 		return nil, err
 	}
 	db := r.db.WithContext(ctx)
+	if idx := pageIndex(q); idx != "" && db.Dialector.Name() == "mysql" {
+		db = db.Table("orders FORCE INDEX (" + idx + ")")
+	}
 	if q.UserID != "" {
 		db = db.Where("user_id = ?", q.UserID)
 	}
@@ -226,6 +229,27 @@ func (r *Reader) Orders(ctx context.Context, q OrderQuery) (*OrderPage, error) {
 		p.Items = []order.Order{}
 	}
 	return p, nil
+}
+
+// pageIndex is the index a page of one buyer's orders, or of one
+// status's, is read on, named to MariaDB: left to choose, it reads such a
+// page by its equality alone (a "ref" on user_id or status) from the
+// newest order down, passing every order newer than the cursor, when the
+// buyer or the status holds most of the table (a page deep in a buyer's
+// 30,000 orders read 16,718 rows; named, 51: docs/benchmarks.md). The
+// other shapes are left to the optimizer: with a window of creation it
+// reads the window, with both filters the narrower of the two indexes.
+func pageIndex(q OrderQuery) string {
+	if !q.CreatedFrom.IsZero() || !q.CreatedTo.IsZero() {
+		return ""
+	}
+	switch {
+	case q.UserID != "" && q.Status == "":
+		return "orders_user_id"
+	case q.Status != "" && q.UserID == "":
+		return "orders_status_id"
+	}
+	return ""
 }
 
 // EventQuery selects a page of the replay feed of stock events.
