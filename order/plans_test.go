@@ -77,6 +77,9 @@ func TestOrderQueriesReadTheirIndexes(t *testing.T) {
 		{"List by buyer", func() error { return list(r, listing.OrderQuery{UserID: h.users[0]}) }, "orders_user_id", float64(page)},
 		{"List by buyer, next page", func() error { return list(r, listing.OrderQuery{UserID: h.users[0], After: h.ids[len(h.ids)/2]}) }, "orders_user_id", float64(page)},
 		{"List by buyer and status", func() error { return list(r, listing.OrderQuery{UserID: h.users[0], Status: order.Paid}) }, "orders_user_id", float64(2 * page)},
+		{"List by buyer and a rare status", func() error {
+			return list(r, listing.OrderQuery{UserID: h.users[0], Status: order.RefundRequired})
+		}, "orders_user_id", float64(h.perUser + 1)},
 		{"List by buyer and a window", func() error {
 			q := window
 			q.UserID = h.users[0]
