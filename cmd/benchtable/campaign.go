@@ -122,9 +122,7 @@ func campaignBench(ctx context.Context, rdb *redis.Client, dsnBase string) *camp
 	// cheaper moment than its own.
 	refs := func(at string) (seckill, bare, soldOut httpResult) {
 		var batch int
-		seckill = withGroupCommits(a, &batch, func() httpResult {
-			return load("seckill, selling, "+at, base+"/v1/seckill/FLASH/buy", *workers, *duration, buyer("s"), empty)
-		})
+		seckill = sellingPhase(a, base, "seckill, selling, "+at, &batch)
 		bare = load("bare net/http + EVALSHA, "+at, bareURL, *workers, *campBefore, buyer("b"), empty)
 		soldOut = load("seckill, sold out, "+at, base+"/v1/seckill/GONE/buy", *workers, *campBefore, buyer("g"), empty)
 		run.phases = append(run.phases, seckill, bare, soldOut)

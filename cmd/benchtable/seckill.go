@@ -266,9 +266,7 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 	withCommits := func(phase func() httpResult) httpResult {
 		return withGroupCommits(a, &batch, phase)
 	}
-	rs = append(rs, withCommits(func() httpResult {
-		return load("seckill, selling", base+"/v1/seckill/FLASH/buy", *workers, *duration, buyer("s"), empty)
-	}))
+	rs = append(rs, sellingPhase(a, base, "seckill, selling", &batch))
 	web.selling = rs[len(rs)-1].rate
 	// The same phase driven by wrk, closed loop at the same connections,
 	// right after ours (openloop.go, external.go).
@@ -321,6 +319,19 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 		web.extra += soak
 	}
 	return web
+}
+
+// sellingPhase is the seckill selling phase: -workers buyers (closed loop,
+// each on its own connection, with the client credential and a buyer
+// token) buy SKU FLASH (stock enough never to run out) through the
+// service at base for -duration, with the group commits behind its 201s
+// noted (withGroupCommits; *batch is set to their mean batch). The seckill
+// group, the campaign group and the webhooks group run it alike.
+func sellingPhase(a *app.App, base, name string, batch *int) httpResult {
+	return withGroupCommits(a, batch, func() httpResult {
+		return load(name, base+"/v1/seckill/FLASH/buy", *workers, *duration,
+			func(w int) http.Header { return credentials("s", w) }, func(int, int64) string { return `{}` })
+	})
 }
 
 // withGroupCommits runs phase and notes the group commits behind its 201s:
