@@ -526,7 +526,7 @@ func campaignChecks(c *campaignRun) []check {
 		cs = append(cs, k)
 	}
 	for i := range cs {
-		cs[i].campaign = true
+		cs[i].group = "campaign"
 	}
 	return cs
 }

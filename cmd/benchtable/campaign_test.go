@@ -32,7 +32,7 @@ func TestCampaignChecks(t *testing.T) {
 		t.Fatalf("%d checks, want %d", len(cs), len(want))
 	}
 	for i, c := range cs {
-		if c.state != want[i] || !c.campaign {
+		if c.state != want[i] || c.group != "campaign" {
 			t.Errorf("check %d (%s: %s): state %d, want %d", i, c.what, c.measured, c.state, want[i])
 		}
 	}

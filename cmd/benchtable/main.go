@@ -68,7 +68,7 @@ var (
 	soakFor   = flag.Duration("soak", 2*time.Minute, "how long the memory soak keeps the seckill load on (0: skip)")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the HTTP phases (service and load in this process) to this file")
 	profPhase = flag.String("cpuprofile-phases", "", "with -cpuprofile: profile only the HTTP phases whose name this regular expression matches (e.g. 'selling|soak'); empty: all of them")
-	only      = flag.String("only", "", `run one group only: "http" (the HTTP phases), "campaign" (a campaign's openings and the hold extensions), "sync" (the ordered database sync), "dbcost" (the database's cost of a sale, statement by statement) or "history" (the soak of -orders orders through one SKU)`)
+	only      = flag.String("only", "", `run one group only: "http" (the HTTP phases), "campaign" (a campaign's openings and the hold extensions), "webhooks" (the seckill selling phase with one webhook subscription beside none, and a 2,000-unit sale's sku.sold_out), "sync" (the ordered database sync), "dbcost" (the database's cost of a sale, statement by statement) or "history" (the soak of -orders orders through one SKU)`)
 	orders    = flag.Int("orders", 1_000_000, "with -only history: how many orders the soak drives through one SKU")
 )
 
@@ -165,6 +165,9 @@ func main() {
 	case "campaign":
 		report(nil, nil, profiledAt(campaignProfile(), func() webRun { return webRun{camp: campaignBench(ctx, rdb, *mysqlDSN)} }))
 		return
+	case "webhooks":
+		report(nil, nil, webRun{hooks: webhooksBench(ctx, rdb, *mysqlDSN)})
+		return
 	case "dbcost":
 		table := dbCost(ctx, *mysqlDSN)
 		prog.finish()
@@ -251,6 +254,7 @@ func main() {
 	sync := []result{applyRun(ctx, db, 32), applyRun(ctx, db, 1)}
 	web := profiled(func() webRun { return seckillBench(ctx, rdb, *mysqlDSN) })
 	web.camp = profiledAt(campaignProfile(), func() webRun { return webRun{camp: campaignBench(ctx, rdb, *mysqlDSN)} }).camp
+	web.hooks = webhooksBench(ctx, rdb, *mysqlDSN) // profiles its phases itself, beside -cpuprofile
 	// What the database's CPU per sale is made of, statement by statement,
 	// beside the floor: the same run's account of the sale's cost in MariaDB.
 	web.dbcost = dbCost(ctx, *mysqlDSN)

@@ -82,8 +82,11 @@ func profilePhase(name string) func() {
 
 // mergePhaseProfiles writes the picked phases' profiles to path, merged
 // by `go tool pprof -proto` when there are several.
-func mergePhaseProfiles(path string) {
-	parts := phaseProfiles.parts
+func mergePhaseProfiles(path string) { mergeProfiles(path, phaseProfiles.parts) }
+
+// mergeProfiles writes parts (CPU profiles) to path, merged by `go tool
+// pprof -proto` when there are several; none writes nothing.
+func mergeProfiles(path string, parts [][]byte) {
 	switch len(parts) {
 	case 0:
 		return

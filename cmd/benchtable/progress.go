@@ -190,6 +190,14 @@ func plan(group string) []step {
 		s = append(s, step{"extend setup", time.Second}, step{"orders extend", max(d/2, time.Second) + time.Second},
 			step{"stock extend", max(d/2, time.Second) + time.Second})
 	}
+	if group == "" || group == "webhooks" {
+		s = append(s, step{"webhooks setup", 5 * time.Second}, step{"seckill, selling, warm-up (not judged)", d + hookSettle})
+		for i := 1; i <= *hookPairs; i++ {
+			s = append(s, step{fmt.Sprintf("seckill, selling, no subscription #%d", i), d + hookSettle},
+				step{fmt.Sprintf("seckill, selling, one subscription #%d", i), d + hookSettle})
+		}
+		s = append(s, step{soldOutPhase, 3 * time.Second}, step{"waiting for sku.sold_out", 2 * time.Second})
+	}
 	if group == "dbcost" || group == "" {
 		for round := range *costRounds {
 			for _, v := range costVariants() {

@@ -79,6 +79,7 @@ type webRun struct {
 	extra    string       // the lag and soak tables
 	dbcost   string       // the database's cost of a sale, statement by statement (the full run)
 	camp     *campaignRun // the campaign group (nil: not run)
+	hooks    *hooksRun    // the webhooks group (nil: not run)
 	arrival  *arrivalRun  // latency under an arrival rate, and the other load generators (nil: not run)
 }
 
@@ -177,8 +178,9 @@ func credentials(prefix string, w int) http.Header {
 
 // startService starts the real service in this process (real mode: Redis,
 // MySQL, RocketMQ) on a flushed Redis database, a fresh MySQL database dbName
-// (returned open, for the caller's checks) and a topic of its own.
-func startService(ctx context.Context, rdb *redis.Client, dsnBase, dbName string) (*app.App, *sql.DB) {
+// (returned open, for the caller's checks) and a topic of its own; tweak
+// changes the configuration before it is checked.
+func startService(ctx context.Context, rdb *redis.Client, dsnBase, dbName string, tweak ...func(*app.Config)) (*app.App, *sql.DB) {
 	must(rdb.FlushDB(ctx).Err())
 	db := openDatabase(ctx, dsnBase, dbName)
 	resetSchema(ctx, db)
@@ -190,6 +192,9 @@ func startService(ctx context.Context, rdb *redis.Client, dsnBase, dbName string
 		RocketMQTopic: topic, AdminToken: benchAdmin, PaymentSecret: benchPayment,
 		ClientTokens: []string{benchClient}, BuyerKey: benchBuyerKey,
 		OrderTTL: 15 * time.Minute, SeckillRate: 1e9, ShutdownTimeout: 10 * time.Second, InstanceName: topic,
+	}
+	for _, t := range tweak {
+		t(&cfg)
 	}
 	must(cfg.Validate())
 	a, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
