@@ -113,7 +113,10 @@ func sampleCPU() (cpuSample, bool) {
 				g = "mariadbd"
 			}
 		case comm == "java":
-			if cmd, _ := os.ReadFile(dir + "/cmdline"); bytes.Contains(bytes.ToLower(cmd), []byte("rocketmq")) {
+			// Only the name server and broker the service talks to: the
+			// private brokers tests and make faults start (another
+			// session's, on a shared machine) are the rest.
+			if cmd, _ := os.ReadFile(dir + "/cmdline"); bytes.Contains(bytes.ToLower(cmd), []byte("rocketmq")) && rocketMQServes(pid) {
 				g = "RocketMQ (java)"
 			}
 		}
@@ -122,6 +125,60 @@ func sampleCPU() (cpuSample, bool) {
 		}
 	}
 	return s, true
+}
+
+// rocketMQPorts are the ports of the name server and the broker the
+// service uses (startService).
+var rocketMQPorts = []int{9876, 10911}
+
+// rocketMQPids remembers, per pid, whether that process listens on one of
+// rocketMQPorts (a process's listening sockets do not change here; a
+// restarted server is a new pid).
+var rocketMQPids = map[int]bool{}
+
+// rocketMQServes reports whether process pid listens on one of
+// rocketMQPorts: one of its file descriptors is a listening TCP socket
+// (/proc/net/tcp, tcp6) bound to one of them.
+func rocketMQServes(pid int) bool {
+	if v, ok := rocketMQPids[pid]; ok {
+		return v
+	}
+	inodes := listeningInodes(rocketMQPorts)
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	serves := false
+	for _, fd := range fds {
+		if link, err := os.Readlink(fd); err == nil && inodes[link] {
+			serves = true
+			break
+		}
+	}
+	rocketMQPids[pid] = serves
+	return serves
+}
+
+// listeningInodes are the "socket:[inode]" names of the TCP sockets
+// listening on ports.
+func listeningInodes(ports []int) map[string]bool {
+	out := map[string]bool{}
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" { // 0A: LISTEN
+				continue
+			}
+			_, portHex, ok := strings.Cut(f[1], ":")
+			port, err := strconv.ParseInt(portHex, 16, 32)
+			if ok && err == nil && slices.Contains(ports, int(port)) {
+				out["socket:["+f[9]+"]"] = true
+			}
+		}
+	}
+	return out
 }
 
 // dsnPort is the TCP port a MySQL DSN names (3306 when it names none).
