@@ -96,6 +96,32 @@ type hookPhase struct {
 	receiver   float64            // the receiver's CPU seconds (part of benchtable's)
 	deliveries int64              // deliveries the receiver took during the phase
 	measured   bool               // the CPU was sampled
+	others     othersOnDB         // other sessions' statements on the shared MariaDB during the phase
+}
+
+// othersOnDB is what a phase saw of other sessions on the MariaDB it
+// shares: samples of the processlist, and how many of them found a
+// statement of a connection not the service's running.
+type othersOnDB struct{ samples, busy int }
+
+func (o othersOnDB) String() string {
+	if o.samples == 0 {
+		return "not sampled"
+	}
+	return fmt.Sprintf("%d%% of %d samples", 100*o.busy/o.samples, o.samples)
+}
+
+// byProcess is the phase's CPU µs per sale of process group g (this
+// process's less the receiver's).
+func (p hookPhase) byProcess(g string) float64 {
+	if !p.measured || p.sales == 0 {
+		return 0
+	}
+	v := p.cpu[g]
+	if g == "benchtable" {
+		v -= p.receiver
+	}
+	return v * 1e6 / float64(p.sales)
 }
 
 // perSale is the phase's CPU µs per sale across the processes: this one
@@ -120,16 +146,14 @@ func (p hookPhase) costNote() string {
 	us := func(s float64) float64 { return s * 1e6 / float64(p.sales) }
 	var parts []string
 	for _, g := range cpuGroups {
-		v := p.cpu[g]
+		name := g
 		if g == "benchtable" {
-			v -= p.receiver
-			parts = append(parts, fmt.Sprintf("benchtable less the receiver %.0f", us(v)))
-			continue
+			name = "benchtable less the receiver"
 		}
-		parts = append(parts, fmt.Sprintf("%s %.0f", g, us(v)))
+		parts = append(parts, fmt.Sprintf("%s %.0f", name, p.byProcess(g)))
 	}
-	return fmt.Sprintf("CPU µs per sale %.0f (%s; the rest of the machine %.0f, not counted); the receiver: %d deliveries, %.0f µs of CPU in the phase (%.2f per sale), not counted",
-		p.perSale(), strings.Join(parts, ", "), us(p.other), p.deliveries, p.receiver*1e6, us(p.receiver))
+	return fmt.Sprintf("CPU µs per sale %.0f (%s; the rest of the machine %.0f, not counted); the receiver: %d deliveries, %.0f µs of CPU in the phase (%.2f per sale), not counted; other sessions' statements running on the shared MariaDB: %s",
+		p.perSale(), strings.Join(parts, ", "), us(p.other), p.deliveries, p.receiver*1e6, us(p.receiver), p.others)
 }
 
 // soldOutSale is the sale of soldOutUnits units to the clients until each
@@ -177,13 +201,15 @@ func webhooksBench(ctx context.Context, rdb *redis.Client, dsnBase string) *hook
 		n0, cpu0 := rc.snapshot()
 		var buf bytes.Buffer
 		profiling := *cpuProf != "" && pprof.StartCPUProfile(&buf) == nil
+		stopWatch := watchOthers(ctx, check)
 		r := sellingPhase(a, base, name, &batch)
+		others := stopWatch()
 		if profiling {
 			pprof.StopCPUProfile()
 			parts[kind] = append(parts[kind], buf.Bytes())
 		}
 		n1, cpu1 := rc.snapshot()
-		p := hookPhase{name: name, sales: r.codes[http.StatusCreated], deliveries: n1 - n0, receiver: (cpu1 - cpu0).Seconds()}
+		p := hookPhase{name: name, sales: r.codes[http.StatusCreated], deliveries: n1 - n0, receiver: (cpu1 - cpu0).Seconds(), others: others}
 		if n := r.answers(); n > 0 {
 			p.rate = r.rate * float64(p.sales) / float64(n)
 		}
@@ -216,6 +242,41 @@ func webhooksBench(ctx context.Context, rdb *redis.Client, dsnBase string) *hook
 	run.sale = sale
 	run.phases = append(run.phases, row)
 	return run
+}
+
+// watchOthers samples MariaDB's processlist every 100 ms, through db (a
+// connection of the bench's, to the service's database), until the
+// returned function is called, and counts the samples that found a
+// statement running on a connection to another database: another
+// session's work, whose CPU the mariadbd column counts as the sale's.
+func watchOthers(ctx context.Context, db *sql.DB) func() othersOnDB {
+	var o othersOnDB
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			var n int
+			if db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.processlist
+				WHERE id <> CONNECTION_ID() AND command NOT IN ('Sleep', 'Daemon', 'Binlog Dump') AND COALESCE(db, '') <> DATABASE()`).Scan(&n) == nil {
+				o.samples++
+				if n > 0 {
+					o.busy++
+				}
+			}
+		}
+	}()
+	return func() othersOnDB {
+		close(done)
+		<-stopped
+		return o
+	}
 }
 
 // cpuPhaseNamed is the CPU sample of the last phase named name.
@@ -552,7 +613,13 @@ func webhookChecks(h *hooksRun) []check {
 			target: fmt.Sprintf("≤ %.2f× (at most %.0f%% more)", costTargetRatio, 100*(costTargetRatio-1)), state: unmeasured, measured: "CPU not measured"}
 		var costs, rates []float64
 		var pairs, ratePairs, silent []string
+		procs := map[string][]float64{} // each process's with / none, by pair
 		for i, p := range h.pairs {
+			for _, g := range cpuGroups {
+				if a, b := p.none.byProcess(g), p.with.byProcess(g); a > 0 && b > 0 {
+					procs[g] = append(procs[g], b/a)
+				}
+			}
 			a, b := p.none.perSale(), p.with.perSale()
 			if a > 0 && b > 0 {
 				costs = append(costs, b/a)
@@ -576,6 +643,19 @@ func webhookChecks(h *hooksRun) []check {
 		}
 		if len(rates) > 0 {
 			k.measured += fmt.Sprintf("; selling rate %.2f× (%s)", median(rates), strings.Join(ratePairs, "; "))
+		}
+		var byProc []string
+		for _, g := range cpuGroups {
+			if len(procs[g]) == len(h.pairs) {
+				name := g
+				if g == "benchtable" {
+					name = "benchtable less the receiver"
+				}
+				byProc = append(byProc, fmt.Sprintf("%s %.2f×", name, median(procs[g])))
+			}
+		}
+		if len(byProc) > 0 {
+			k.measured += "; each process's CPU per sale, median pair: " + strings.Join(byProc, ", ")
 		}
 		if len(silent) > 0 {
 			// The phase did not measure a subscription's cost: it delivered nothing.

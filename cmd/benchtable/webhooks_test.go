@@ -34,7 +34,7 @@ func TestHookPhasePerSale(t *testing.T) {
 func TestWebhookChecks(t *testing.T) {
 	phase := func(perSale float64, rate float64, deliveries int64) hookPhase {
 		return hookPhase{sales: 1000, rate: rate, deliveries: deliveries, measured: true,
-			cpu: map[string]float64{"benchtable": perSale * 1000 / 1e6}}
+			cpu: map[string]float64{"benchtable": perSale / 2 * 1000 / 1e6, "mariadbd": perSale / 2 * 1000 / 1e6}}
 	}
 	run := &hooksRun{
 		pairs: []hookPair{
@@ -53,7 +53,7 @@ func TestWebhookChecks(t *testing.T) {
 			t.Errorf("check %d (%s: %s): state %d, want met", i, c.what, c.measured, c.state)
 		}
 	}
-	if want := "1.05× (#1: 200 → 230 µs, 1.15×; #2: 200 → 210 µs, 1.05×; #3: 200 → 196 µs, 0.98×); selling rate 0.98× (#1: 5000 → 4500/s; #2: 5000 → 4900/s; #3: 5000 → 5100/s)"; cs[0].measured != want {
+	if want := "1.05× (#1: 200 → 230 µs, 1.15×; #2: 200 → 210 µs, 1.05×; #3: 200 → 196 µs, 0.98×); selling rate 0.98× (#1: 5000 → 4500/s; #2: 5000 → 4900/s; #3: 5000 → 5100/s); each process's CPU per sale, median pair: benchtable less the receiver 1.05×, mariadbd 1.05×"; cs[0].measured != want {
 		t.Errorf("cost: %s\nwant  %s", cs[0].measured, want)
 	}
 	run.pairs[2].with = phase(225, 4600, 5) // the median pair: 1.125×
