@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -726,9 +727,18 @@ func webhooksProfileHint(h *hooksRun) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nA webhooks target was missed: the CPU profiles of its phases with no subscription and with one (this process: the service, the load generator and the receiver; MariaDB's and Redis's share is in the CPU table by process) are %s and %s; their difference (with less none, the phases as long):\n", none, with)
-	for _, args := range [][]string{{"-top"}, {"-top", "-cum"}} {
-		outb, err := exec.Command("go", append(append([]string{"tool", "pprof"}, args...), "-nodecount=25", "-diff_base", none, with)...).Output()
-		fmt.Fprintf(&b, "\n`go tool pprof %s -nodecount=25 -diff_base %s %s`\n\n```\n", strings.Join(args, " "), filepath.Base(none), filepath.Base(with))
+	// The difference, and then the delivery's own CPU in the phases with a
+	// subscription (the subscriptions' goroutines: internal/webhooks and
+	// its delivery job), which the difference drowns in noise.
+	for _, args := range [][]string{{"-top", "-diff_base", none}, {"-top", "-cum", "-diff_base", none}, {"-top", "-cum", "-focus", "inventory/internal/webhooks"}} {
+		outb, err := exec.Command("go", append(append(append([]string{"tool", "pprof"}, args...), "-nodecount=25"), with)...).Output()
+		shown := slices.Clone(args)
+		for i, a := range shown {
+			if a == none {
+				shown[i] = filepath.Base(none)
+			}
+		}
+		fmt.Fprintf(&b, "\n`go tool pprof %s -nodecount=25 %s`\n\n```\n", strings.Join(shown, " "), filepath.Base(with))
 		if err != nil {
 			fmt.Fprintf(&b, "failed: %v\n", err)
 		}
