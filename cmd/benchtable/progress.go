@@ -193,8 +193,12 @@ func plan(group string) []step {
 	if group == "" || group == "webhooks" {
 		s = append(s, step{"webhooks setup", 5 * time.Second}, step{"seckill, selling, warm-up (not judged)", d + hookSettle})
 		for i := 1; i <= *hookPairs; i++ {
-			s = append(s, step{fmt.Sprintf("seckill, selling, no subscription #%d", i), d + hookSettle},
-				step{fmt.Sprintf("seckill, selling, one subscription #%d", i), d + hookSettle})
+			none, with := step{fmt.Sprintf("seckill, selling, no subscription #%d", i), d + hookSettle},
+				step{fmt.Sprintf("seckill, selling, one subscription #%d", i), d + hookSettle}
+			if *hookWithFirst {
+				none, with = with, none
+			}
+			s = append(s, none, with)
 		}
 		s = append(s, step{soldOutPhase, 3 * time.Second}, step{"waiting for sku.sold_out", 2 * time.Second})
 	}
