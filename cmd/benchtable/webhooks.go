@@ -61,11 +61,20 @@ var (
 const (
 	// hookSecret signs the group's deliveries.
 	hookSecret = "bench-webhook-secret-5d7f9b1c3e5a7c9e1b3d5f7a"
-	// hookSettle is the pause before each judged phase: a deleted
+	// hookSettle is the least pause before each judged phase: a deleted
 	// subscription's delivery goroutine is stopped (the job lists the
-	// subscriptions every second) and a new one's started, and the previous
-	// phase's tail is written.
-	hookSettle = 2 * time.Second
+	// subscriptions every second) and a new one's started. Then the phase
+	// waits, up to hookQuietMax, until the processes its cost counts are
+	// quiet (below hookQuietCores of a core over half a second): a phase
+	// leaves work behind it (the outbox's relay to RocketMQ, the expiry
+	// queue, InnoDB's flushing), and a phase started into it pays for its
+	// predecessor's. With a fixed 2 s pause, on a machine others loaded,
+	// the second phase of a pair was the slower and costlier one in most
+	// pairs whichever it was (none first: the subscription 1.10-1.33× per
+	// sale, median pair, in three runs; subscription first: 0.95×).
+	hookSettle     = 2 * time.Second
+	hookQuietMax   = 20 * time.Second
+	hookQuietCores = 0.25
 	// soldOutUnits is the sold-out sale's stock.
 	soldOutUnits = 2000
 	// hookWait bounds the wait for the sold-out sale's sku.sold_out in the
@@ -193,7 +202,7 @@ func webhooksBench(ctx context.Context, rdb *redis.Client, dsnBase string) *hook
 	// smallest tables is the cheapest of a run, and would favour the first
 	// phase with none.
 	var batch int
-	time.Sleep(hookSettle)
+	settle(hookSettle, hookQuietMax, hookQuietCores)
 	warm := sellingPhase(a, base, "seckill, selling, warm-up (not judged)", &batch)
 	run.phases = append(run.phases, warm)
 
@@ -201,7 +210,7 @@ func webhooksBench(ctx context.Context, rdb *redis.Client, dsnBase string) *hook
 	// -cpuprofile is set (the group's two profiles go beside it).
 	var parts [2][][]byte
 	measure := func(name string, kind int) hookPhase {
-		time.Sleep(hookSettle)
+		waited, idle := settle(hookSettle, hookQuietMax, hookQuietCores)
 		n0, cpu0 := rc.snapshot()
 		var buf bytes.Buffer
 		profiling := *cpuProf != "" && pprof.StartCPUProfile(&buf) == nil
@@ -220,7 +229,7 @@ func webhooksBench(ctx context.Context, rdb *redis.Client, dsnBase string) *hook
 		if ph, ok := cpuPhaseNamed(name); ok {
 			p.cpu, p.other, p.measured = ph.group, ph.other, true
 		}
-		r.note = p.costNote() + "; " + r.note
+		r.note = fmt.Sprintf("%s; started after %s of settling (the counted processes then at %.2f cores); %s", p.costNote(), waited.Round(100*time.Millisecond), idle, r.note)
 		run.phases = append(run.phases, r)
 		return p
 	}
@@ -255,6 +264,34 @@ func webhooksBench(ctx context.Context, rdb *redis.Client, dsnBase string) *hook
 	run.sale = sale
 	run.phases = append(run.phases, row)
 	return run
+}
+
+// settle sleeps at least least, then until the processes the sale's cost
+// counts (cpuGroups) use less than cores of a core over half a second, or
+// until most has passed; it returns how long it waited and their last
+// half second's use, in cores.
+func settle(least, most time.Duration, cores float64) (time.Duration, float64) {
+	start := time.Now()
+	time.Sleep(least)
+	prev, ok := sampleCPU()
+	use := -1.0
+	for ok && time.Since(start) < most {
+		time.Sleep(500 * time.Millisecond)
+		cur, ok2 := sampleCPU()
+		if !ok2 {
+			break
+		}
+		var ticks int64
+		for _, g := range cpuGroups {
+			ticks += cur.group[g] - prev.group[g]
+		}
+		use = float64(ticks) / userHZ / cur.at.Sub(prev.at).Seconds()
+		if use < cores {
+			break
+		}
+		prev = cur
+	}
+	return time.Since(start), use
 }
 
 // watchOthers samples MariaDB's processlist every 100 ms, through db (a
