@@ -5,8 +5,11 @@
 # CPU profile of the phases whose targets are the durable sale's (seckill
 # selling, the 2-line cart, the selling soak) to bench-results/http.cpu.pprof,
 # and of the campaign group's (its selling phase, each opening before and
-# after starts_at, the two extensions) to bench-results/campaign.cpu.pprof
-# (each one's top is in the table when one of its targets is missed).
+# after starts_at, the two extensions) to bench-results/campaign.cpu.pprof,
+# and of the webhooks group's selling phases with no subscription and with
+# one to bench-results/webhooks-none.cpu.pprof and webhooks-with.cpu.pprof
+# (each one's top, or for the webhooks group their difference, is in the
+# table when one of its targets is missed).
 # The honest-load-generator check drives the seckill selling phase with
 # two load generators nobody here wrote: wrk (Debian's package, installed
 # here when missing) and vegeta (a Go module's CLI, installed into

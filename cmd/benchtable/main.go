@@ -10,7 +10,9 @@
 //
 // and the ordered database sync of one hot SKU: the applier fed deliveries of
 // 32 consecutive messages (merged into one UPDATE) against deliveries of one;
-// then the HTTP phases of the real service (see seckill.go).
+// then the HTTP phases of the real service (see seckill.go), a campaign's
+// openings (campaign.go) and the selling phase with a webhook subscription
+// beside none (webhooks.go).
 //
 // Before the lua variant the hot SKU sells a million units, and each Redis
 // variant's window reports the server's own time per EVALSHA of the script
