@@ -759,7 +759,8 @@ func webhooksTable(h *hooksRun) string {
 		"\"one subscription\" is one (`PUT /v1/webhooks/{id}`, every event, every SKU), put before its phase and deleted after it, delivering to a receiver in this process that answers 200 at once. " +
 		pairOrder(*hookWithFirst) + " " +
 		"CPU per sale is per 201, summed over this process (the service and the load generator: the load generator's CPU per request is in both phases of a pair, so it dilutes the ratio; the µs per sale beside each ratio say by how much it rose), Redis, MariaDB and RocketMQ; the rest of the machine is left out (others' work on a shared machine). " +
-		"The receiver runs in this process too: its CPU is measured on its own (each connection's goroutine locked to its thread, the thread's CPU time read after each delivery) and taken out of this process's; what it does not catch (a connection's first request before its handler, the runtime waking its thread) stays on the service's side.\n")
+		"The receiver runs in this process too: its CPU is measured on its own (each connection's goroutine locked to its thread, the thread's CPU time read after each delivery) and taken out of this process's; what it does not catch (a connection's first request before its handler, the runtime waking its thread) stays on the service's side. " +
+		"Each judged phase samples MariaDB's processlist every 100 ms for other sessions' statements (the sampling's own, in both phases alike, are in the mariadbd column), and starts once the counted processes are quiet (after at least 2 s, under a quarter of a core over half a second, at most 20 s: each row says how long it waited).\n")
 	return b.String()
 }
 
