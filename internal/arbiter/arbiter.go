@@ -37,12 +37,13 @@ type Hold struct {
 }
 
 // Reserve records holds (HELD, or COMMITTED for a late payment's
-// re-reservation): their rows, a RESERVE movement each, each buyer's quota
-// under a conditional increment (OverLimitError past the SKU's limit), and last
-// one conditional increment of reserved per SKU (RefusedError when on_hand -
-// reserved cannot cover it, inventory.ErrUnknownSKU for no such SKU), so the SKU
-// rows, hot in a flash sale, stay locked only until commit. SKUs are locked
-// in sorted order: concurrent writers never deadlock.
+// re-reservation): their rows, each buyer's quota under a conditional
+// increment (OverLimitError past the SKU's limit), and last one conditional
+// increment of reserved per SKU (RefusedError when on_hand - reserved cannot
+// cover it, inventory.ErrUnknownSKU for no such SKU), so the SKU rows, hot in
+// a flash sale, stay locked only until commit; then a RESERVE movement each,
+// under those locks (a SKU's movement ids follow its changes' order). SKUs
+// are locked in sorted order: concurrent writers never deadlock.
 //
 // A hold whose row names a campaign is a campaign sale: its units come from
 // the campaign's pool (see takeFromPools: the window, by the database's
@@ -79,9 +80,6 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 	if err := insertReservations(a.tx, rows); err != nil {
 		return nil, err
 	}
-	if err := a.moved(reservationMovements(plain, MoveReserve, 1)); err != nil {
-		return nil, err
-	}
 	if err := a.takeQuotas(take, limits); err != nil {
 		return nil, err
 	}
@@ -98,6 +96,14 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 			}
 			return nil, RefusedError{sku}
 		}
+	}
+	// The movements go in under the SKUs' row locks, as every other
+	// change's: a SKU's movement ids are then the order its changes took,
+	// and its history replays through the levels it really had (inserted
+	// before the lock, a reservation waiting behind a release would be
+	// numbered before it, and the history would dip below zero there).
+	if err := a.moved(reservationMovements(plain, MoveReserve, 1)); err != nil {
+		return nil, err
 	}
 	fences, err := a.fencesAfter(skus)
 	if err != nil {

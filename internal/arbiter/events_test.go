@@ -284,3 +284,40 @@ func TestEventsUnlimited(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []ev{{arbiter.EventSoldOut, 1, 1, 0}, {arbiter.EventBackInStock, -1, 1, -1}}, s.events(sku, 0))
 }
+
+// A reservation that waits for a SKU's row lock behind a release is
+// numbered after it in the movement history: the history replays through
+// the levels the SKU had, and crosses zero where its events say (sold out,
+// back in stock, sold out again), never below it. (Its RESERVE movement,
+// once inserted before the lock, was numbered before the release: the
+// replay dipped to -1 and showed neither crossing.)
+func TestEventsHistoryOrderBehindALock(t *testing.T) {
+	s := newStmts(t)
+	sku := testenv.Unique("EVORD")
+	s.put(sku, 1, 0)
+	_, err := s.reserve(hold("a", sku, 1))
+	require.NoError(t, err)
+
+	// The release's transaction holds the row lock while the reservation
+	// goes as far as the lock, then releases and commits.
+	tx := s.DB.Begin()
+	require.NoError(t, tx.Error)
+	defer tx.Rollback()
+	require.NoError(t, tx.Exec(`SELECT sku FROM skus WHERE sku = ? FOR UPDATE`, sku).Error)
+	reserved := make(chan error, 1)
+	go func() { _, err := s.reserve(hold("b", sku, 1)); reserved <- err }()
+	require.Eventually(t, func() bool { // (INNODB_TRX is a cache, seldom fresh: the process list is)
+		var waiting int64
+		err := s.DB.Raw(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
+			WHERE db = DATABASE() AND info LIKE 'UPDATE skus SET reserved = reserved +%'`).Scan(&waiting).Error
+		return err == nil && waiting > 0
+	}, 10*time.Second, 20*time.Millisecond, "the reservation waits for the row lock")
+	_, err = arbiter.In(tx).Release("a", sku)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit().Error)
+	require.NoError(t, <-reserved)
+
+	require.Equal(t, []string{"SET +1 +0", "RESERVE +0 +1", "RELEASE +0 -1", "RESERVE +0 +1"}, s.moves(sku))
+	require.Equal(t, []ev{{arbiter.EventSoldOut, 1, 1, 0}, {arbiter.EventBackInStock, 1, 0, 1}, {arbiter.EventSoldOut, 1, 1, 0}},
+		s.events(sku, 0))
+}
