@@ -124,6 +124,9 @@ func run(ctx context.Context, selected []Scenario, seed uint64, duration time.Du
 		if v.Campaign != nil {
 			fmt.Fprintf(w, "    %s\n", v.Campaign.line())
 		}
+		if v.Webhooks != nil {
+			fmt.Fprintf(w, "    %s\n", v.Webhooks.line())
+		}
 	}
 	return verdicts, nil
 }

@@ -119,6 +119,7 @@ type Run struct {
 	phases   []Phase   // the stretches with a link slowed down
 	takeover *Takeover // the consumer node killed for its queues' takeover, if any
 
+	hooks      *hookRun      // the run's webhook receivers, if the scenario has them (webhooks.go)
 	camp       *campaignPlan // the run's campaign, if the scenario has one
 	quiet      sync.RWMutex  // the campaign's quiet point (Workload.quiet)
 	poolDrift  []string      // quiet points where Redis's pool disagreed with the database
@@ -156,6 +157,11 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 	}
 	if sc.Campaign {
 		if err := r.putCampaign(ctx); err != nil {
+			return nil, fmt.Errorf("%s: setup: %w", sc.Name, err)
+		}
+	}
+	if sc.Before != nil {
+		if err := sc.Before(ctx, r); err != nil {
 			return nil, fmt.Errorf("%s: setup: %w", sc.Name, err)
 		}
 	}
@@ -275,6 +281,7 @@ func (r *Run) setup(ctx context.Context) error {
 		"INVENTORY_SECKILL_RATE=1000000", // the driver is one address; the abuse scenario tests the per-user limit
 		"INVENTORY_SHUTDOWN_TIMEOUT=5s",
 	)
+	r.env = append(r.env, r.sc.Env...)
 	if out, errOut, code, err := runCommand(ctx, r.lab.bin, r.env, "migrate"); err != nil || code != 0 {
 		return fmt.Errorf("inventoryd migrate: exit %d %v: %s %s", code, err, out, errOut)
 	}

@@ -30,6 +30,11 @@ type Scenario struct {
 	// times are verdicts (elsewhere the times are reported only).
 	Timed       bool
 	MinDuration time.Duration
+	// Env is added to every instance's environment.
+	Env []string
+	// Before runs once the instances are up and the SKUs put, before the
+	// workload starts.
+	Before func(ctx context.Context, r *Run) error
 	// Fault runs beside the workload and must leave every server it broke
 	// running again before it returns.
 	Fault func(ctx context.Context, r *Run) error
@@ -263,6 +268,10 @@ var scenarios = append([]Scenario{
 	// and rolled back to before it, a quiet point in the window, a node
 	// SIGKILLed at the end (campaign.go).
 	{Name: "campaign", Instances: 2, Quick: true, Campaign: true, MinDuration: 18 * time.Second, Fault: campaignFault},
+	// Webhook subscriptions delivered through a receiver that is down,
+	// slow past the deadline and answering 500 in turn, and the node that
+	// delivers it SIGKILLed while it catches up (webhooks.go).
+	{Name: "webhooks", Instances: 2, Env: hookEnv, Before: hooksBefore, Fault: hooksFault, Inspect: hooksInspect},
 }, linkScenarios()...)
 
 // sinceRoute is how long after the route came back (routed) something
