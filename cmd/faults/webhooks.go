@@ -520,16 +520,23 @@ func judgeDeliveries(feed []feedEvent, s subLog, hc *HookCheck) SubCheck {
 			continue
 		}
 		seen[a.ID] = true
+		var wrong string
 		switch {
 		case a.Seq <= lastSeq[a.SKU]:
-			sc.OutOfOrder++
-			hc.problem("%s: %s seq %d (event %d) first delivered after seq %d", s.ID, a.SKU, a.Seq, a.ID, lastSeq[a.SKU])
+			wrong = fmt.Sprintf("%s: %s seq %d (event %d) first delivered after seq %d", s.ID, a.SKU, a.Seq, a.ID, lastSeq[a.SKU])
 		case a.ID < lastID:
-			sc.OutOfOrder++
-			hc.problem("%s: event %d first delivered after event %d", s.ID, a.ID, lastID)
+			wrong = fmt.Sprintf("%s: event %d first delivered after event %d", s.ID, a.ID, lastID)
+		}
+		if wrong != "" {
+			if sc.OutOfOrder++; sc.OutOfOrder <= maxListed {
+				hc.problem("%s", wrong)
+			}
 		}
 		lastSeq[a.SKU] = max(lastSeq[a.SKU], a.Seq)
 		lastID = max(lastID, a.ID)
+	}
+	if sc.OutOfOrder > maxListed {
+		hc.problem("%s: %d more first deliveries out of order", s.ID, sc.OutOfOrder-maxListed)
 	}
 	var missing []int64
 	for _, e := range feed {
@@ -548,6 +555,10 @@ func judgeDeliveries(feed []feedEvent, s subLog, hc *HookCheck) SubCheck {
 	}
 	return sc
 }
+
+// maxListed bounds the deliveries out of order a subscription's problems
+// name one by one.
+const maxListed = 5
 
 func head[T any](s []T, n int) []T { return s[:min(n, len(s))] }
 
@@ -767,16 +778,24 @@ func hooksInspect(ctx context.Context, r *Run, v *Verdict) {
 	// deliveries paused, and what came again.
 	if fl := h.sub("flaky"); fl != nil && !h.killedAt.IsZero() {
 		var next time.Time
+		again := 0 // redeliveries after the kill
+		seen := map[int64]bool{}
 		for _, a := range fl.rc.arrivals() {
 			if a.At.After(h.killedAt) {
-				next = a.At
-				break
+				if next.IsZero() {
+					next = a.At
+				}
+				if seen[a.ID] {
+					again++
+				}
 			}
+			seen[a.ID] = true
 		}
 		if next.IsZero() {
 			r.note("after %s's kill the flaky receiver got nothing more", h.killed)
 		} else {
-			r.note("after %s's kill the flaky receiver's next delivery came %s later", h.killed, round(next.Sub(h.killedAt)))
+			r.note("after %s's kill the flaky receiver's next delivery came %s later; %d events delivered again after it",
+				h.killed, round(next.Sub(h.killedAt)), again)
 		}
 	}
 	for _, s := range h.subs {
