@@ -27,9 +27,9 @@ import (
 // events of three SKUs, and its receiver is down (its listener closed:
 // connection refused), then slow past the delivery's deadline (it stores
 // the event and answers 1.5 s later, after the 1 s deadline), then answers
-// 500, then is healthy again, answering each delivery 100 ms after it
-// came, so its backlog takes a few seconds to drain; while it drains, the
-// node that delivers it is SIGKILLed and restarted. The hot SKU and one
+// 500, then is healthy again, answering each delivery 25 ms after it came,
+// so its backlog (about 200 events) takes seconds to drain; while it
+// drains, the node that delivers it is SIGKILLed and restarted. The hot SKU and one
 // cart SKU have a low-stock threshold; the workload sells every SKU out and
 // gives units back (cancels, expiries, refunds, restocks).
 //
@@ -46,7 +46,7 @@ import (
 //     ask for, or a signature client.VerifyWebhook refuses;
 //   - a SKU whose threshold events (sku.low_stock, sku.sold_out,
 //     sku.back_in_stock, in seq order) are not the crossings its movement
-//     history makes, replayed as the arbiter decides them (crossings);
+//     history makes, replayed as the arbiter decides them (expectedCrossings);
 //   - an answer slower than answerLimit (docs/SPEC.md section 7) to a
 //     request sent while the flaky receiver was down, slow or failing: no
 //     sale waits for a delivery.
