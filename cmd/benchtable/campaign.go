@@ -267,13 +267,13 @@ func openCampaign(ctx context.Context, a *app.App, check *sql.DB, base string, i
 	stopCPU, stopProf = measureCPU(sellName), profilePhase(sellName)
 	closeSelling := stmts.window()
 	cs := a.Commits.Stats()
-	commits0, reqs0 := cs.Commits.Load(), cs.Requests.Load()
+	commits0, reqs0, nanos0 := cs.Commits.Load(), cs.Requests.Load(), cs.Nanos.Load()
 	wg.Wait()
 	stopProf()
 	stopCPU()
 	sellWall := time.Since(startsAt)
 	sellStmts := closeSelling()
-	commits, reqs := cs.Commits.Load()-commits0, cs.Requests.Load()-reqs0
+	commits, reqs, nanos := cs.Commits.Load()-commits0, cs.Requests.Load()-reqs0, cs.Nanos.Load()-nanos0
 
 	before := httpResult{name: beforeName, codes: map[int]int64{}}
 	after := httpResult{name: sellName, codes: map[int]int64{}}
@@ -308,7 +308,7 @@ func openCampaign(ctx context.Context, a *app.App, check *sql.DB, base string, i
 	after.note = fmt.Sprintf("first 201 %s after starts_at; %d 201s in %s (201s per second from the first to the last; the phase ran %s); sold %d of %d, %d left in the pool, oversell %d",
 		dur(o.firstSale), o.sales, o.sellingFor.Round(time.Millisecond), sellWall.Round(time.Millisecond), o.sold, o.allotment, o.left, max(o.sold-o.allotment, 0))
 	if commits > 0 {
-		after.note += fmt.Sprintf("; %d group commits of %.1f requests", commits, float64(reqs)/float64(commits))
+		after.note += fmt.Sprintf("; %d group commits: %.1f requests and %s each", commits, float64(reqs)/float64(commits), dur(time.Duration(nanos/commits)))
 	}
 	after.note += fmt.Sprintf("; statements outside the group commit: %.2f per 201 (%s)", perAnswer(sellStmts.tagged, o.sales), sellStmts.describe())
 	if o.lateEarly > 0 {

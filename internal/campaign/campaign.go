@@ -109,7 +109,11 @@ type cached struct {
 	// unchanged since (a view read before the opening only); retry is
 	// when Redis is asked again after it could not tell.
 	checked, retry time.Time
-	gen            uint64
+	// defined is when v's definition (its window, limit and hold: what a
+	// buy is checked against, not its counts) was last known current:
+	// read, or Redis's copy found with v's epoch and window since.
+	defined time.Time
+	gen     uint64
 }
 
 // New is the campaign service on db and st, selling through orders.
@@ -369,7 +373,7 @@ func (s *Service) read(ctx context.Context, id string) (View, error) {
 	}
 	s.mu.Lock()
 	s.gen++
-	s.views[id] = cached{v: v, epoch: c.RedisEpoch, read: read, checked: read, gen: s.gen}
+	s.views[id] = cached{v: v, epoch: c.RedisEpoch, read: read, checked: read, defined: read, gen: s.gen}
 	s.mu.Unlock()
 	return s.stated(v), nil
 }
@@ -428,6 +432,54 @@ func (e NotStarted) Error() string {
 
 func (e NotStarted) Unwrap() error { return inventory.ErrNotStarted }
 
+// definition is the view of campaign id a buy is checked against at now:
+// its window, limit and hold at most Staleness old; its counts may be
+// older (a buy does not need them). The view Get would answer serves; past
+// Staleness, Redis's copy of the pool (every change of the campaign writes
+// it again under a new epoch) confirms the definition with one HMGET, one
+// at a time per node. So a crowd buying during a sale waits for no read of
+// the counts, whose cost grows with the sales (a scan of the campaign's
+// reservations); Get reads them at most every Staleness for the pages
+// polling. Only when Redis cannot confirm it is the view read again.
+func (s *Service) definition(ctx context.Context, id string, now time.Time) (View, error) {
+	c, ok := s.cached(id)
+	if ok && (c.answerable(now) || now.Sub(c.defined) < Staleness) {
+		return c.v, nil
+	}
+	if ok && c.v.State != Ended {
+		v, err, _ := s.reads.Do("definition:"+id, func() (any, error) {
+			c, ok := s.cached(id)
+			now := s.cfg.Now()
+			if ok && (c.answerable(now) || now.Sub(c.defined) < Staleness) {
+				return c.v, nil
+			}
+			if same, err := s.unchanged(context.WithoutCancel(ctx), c); err != nil || !same {
+				return nil, errors.Join(err, errChanged)
+			}
+			s.defined(id, c.gen, now)
+			return c.v, nil
+		})
+		if err == nil {
+			return v.(View), nil
+		}
+	}
+	return s.Get(ctx, id)
+}
+
+// errChanged is a definition Redis did not confirm.
+var errChanged = errors.New("campaign: changed since read")
+
+// defined records that view gen of campaign id had the current definition
+// at t. A view read since is left alone.
+func (s *Service) defined(id string, gen uint64, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.views[id]; ok && c.gen == gen && t.After(c.defined) {
+		c.defined = t
+		s.views[id] = c
+	}
+}
+
 // Buy sells one unit of campaign id to userID as a PENDING order (with
 // idemKey, a retry answers the same order). Before the opening it answers
 // a NotStarted itself, not wrapped (inventory.ErrNotStarted), after the
@@ -444,13 +496,9 @@ func (s *Service) Buy(ctx context.Context, id, userID, idemKey string) (*order.O
 		return nil, err
 	}
 	now := s.cfg.Now()
-	c, ok := s.cached(id) // the view as Get would answer it (its state is not needed)
-	v := c.v
-	if !ok || !c.answerable(now) {
-		var err error
-		if v, err = s.Get(ctx, id); err != nil {
-			return nil, err
-		}
+	v, err := s.definition(ctx, id, now)
+	if err != nil {
+		return nil, err
 	}
 	// Before the opening (by this node's clock and the view it holds, whose
 	// window is at most Staleness old) the answer needs neither Redis nor

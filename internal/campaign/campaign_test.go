@@ -7,11 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
@@ -313,6 +315,47 @@ func TestAChangeOnAnotherNodeIsSeenWithinStaleness(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, campaign.Live, v.State)
 	require.True(t, v.StartsAt.Equal(opened.UTC().Truncate(time.Microsecond)), "%s", v.StartsAt)
+}
+
+// During a sale a buy waits for no read of the campaign's counts (a scan
+// of its reservations, longer with every sale): after Staleness its
+// definition is confirmed in Redis, and every buy costs only the sale's
+// own statements. A change on another node (a new limit) is still seen
+// within Staleness: Redis's copy no longer confirms the old definition.
+func TestBuysDuringTheSaleReadNoCounts(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	id, sku := put(t, r, 100, 50, 1, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+	_, err := r.Campaigns.Buy(ctx, id, "u0", "")
+	require.NoError(t, err)
+	var reads atomic.Int64
+	name := "count-reads:" + t.Name()
+	count := func(tx *gorm.DB) {
+		if q := tx.Statement.SQL.String(); strings.Contains(q, "GROUP BY state") || strings.Contains(q, "FROM `campaigns` WHERE id =") {
+			reads.Add(1) // the view's reads: its counts, its row
+		}
+	}
+	require.NoError(t, r.DB.Callback().Row().After("gorm:row").Register(name, count))
+	require.NoError(t, r.DB.Callback().Query().After("gorm:query").Register(name, count))
+	t.Cleanup(func() { _ = r.DB.Callback().Row().Remove(name); _ = r.DB.Callback().Query().Remove(name) })
+	for i := 1; i <= 6; i++ {
+		r.Clock.Advance(campaign.Staleness)
+		_, err := r.Campaigns.Buy(ctx, id, fmt.Sprintf("u%d", i), "")
+		require.NoError(t, err)
+	}
+	require.Zero(t, reads.Load(), "reads of the view in 6 buys, each after Staleness")
+
+	other := campaign.New(r.DB, r.Stock, r.Orders, campaign.Config{Now: r.Clock.Now})
+	_, err = other.Put(ctx, id, campaign.Spec{SKU: sku, Allotment: 50, StartsAt: time.Now().Add(-time.Minute), EndsAt: time.Now().Add(time.Hour),
+		PerUserLimit: 2}, nil)
+	require.NoError(t, err)
+	reads.Store(0) // the other node's own
+	r.Clock.Advance(campaign.Staleness)
+	_, err = r.Campaigns.Buy(ctx, id, "u1", "")
+	require.NoError(t, err, "the limit raised to 2 on another node is this node's within Staleness")
+	require.EqualValues(t, 2, reads.Load(), "the view read again once (the row and its counts)")
+	_, err = r.Campaigns.Buy(ctx, id, "u1", "")
+	require.ErrorIs(t, err, inventory.ErrConflict, "and the new limit holds")
 }
 
 // A buy that crosses nothing (not the campaign's first sale, not its
