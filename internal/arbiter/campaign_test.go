@@ -3,11 +3,13 @@ package arbiter_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
@@ -220,4 +222,36 @@ func TestCampaignReleaseAndEnd(t *testing.T) {
 	}), "ending twice changes nothing")
 	s.RequireQty(sku, 20, 2)
 	s.CheckInvariant(sku)
+}
+
+// A campaign's counts, which each node reads again every Staleness while
+// product pages poll its view, are summed from the campaign's index alone:
+// counting reads no sale's row (at 25,000 sales those reads were 80% of
+// the count's time).
+func TestCampaignCountsReadTheIndexAlone(t *testing.T) {
+	s := newStmts(t)
+	sku, id := testenv.Unique("CCNT"), testenv.Unique("c")
+	s.put(sku, 100, 0)
+	require.NoError(t, s.putCampaign(campaign(id, sku, 50, 0, time.Now().Add(-time.Minute))))
+	for i := range 3 {
+		_, err := s.reserve(sale(fmt.Sprintf("%s-o%d", id, i), sku, id, 1, ""))
+		require.NoError(t, err)
+	}
+	var sent string
+	name := "capture:" + t.Name()
+	require.NoError(t, s.DB.Callback().Row().After("gorm:row").Register(name, func(tx *gorm.DB) {
+		sent = tx.Dialector.Explain(tx.Statement.SQL.String(), tx.Statement.Vars...)
+	}))
+	c, err := arbiter.CountCampaign(s.DB, id)
+	require.NoError(t, s.DB.Callback().Row().Remove(name))
+	require.NoError(t, err)
+	require.Equal(t, arbiter.CampaignCounts{Held: 3, Left: 47}, c)
+	require.Contains(t, sent, "GROUP BY")
+	var plan []struct {
+		Table, Key, Extra string
+	}
+	require.NoError(t, s.DB.Raw("EXPLAIN "+sent).Scan(&plan).Error)
+	require.Len(t, plan, 1, "%+v", plan)
+	require.Equal(t, "stock_reservations_campaign", plan[0].Key, "%+v", plan[0])
+	require.Contains(t, strings.Split(plan[0].Extra, "; "), "Using index", "read from the index alone: %+v", plan[0])
 }
