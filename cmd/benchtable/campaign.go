@@ -537,11 +537,7 @@ func campaignTable(c *campaignRun) string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| campaign group, %d clients (openings: %d buyers + %d pollers) | requests/s | p50 | p99 | answers | notes |\n|---|---:|---:|---:|---|---|\n",
-		*workers, *workers, *campPollers)
-	for _, r := range c.phases {
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s |\n", r.name, r.rate, dur(r.p50), dur(r.p99), r.answersCell(), r.note)
-	}
+	phaseTable(&b, fmt.Sprintf("campaign group, %d clients (openings: %d buyers + %d pollers)", *workers, *workers, *campPollers), c.phases)
 	b.WriteString("\nA campaign's row \"before the opening\" counts the answers read before starts_at (requests per second of all of them); its row \"selling\" gives 201s per second from the first 201 to the last, and its p50 and p99 are the 201s' latencies.\n")
 	return b.String()
 }

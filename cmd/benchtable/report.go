@@ -226,10 +226,7 @@ func report(rs, sync []result, web webRun) {
 		}
 	}
 	if len(web.phases) >= 4 {
-		fmt.Fprintf(&b, "\n| HTTP, %d clients | requests/s | p50 | p99 | answers | notes |\n|---|---:|---:|---:|---|---|\n", *workers)
-		for _, r := range web.phases {
-			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s |\n", r.name, r.rate, dur(r.p50), dur(r.p99), r.answersCell(), r.note)
-		}
+		phaseTable(&b, fmt.Sprintf("HTTP, %d clients", *workers), web.phases)
 	}
 	b.WriteString(arrivalTable(web.arrival))
 	b.WriteString(campaignTable(web.camp))
@@ -317,4 +314,13 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], ", ")
+}
+
+// phaseTable writes phases as a table of their rates, latencies, answers
+// and notes, headed by title.
+func phaseTable(b *strings.Builder, title string, phases []httpResult) {
+	fmt.Fprintf(b, "\n| %s | requests/s | p50 | p99 | answers | notes |\n|---|---:|---:|---:|---|---|\n", title)
+	for _, r := range phases {
+		fmt.Fprintf(b, "| %s | %.0f | %s | %s | %s | %s |\n", r.name, r.rate, dur(r.p50), dur(r.p99), r.answersCell(), r.note)
+	}
 }

@@ -751,10 +751,7 @@ func webhooksTable(h *hooksRun) string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| webhooks group, %d clients | requests/s | p50 | p99 | answers | notes |\n|---|---:|---:|---:|---|---|\n", *workers)
-	for _, r := range h.phases {
-		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s |\n", r.name, r.rate, dur(r.p50), dur(r.p99), r.answersCell(), r.note)
-	}
+	phaseTable(&b, fmt.Sprintf("webhooks group, %d clients", *workers), h.phases)
 	b.WriteString("\n\"No subscription\" is no webhook subscription at all: the events are still written (the arbiter writes them in the sale's transaction, always on; the events job numbers and coalesces them) and the delivery job still lists the subscriptions every second; " +
 		"\"one subscription\" is one (`PUT /v1/webhooks/{id}`, every event, every SKU), put before its phase and deleted after it, delivering to a receiver in this process that answers 200 at once. " +
 		pairOrder(*hookWithFirst) + " " +
