@@ -166,7 +166,18 @@ install_promtool() {
   fi
 }
 
+# A RocketMQ 5.x broker refuses every message once its disk is 90% full
+# (diskSpaceWarningLevelRatio): the sync then stops with no error a test can
+# name, and every test that pays an order times out. Say it before.
+check_disk() {
+  local used
+  used=$(df -P "$CACHE" 2>/dev/null | awk 'NR == 2 { sub("%", "", $5); print $5 }')
+  [ -n "$used" ] || return 0
+  [ "$used" -lt 88 ] || die "the disk holding $CACHE is ${used}% full: the RocketMQ broker refuses messages past 90%; free space (go clean -cache is often the most)"
+}
+
 what=${1:-all}
+check_disk
 case $what in
   # The jars too when the servers were already up (another clone's): the
   # tests start private brokers from them.
