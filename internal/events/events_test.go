@@ -47,9 +47,12 @@ func TestJobNumbersEveryEventOnceAndFailsOver(t *testing.T) {
 
 	ev := arbiter.EventsOf(r.DB)
 	require.Eventually(t, func() bool {
-		n, err := ev.Unpublished()
-		require.NoError(t, err)
+		// The SKU's events first, then none unpublished: every event read
+		// was numbered. (Read the other way round, the last level event
+		// could be written between the two reads and not be numbered yet.)
 		all, err := ev.OfSKU(sku)
+		require.NoError(t, err)
+		n, err := ev.Unpublished()
 		require.NoError(t, err)
 		last := all[len(all)-1]
 		return n == 0 && last.Type == arbiter.EventLevelChanged && last.Reserved == 0
