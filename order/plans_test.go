@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/acme/inventory/internal/listing"
+	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
 )
@@ -212,23 +213,7 @@ func analyze(t *testing.T, db *sql.DB, s string) []map[string]string {
 	for _, one := range strings.Split(s, ";\n") {
 		rows, err := tx.Query("ANALYZE " + one)
 		require.NoError(t, err, one)
-		cols, err := rows.Columns()
-		require.NoError(t, err)
-		for rows.Next() {
-			vals := make([]sql.NullString, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			require.NoError(t, rows.Scan(ptrs...))
-			p := map[string]string{}
-			for i, c := range cols {
-				p[c] = vals[i].String
-			}
-			plan = append(plan, p)
-		}
-		require.NoError(t, rows.Err())
-		require.NoError(t, rows.Close())
+		plan = append(plan, testenv.Rows(t, rows)...)
 	}
 	return plan
 }

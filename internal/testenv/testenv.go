@@ -375,3 +375,28 @@ func ForEachRedis(t *testing.T, fn func(t *testing.T, b RedisBackend, rdb redis.
 		t.Run(b.Name, func(t *testing.T) { fn(t, b, b.Open(t)) })
 	}
 }
+
+// Rows reads every row of rows (an EXPLAIN's or ANALYZE's plan, say) as
+// column → value, NULL as "", and closes it.
+func Rows(t testing.TB, rows *sql.Rows) []map[string]string {
+	t.Helper()
+	defer rows.Close()
+	cols, err := rows.Columns()
+	require.NoError(t, err)
+	var out []map[string]string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		require.NoError(t, rows.Scan(ptrs...))
+		row := make(map[string]string, len(cols))
+		for i, c := range cols {
+			row[c] = vals[i].String
+		}
+		out = append(out, row)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
