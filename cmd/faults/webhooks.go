@@ -569,44 +569,10 @@ type movement struct {
 	OnHandD, ReservedD int64
 }
 
-// Mirrors of the arbiter's decision (internal/arbiter/events.go,
-// thresholdFlags and crossings), replayed over the movement history.
-const (
-	simLow     = 1
-	simSoldOut = 2
-)
-
-func simFlags(onHand, reserved, threshold int64) int64 {
-	if onHand == -1 {
-		return 0
-	}
-	var f int64
-	if onHand-reserved <= 0 {
-		f |= simSoldOut
-	}
-	if threshold > 0 && onHand-reserved <= threshold {
-		f |= simLow
-	}
-	return f
-}
-
-func simCrossings(announced, now int64) []string {
-	var out []string
-	if now&simLow != 0 && announced&simLow == 0 {
-		out = append(out, arbiter.EventLowStock)
-	}
-	switch {
-	case now&simSoldOut != 0 && announced&simSoldOut == 0:
-		out = append(out, arbiter.EventSoldOut)
-	case now&simSoldOut == 0 && announced&simSoldOut != 0:
-		out = append(out, arbiter.EventBackInStock)
-	}
-	return out
-}
-
-// expectedCrossings replays a SKU's movements in id order: the first
-// (its creation) sets what is announced without an event, as the
-// arbiter's Set does; each later one announces what it crosses. The
+// expectedCrossings replays a SKU's movements in id order by the
+// arbiter's rule (arbiter.Crossed): the first (its creation) sets what is
+// announced without an event, as the arbiter's Set does; each later one
+// announces what it crosses. The
 // threshold is the SKU's last (hooksBefore puts it before any sale, above
 // what is available then, so it crosses nothing when put).
 func expectedCrossings(moves []movement, threshold int64) []string {
@@ -615,9 +581,9 @@ func expectedCrossings(moves []movement, threshold int64) []string {
 	for i, m := range moves {
 		onHand += m.OnHandD
 		reserved += m.ReservedD
-		now := simFlags(onHand, reserved, threshold)
-		if i > 0 && now != flags {
-			out = append(out, simCrossings(flags, now)...)
+		now, events := arbiter.Crossed(flags, onHand, reserved, threshold)
+		if i > 0 {
+			out = append(out, events...)
 		}
 		flags = now
 	}

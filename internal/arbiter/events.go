@@ -106,6 +106,14 @@ func thresholdFlags(onHand, reserved, threshold int64) int64 {
 	return f
 }
 
+// Crossed is the arbiter's threshold rule for a checker replaying a
+// SKU's history: the flags a SKU at these levels has crossed, and the
+// events a move to them from the announced flags writes, in order.
+func Crossed(announced, onHand, reserved, threshold int64) (int64, []string) {
+	now := thresholdFlags(onHand, reserved, threshold)
+	return now, crossings(announced, now)
+}
+
 // crossings are the events of a move from the announced flags to now, in
 // the order they happened: a fall past the low threshold before the fall
 // to zero. A rise above the low threshold re-arms it silently.
