@@ -149,7 +149,8 @@ func campaignBench(ctx context.Context, rdb *redis.Client, dsnBase string) *camp
 
 // openCampaign puts campaign i opening -campaign-before from now and has
 // -workers buyers (closed loop, POST .../buy) call it until its allotment
-// is sold, and -campaign-pollers pollers (closed loop, GET: the countdown)
+// is sold, and -campaign-pollers pollers (closed loop, GET: the countdown,
+// revalidated by its ETag)
 // until starts_at; then checks the database. The selling is judged
 // against the seckill selling phase, which has the buyers alone.
 func openCampaign(ctx context.Context, a *app.App, check *sql.DB, base string, i int, stmts *stmtCounter) (opening, []httpResult) {
@@ -199,7 +200,10 @@ func openCampaign(ctx context.Context, a *app.App, check *sql.DB, base string, i
 			poller := w >= *workers
 			var c *rawClient
 			if poller {
+				// A product page: it revalidates the countdown it holds
+				// (If-None-Match), as a browser does once max-age is past.
 				c = newRawRequest(http.MethodGet, base+"/v1/campaigns/"+id, credentials("p", w), 10*time.Second)
+				c.revalidate = true
 			} else {
 				h := credentials("k", w)
 				h.Set("Content-Type", "application/json")

@@ -30,6 +30,11 @@ type rawClient struct {
 	// retryAfter says whether the last answer had a Retry-After header
 	// (a campaign's sale_not_started has one; its sold-out 409 has none).
 	retryAfter bool
+
+	// revalidate sends the last answer's ETag back in If-None-Match, as a
+	// browser revalidates a page it holds (etag: that ETag).
+	revalidate bool
+	etag       []byte
 }
 
 func newRawClient(rawURL string, h http.Header, timeout time.Duration) *rawClient {
@@ -66,6 +71,11 @@ func (c *rawClient) post(body string) (int, error) {
 func (c *rawClient) roundTrip(body string) (int, error) {
 	_ = c.conn.SetDeadline(time.Now().Add(c.timeout))
 	c.buf = append(c.buf[:0], c.head...)
+	if c.revalidate && len(c.etag) > 0 {
+		c.buf = append(c.buf, "If-None-Match: "...)
+		c.buf = append(c.buf, c.etag...)
+		c.buf = append(c.buf, "\r\n"...)
+	}
 	c.buf = append(c.buf, "Content-Length: "...)
 	c.buf = strconv.AppendInt(c.buf, int64(len(body)), 10)
 	c.buf = append(c.buf, "\r\n\r\n"...)
@@ -112,9 +122,13 @@ func (c *rawClient) roundTrip(body string) (int, error) {
 			closing = true
 		case bytes.EqualFold(name, []byte("Retry-After")):
 			c.retryAfter = true
+		case c.revalidate && bytes.EqualFold(name, []byte("ETag")):
+			c.etag = append(c.etag[:0], value...)
 		}
 	}
 	switch {
+	case status == http.StatusNotModified || status == http.StatusNoContent:
+		// no body, whatever the headers say
 	case chunked:
 		if err := c.discardChunks(); err != nil {
 			return 0, err

@@ -102,3 +102,32 @@ func TestRawClientGetAndRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// A revalidating client sends the last ETag in If-None-Match (none on the
+// first request) and reads a 304, which has no body, then the next answer
+// on the same connection from its start.
+func TestRawClientRevalidates(t *testing.T) {
+	var sent []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inm := r.Header.Get("If-None-Match")
+		sent = append(sent, inm)
+		w.Header().Set("ETag", `W/"v1"`)
+		if inm == `W/"v1"` {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		_, _ = io.WriteString(w, `{"state":"SCHEDULED"}`)
+	}))
+	defer srv.Close()
+	c := newRawRequest(http.MethodGet, srv.URL+"/v1/campaigns/c", http.Header{}, 5*time.Second)
+	c.revalidate = true
+	defer c.Close()
+	for i, want := range []int{200, 304, 304} {
+		if got, err := c.post(""); err != nil || got != want {
+			t.Fatalf("poll %d: status %d, err %v; want %d", i, got, err, want)
+		}
+	}
+	if want := []string{"", `W/"v1"`, `W/"v1"`}; strings.Join(sent, "|") != strings.Join(want, "|") {
+		t.Fatalf("If-None-Match sent %q, want %q", sent, want)
+	}
+}

@@ -183,8 +183,9 @@ func (s *Server) buyCampaign(c echo.Context) error {
 		// buy): an answer encoded once per opening, as cheap as a sold-out
 		// flag's.
 		s.cfg.Metrics.notStarted.Inc()
-		c.Response().Header()["Retry-After"] = []string{strconv.FormatInt(retryAfter(early), 10)}
-		return c.JSONBlob(http.StatusConflict, s.notStartedBody(id, early))
+		a := s.earlyAnswer(id, early)
+		c.Response().Header()["Retry-After"] = a.retryAfter
+		return c.JSONBlob(http.StatusConflict, a.body)
 	}
 	s.cfg.Metrics.deduction(err, 0)
 	if errors.Is(err, inventory.ErrInsufficientStock) {
@@ -214,20 +215,36 @@ func notStarted(e campaign.NotStarted) *apiError {
 		header: [2]string{"Retry-After", strconv.FormatInt(retryAfter(e), 10)}}
 }
 
-// notStartedBody is the body of the answer to a buy of campaign id before
-// its opening: exactly what the error path writes for notStarted(e),
-// encoded once per campaign and opening (the message names starts_at).
-func (s *Server) notStartedBody(id string, e campaign.NotStarted) []byte {
-	type encoded struct {
-		startsAt time.Time
-		body     []byte
+// early is a campaign's answer to a buy before its opening: its body,
+// exactly what the error path writes for notStarted (encoded once per
+// opening: the message names starts_at), and its Retry-After (once per
+// second). Never changed once stored: a new second or opening stores a new
+// one.
+type early struct {
+	startsAt   time.Time
+	body       []byte
+	secs       int64
+	retryAfter []string
+}
+
+// earlyAnswer is the answer to e, a buy of campaign id before its opening:
+// from memory, as a sold-out flag's is, with no allocation past the first
+// of each second.
+func (s *Server) earlyAnswer(id string, e campaign.NotStarted) *early {
+	secs := retryAfter(e)
+	got, ok := s.earlyAnswers.Load(id)
+	a, _ := got.(*early)
+	if ok && a.startsAt.Equal(e.StartsAt) && a.secs == secs {
+		return a
 	}
-	if b, ok := s.notStartedBodies.Load(id); ok && b.(encoded).startsAt.Equal(e.StartsAt) {
-		return b.(encoded).body
+	next := &early{startsAt: e.StartsAt, secs: secs, retryAfter: []string{strconv.FormatInt(secs, 10)}}
+	if ok && a.startsAt.Equal(e.StartsAt) {
+		next.body = a.body
+	} else {
+		next.body = s.encodedAnswer(notStarted(e))
 	}
-	body := s.encodedAnswer(notStarted(e))
-	s.notStartedBodies.Store(id, encoded{e.StartsAt, body})
-	return body
+	s.earlyAnswers.Store(id, next)
+	return next
 }
 
 // endCampaign ends a campaign now (admin).

@@ -95,12 +95,12 @@ type Server struct {
 	// sold-out flag refuses: the cheapest answer the service gives, so it is
 	// written as bytes, not rebuilt per request.
 	soldOutBodies sync.Map // sku -> []byte
-	// notStartedBodies holds, per campaign, the encoded answer to a buy
-	// before its opening (the message names starts_at).
-	notStartedBodies sync.Map // campaign id -> its opening and the body
-	countdowns       sync.Map // campaign id -> *countdown (see pollAnswer)
-	log              *slog.Logger
-	e                *echo.Echo
+	// earlyAnswers holds, per campaign, the answer to a buy before its
+	// opening (see earlyAnswer).
+	earlyAnswers sync.Map // campaign id -> *early
+	countdowns   sync.Map // campaign id -> *countdown (see pollAnswer)
+	log          *slog.Logger
+	e            *echo.Echo
 }
 
 type cachedLimit struct {
