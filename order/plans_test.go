@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/acme/inventory/internal/listing"
+	"github.com/acme/inventory/internal/rawtx"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
@@ -179,14 +180,16 @@ func capture(t *testing.T, db *gorm.DB, fn func()) []string {
 	var mu sync.Mutex
 	var out []string
 	name := "plans:" + t.Name()
-	record := func(tx *gorm.DB) {
-		s := tx.Dialector.Explain(tx.Statement.SQL.String(), tx.Statement.Vars...)
+	keep := func(s string) {
 		if strings.Contains(s, "orders") {
 			mu.Lock()
 			out = append(out, s)
 			mu.Unlock()
 		}
 	}
+	record := func(tx *gorm.DB) { keep(tx.Dialector.Explain(tx.Statement.SQL.String(), tx.Statement.Vars...)) }
+	// and the group commit's, sent past GORM
+	defer rawtx.Observe(db, func(s rawtx.Statement) { keep(db.Dialector.Explain(s.SQL, s.Args...)) })()
 	cb := db.Callback()
 	require.NoError(t, cb.Query().After("gorm:query").Register(name, record))
 	require.NoError(t, cb.Update().After("gorm:update").Register(name, record))

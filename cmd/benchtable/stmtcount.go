@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/acme/inventory/internal/rawtx"
 )
 
 // The statements a phase's requests cause, counted exactly inside the
@@ -21,8 +23,10 @@ import (
 // derived from it), and a GORM callback after every statement counts those
 // that carry it while a window is open. Statements of the background jobs
 // (the outbox relay's polls, the sweeps) carry no tag and are counted
-// apart. The group commit's own connections are not behind GORM: the
-// caller reads their counters (groupcommit.Writer's stats) beside these.
+// apart. The group commit sends its statements past GORM
+// (internal/rawtx): they are counted through rawtx.Observe, the same way
+// (a batch runs under a context of its own, untagged, so among the
+// background's); its commits are groupcommit.Writer's stats.
 
 type requestTag struct{}
 
@@ -65,23 +69,36 @@ func countStatements(db *gorm.DB) *stmtCounter {
 	must(cb.Delete().After("gorm:delete").Before(commit).Register(name, c.observe))
 	must(cb.Raw().After("gorm:raw").Register(name, c.observe))
 	must(cb.Row().After("gorm:row").Register(name, c.observe))
+	rawtx.Observe(db, func(s rawtx.Statement) { c.count(s.Context, s.SQL, s.Tx) }) // for the process's life, as the callbacks
 	return c
 }
 
 func (c *stmtCounter) observe(db *gorm.DB) {
 	if !c.on.Load() || db.Statement == nil || db.Statement.SQL.Len() == 0 {
-		return // not counting, or nothing was sent (an error before the statement)
+		return // nothing was sent (an error before the statement)
 	}
-	if !tagged(db.Statement.Context) {
+	var tx any // the transaction it ran in, if any
+	if _, inTx := db.Statement.ConnPool.(gorm.TxCommitter); inTx {
+		tx = db.Statement.ConnPool
+	}
+	c.count(db.Statement.Context, db.Statement.SQL.String(), tx)
+}
+
+// count counts a statement sent under ctx, in transaction tx (nil: none).
+func (c *stmtCounter) count(ctx context.Context, sql string, tx any) {
+	if !c.on.Load() {
+		return
+	}
+	if !tagged(ctx) {
 		c.untagged.Add(1)
 		return
 	}
 	c.tagged.Add(1)
-	shape := statementShape(db.Statement.SQL.String())
+	shape := statementShape(sql)
 	c.mu.Lock()
 	c.shapes[shape]++
-	if _, inTx := db.Statement.ConnPool.(gorm.TxCommitter); inTx {
-		c.txs[db.Statement.ConnPool] = struct{}{}
+	if tx != nil {
+		c.txs[tx] = struct{}{}
 	}
 	c.mu.Unlock()
 }

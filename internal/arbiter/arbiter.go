@@ -1,6 +1,8 @@
 package arbiter
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -23,11 +25,26 @@ import (
 //
 // The database's own rules back it: reserved <= on_hand for every limited
 // SKU (a CHECK), a reservation's key (token, sku), a quota's key (sku, user).
-type Arbiter struct{ tx *gorm.DB }
+//
+// Reserve, and what it calls, sends its statements through c (see Conn),
+// so the group commit runs it past GORM (OnConn); the rest goes through
+// GORM (tx).
+type Arbiter struct {
+	tx      *gorm.DB // nil on a Direct's
+	c       Conn
+	ctx     context.Context
+	dialect string // "": tx's dialector's
+}
 
 // In is the arbiter of the transaction tx: every change it makes commits or
 // rolls back with tx.
-func In(tx *gorm.DB) Arbiter { return Arbiter{tx: tx} }
+func In(tx *gorm.DB) Arbiter {
+	a := Arbiter{tx: tx, c: gormConn{tx}}
+	if tx != nil && tx.Statement != nil {
+		a.ctx = tx.Statement.Context
+	}
+	return a
+}
 
 // Hold is one reservation to record, and the buyer it counts against if its
 // SKU has a per-user limit ("" for none: the token API).
@@ -77,7 +94,7 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 			take[BuyerUnits{SKU: quota, User: h.Buyer}] += h.Row.Qty
 		}
 	}
-	if err := insertReservations(a.tx, rows); err != nil {
+	if err := a.insertReservations(rows); err != nil {
 		return nil, err
 	}
 	if err := a.takeQuotas(take, limits); err != nil {
@@ -85,13 +102,13 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 	}
 	skus := sortedKeys(want)
 	for _, sku := range skus {
-		res := a.tx.Exec(`UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1
+		n, err := a.exec(`UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1
 			WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?)`, want[sku], sku, want[sku])
-		if res.Error != nil {
-			return nil, res.Error
+		if err != nil {
+			return nil, err
 		}
-		if res.RowsAffected == 0 {
-			if ok, err := SKUExists(a.tx, sku); err != nil || !ok {
+		if n == 0 {
+			if ok, err := a.skuExists(sku); err != nil || !ok {
 				return nil, errors.Join(err, inventory.UnknownSKU(sku))
 			}
 			return nil, RefusedError{sku}
@@ -146,19 +163,20 @@ func (a Arbiter) limits(holds []Hold) (map[string]int64, error) {
 		return limits, err
 	}
 	slices.Sort(skus)
-	var rows []struct {
-		SKU          string `gorm:"column:sku"`
-		PerUserLimit int64
-	}
-	if err := a.tx.Raw(`SELECT sku, per_user_limit FROM skus WHERE sku IN ? AND per_user_limit > 0`,
-		slices.Compact(skus)).Scan(&rows).Error; err != nil {
-		return nil, err
-	}
+	skus = slices.Compact(skus)
 	if limits == nil {
-		limits = make(map[string]int64, len(rows))
+		limits = map[string]int64{}
 	}
-	for _, r := range rows {
-		limits[r.SKU] = r.PerUserLimit
+	if err := a.query(func(rows *sql.Rows) error {
+		var sku string
+		var limit int64
+		if err := rows.Scan(&sku, &limit); err != nil {
+			return err
+		}
+		limits[sku] = limit
+		return nil
+	}, inList(`SELECT sku, per_user_limit FROM skus WHERE sku IN ? AND per_user_limit > 0`, len(skus)), anys(skus)...); err != nil {
+		return nil, err
 	}
 	return limits, nil
 }
@@ -176,7 +194,7 @@ func (a Arbiter) takeQuotas(take map[BuyerUnits]int64, limits map[string]int64) 
 	})
 	upsert := `INSERT INTO buyer_quotas (sku, user_id, qty) VALUES (?, ?, ?)
 		ON DUPLICATE KEY UPDATE qty = IF(qty + VALUES(qty) <= ?, qty + VALUES(qty), qty)`
-	if a.tx.Dialector.Name() == "sqlite" {
+	if a.dialectName() == "sqlite" {
 		upsert = `INSERT INTO buyer_quotas (sku, user_id, qty) VALUES (?, ?, ?)
 			ON CONFLICT (sku, user_id) DO UPDATE SET qty = qty + excluded.qty WHERE qty + excluded.qty <= ?`
 	}
@@ -185,11 +203,11 @@ func (a Arbiter) takeQuotas(take map[BuyerUnits]int64, limits map[string]int64) 
 		if qty > limit {
 			return OverLimitError{b.SKU, b.User, limit}
 		}
-		res := a.tx.Exec(upsert, b.SKU, b.User, qty, limit)
-		if res.Error != nil {
-			return res.Error
+		n, err := a.exec(upsert, b.SKU, b.User, qty, limit)
+		if err != nil {
+			return err
 		}
-		if res.RowsAffected == 0 { // the row exists and stayed as it was
+		if n == 0 { // the row exists and stayed as it was
 			return OverLimitError{b.SKU, b.User, limit}
 		}
 	}
@@ -798,4 +816,4 @@ func (a Arbiter) recordedAnomalies(skus []string, bySKU map[string][]StockMessag
 }
 
 // moved writes the movements of a change, in one multi-row INSERT.
-func (a Arbiter) moved(ms []Movement) error { return insertMovements(a.tx, ms) }
+func (a Arbiter) moved(ms []Movement) error { return a.insertMovements(ms) }

@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -88,7 +89,7 @@ func (e CampaignRefusedError) Unwrap() error { return e.Err }
 // by it, so a node whose clock runs fast cannot sell early. The embedded
 // SQLite runs in the process: its clock is the node's.
 func (a Arbiter) dbNow() (string, []any) {
-	if a.tx.Dialector.Name() == "sqlite" {
+	if a.dialectName() == "sqlite" {
 		return "?", []any{time.Now().UTC()}
 	}
 	return "UTC_TIMESTAMP(6)", nil
@@ -147,7 +148,7 @@ func (a Arbiter) PutCampaign(c Campaign, ifMatch []string, now time.Time) ([]inv
 		}
 		row := Reservation{Token: token, SKU: c.SKU, Qty: c.Allotment, State: Held, ExpiresAt: c.EndsAt,
 			CreatedAt: now, UpdatedAt: now, CampaignID: &c.ID}
-		if err := insertReservations(a.tx, []Reservation{row}); err != nil {
+		if err := a.insertReservations([]Reservation{row}); err != nil {
 			return nil, err
 		}
 		return a.movePool(c.ID, c.SKU, c.Allotment, true)
@@ -244,13 +245,13 @@ func (a Arbiter) takeFromPools(want map[string]int64, skuOf map[string]string) (
 		q := append([]any{want[id], CampaignToken(id), skuOf[id], want[id]}, args...)
 		q = append(q, id)
 		q = append(q, args...)
-		res := a.tx.Exec(`UPDATE stock_reservations SET qty = qty - ?, result = result + 1
+		n, err := a.exec(`UPDATE stock_reservations SET qty = qty - ?, result = result + 1
 			WHERE token = ? AND sku = ? AND state = 'HELD' AND qty >= ? AND expires_at > `+now+`
 			AND EXISTS (SELECT 1 FROM campaigns WHERE id = ? AND starts_at <= `+now+`)`, q...)
-		if res.Error != nil {
-			return nil, res.Error
+		if err != nil {
+			return nil, err
 		}
-		if res.RowsAffected == 0 {
+		if n == 0 {
 			return nil, a.whyNotSold(id, want[id])
 		}
 		p, err := a.poolAfter(id)
@@ -275,8 +276,18 @@ func (a Arbiter) whyNotSold(id string, qty int64) error {
 	}
 	q := append(append([]any{}, args...), args...)
 	q = append(q, CampaignToken(id))
-	if err := a.tx.Raw(`SELECT c.starts_at > `+now+` AS early, (r.state <> 'HELD' OR r.expires_at <= `+now+`) AS late, r.qty
-		FROM campaigns c JOIN stock_reservations r ON r.campaign_id = c.id WHERE r.token = ?`, q...).Scan(&st).Error; err != nil {
+	if err := a.query(func(rows *sql.Rows) error {
+		var s struct {
+			Early, Late bool
+			Qty         int64
+		}
+		if err := rows.Scan(&s.Early, &s.Late, &s.Qty); err != nil {
+			return err
+		}
+		st = append(st, s)
+		return nil
+	}, `SELECT c.starts_at > `+now+` AS early, (r.state <> 'HELD' OR r.expires_at <= `+now+`) AS late, r.qty
+		FROM campaigns c JOIN stock_reservations r ON r.campaign_id = c.id WHERE r.token = ?`, q...); err != nil {
 		return err
 	}
 	switch {
@@ -297,13 +308,17 @@ func (a Arbiter) campaignLimits(ids []string) (map[string]int64, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	var rows []Campaign
-	if err := a.tx.Select("id", "per_user_limit").Where("id IN ? AND per_user_limit > 0", ids).Find(&rows).Error; err != nil {
+	out := map[string]int64{}
+	if err := a.query(func(rows *sql.Rows) error {
+		var id string
+		var limit int64
+		if err := rows.Scan(&id, &limit); err != nil {
+			return err
+		}
+		out[CampaignToken(id)] = limit
+		return nil
+	}, inList("SELECT `id`,`per_user_limit` FROM `campaigns` WHERE id IN ? AND per_user_limit > 0", len(ids)), anys(ids)...); err != nil {
 		return nil, err
-	}
-	out := make(map[string]int64, len(rows))
-	for _, c := range rows {
-		out[CampaignToken(c.ID)] = c.PerUserLimit
 	}
 	return out, nil
 }

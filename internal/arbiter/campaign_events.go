@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"database/sql"
 	"time"
 )
 
@@ -84,8 +85,8 @@ func (a Arbiter) moveCampaign(id string, m campaignMove, cond string, args ...an
 	if cond != "" {
 		q += ` AND ` + cond
 	}
-	res := a.tx.Exec(q, append([]any{m.keep, m.set, id, m.mask, m.want}, args...)...)
-	return res.RowsAffected == 1, res.Error
+	n, err := a.exec(q, append([]any{m.keep, m.set, id, m.mask, m.want}, args...)...)
+	return n == 1, err
 }
 
 // announceCampaign moves campaign id's flags by each of moves that applies
@@ -116,11 +117,18 @@ func (a Arbiter) campaignEvents(id, sku string, at time.Time, types []string) er
 		at = time.Now()
 	}
 	at = at.UTC().Truncate(time.Microsecond)
-	if err := a.tx.Exec(`UPDATE skus SET event_seq = event_seq + ? WHERE sku = ?`, len(types), sku).Error; err != nil {
+	if _, err := a.exec(`UPDATE skus SET event_seq = event_seq + ? WHERE sku = ?`, len(types), sku); err != nil {
 		return err
 	}
 	var rows []levelRow
-	if err := a.tx.Raw(`SELECT sku, on_hand, reserved, event_seq FROM skus WHERE sku = ?`, sku).Scan(&rows).Error; err != nil || len(rows) == 0 {
+	if err := a.query(func(rs *sql.Rows) error {
+		var r levelRow
+		if err := rs.Scan(&r.SKU, &r.OnHand, &r.Reserved, &r.EventSeq); err != nil {
+			return err
+		}
+		rows = append(rows, r)
+		return nil
+	}, `SELECT sku, on_hand, reserved, event_seq FROM skus WHERE sku = ?`, sku); err != nil || len(rows) == 0 {
 		return err
 	}
 	r := rows[0]
@@ -128,13 +136,13 @@ func (a Arbiter) campaignEvents(id, sku string, at time.Time, types []string) er
 	for i, typ := range types {
 		args = append(args, typ, sku, r.EventSeq-int64(len(types)-1-i), id, at, r.OnHand, r.Reserved, r.available())
 	}
-	return InsertRows(a.tx, "stock_events", eventColumns, args)
+	return a.insertRows("stock_events", eventColumns, args)
 }
 
 // dbClock reads the database's clock (the embedded SQLite's is this
 // process's): the clock that decides a campaign's window.
 func (a Arbiter) dbClock() (time.Time, error) {
-	if a.tx.Dialector.Name() == "sqlite" {
+	if a.dialectName() == "sqlite" {
 		return time.Now().UTC().Truncate(time.Microsecond), nil
 	}
 	var t time.Time
@@ -203,8 +211,16 @@ func (p poolState) fence() Fence { return Fence{Seq: p.Seq, Epoch: p.Epoch} }
 // what its events need) in one statement.
 func (a Arbiter) poolAfter(id string) (poolState, error) {
 	var p poolState
-	err := a.tx.Raw(`SELECT r.result AS seq, c.redis_epoch AS epoch, r.qty AS pool_left, c.event_flags AS flags
-		FROM stock_reservations r JOIN campaigns c ON c.id = r.campaign_id WHERE r.token = ?`, CampaignToken(id)).Scan(&p).Error
+	first := true // as GORM's Scan into a struct: the first row
+	err := a.query(func(rows *sql.Rows) error {
+		if !first {
+			return nil
+		}
+		first = false
+		return rows.Scan(&p.Seq, &p.Epoch, &p.Left, &p.Flags)
+	},
+		`SELECT r.result AS seq, c.redis_epoch AS epoch, r.qty AS pool_left, c.event_flags AS flags
+		FROM stock_reservations r JOIN campaigns c ON c.id = r.campaign_id WHERE r.token = ?`, CampaignToken(id))
 	return p, err
 }
 

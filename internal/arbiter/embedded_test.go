@@ -43,5 +43,6 @@ func TestEmbeddedContract(t *testing.T) {
 		TestCampaignEventsRolledBackSaleWritesNone,
 		TestCampaignEventsRaceAcrossZero,
 		TestCampaignSaleCrossingNothingCostsNoStatement,
+		TestReservePastGORMSendsWhatGORMSent,
 	)
 }

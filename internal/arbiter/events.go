@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"database/sql"
 	"slices"
 	"strings"
 	"time"
@@ -145,8 +146,15 @@ func (a Arbiter) fencesAfter(skus []string) (map[string]Fence, error) {
 	if len(skus) == 0 {
 		return map[string]Fence{}, nil
 	}
-	var rows []levelRow
-	if err := a.tx.Raw(levelsSelect, skus).Scan(&rows).Error; err != nil {
+	rows := make([]levelRow, 0, len(skus))
+	if err := a.query(func(rs *sql.Rows) error {
+		var r levelRow
+		if err := rs.Scan(&r.SKU, &r.Seq, &r.RedisEpoch, &r.OnHand, &r.Reserved, &r.LowStockThreshold, &r.EventFlags, &r.EventSeq); err != nil {
+			return err
+		}
+		rows = append(rows, r)
+		return nil
+	}, inList(levelsSelect, len(skus)), anys(skus)...); err != nil {
 		return nil, err
 	}
 	out := make(map[string]Fence, len(rows))
@@ -171,12 +179,12 @@ func (a Arbiter) announce(rows []levelRow) error {
 		for i, typ := range events {
 			args = append(args, typ, r.SKU, r.EventSeq+int64(i)+1, nil, now, r.OnHand, r.Reserved, r.available())
 		}
-		if err := a.tx.Exec(`UPDATE skus SET event_flags = ?, event_seq = event_seq + ? WHERE sku = ?`,
-			flags, len(events), r.SKU).Error; err != nil {
+		if _, err := a.exec(`UPDATE skus SET event_flags = ?, event_seq = event_seq + ? WHERE sku = ?`,
+			flags, len(events), r.SKU); err != nil {
 			return err
 		}
 	}
-	return InsertRows(a.tx, "stock_events", eventColumns, args)
+	return a.insertRows("stock_events", eventColumns, args)
 }
 
 // levelEvery is the least time between two sku.level_changed of a SKU.
@@ -215,7 +223,7 @@ func (a Arbiter) AnnounceLevels(now time.Time, limit int) (int, error) {
 		now, names).Error; err != nil {
 		return 0, err
 	}
-	return len(rows), InsertRows(a.tx, "stock_events", eventColumns, args)
+	return len(rows), a.insertRows("stock_events", eventColumns, args)
 }
 
 // Events is the stock events' table for the ones that read or number its

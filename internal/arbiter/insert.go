@@ -14,8 +14,12 @@ import (
 // figures). cols names the
 // columns; args holds len(cols) values per row, in that order. It goes
 // through tx.Exec, so GORM's callbacks, logging and error translation see it
-// as any statement.
+// as any statement (Direct.InsertRows sends it past GORM).
 func InsertRows(tx *gorm.DB, table string, cols []string, args []any) error {
+	return In(tx).insertRows(table, cols, args)
+}
+
+func (a Arbiter) insertRows(table string, cols []string, args []any) error {
 	if len(args) == 0 {
 		return nil
 	}
@@ -34,7 +38,8 @@ func InsertRows(tx *gorm.DB, table string, cols []string, args []any) error {
 		}
 		b.WriteString(one)
 	}
-	return tx.Exec(b.String(), args...).Error
+	_, err := a.exec(b.String(), args...)
+	return err
 }
 
 // stamp is t, or now when t is zero: what GORM's Create put in a
@@ -53,7 +58,7 @@ var reservationColumns = []string{"token", "sku", "order_id", "buyer", "qty", "s
 var campaignReservationColumns = append(slices.Clip(reservationColumns), "campaign_id")
 
 // insertReservations writes rows in one multi-row INSERT.
-func insertReservations(tx *gorm.DB, rows []Reservation) error {
+func (a Arbiter) insertReservations(rows []Reservation) error {
 	now := time.Now()
 	cols := reservationColumns
 	if slices.ContainsFunc(rows, func(r Reservation) bool { return r.CampaignID != nil }) {
@@ -67,7 +72,7 @@ func insertReservations(tx *gorm.DB, rows []Reservation) error {
 			args = append(args, r.CampaignID)
 		}
 	}
-	return InsertRows(tx, "stock_reservations", cols, args)
+	return a.insertRows("stock_reservations", cols, args)
 }
 
 var movementColumns = []string{"sku", "kind", "on_hand_delta", "reserved_delta", "reason", "reference", "created_at"}

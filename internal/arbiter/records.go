@@ -9,6 +9,7 @@
 package arbiter
 
 import (
+	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -174,6 +175,14 @@ func SKUExists(tx *gorm.DB, sku string) (bool, error) {
 	return n == 1, err
 }
 
+// skuExists is SKUExists in the arbiter's transaction (the statement GORM
+// writes for it).
+func (a Arbiter) skuExists(sku string) (bool, error) {
+	var n int64
+	err := a.query(func(rows *sql.Rows) error { return rows.Scan(&n) }, "SELECT count(*) FROM `skus` WHERE sku = ?", sku)
+	return n == 1, err
+}
+
 func sortedKeys(m map[string]int64) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -319,7 +328,7 @@ func (Movement) TableName() string { return "stock_movements" }
 
 // insertMovements writes ms in tx, in one multi-row INSERT (their ids are
 // the database's; nothing reads them back).
-func insertMovements(tx *gorm.DB, ms []Movement) error {
+func (a Arbiter) insertMovements(ms []Movement) error {
 	if len(ms) == 0 {
 		return nil
 	}
@@ -330,7 +339,7 @@ func insertMovements(tx *gorm.DB, ms []Movement) error {
 		m := ms[i]
 		args = append(args, m.SKU, m.Kind, m.OnHandDelta, m.ReservedDelta, m.Reason, m.Reference, m.CreatedAt)
 	}
-	return InsertRows(tx, "stock_movements", movementColumns, args)
+	return a.insertRows("stock_movements", movementColumns, args)
 }
 
 // reservationMovements is one movement of kind per reservation row, moving

@@ -8,6 +8,15 @@
 // its own request is committed or refused, so a 201 still means the
 // reservation is durable and arbitrated; under load one commit serves many.
 // The writers' own connections (internal/prepconn) belong to it.
+//
+// The transaction's statements go straight to the connection
+// (internal/rawtx, arbiter.OnConn), past GORM: they are written out
+// already, and GORM's statement building and callbacks around each (a
+// 160-placeholder INSERT scanned again for its values) were most of the
+// commit's CPU. rawtx keeps what GORM gave it: BEGIN and COMMIT on the
+// same ConnPool (the breaker's guard and counts, a writer's prepared
+// statements), GORM's error translation, and the statement counters
+// (rawtx.Observe).
 package groupcommit
 
 import (
@@ -27,6 +36,7 @@ import (
 	"github.com/acme/inventory/internal/batchq"
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/prepconn"
+	"github.com/acme/inventory/internal/rawtx"
 )
 
 // maxBatch bounds the reservations one transaction writes.
@@ -277,7 +287,7 @@ func (b *Writer) commit(ctx context.Context, w *writerDB, batch []*Request) (fen
 	if w != nil {
 		db = w.db
 	}
-	err = db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err = rawtx.Run(ctx, db, func(tx *rawtx.Tx) error {
 		var err error
 		fences, err = writeTx(tx, batch)
 		wrote = err == nil
@@ -288,8 +298,9 @@ func (b *Writer) commit(ctx context.Context, w *writerDB, batch []*Request) (fen
 
 // writeTx inserts the batch's records (one multi-row INSERT per table),
 // then has the arbiter record the reservations (each counting against its
-// buyer).
-func writeTx(tx *gorm.DB, batch []*Request) (map[string]arbiter.Fence, error) {
+// buyer), every statement sent on tx past GORM.
+func writeTx(tx *rawtx.Tx, batch []*Request) (map[string]arbiter.Fence, error) {
+	a := arbiter.OnConn(tx.Context(), tx, tx.Dialect())
 	var tables []*Record // per table, the batch's records as one
 	var holds []arbiter.Hold
 	for _, r := range batch {
@@ -306,9 +317,9 @@ func writeTx(tx *gorm.DB, batch []*Request) (map[string]arbiter.Fence, error) {
 		}
 	}
 	for _, t := range tables {
-		if err := arbiter.InsertRows(tx, t.Table, t.Columns, t.Values); err != nil {
+		if err := a.InsertRows(t.Table, t.Columns, t.Values); err != nil {
 			return nil, err
 		}
 	}
-	return arbiter.In(tx).Reserve(holds)
+	return a.Reserve(holds)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/acme/inventory/internal/batchq"
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/mysqlconn"
+	"github.com/acme/inventory/internal/rawtx"
 	"github.com/acme/inventory/internal/testenv"
 )
 
@@ -106,12 +107,11 @@ func TestBatcherGroupCommit(t *testing.T) {
 	require.NoError(t, err)
 
 	var inserts atomic.Int64
-	require.NoError(t, r.db.Callback().Raw().Before("gorm:raw").Register("count-orders", func(db *gorm.DB) {
-		if insertsInto(db, "orders") {
+	defer rawtx.Observe(r.db, func(s rawtx.Statement) {
+		if insertsInto(s, "orders") {
 			inserts.Add(1)
 		}
-	}))
-	defer r.db.Callback().Raw().Remove("count-orders")
+	})()
 
 	const n = 64
 	writeAll := func(prefix string, dupAt int) []error {
@@ -236,11 +236,10 @@ func TestBatcherConcurrentCommitsArbitrate(t *testing.T) {
 	})
 }
 
-// insertsInto reports whether the statement GORM is about to send inserts
-// into table (the group commit writes its rows with arbiter.InsertRows,
-// through GORM's Exec).
-func insertsInto(db *gorm.DB, table string) bool {
-	return strings.HasPrefix(db.Statement.SQL.String(), "INSERT INTO "+table+" (")
+// insertsInto reports whether the group commit's statement s inserted
+// into table (it writes its rows with arbiter's InsertRows, past GORM).
+func insertsInto(s rawtx.Statement, table string) bool {
+	return strings.HasPrefix(s.SQL, "INSERT INTO "+table+" (")
 }
 
 func concurrentCommits(t *testing.T, r *rig, db *gorm.DB) {
@@ -250,19 +249,18 @@ func concurrentCommits(t *testing.T, r *rig, db *gorm.DB) {
 	require.NoError(t, r.db.Exec(`UPDATE skus SET per_user_limit = 3 WHERE sku = 'C'`).Error)
 	b := testBatcher(t, db)
 
-	// Each orders INSERT stays in flight a moment, so batches overlap if
-	// the batcher lets them.
+	// Each batch stays a moment after its orders INSERT, so batches
+	// overlap if the batcher lets them.
 	var inflight, most atomic.Int64
-	require.NoError(t, db.Callback().Raw().Before("gorm:raw").Register("overlap", func(db *gorm.DB) {
-		if insertsInto(db, "orders") {
+	defer rawtx.Observe(db, func(s rawtx.Statement) {
+		if insertsInto(s, "orders") {
 			n := inflight.Add(1)
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 			}
 			time.Sleep(3 * time.Millisecond)
 			inflight.Add(-1)
 		}
-	}))
-	defer db.Callback().Raw().Remove("overlap")
+	})()
 
 	const n, buyers = 160, 40 // 40 buyers × limit 3 = 120 > 60 units of C
 	errs := make([]error, n)
@@ -490,11 +488,11 @@ func TestBatcherWritersPrepareOnceUnderTheBreaker(t *testing.T) {
 
 	// Cut off after the batch's last statement: its COMMIT goes unanswered.
 	var cut atomic.Bool
-	require.NoError(t, db.Callback().Row().After("gorm:row").Register("cut-before-commit", func(tx *gorm.DB) {
-		if strings.HasPrefix(tx.Statement.SQL.String(), "SELECT sku, seq, redis_epoch") && cut.CompareAndSwap(true, false) {
+	defer rawtx.Observe(db, func(s rawtx.Statement) {
+		if strings.HasPrefix(s.SQL, "SELECT sku, seq, redis_epoch") && cut.CompareAndSwap(true, false) {
 			require.NoError(t, link.Blackhole())
 		}
-	}))
+	})()
 	cut.Store(true)
 	short, cancel = context.WithTimeout(ctx, 2*time.Second)
 	err = write(short)
@@ -516,4 +514,29 @@ func TestEmbeddedContract(t *testing.T) {
 	embedded = true
 	defer func() { embedded = false }()
 	t.Run("RefusesPerRequest", TestBatcherRefusesPerRequest)
+	t.Run("DuplicateInABatchIsTranslated", TestBatcherDuplicateInABatchIsTranslated)
+}
+
+// A duplicate in a batch, past GORM: the batch's transaction fails on the
+// duplicate key and is written again request by request, and the caller of
+// the duplicate gets the error GORM's translation gave it
+// (gorm.ErrDuplicatedKey, what arbiter.IsDuplicate and the order and token
+// services' replays look for; on SQLite the only sign of a duplicate),
+// while the others of the batch are written.
+func TestBatcherDuplicateInABatchIsTranslated(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.addSKU("T", 100)
+	b := testBatcher(t, r.db)
+	_, err := b.Write(ctx, oneUnitOrder("taken", "T"))
+	require.NoError(t, err)
+	batch := []*Request{oneUnitOrder("first", "T"), oneUnitOrder("taken", "T"), oneUnitOrder("third", "T")}
+	require.False(t, b.writeBatch(ctx, batch), "the batch's own transaction failed")
+	require.NoError(t, batch[0].err)
+	require.NoError(t, batch[2].err)
+	require.ErrorIs(t, batch[1].err, gorm.ErrDuplicatedKey, "translated as GORM did: %v", batch[1].err)
+	require.True(t, arbiter.IsDuplicate(batch[1].err))
+	require.False(t, batch[1].unknown)
+	require.EqualValues(t, 3, r.count(`SELECT COUNT(*) FROM orders`))
+	r.requireQty("T", 100, 3)
 }

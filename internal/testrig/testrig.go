@@ -31,6 +31,7 @@ import (
 	"github.com/acme/inventory/internal/listing"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/mysqlconn"
+	"github.com/acme/inventory/internal/rawtx"
 	"github.com/acme/inventory/internal/stocksync"
 	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/internal/tokens"
@@ -382,10 +383,13 @@ func RunEmbedded(t *testing.T, tests ...func(*testing.T)) {
 }
 
 // CountStatements counts every statement GORM sends on db while fn runs
-// (queries, inserts, updates, raw SQL), from any goroutine.
+// (queries, inserts, updates, raw SQL), from any goroutine, and those the
+// group commit sends on it past GORM (internal/rawtx).
 func CountStatements(t testing.TB, db *gorm.DB, fn func()) int64 {
 	t.Helper()
 	var n atomic.Int64
+	stop := rawtx.Observe(db, func(rawtx.Statement) { n.Add(1) })
+	defer stop()
 	name := "count:" + t.Name()
 	count := func(*gorm.DB) { n.Add(1) }
 	cb := db.Callback()
