@@ -134,6 +134,170 @@ func insertMovements(ctx context.Context, c *costRig, tx costTx, ids []string, n
 		reference, created_at) VALUES `+valuesOf(len(ids), 7), args...)
 }
 
+// The storage designs weighed against issue 33's target (MariaDB CPU per
+// durable sale ≤ 50 µs and ≤ 2.5× the floor): each writes what a one-line
+// seckill sale would write under it, into tables of its own made from the
+// service's own (CREATE TABLE ... LIKE, so the charset, collation and
+// CHECKs are the real ones, then the design's changes), and runs the hot
+// row's statements as the sale does. None of these tables is the
+// service's: the service's tables stay as migrated.
+//
+//   - d1: Idempotency-Keys in a table of their own, written only when a
+//     key is given: orders without orders_idempotency and its column (the
+//     sales here carry no key, so no keys row).
+//   - d2: 16-byte ids: orders.id, the reservation's token and order_id
+//     BINARY(16) (the order's reservation_token VARBINARY: the id's 16
+//     bytes, or them and ".late"); every secondary entry then carries 16
+//     bytes of primary key instead of 36-40 characters.
+//   - d3: d1 and d2, and no RESERVE movement: the reservation row is the
+//     RESERVE record.
+//   - d4: one row per one-line sale: the order row carries the
+//     reservation's columns (sku, qty, its state, result, buyer,
+//     campaign), with no reservation and no movement row. d4_sales keeps
+//     every index a query or a uniqueness of today's orders and
+//     reservations still needs: all seven of orders (PRIMARY: every read
+//     and transition; orders_idempotency: a key's replay and uniqueness;
+//     orders_payment: a payment id's uniqueness; orders_status_expires:
+//     the sweep and the pending gauge; orders_user_id, orders_status_id,
+//     orders_created_id: the listing by buyer, status, window), and of the
+//     reservation's (sku, res_state) for reconcile's and realign's sum of
+//     a SKU's live units and (campaign_id, res_state, qty) for a
+//     campaign's counts. The reservation's (state, expires_at) goes: the
+//     order's (status, expires_at) finds its expired holds; only raw
+//     token-API holds use it, and they stay in stock_reservations. A
+//     reservation's primary key (token, sku) goes too: a one-line order's
+//     token is its id (or id + ".late", a column of the row). d4_lean keeps
+//     only PRIMARY, (user_id, id), (status, expires_at), (created_at, id)
+//     and (sku, res_state): keys in their own table (d1), the payment id's
+//     uniqueness in a table written at payment, no listing by status
+//     alone, campaign counts kept elsewhere (the pool row's counters).
+//   - d5: d4 with 16-byte ids and without orders_idempotency (keys in
+//     their own table).
+var designTables = []string{
+	`CREATE TABLE d1_orders LIKE orders`,
+	`ALTER TABLE d1_orders DROP KEY orders_idempotency, DROP COLUMN idempotency_key`,
+	`CREATE TABLE d1_reservations LIKE stock_reservations`,
+	`CREATE TABLE d1_movements LIKE stock_movements`,
+
+	`CREATE TABLE d2_orders LIKE orders`,
+	`ALTER TABLE d2_orders MODIFY id BINARY(16) NOT NULL, MODIFY reservation_token VARBINARY(128) NOT NULL`,
+	`CREATE TABLE d2_reservations LIKE stock_reservations`,
+	`ALTER TABLE d2_reservations MODIFY token BINARY(16) NOT NULL, MODIFY order_id BINARY(16) NULL`,
+	`CREATE TABLE d2_movements LIKE stock_movements`,
+
+	`CREATE TABLE d3_orders LIKE d2_orders`,
+	`ALTER TABLE d3_orders DROP KEY orders_idempotency, DROP COLUMN idempotency_key`,
+	`CREATE TABLE d3_reservations LIKE d2_reservations`,
+
+	`CREATE TABLE d4_sales LIKE orders`,
+	`ALTER TABLE d4_sales` + saleColumns + `,
+		ADD KEY sales_sku_state (sku, res_state),
+		ADD KEY sales_campaign (campaign_id, res_state, qty)`,
+	`CREATE TABLE d4_lean LIKE orders`,
+	`ALTER TABLE d4_lean DROP KEY orders_idempotency, DROP COLUMN idempotency_key,
+		DROP KEY orders_payment, DROP KEY orders_status_id,` + saleColumns + `,
+		ADD KEY sales_sku_state (sku, res_state)`,
+
+	`CREATE TABLE d5_sales LIKE d4_sales`,
+	`ALTER TABLE d5_sales DROP KEY orders_idempotency, DROP COLUMN idempotency_key,
+		MODIFY id BINARY(16) NOT NULL, MODIFY reservation_token VARBINARY(128) NOT NULL`,
+	`CREATE TABLE d5_lean LIKE d4_lean`,
+	`ALTER TABLE d5_lean MODIFY id BINARY(16) NOT NULL, MODIFY reservation_token VARBINARY(128) NOT NULL`,
+}
+
+// saleColumns are the reservation's columns on a one-row sale (d4, d5):
+// its token is the order's reservation_token, its expiry the order's.
+const saleColumns = `
+	ADD COLUMN sku VARCHAR(64) NOT NULL, ADD COLUMN qty INT NOT NULL,
+	ADD COLUMN res_state VARCHAR(12) NOT NULL, ADD COLUMN result BIGINT NOT NULL DEFAULT 0,
+	ADD COLUMN buyer VARCHAR(64) NULL, ADD COLUMN campaign_id VARCHAR(64) NULL,
+	ADD CONSTRAINT sales_qty_valid CHECK (qty >= 0),
+	ADD CONSTRAINT sales_res_state_valid CHECK (res_state IN ('HELD', 'COMMITTED', 'SOLD', 'RESTORED', 'RELEASED'))`
+
+// binaryID is a sale's id as its 16 bytes (the designs with BINARY(16) ids).
+func binaryID(id string) []byte {
+	u := uuid.MustParse(id)
+	return u[:]
+}
+
+// idOf is id as a design stores it: its text, or its 16 bytes.
+func idOf(id string, binary bool) any {
+	if binary {
+		return binaryID(id)
+	}
+	return id
+}
+
+// designOrders inserts the sales' orders rows into table, as insertOrders
+// does; keyed: the table has the idempotency_key column.
+func designOrders(table string, binary, keyed bool) costStep {
+	cols := "id, user_id, idempotency_key, status, reservation_token, payment_id, expires_at, paid_at, created_at, updated_at"
+	k := 10
+	if !keyed {
+		cols, k = strings.Replace(cols, " idempotency_key,", "", 1), 9
+	}
+	return func(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
+		args := make([]any, 0, k*len(ids))
+		for i, id := range ids {
+			args = append(args, idOf(id, binary), fmt.Sprintf("buyer%d", i))
+			if keyed {
+				args = append(args, nil)
+			}
+			args = append(args, "PENDING", idOf(id, binary), nil, now.Add(15*time.Minute), nil, now, now)
+		}
+		return c.exec(ctx, tx, "INSERT INTO "+table+" ("+cols+") VALUES "+valuesOf(len(ids), k), args...)
+	}
+}
+
+// designReservations inserts the sales' reservation rows into table, as
+// insertReservations does.
+func designReservations(table string, binary bool) costStep {
+	return func(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
+		args := make([]any, 0, 10*len(ids))
+		for _, id := range ids {
+			args = append(args, idOf(id, binary), "FLASH", idOf(id, binary), nil, 1, "HELD", 1000, now.Add(15*time.Minute), now, now)
+		}
+		return c.exec(ctx, tx, "INSERT INTO "+table+` (token, sku, order_id, buyer, qty, state, result,
+		expires_at, created_at, updated_at) VALUES `+valuesOf(len(ids), 10), args...)
+	}
+}
+
+// designMovements inserts the sales' RESERVE movements into table, as
+// insertMovements does (the reference is the order id's text).
+func designMovements(table string) costStep {
+	return func(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
+		args := make([]any, 0, 7*len(ids))
+		for _, id := range ids {
+			args = append(args, "FLASH", "RESERVE", 0, 1, "", id, now)
+		}
+		return c.exec(ctx, tx, "INSERT INTO "+table+` (sku, kind, on_hand_delta, reserved_delta, reason,
+		reference, created_at) VALUES `+valuesOf(len(ids), 7), args...)
+	}
+}
+
+// designSales inserts the sales as one row each into table (d4, d5): the
+// order's columns and the reservation's.
+func designSales(table string, binary, keyed bool) costStep {
+	cols := "id, user_id, idempotency_key, status, reservation_token, payment_id, expires_at, paid_at, created_at, updated_at, " +
+		"sku, qty, res_state, result, buyer, campaign_id"
+	k := 16
+	if !keyed {
+		cols, k = strings.Replace(cols, " idempotency_key,", "", 1), 15
+	}
+	return func(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
+		args := make([]any, 0, k*len(ids))
+		for i, id := range ids {
+			args = append(args, idOf(id, binary), fmt.Sprintf("buyer%d", i))
+			if keyed {
+				args = append(args, nil)
+			}
+			args = append(args, "PENDING", idOf(id, binary), nil, now.Add(15*time.Minute), nil, now, now,
+				"FLASH", 1, "HELD", 1000, nil, nil)
+		}
+		return c.exec(ctx, tx, "INSERT INTO "+table+" ("+cols+") VALUES "+valuesOf(len(ids), k), args...)
+	}
+}
+
 // arbitrate is what Reserve runs per batch besides its rows, with its
 // arguments: the limits read, the conditional increment of the hot row, the
 // fences read.
@@ -196,6 +360,22 @@ func costVariants() []costVariant {
 		{name: "orders row alone, a new buyer per sale", rows: 1, entries: 7, trips: 3, steps: []costStep{insertOrdersNewBuyers}},
 		{name: "a seckill sale as the service sends it now, a new buyer per sale", rows: 3, entries: 13, trips: 8,
 			steps: []costStep{insertOrdersNewBuyers, insertReservations, insertMovements, arbitrate}, mode: ownConn},
+
+		// The designs (designTables), each as the service sends the sale now.
+		{name: "design 1: Idempotency-Keys in their own table (orders without orders_idempotency; no key, no keys row)", rows: 3, entries: 12, trips: 8,
+			steps: []costStep{designOrders("d1_orders", false, false), designReservations("d1_reservations", false), designMovements("d1_movements"), arbitrate}, mode: ownConn},
+		{name: "design 2: 16-byte ids (orders.id, reservation token and order_id BINARY(16))", rows: 3, entries: 13, trips: 8,
+			steps: []costStep{designOrders("d2_orders", true, true), designReservations("d2_reservations", true), designMovements("d2_movements"), arbitrate}, mode: ownConn},
+		{name: "design 3: 1 + 2, no RESERVE movement row (the reservation is the record)", rows: 2, entries: 10, trips: 7,
+			steps: []costStep{designOrders("d3_orders", true, false), designReservations("d3_reservations", true), arbitrate}, mode: ownConn},
+		{name: "design 4: one row per sale, string ids, every index a query or uniqueness needs today (PRIMARY, orders' 6, (sku, res_state), (campaign_id, res_state, qty))", rows: 1, entries: 9, trips: 6,
+			steps: []costStep{designSales("d4_sales", false, true), arbitrate}, mode: ownConn},
+		{name: "design 4 lean: one row per sale, string ids, PRIMARY, (user_id, id), (status, expires_at), (created_at, id), (sku, res_state) only", rows: 1, entries: 5, trips: 6,
+			steps: []costStep{designSales("d4_lean", false, false), arbitrate}, mode: ownConn},
+		{name: "design 5: 4 with 16-byte ids, without orders_idempotency", rows: 1, entries: 8, trips: 6,
+			steps: []costStep{designSales("d5_sales", true, false), arbitrate}, mode: ownConn},
+		{name: "design 5 lean: 4 lean with 16-byte ids", rows: 1, entries: 5, trips: 6,
+			steps: []costStep{designSales("d5_lean", true, false), arbitrate}, mode: ownConn},
 	}
 }
 
@@ -251,11 +431,17 @@ func dbCost(ctx context.Context, dsnBase string) string {
 }
 
 // costSchema adds to a migrated database what the variants write besides
-// the service's tables: the floor's table and the hot SKU.
+// the service's tables: the floor's table, the designs' tables and the
+// hot SKU.
 func costSchema(ctx context.Context, db *sql.DB) error {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE floor_sales (id VARCHAR(40) NOT NULL PRIMARY KEY, qty INT NOT NULL)
 		ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`); err != nil {
 		return err
+	}
+	for _, q := range designTables {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
 	}
 	_, err := db.ExecContext(ctx, `INSERT INTO skus (sku, on_hand, reserved) VALUES ('FLASH', ?, 0)`, hotStock)
 	return err

@@ -110,3 +110,4 @@ func TestCostVariantsCountWhatTheyWrite(t *testing.T) {
 		}
 	}
 }
+
