@@ -389,8 +389,10 @@ func dbCost(ctx context.Context, dsnBase string) string {
 	var notes []string
 	perSale := make([][]float64, len(vs))
 	rates := make([][]float64, len(vs))
+	ratios := make([][]float64, len(vs)) // to the floor of the same round
 	d := max(*duration*3/5, time.Second)
 	for round := range *costRounds {
+		floor := 0.0 // the floor's µs per sale this round (vs[0]), 0 if not measured
 		for i, v := range vs {
 			name := fmt.Sprintf("dbcost %s #%d", v.name, round+1)
 			prog.phase(name)
@@ -406,8 +408,15 @@ func dbCost(ctx context.Context, dsnBase string) string {
 				continue
 			}
 			cpu := float64(after.group["mariadbd"]-before.group["mariadbd"]) / userHZ
-			perSale[i] = append(perSale[i], cpu*1e6/float64(sales))
+			us := cpu * 1e6 / float64(sales)
+			perSale[i] = append(perSale[i], us)
 			rates[i] = append(rates[i], float64(sales)/elapsed.Seconds())
+			if i == 0 {
+				floor = us
+			}
+			if floor > 0 {
+				ratios[i] = append(ratios[i], us/floor)
+			}
 		}
 	}
 	var b strings.Builder
@@ -423,11 +432,46 @@ func dbCost(ctx context.Context, dsnBase string) string {
 	}
 	b.WriteString("\nEach variant writes the statements named with the columns the service's group commit writes; " +
 		"\"alone\" rows include their commit (BEGIN, the INSERT, COMMIT), so the parts do not add up to the sale.\n")
+	b.WriteString(costTargets(vs, perSale, ratios))
 	for _, n := range notes {
 		b.WriteString("\n- " + n)
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// Issue 33's target for the database's cost of a durable sale.
+const (
+	targetMicros = 50.0 // MariaDB CPU µs per sale at most
+	targetRatio  = 2.5  // and at most this many floors measured beside it
+)
+
+// costTargets is each variant against issue 33's target: its µs per sale
+// (median) and its ratio to the floor of the same round, median over the
+// rounds (min–max), unrounded in the verdicts.
+func costTargets(vs []costVariant, perSale, ratios [][]float64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| against issue 33's target (≤ %.0f µs and ≤ %.1f× the floor) | index entries per sale | MariaDB CPU µs per sale, median | × the floor of the same round, median of the rounds (min–max) | ≤ %.0f µs | ≤ %.1f× |\n|---|---:|---:|---:|---|---|\n",
+		targetMicros, targetRatio, targetMicros, targetRatio)
+	for i, v := range vs {
+		if len(perSale[i]) == 0 || len(ratios[i]) == 0 {
+			fmt.Fprintf(&b, "| %s | %d | – | – | – | – |\n", v.name, v.entries)
+			continue
+		}
+		us, r := median(perSale[i]), median(ratios[i])
+		fmt.Fprintf(&b, "| %s | %d | %.1f | %.2f× (%.2f–%.2f) | %s | %s |\n", v.name, v.entries, us,
+			r, slices.Min(ratios[i]), slices.Max(ratios[i]), yesNo(us <= targetMicros), yesNo(r <= targetRatio))
+	}
+	b.WriteString("\nThe ratio divides each round's measurement by the floor's of the same round (the floor runs first in each), " +
+		"so a stretch of load that lands on one round moves both; its median is not the ratio of the medians.\n")
+	return b.String()
+}
+
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
 }
 
 // costSchema adds to a migrated database what the variants write besides

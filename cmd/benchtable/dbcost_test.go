@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -111,3 +112,21 @@ func TestCostVariantsCountWhatTheyWrite(t *testing.T) {
 	}
 }
 
+// The target's table divides each round by its own floor: a loaded round
+// raises the floor and the variant together, so the median of the ratios
+// is 2.50 here where the ratio of the medians would be 26/10 = 2.6.
+func TestCostTargetsDividesByTheSameRoundsFloor(t *testing.T) {
+	vs := []costVariant{{name: "floor", entries: 1}, {name: "sale", entries: 5}, {name: "unmeasured", entries: 3}}
+	perSale := [][]float64{{10, 20, 10}, {25, 40, 26}, nil}
+	ratios := [][]float64{{1, 1, 1}, {2.5, 2, 2.6}, nil}
+	got := costTargets(vs, perSale, ratios)
+	for _, want := range []string{
+		"| floor | 1 | 10.0 | 1.00× (1.00–1.00) | yes | yes |",
+		"| sale | 5 | 26.0 | 2.50× (2.00–2.60) | yes | yes |",
+		"| unmeasured | 3 | – | – | – | – |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in\n%s", want, got)
+		}
+	}
+}
