@@ -173,6 +173,11 @@ func insertMovements(ctx context.Context, c *costRig, tx costTx, ids []string, n
 //     alone, campaign counts kept elsewhere (the pool row's counters).
 //   - d5: d4 with 16-byte ids and without orders_idempotency (keys in
 //     their own table).
+//   - d6_probe, not a design the product could run: d5_lean with only
+//     PRIMARY and (sku, res_state), the arbiter's own (no buyer's listing,
+//     no sweep, no window listing). It tells how close to the bound a
+//     one-row sale can come at all, so the designs' distance to 2.5× the
+//     floor can be read as "the row's indexes" or "the rest".
 var designTables = []string{
 	`CREATE TABLE d1_orders LIKE orders`,
 	`ALTER TABLE d1_orders DROP KEY orders_idempotency, DROP COLUMN idempotency_key`,
@@ -203,6 +208,9 @@ var designTables = []string{
 		MODIFY id BINARY(16) NOT NULL, MODIFY reservation_token VARBINARY(128) NOT NULL`,
 	`CREATE TABLE d5_lean LIKE d4_lean`,
 	`ALTER TABLE d5_lean MODIFY id BINARY(16) NOT NULL, MODIFY reservation_token VARBINARY(128) NOT NULL`,
+
+	`CREATE TABLE d6_probe LIKE d5_lean`,
+	`ALTER TABLE d6_probe DROP KEY orders_status_expires, DROP KEY orders_user_id, DROP KEY orders_created_id`,
 }
 
 // saleColumns are the reservation's columns on a one-row sale (d4, d5):
@@ -380,6 +388,8 @@ func costVariants() []costVariant {
 			steps: []costStep{designSales("d5_sales", true, false), arbitrate}, mode: ownConn},
 		{name: "design 5 lean: 4 lean with 16-byte ids", rows: 1, entries: 5, trips: 6,
 			steps: []costStep{designSales("d5_lean", true, false), arbitrate}, mode: ownConn},
+		{name: "probe, not a product design: one row per sale, 16-byte ids, PRIMARY and (sku, res_state) only (no listing, no sweep index)", rows: 1, entries: 2, trips: 6,
+			steps: []costStep{designSales("d6_probe", true, false), arbitrate}, mode: ownConn},
 	}
 }
 
