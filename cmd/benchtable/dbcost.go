@@ -239,10 +239,16 @@ func idOf(id string, binary bool) any {
 // designOrders inserts the sales' orders rows into table, as insertOrders
 // does; keyed: the table has the idempotency_key column.
 func designOrders(table string, binary, keyed bool) costStep {
-	cols := "id, user_id, idempotency_key, status, reservation_token, payment_id, expires_at, paid_at, created_at, updated_at"
-	k := 10
+	return designRows(table, binary, keyed, "")
+}
+
+// designRows inserts the sales' orders rows into table with more columns
+// (", a, b") and their values, the same for every sale.
+func designRows(table string, binary, keyed bool, more string, values ...any) costStep {
+	cols := "id, user_id, idempotency_key, status, reservation_token, payment_id, expires_at, paid_at, created_at, updated_at" + more
+	k := 10 + len(values)
 	if !keyed {
-		cols, k = strings.Replace(cols, " idempotency_key,", "", 1), 9
+		cols, k = strings.Replace(cols, " idempotency_key,", "", 1), k-1
 	}
 	return func(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
 		args := make([]any, 0, k*len(ids))
@@ -252,6 +258,7 @@ func designOrders(table string, binary, keyed bool) costStep {
 				args = append(args, nil)
 			}
 			args = append(args, "PENDING", idOf(id, binary), nil, now.Add(15*time.Minute), nil, now, now)
+			args = append(args, values...)
 		}
 		return c.exec(ctx, tx, "INSERT INTO "+table+" ("+cols+") VALUES "+valuesOf(len(ids), k), args...)
 	}
@@ -286,24 +293,7 @@ func designMovements(table string) costStep {
 // designSales inserts the sales as one row each into table (d4, d5): the
 // order's columns and the reservation's.
 func designSales(table string, binary, keyed bool) costStep {
-	cols := "id, user_id, idempotency_key, status, reservation_token, payment_id, expires_at, paid_at, created_at, updated_at, " +
-		"sku, qty, res_state, result, buyer, campaign_id"
-	k := 16
-	if !keyed {
-		cols, k = strings.Replace(cols, " idempotency_key,", "", 1), 15
-	}
-	return func(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
-		args := make([]any, 0, k*len(ids))
-		for i, id := range ids {
-			args = append(args, idOf(id, binary), fmt.Sprintf("buyer%d", i))
-			if keyed {
-				args = append(args, nil)
-			}
-			args = append(args, "PENDING", idOf(id, binary), nil, now.Add(15*time.Minute), nil, now, now,
-				"FLASH", 1, "HELD", 1000, nil, nil)
-		}
-		return c.exec(ctx, tx, "INSERT INTO "+table+" ("+cols+") VALUES "+valuesOf(len(ids), k), args...)
-	}
+	return designRows(table, binary, keyed, ", sku, qty, res_state, result, buyer, campaign_id", "FLASH", 1, "HELD", 1000, nil, nil)
 }
 
 // arbitrate is what Reserve runs per batch besides its rows, with its
