@@ -401,6 +401,7 @@ func dbCost(ctx context.Context, dsnBase string) string {
 			name := fmt.Sprintf("dbcost %s #%d", v.name, round+1)
 			prog.phase(name)
 			rig := &costRig{db: db}
+			must(emptyCostTables(ctx, db))
 			before, ok := sampleCPU()
 			sales, elapsed := costRun(ctx, rig, v, d)
 			after, ok2 := sampleCPU()
@@ -492,6 +493,47 @@ func costSchema(ctx context.Context, db *sql.DB) error {
 		}
 	}
 	_, err := db.ExecContext(ctx, `INSERT INTO skus (sku, on_hand, reserved) VALUES ('FLASH', ?, 0)`, hotStock)
+	return err
+}
+
+// emptyCostTables empties every table of the cost database but the SKUs
+// and the migrations' own, so each variant writes tables of the same size
+// whatever ran before it: left to grow, the orders and reservations tables
+// that most variants share outgrew the buffer pool (256 MiB, 1M rows and
+// ~1 GB by a run's end) while each design's own tables stayed small, and a
+// variant's cost said more about its place in the round than its rows.
+func emptyCostTables(ctx context.Context, db *sql.DB) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rows, err := conn.QueryContext(ctx, `SELECT table_name FROM information_schema.tables
+		WHERE table_schema = DATABASE() AND table_type = 'BASE TABLE' AND table_name NOT IN ('skus', 'goose_db_version')`)
+	if err != nil {
+		return err
+	}
+	var tables []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			_ = rows.Close()
+			return err
+		}
+		tables = append(tables, t)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, "SET FOREIGN_KEY_CHECKS = 0"); err != nil {
+		return err
+	}
+	for _, t := range tables {
+		if _, err := conn.ExecContext(ctx, "TRUNCATE TABLE `"+t+"`"); err != nil {
+			return err
+		}
+	}
+	_, err = conn.ExecContext(ctx, "SET FOREIGN_KEY_CHECKS = 1")
 	return err
 }
 

@@ -110,6 +110,26 @@ func TestCostVariantsCountWhatTheyWrite(t *testing.T) {
 				v.name, v.rows, v.entries, v.trips, gotRows, gotEntries, trips)
 		}
 	}
+
+	// Between variants every table the variants wrote is emptied, the
+	// SKUs' and the migrations' kept, so each variant starts from the same
+	// tables.
+	full := count()
+	if full["orders"] == 0 || full["d4_sales"] == 0 || full["floor_sales"] == 0 {
+		t.Fatalf("the variants wrote nothing to empty: %v", full)
+	}
+	if err := emptyCostTables(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	for name, n := range count() {
+		want := 0
+		if name == "skus" || name == "goose_db_version" {
+			want = full[name]
+		}
+		if n != want {
+			t.Errorf("%s: %d rows after emptying, want %d", name, n, want)
+		}
+	}
 }
 
 // The target's table divides each round by its own floor: a loaded round
