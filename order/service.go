@@ -816,8 +816,8 @@ var orderColumns = []string{"id", "user_id", "idempotency_key", "status", "reser
 	"expires_at", "paid_at", "created_at", "updated_at"}
 
 // orderRecord is o's row as the group commit writes it (record sets its
-// times), its SQL written by arbiter.InsertRows rather than reflected by
-// GORM. An order's lines are not written apart: they are its reservations
+// times), its SQL written by the arbiter's InsertRows rather than
+// reflected by GORM. An order's lines are not written apart: they are its reservations
 // (LoadItems).
 func orderRecord(o *Order) *groupcommit.Record {
 	return &groupcommit.Record{Table: "orders", Columns: orderColumns, Values: []any{o.ID, o.UserID, o.IdempotencyKey,

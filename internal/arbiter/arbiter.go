@@ -33,15 +33,18 @@ type Arbiter struct {
 	tx      *gorm.DB // nil on a Direct's
 	c       Conn
 	ctx     context.Context
-	dialect string // "": tx's dialector's
+	dialect string // the database's: "mysql", "sqlite"
 }
 
 // In is the arbiter of the transaction tx: every change it makes commits or
 // rolls back with tx.
 func In(tx *gorm.DB) Arbiter {
 	a := Arbiter{tx: tx, c: gormConn{tx}}
-	if tx != nil && tx.Statement != nil {
-		a.ctx = tx.Statement.Context
+	if tx != nil {
+		a.dialect = tx.Dialector.Name()
+		if tx.Statement != nil {
+			a.ctx = tx.Statement.Context
+		}
 	}
 	return a
 }
@@ -194,7 +197,7 @@ func (a Arbiter) takeQuotas(take map[BuyerUnits]int64, limits map[string]int64) 
 	})
 	upsert := `INSERT INTO buyer_quotas (sku, user_id, qty) VALUES (?, ?, ?)
 		ON DUPLICATE KEY UPDATE qty = IF(qty + VALUES(qty) <= ?, qty + VALUES(qty), qty)`
-	if a.dialectName() == "sqlite" {
+	if a.dialect == "sqlite" {
 		upsert = `INSERT INTO buyer_quotas (sku, user_id, qty) VALUES (?, ?, ?)
 			ON CONFLICT (sku, user_id) DO UPDATE SET qty = qty + excluded.qty WHERE qty + excluded.qty <= ?`
 	}

@@ -89,7 +89,7 @@ func (e CampaignRefusedError) Unwrap() error { return e.Err }
 // by it, so a node whose clock runs fast cannot sell early. The embedded
 // SQLite runs in the process: its clock is the node's.
 func (a Arbiter) dbNow() (string, []any) {
-	if a.dialectName() == "sqlite" {
+	if a.dialect == "sqlite" {
 		return "?", []any{time.Now().UTC()}
 	}
 	return "UTC_TIMESTAMP(6)", nil

@@ -142,7 +142,7 @@ func (a Arbiter) campaignEvents(id, sku string, at time.Time, types []string) er
 // dbClock reads the database's clock (the embedded SQLite's is this
 // process's): the clock that decides a campaign's window.
 func (a Arbiter) dbClock() (time.Time, error) {
-	if a.dialectName() == "sqlite" {
+	if a.dialect == "sqlite" {
 		return time.Now().UTC().Truncate(time.Microsecond), nil
 	}
 	var t time.Time

@@ -64,14 +64,6 @@ func (d Direct) InsertRows(table string, cols []string, args []any) error {
 	return d.a.insertRows(table, cols, args)
 }
 
-// dialectName is the database's dialect ("mysql", "sqlite").
-func (a Arbiter) dialectName() string {
-	if a.dialect != "" {
-		return a.dialect
-	}
-	return a.tx.Dialector.Name()
-}
-
 // exec sends query and returns the rows it changed.
 func (a Arbiter) exec(query string, args ...any) (int64, error) {
 	res, err := a.c.ExecContext(a.ctx, query, args...)

@@ -169,14 +169,10 @@ type Fence struct {
 }
 
 // SKUExists reports whether sku has a record.
-func SKUExists(tx *gorm.DB, sku string) (bool, error) {
-	var n int64
-	err := tx.Table("skus").Where("sku = ?", sku).Count(&n).Error
-	return n == 1, err
-}
+func SKUExists(tx *gorm.DB, sku string) (bool, error) { return In(tx).skuExists(sku) }
 
-// skuExists is SKUExists in the arbiter's transaction (the statement GORM
-// writes for it).
+// skuExists reports whether sku has a record, asked in the arbiter's
+// transaction.
 func (a Arbiter) skuExists(sku string) (bool, error) {
 	var n int64
 	err := a.query(func(rows *sql.Rows) error { return rows.Scan(&n) }, "SELECT count(*) FROM `skus` WHERE sku = ?", sku)
