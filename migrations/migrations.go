@@ -35,7 +35,7 @@ func Provider(db *sql.DB, d Dialect) (*goose.Provider, error) {
 		return nil, err
 	}
 	if d == SQLite {
-		return goose.NewProvider(goose.DialectSQLite3, db, sub)
+		return goose.NewProvider(goose.DialectSQLite3, db, sub, goose.WithGoMigrations(countKindSQLite))
 	}
 	return goose.NewProvider(goose.DialectMySQL, db, sub, goose.WithGoMigrations(exactNames))
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/acme/inventory/migrations"
 )
 
-var tables = []string{"buyer_quotas", "campaigns", "orders", "order_items", "skus", "stock_adjustments", "stock_anomalies", "stock_events", "stock_ledger", "stock_movements", "stock_outbox", "stock_reservations", "webhooks"}
+var tables = []string{"buyer_quotas", "campaigns", "orders", "order_items", "skus", "stock_adjustments", "stock_anomalies", "stock_counts", "stock_count_lines", "stock_count_pages", "stock_events", "stock_ledger", "stock_movements", "stock_outbox", "stock_reservations", "stock_shipping", "webhooks"}
 
 func appTables(t *testing.T, db *sql.DB) []string {
 	t.Helper()
@@ -256,4 +256,39 @@ func TestCampaignEventFlagsMigration(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, map[string]int{"sched": 0, "live": 1, "soldout": 3, "past": 5, "ended": 5}, got)
+}
+
+// Migration 39 lets a movement be a count's (COUNT) on both databases: the
+// embedded one edits the stored CHECK in place rather than rebuilding the
+// table, so a column another migration added survives it.
+func TestMovementKindCount(t *testing.T) {
+	ctx := context.Background()
+	mdb, err := sql.Open("mysql", testenv.MySQLDatabase(t))
+	require.NoError(t, err)
+	defer mdb.Close()
+	sdb, err := sql.Open("sqlite", "file:"+t.TempDir()+"/m.db")
+	require.NoError(t, err)
+	defer sdb.Close()
+	for _, c := range []struct {
+		db *sql.DB
+		d  migrations.Dialect
+	}{{mdb, migrations.MySQL}, {sdb, migrations.SQLite}} {
+		require.NoError(t, migrations.Up(ctx, c.db, c.d))
+		_, err := c.db.Exec(`INSERT INTO stock_movements (sku, kind, on_hand_delta, reserved_delta) VALUES ('A', 'COUNT', 1, 0)`)
+		require.NoError(t, err, "%s", c.d)
+		_, err = c.db.Exec(`INSERT INTO stock_movements (sku, kind, on_hand_delta, reserved_delta) VALUES ('A', 'NOPE', 1, 0)`)
+		require.Error(t, err, "%s: the CHECK still refuses other kinds", c.d)
+		_, err = migrations.Down(ctx, c.db, c.d) // 41
+		require.NoError(t, err)
+		_, err = migrations.Down(ctx, c.db, c.d) // 40
+		require.NoError(t, err)
+		v, err := migrations.Down(ctx, c.db, c.d)
+		require.NoError(t, err)
+		require.EqualValues(t, 39, v)
+		var kind string
+		require.NoError(t, c.db.QueryRow(`SELECT kind FROM stock_movements WHERE sku = 'A'`).Scan(&kind))
+		require.Equal(t, "CORRECTION", kind, "%s: down turns a count's movements into corrections", c.d)
+		_, err = c.db.Exec(`INSERT INTO stock_movements (sku, kind, on_hand_delta, reserved_delta) VALUES ('A', 'COUNT', 1, 0)`)
+		require.Error(t, err, "%s: down refuses COUNT again", c.d)
+	}
 }
