@@ -48,6 +48,7 @@ type Order struct {
 	PaymentID        *string    `json:"payment_id,omitempty"`
 	ExpiresAt        time.Time  `json:"expires_at"`
 	PaidAt           *time.Time `json:"paid_at,omitempty"`
+	ShippedAt        *time.Time `json:"shipped_at,omitempty"` // its lines left the warehouse (Ship)
 	CreatedAt        time.Time  `json:"created_at"`
 	UpdatedAt        time.Time  `json:"updated_at"`
 	ExtendKey        *string    `json:"-"`              // the last extension's Idempotency-Key

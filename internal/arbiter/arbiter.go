@@ -419,6 +419,8 @@ func (a Arbiter) Settle(skus []string, bySKU map[string][]StockMessage) (Deliver
 	}
 	var ledger []LedgerRow
 	var moves []Movement
+	var shipping shippingChanges // what a count's rebase reads of order lines (shipping.go)
+	now := time.Now().UTC().Truncate(time.Microsecond)
 	restored := map[string]int64{}
 	for _, sku := range skus {
 		oh, known := onHand[sku]
@@ -465,7 +467,12 @@ func (a Arbiter) Settle(skus []string, bySKU map[string][]StockMessage) (Deliver
 			}
 			states[sm.Token] = res
 			ledger = append(ledger, LedgerRow{Token: sm.Token, SKU: sku, Op: sm.Op, Qty: sm.Qty})
-			moves = append(moves, appliedMovement(sku, oh, sm))
+			m := appliedMovement(sku, oh, sm)
+			m.CreatedAt = now
+			moves = append(moves, m)
+			if oh != inventory.Unlimited {
+				shipping.add(res, sm.Op)
+			}
 		}
 		if err := a.settleSKU(sku, oh, sold, back, deducted, returned); err != nil {
 			return d, err
@@ -480,6 +487,9 @@ func (a Arbiter) Settle(skus []string, bySKU map[string][]StockMessage) (Deliver
 		}
 	}
 	if err := a.moved(moves); err != nil {
+		return d, err
+	}
+	if err := a.recordShipping(shipping, now); err != nil {
 		return d, err
 	}
 	if len(restored) > 0 {

@@ -299,6 +299,7 @@ const (
 	MoveRestock    MovementKind = "RESTOCK"    // an adjust with delta > 0
 	MoveCorrection MovementKind = "CORRECTION" // an adjust with delta < 0, or a reconcile repair
 	MoveSet        MovementKind = "SET"        // the admin PUT that sets on_hand outright
+	MoveCount      MovementKind = "COUNT"      // a stock count's correction, rebased to when it was counted (counts.go)
 )
 
 // Movement is one immutable change of a SKU's on_hand and reserved, written in
@@ -323,7 +324,10 @@ type Movement struct {
 func (Movement) TableName() string { return "stock_movements" }
 
 // insertMovements writes ms in tx, in one multi-row INSERT (their ids are
-// the database's; nothing reads them back).
+// the database's; nothing reads them back). A movement's created_at is
+// now, this node's clock, unless the caller set it: Settle stamps a sale's
+// movement and its stock_shipping row with one time, which a count's
+// rebase compares alike.
 func (a Arbiter) insertMovements(ms []Movement) error {
 	if len(ms) == 0 {
 		return nil
@@ -331,7 +335,7 @@ func (a Arbiter) insertMovements(ms []Movement) error {
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	args := make([]any, 0, len(ms)*len(movementColumns))
 	for i := range ms {
-		ms[i].CreatedAt = now
+		ms[i].CreatedAt = stamp(ms[i].CreatedAt, now)
 		m := ms[i]
 		args = append(args, m.SKU, m.Kind, m.OnHandDelta, m.ReservedDelta, m.Reason, m.Reference, m.CreatedAt)
 	}

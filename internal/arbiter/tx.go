@@ -3,6 +3,7 @@ package arbiter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -59,6 +60,11 @@ func Retryable(err error) bool {
 // such row inserted it first (under READ COMMITTED no gap lock keeps it
 // out): the whole transaction is to run again.
 var errInsertRaced = errors.New("arbiter: another transaction inserted the row first")
+
+// InsertRaced marks err, an insert refused by a unique key that a
+// concurrent transaction's insert took first, as Retryable: the
+// transaction runs again and finds that row.
+func InsertRaced(err error) error { return fmt.Errorf("%w: %w", errInsertRaced, err) }
 
 // IsDuplicate recognises an INSERT refused by a unique key.
 func IsDuplicate(err error) bool {

@@ -19,7 +19,8 @@ CREATE TABLE stock_shipping (
   restored_at DATETIME(6)  NULL,
   PRIMARY KEY (token, sku),
   KEY stock_shipping_sku (sku),
-  KEY stock_shipping_shipped (shipped_at)
+  KEY stock_shipping_shipped (shipped_at),
+  KEY stock_shipping_restored (restored_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 -- +goose Down

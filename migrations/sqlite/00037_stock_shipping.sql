@@ -11,6 +11,7 @@ CREATE TABLE stock_shipping (
 );
 CREATE INDEX stock_shipping_sku ON stock_shipping (sku);
 CREATE INDEX stock_shipping_shipped ON stock_shipping (shipped_at);
+CREATE INDEX stock_shipping_restored ON stock_shipping (restored_at);
 
 -- +goose Down
 DROP TABLE stock_shipping;
