@@ -408,6 +408,16 @@ func (s *Store) Apply(ctx context.Context, c inventory.Change) error {
 	if err := inventory.ValidateSKU(c.SKU); err != nil {
 		return err
 	}
+	keys, args := applyCall(c)
+	n, err := applyScript.Run(ctx, s.rdb, keys, args...).Int64()
+	if err != nil {
+		return fmt.Errorf("stock: apply %s: %w", c.SKU, err)
+	}
+	return s.applied(ctx, c, n)
+}
+
+// applyCall is applyScript's keys and arguments for c.
+func applyCall(c inventory.Change) ([]string, []any) {
 	keys, args := []string{stockKey(c.SKU)}, []any{c.Delta, c.Seq, c.Epoch}
 	if len(c.Buyers) > 0 {
 		keys = append(keys, buyersKey(c.SKU))
@@ -415,10 +425,12 @@ func (s *Store) Apply(ctx context.Context, c inventory.Change) error {
 			args = append(args, u, c.Buyers[u])
 		}
 	}
-	n, err := applyScript.Run(ctx, s.rdb, keys, args...).Int64()
-	if err != nil {
-		return fmt.Errorf("stock: apply %s: %w", c.SKU, err)
-	}
+	return keys, args
+}
+
+// applied follows applyScript's answer n to c: a change that would have
+// taken Redis below zero realigns the SKU; units that came back are told.
+func (s *Store) applied(ctx context.Context, c inventory.Change, n int64) error {
 	switch {
 	case n == resClamped:
 		return s.Realign(ctx, c.SKU)

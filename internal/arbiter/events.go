@@ -39,11 +39,12 @@ const (
 	EventBackInStock  = "sku.back_in_stock" // available rose from 0
 	EventLowStock     = "sku.low_stock"     // available fell to low_stock_threshold or below
 	EventLevelChanged = "sku.level_changed" // on_hand or reserved moved (coalesced)
+	EventShortage     = "sku.shortage"      // a count found fewer units than are held (counts.go)
 )
 
 // EventTypes are the names a subscription may ask for: the SKUs' and the
 // campaigns' (campaign_events.go).
-var EventTypes = []string{EventSoldOut, EventBackInStock, EventLowStock, EventLevelChanged,
+var EventTypes = []string{EventSoldOut, EventBackInStock, EventLowStock, EventLevelChanged, EventShortage,
 	EventCampaignStarted, EventCampaignSoldOut, EventCampaignBackInStock, EventCampaignEnded}
 
 // Event is one stock event: id is its place in the replay feed (nil until
@@ -60,6 +61,10 @@ type Event struct {
 	OnHand     int64     `gorm:"column:on_hand" json:"on_hand"`
 	Reserved   int64     `gorm:"column:reserved" json:"reserved"`
 	Available  int64     `gorm:"column:available" json:"available"`
+	// Short and CountID are a sku.shortage's: the units the count could
+	// not take (on_hand stayed at reserved), and the count.
+	Short   *int64  `gorm:"column:short" json:"short,omitempty"`
+	CountID *string `gorm:"column:count_id" json:"count_id,omitempty"`
 }
 
 func (Event) TableName() string { return "stock_events" }
