@@ -43,6 +43,90 @@ func (e CampaignState) Valid() bool {
 	}
 }
 
+// Defines values for CountLineErrorCode.
+const (
+	CountLineErrorCodeConflict CountLineErrorCode = "conflict"
+	CountLineErrorCodeNotFound CountLineErrorCode = "not_found"
+)
+
+// Valid indicates whether the value is a known member of the CountLineErrorCode enum.
+func (e CountLineErrorCode) Valid() bool {
+	switch e {
+	case CountLineErrorCodeConflict:
+		return true
+	case CountLineErrorCodeNotFound:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CountLineOutcome.
+const (
+	CountLineOutcomeCorrected  CountLineOutcome = "corrected"
+	CountLineOutcomeShort      CountLineOutcome = "short"
+	CountLineOutcomeSuperseded CountLineOutcome = "superseded"
+	CountLineOutcomeUnchanged  CountLineOutcome = "unchanged"
+	CountLineOutcomeUnknown    CountLineOutcome = "unknown"
+	CountLineOutcomeUnlimited  CountLineOutcome = "unlimited"
+)
+
+// Valid indicates whether the value is a known member of the CountLineOutcome enum.
+func (e CountLineOutcome) Valid() bool {
+	switch e {
+	case CountLineOutcomeCorrected:
+		return true
+	case CountLineOutcomeShort:
+		return true
+	case CountLineOutcomeSuperseded:
+		return true
+	case CountLineOutcomeUnchanged:
+		return true
+	case CountLineOutcomeUnknown:
+		return true
+	case CountLineOutcomeUnlimited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CountLineStatus.
+const (
+	CountLineStatusN404 CountLineStatus = 404
+	CountLineStatusN409 CountLineStatus = 409
+)
+
+// Valid indicates whether the value is a known member of the CountLineStatus enum.
+func (e CountLineStatus) Valid() bool {
+	switch e {
+	case CountLineStatusN404:
+		return true
+	case CountLineStatusN409:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CountLineUnshippedFrom.
+const (
+	CountLineUnshippedFromLine    CountLineUnshippedFrom = "line"
+	CountLineUnshippedFromShipped CountLineUnshippedFrom = "shipped"
+)
+
+// Valid indicates whether the value is a known member of the CountLineUnshippedFrom enum.
+func (e CountLineUnshippedFrom) Valid() bool {
+	switch e {
+	case CountLineUnshippedFromLine:
+		return true
+	case CountLineUnshippedFromShipped:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ErrorErrorCode.
 const (
 	ErrorErrorCodeConflict           ErrorErrorCode = "conflict"
@@ -100,6 +184,7 @@ func (e ErrorErrorCode) Valid() bool {
 // Defines values for MovementKind.
 const (
 	MovementKindCORRECTION MovementKind = "CORRECTION"
+	MovementKindCOUNT      MovementKind = "COUNT"
 	MovementKindREFUND     MovementKind = "REFUND"
 	MovementKindRELEASE    MovementKind = "RELEASE"
 	MovementKindRESERVE    MovementKind = "RESERVE"
@@ -112,6 +197,8 @@ const (
 func (e MovementKind) Valid() bool {
 	switch e {
 	case MovementKindCORRECTION:
+		return true
+	case MovementKindCOUNT:
 		return true
 	case MovementKindREFUND:
 		return true
@@ -169,6 +256,7 @@ const (
 	StockEventTypeSkuBackInStock      StockEventType = "sku.back_in_stock"
 	StockEventTypeSkuLevelChanged     StockEventType = "sku.level_changed"
 	StockEventTypeSkuLowStock         StockEventType = "sku.low_stock"
+	StockEventTypeSkuShortage         StockEventType = "sku.shortage"
 	StockEventTypeSkuSoldOut          StockEventType = "sku.sold_out"
 )
 
@@ -189,6 +277,8 @@ func (e StockEventType) Valid() bool {
 		return true
 	case StockEventTypeSkuLowStock:
 		return true
+	case StockEventTypeSkuShortage:
+		return true
 	case StockEventTypeSkuSoldOut:
 		return true
 	default:
@@ -201,6 +291,7 @@ const (
 	WebhookEventsSkuBackInStock  WebhookEvents = "sku.back_in_stock"
 	WebhookEventsSkuLevelChanged WebhookEvents = "sku.level_changed"
 	WebhookEventsSkuLowStock     WebhookEvents = "sku.low_stock"
+	WebhookEventsSkuShortage     WebhookEvents = "sku.shortage"
 	WebhookEventsSkuSoldOut      WebhookEvents = "sku.sold_out"
 )
 
@@ -212,6 +303,8 @@ func (e WebhookEvents) Valid() bool {
 	case WebhookEventsSkuLevelChanged:
 		return true
 	case WebhookEventsSkuLowStock:
+		return true
+	case WebhookEventsSkuShortage:
 		return true
 	case WebhookEventsSkuSoldOut:
 		return true
@@ -306,6 +399,7 @@ const (
 	PutV1WebhooksIdJSONBodyEventsSkuBackInStock  PutV1WebhooksIdJSONBodyEvents = "sku.back_in_stock"
 	PutV1WebhooksIdJSONBodyEventsSkuLevelChanged PutV1WebhooksIdJSONBodyEvents = "sku.level_changed"
 	PutV1WebhooksIdJSONBodyEventsSkuLowStock     PutV1WebhooksIdJSONBodyEvents = "sku.low_stock"
+	PutV1WebhooksIdJSONBodyEventsSkuShortage     PutV1WebhooksIdJSONBodyEvents = "sku.shortage"
 	PutV1WebhooksIdJSONBodyEventsSkuSoldOut      PutV1WebhooksIdJSONBodyEvents = "sku.sold_out"
 )
 
@@ -317,6 +411,8 @@ func (e PutV1WebhooksIdJSONBodyEvents) Valid() bool {
 	case PutV1WebhooksIdJSONBodyEventsSkuLevelChanged:
 		return true
 	case PutV1WebhooksIdJSONBodyEventsSkuLowStock:
+		return true
+	case PutV1WebhooksIdJSONBodyEventsSkuShortage:
 		return true
 	case PutV1WebhooksIdJSONBodyEventsSkuSoldOut:
 		return true
@@ -364,6 +460,111 @@ type CampaignState string
 
 // CampaignID 1-60 characters of A-Z a-z 0-9 . _ -, compared byte for byte.
 type CampaignID = string
+
+// CountID the client's name for a count (a count sheet, a file); every request of one count carries it
+type CountID = string
+
+// CountLine One outcome of a count line: corrected (on_hand moved by the
+// correction), unchanged (the correction was 0), short (on_hand went
+// down to reserved and no further; short units are recorded as an
+// anomaly and announced as sku.shortage), or, applying nothing,
+// unknown (404: no such SKU), unlimited (409: the SKU has unlimited
+// stock), superseded (409: a count at or after this counted_at, or a
+// PUT of the SKU's stock after it, set the SKU already).
+type CountLine struct {
+	// Applied what on_hand moved now (the correction, or less when short)
+	Applied int64 `json:"applied"`
+
+	// Correction counted - unshipped - on_hand_then
+	Correction int64 `json:"correction"`
+	Counted    int64 `json:"counted"`
+	Error      *struct {
+		Code    CountLineErrorCode `json:"code"`
+		Message string             `json:"message"`
+	} `json:"error,omitempty"`
+
+	// Line the line's number in the count: offset + its place in the request
+	Line int64 `json:"line"`
+
+	// OnHand on_hand after the line (absent when nothing applied)
+	OnHand *int64 `json:"on_hand,omitempty"`
+
+	// OnHandThen on_hand as of counted_at, from the stock movements (absent when nothing applied)
+	OnHandThen *int64           `json:"on_hand_then,omitempty"`
+	Outcome    CountLineOutcome `json:"outcome"`
+	Short      int64            `json:"short"`
+
+	// Sku 1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.
+	Sku SKUName `json:"sku"`
+
+	// Status when nothing applied: the line's status
+	Status *CountLineStatus `json:"status,omitempty"`
+
+	// Unshipped units sold and not shipped at counted_at (less units shipped before their sale was deducted), as the line said or as computed
+	Unshipped int64 `json:"unshipped"`
+
+	// UnshippedFrom line: the line said it; shipped: computed from the orders' shipped signal
+	UnshippedFrom CountLineUnshippedFrom `json:"unshipped_from"`
+}
+
+// CountLineErrorCode defines model for CountLine.Error.Code.
+type CountLineErrorCode string
+
+// CountLineOutcome defines model for CountLine.Outcome.
+type CountLineOutcome string
+
+// CountLineStatus when nothing applied: the line's status
+type CountLineStatus int
+
+// CountLineUnshippedFrom line: the line said it; shipped: computed from the orders' shipped signal
+type CountLineUnshippedFrom string
+
+// CountProgress defines model for CountProgress.
+type CountProgress struct {
+	// CountId the client's name for a count (a count sheet, a file); every request of one count carries it
+	CountId   CountID   `json:"count_id"`
+	CountedAt time.Time `json:"counted_at"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Done every line received is applied (totals.applied = lines)
+	Done bool `json:"done"`
+
+	// Lines the lines the count's requests carried so far
+	Lines int64 `json:"lines"`
+
+	// Pages the count's requests, by offset
+	Pages []struct {
+		Applied int64 `json:"applied"`
+		Lines   int64 `json:"lines"`
+		Offset  int64 `json:"offset"`
+	} `json:"pages"`
+	Totals CountTotals `json:"totals"`
+}
+
+// CountResult Example: {"count_id":"night-2025-01-02","counted_at":"2025-01-02T02:00:00Z","lines":[{"applied":-7,"correction":-7,"counted":95,"line":1,"on_hand":90,"on_hand_then":100,"outcome":"corrected","short":0,"sku":"DEMO-TSHIRT","unshipped":2,"unshipped_from":"shipped"},{"applied":0,"correction":0,"counted":3,"error":{"code":"not_found","message":"unknown sku: NOPE (nothing applied)"},"line":2,"outcome":"unknown","short":0,"sku":"NOPE","status":404,"unshipped":0,"unshipped_from":"shipped"}],"offset":0,"totals":{"applied":2,"corrected":1,"short":0,"superseded":0,"unchanged":0,"units_added":0,"units_removed":3,"units_short":0,"unknown":1,"unlimited":0}}
+type CountResult struct {
+	// CountId the client's name for a count (a count sheet, a file); every request of one count carries it
+	CountId   CountID     `json:"count_id"`
+	CountedAt time.Time   `json:"counted_at"`
+	Lines     []CountLine `json:"lines"`
+	Offset    int64       `json:"offset"`
+	Totals    CountTotals `json:"totals"`
+}
+
+// CountTotals defines model for CountTotals.
+type CountTotals struct {
+	// Applied lines done, whatever their outcome
+	Applied      int64 `json:"applied"`
+	Corrected    int64 `json:"corrected"`
+	Short        int64 `json:"short"`
+	Superseded   int64 `json:"superseded"`
+	Unchanged    int64 `json:"unchanged"`
+	UnitsAdded   int64 `json:"units_added"`
+	UnitsRemoved int64 `json:"units_removed"`
+	UnitsShort   int64 `json:"units_short"`
+	Unknown      int64 `json:"unknown"`
+	Unlimited    int64 `json:"unlimited"`
+}
 
 // Error defines model for Error.
 type Error struct {
@@ -419,14 +620,16 @@ type Movement struct {
 	// on_hand does not move). REFUND: a refund applied, on_hand +qty.
 	// RESTOCK / CORRECTION: an adjust with delta > 0 / < 0 (CORRECTION
 	// also records a reconcile repair of reserved). SET: PUT
-	// /v1/skus/{sku}, on_hand_delta = new - old.
+	// /v1/skus/{sku}, on_hand_delta = new - old. COUNT: a stock count's
+	// correction, rebased to its counted_at (POST /v1/stock/counts),
+	// reference "count:<count_id>:<line>".
 	Kind        MovementKind `json:"kind"`
 	OnHandDelta int64        `json:"on_hand_delta"`
 
 	// Reason the adjust's reason; empty otherwise
 	Reason string `json:"reason"`
 
-	// Reference what caused it: an order id, "token:" + a token-API token, or the adjust's reference
+	// Reference what caused it: an order id, "token:" + a token-API token, the adjust's reference, or "count:<count_id>:<line>"
 	Reference     string `json:"reference"`
 	ReservedDelta int64  `json:"reserved_delta"`
 
@@ -440,7 +643,9 @@ type Movement struct {
 // on_hand does not move). REFUND: a refund applied, on_hand +qty.
 // RESTOCK / CORRECTION: an adjust with delta > 0 / < 0 (CORRECTION
 // also records a reconcile repair of reserved). SET: PUT
-// /v1/skus/{sku}, on_hand_delta = new - old.
+// /v1/skus/{sku}, on_hand_delta = new - old. COUNT: a stock count's
+// correction, rebased to its counted_at (POST /v1/stock/counts),
+// reference "count:<count_id>:<line>".
 type MovementKind string
 
 // MovementPage defines model for MovementPage.
@@ -470,6 +675,9 @@ type Order struct {
 
 	// PaymentId 1-64 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit (order ids, user ids, payment ids).
 	PaymentId *ID `json:"payment_id,omitempty"`
+
+	// ShippedAt present once the order's lines left the warehouse (POST /v1/orders/{id}/ship)
+	ShippedAt *time.Time `json:"shipped_at,omitempty"`
 
 	// Status PENDING -> PAID -> REFUNDED; PENDING -> CANCELLED | EXPIRED;
 	// EXPIRED -> PAID (late payment, stock still there) | REFUND_REQUIRED;
@@ -567,6 +775,9 @@ type StockEvent struct {
 	// CampaignId a campaign event's campaign (absent for a SKU's)
 	CampaignId *string `json:"campaign_id,omitempty"`
 
+	// CountId sku.shortage only: the count that found it
+	CountId *string `json:"count_id,omitempty"`
+
 	// Id the event's place in the replay feed: unique, increasing; a receiver deduplicates by it
 	Id         int64     `json:"id"`
 	OccurredAt time.Time `json:"occurred_at"`
@@ -578,6 +789,9 @@ type StockEvent struct {
 	// Seq the SKU's events numbered 1, 2, 3, ... with no gap
 	Seq int64 `json:"seq"`
 
+	// Short sku.shortage only: the units the count found missing beyond what on_hand could lose (it stays at reserved)
+	Short *int64 `json:"short,omitempty"`
+
 	// Sku 1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.
 	Sku SKUName `json:"sku"`
 
@@ -585,7 +799,10 @@ type StockEvent struct {
 	// from 0 (or the SKU turned unlimited). sku.low_stock: available fell
 	// to the SKU's low_stock_threshold or below (announced again only after
 	// it rose above it). sku.level_changed: on_hand or reserved moved;
-	// coalesced, the latest levels. campaign.started: the database's clock
+	// coalesced, the latest levels. sku.shortage: a stock count found
+	// fewer units than are held; on_hand went down to reserved and no
+	// further, and short names the units it could not take.
+	// campaign.started: the database's clock
 	// opened the campaign's window (or its first sale came first).
 	// campaign.sold_out: the campaign's remaining units fell to 0.
 	// campaign.back_in_stock: units came back to a sold-out campaign that
@@ -599,7 +816,10 @@ type StockEvent struct {
 // from 0 (or the SKU turned unlimited). sku.low_stock: available fell
 // to the SKU's low_stock_threshold or below (announced again only after
 // it rose above it). sku.level_changed: on_hand or reserved moved;
-// coalesced, the latest levels. campaign.started: the database's clock
+// coalesced, the latest levels. sku.shortage: a stock count found
+// fewer units than are held; on_hand went down to reserved and no
+// further, and short names the units it could not take.
+// campaign.started: the database's clock
 // opened the campaign's window (or its first sale came first).
 // campaign.sold_out: the campaign's remaining units fell to 0.
 // campaign.back_in_stock: units came back to a sold-out campaign that
@@ -666,6 +886,9 @@ type WebhookPage struct {
 
 // CampaignId 1-60 characters of A-Z a-z 0-9 . _ -, compared byte for byte.
 type CampaignId = CampaignID
+
+// CountId the client's name for a count (a count sheet, a file); every request of one count carries it
+type CountId = CountID
 
 // Cursor defines model for cursor.
 type Cursor = string
@@ -966,6 +1189,15 @@ type RefundOrderParams struct {
 	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
 }
 
+// ShipOrderParams defines parameters for ShipOrder.
+type ShipOrderParams struct {
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
 // PaymentCallbackJSONBody defines parameters for PaymentCallback.
 type PaymentCallbackJSONBody struct {
 	// OrderId 1-64 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit (order ids, user ids, payment ids).
@@ -1135,6 +1367,45 @@ type CommitStockParams struct {
 	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
 }
 
+// ApplyCountJSONBody defines parameters for ApplyCount.
+type ApplyCountJSONBody struct {
+	// CountId the client's name for a count (a count sheet, a file); every request of one count carries it
+	CountId CountID `json:"count_id"`
+
+	// CountedAt when the units were counted (RFC 3339)
+	CountedAt time.Time `json:"counted_at"`
+	Lines     []struct {
+		Counted int64 `json:"counted"`
+
+		// Sku 1-64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.
+		Sku SKUName `json:"sku"`
+
+		// Unshipped units paid for and not shipped at counted_at; left out: computed from the shipped signal
+		Unshipped *int64 `json:"unshipped,omitempty"`
+	} `json:"lines"`
+
+	// Offset the count's lines before this request's (its first line is offset + 1)
+	Offset *int64 `json:"offset,omitempty"`
+}
+
+// ApplyCountParams defines parameters for ApplyCount.
+type ApplyCountParams struct {
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
+// GetCountParams defines parameters for GetCount.
+type GetCountParams struct {
+	// XRequestID The caller's request id, echoed in the answer's X-Request-ID and
+	// written with the service's log lines about the request. A value that
+	// does not match ^[A-Za-z0-9._:/+=-]{1,128}$ is not refused: it is
+	// replaced by a fresh UUID.
+	XRequestID *RequestId `json:"X-Request-ID,omitempty"`
+}
+
 // DeductStockJSONBody defines parameters for DeductStock.
 type DeductStockJSONBody struct {
 	// HoldSeconds How long the reservation holds its units before it is released
@@ -1294,6 +1565,9 @@ type AdjustSKUJSONRequestBody AdjustSKUJSONBody
 
 // CommitStockJSONRequestBody defines body for CommitStock for application/json ContentType.
 type CommitStockJSONRequestBody CommitStockJSONBody
+
+// ApplyCountJSONRequestBody defines body for ApplyCount for application/json ContentType.
+type ApplyCountJSONRequestBody ApplyCountJSONBody
 
 // DeductStockJSONRequestBody defines body for DeductStock for application/json ContentType.
 type DeductStockJSONRequestBody DeductStockJSONBody
@@ -1618,6 +1892,18 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/orders/{id}/refund (the `RefundOrder` operationId).
 	RefundOrder(ctx context.Context, id OrderId, params *RefundOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ShipOrder Mark a PAID order's lines shipped (the shipped signal stock counts read).
+	//
+	// The order's lines left the warehouse now: shipped_at is set, and a
+	// stock count whose counted_at is later no longer counts its units as
+	// paid and still on the shelf. Idempotent: shipping a shipped order
+	// answers it unchanged (the first shipped_at stays). 409 conflict when
+	// the order is not PAID (a refunded order cannot be shipped); a shipped
+	// order refunds as any paid order. No request body is read.
+	//
+	// Corresponds with POST /v1/orders/{id}/ship (the `ShipOrder` operationId).
+	ShipOrder(ctx context.Context, id OrderId, params *ShipOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PaymentCallbackWithBody Payment provider callback, idempotent by payment_id.
 	//
 	// Signed (the paymentSignature scheme): X-Signature is hex
@@ -1799,6 +2085,78 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/stock/commit (the `CommitStock` operationId).
 	CommitStock(ctx context.Context, params *CommitStockParams, body CommitStockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ApplyCountWithBody Apply a stock count, rebased to when it was counted.
+	//
+	// What was on the shelf at counted_at, one line per SKU (up to 10,000
+	// a request; a larger count is several requests of the same count_id
+	// and counted_at, each with offset = the lines before it). Each line
+	// becomes a correction now: counted - unshipped - on_hand as of
+	// counted_at (read from the stock movements), applied as a COUNT
+	// movement through the arbiter and then into Redis. unshipped is the
+	// units paid and not shipped at counted_at; left out, the service
+	// computes it from the orders' shipped signal (POST
+	// /v1/orders/{id}/ship): units deducted before counted_at and not
+	// shipped before it, less units shipped before their deduction. A line
+	// never takes on_hand below reserved: what it cannot take is a
+	// shortage, recorded as an anomaly and announced as sku.shortage.
+	// counted_at may be at most INVENTORY_RETENTION less an hour back (29
+	// days 23 hours by default) and not after the service's clock.
+	// A replay (the same request) changes nothing and is answered as the
+	// first time; the same count_id with another counted_at, or other lines
+	// at the same offset, or lines overlapping another request's, is 409
+	// conflict. Lines are applied in batches of 1,000, each its own
+	// transaction: GET /v1/stock/counts/{id} shows how far a count is, and
+	// a request cut short (its deadline is 2 minutes) is finished by its
+	// replay. An unknown SKU is a line's 404 and the other lines apply;
+	// bad input (a negative or non-integer count, a SKU twice, a bad SKU)
+	// is 400 and applies nothing. The body may be up to 4 MiB.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/stock/counts (the `ApplyCount` operationId).
+	ApplyCountWithBody(ctx context.Context, params *ApplyCountParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ApplyCount Apply a stock count, rebased to when it was counted.
+	//
+	// What was on the shelf at counted_at, one line per SKU (up to 10,000
+	// a request; a larger count is several requests of the same count_id
+	// and counted_at, each with offset = the lines before it). Each line
+	// becomes a correction now: counted - unshipped - on_hand as of
+	// counted_at (read from the stock movements), applied as a COUNT
+	// movement through the arbiter and then into Redis. unshipped is the
+	// units paid and not shipped at counted_at; left out, the service
+	// computes it from the orders' shipped signal (POST
+	// /v1/orders/{id}/ship): units deducted before counted_at and not
+	// shipped before it, less units shipped before their deduction. A line
+	// never takes on_hand below reserved: what it cannot take is a
+	// shortage, recorded as an anomaly and announced as sku.shortage.
+	// counted_at may be at most INVENTORY_RETENTION less an hour back (29
+	// days 23 hours by default) and not after the service's clock.
+	// A replay (the same request) changes nothing and is answered as the
+	// first time; the same count_id with another counted_at, or other lines
+	// at the same offset, or lines overlapping another request's, is 409
+	// conflict. Lines are applied in batches of 1,000, each its own
+	// transaction: GET /v1/stock/counts/{id} shows how far a count is, and
+	// a request cut short (its deadline is 2 minutes) is finished by its
+	// replay. An unknown SKU is a line's 404 and the other lines apply;
+	// bad input (a negative or non-integer count, a SKU twice, a bad SKU)
+	// is 400 and applies nothing. The body may be up to 4 MiB.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/stock/counts (the `ApplyCount` operationId).
+	ApplyCount(ctx context.Context, params *ApplyCountParams, body ApplyCountJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetCount How far a stock count is applied.
+	//
+	// The lines its requests carried, how many are applied and with which
+	// outcome, the units they moved, and each request (page) with its
+	// applied lines: a client resumes a count from the first page not
+	// done. Read while a count is applied, it shows the batches committed.
+	//
+	// Corresponds with GET /v1/stock/counts/{id} (the `GetCount` operationId).
+	GetCount(ctx context.Context, id CountId, params *GetCountParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeductStockWithBody Reserve qty units of a SKU under the client's token (HELD until committed, released or expired).
 	//
@@ -2392,6 +2750,28 @@ func (c *Client) RefundOrder(ctx context.Context, id OrderId, params *RefundOrde
 	return c.Client.Do(req)
 }
 
+// ShipOrder Mark a PAID order's lines shipped (the shipped signal stock counts read).
+//
+// The order's lines left the warehouse now: shipped_at is set, and a
+// stock count whose counted_at is later no longer counts its units as
+// paid and still on the shelf. Idempotent: shipping a shipped order
+// answers it unchanged (the first shipped_at stays). 409 conflict when
+// the order is not PAID (a refunded order cannot be shipped); a shipped
+// order refunds as any paid order. No request body is read.
+//
+// Corresponds with POST /v1/orders/{id}/ship (the `ShipOrder` operationId).
+func (c *Client) ShipOrder(ctx context.Context, id OrderId, params *ShipOrderParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewShipOrderRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PaymentCallbackWithBody Payment provider callback, idempotent by payment_id.
 //
 // Signed (the paymentSignature scheme): X-Signature is hex
@@ -2694,6 +3074,108 @@ func (c *Client) CommitStockWithBody(ctx context.Context, params *CommitStockPar
 // Corresponds with POST /v1/stock/commit (the `CommitStock` operationId).
 func (c *Client) CommitStock(ctx context.Context, params *CommitStockParams, body CommitStockJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCommitStockRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ApplyCountWithBody Apply a stock count, rebased to when it was counted.
+//
+// What was on the shelf at counted_at, one line per SKU (up to 10,000
+// a request; a larger count is several requests of the same count_id
+// and counted_at, each with offset = the lines before it). Each line
+// becomes a correction now: counted - unshipped - on_hand as of
+// counted_at (read from the stock movements), applied as a COUNT
+// movement through the arbiter and then into Redis. unshipped is the
+// units paid and not shipped at counted_at; left out, the service
+// computes it from the orders' shipped signal (POST
+// /v1/orders/{id}/ship): units deducted before counted_at and not
+// shipped before it, less units shipped before their deduction. A line
+// never takes on_hand below reserved: what it cannot take is a
+// shortage, recorded as an anomaly and announced as sku.shortage.
+// counted_at may be at most INVENTORY_RETENTION less an hour back (29
+// days 23 hours by default) and not after the service's clock.
+// A replay (the same request) changes nothing and is answered as the
+// first time; the same count_id with another counted_at, or other lines
+// at the same offset, or lines overlapping another request's, is 409
+// conflict. Lines are applied in batches of 1,000, each its own
+// transaction: GET /v1/stock/counts/{id} shows how far a count is, and
+// a request cut short (its deadline is 2 minutes) is finished by its
+// replay. An unknown SKU is a line's 404 and the other lines apply;
+// bad input (a negative or non-integer count, a SKU twice, a bad SKU)
+// is 400 and applies nothing. The body may be up to 4 MiB.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/stock/counts (the `ApplyCount` operationId).
+func (c *Client) ApplyCountWithBody(ctx context.Context, params *ApplyCountParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewApplyCountRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ApplyCount Apply a stock count, rebased to when it was counted.
+//
+// What was on the shelf at counted_at, one line per SKU (up to 10,000
+// a request; a larger count is several requests of the same count_id
+// and counted_at, each with offset = the lines before it). Each line
+// becomes a correction now: counted - unshipped - on_hand as of
+// counted_at (read from the stock movements), applied as a COUNT
+// movement through the arbiter and then into Redis. unshipped is the
+// units paid and not shipped at counted_at; left out, the service
+// computes it from the orders' shipped signal (POST
+// /v1/orders/{id}/ship): units deducted before counted_at and not
+// shipped before it, less units shipped before their deduction. A line
+// never takes on_hand below reserved: what it cannot take is a
+// shortage, recorded as an anomaly and announced as sku.shortage.
+// counted_at may be at most INVENTORY_RETENTION less an hour back (29
+// days 23 hours by default) and not after the service's clock.
+// A replay (the same request) changes nothing and is answered as the
+// first time; the same count_id with another counted_at, or other lines
+// at the same offset, or lines overlapping another request's, is 409
+// conflict. Lines are applied in batches of 1,000, each its own
+// transaction: GET /v1/stock/counts/{id} shows how far a count is, and
+// a request cut short (its deadline is 2 minutes) is finished by its
+// replay. An unknown SKU is a line's 404 and the other lines apply;
+// bad input (a negative or non-integer count, a SKU twice, a bad SKU)
+// is 400 and applies nothing. The body may be up to 4 MiB.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/stock/counts (the `ApplyCount` operationId).
+func (c *Client) ApplyCount(ctx context.Context, params *ApplyCountParams, body ApplyCountJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewApplyCountRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetCount How far a stock count is applied.
+//
+// The lines its requests carried, how many are applied and with which
+// outcome, the units they moved, and each request (page) with its
+// applied lines: a client resumes a count from the first page not
+// done. Read while a count is applied, it shows the batches committed.
+//
+// Corresponds with GET /v1/stock/counts/{id} (the `GetCount` operationId).
+func (c *Client) GetCount(ctx context.Context, id CountId, params *GetCountParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetCountRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3919,6 +4401,55 @@ func NewRefundOrderRequest(server string, id OrderId, params *RefundOrderParams)
 	return req, nil
 }
 
+// NewShipOrderRequest constructs an http.Request for the ShipOrder method
+func NewShipOrderRequest(server string, id OrderId, params *ShipOrderParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/orders/%s/ship", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewPaymentCallbackRequest calls the generic PaymentCallback builder with application/json body
 func NewPaymentCallbackRequest(server string, params *PaymentCallbackParams, body PaymentCallbackJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -4457,6 +4988,110 @@ func NewCommitStockRequestWithBody(server string, params *CommitStockParams, con
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewApplyCountRequest calls the generic ApplyCount builder with application/json body
+func NewApplyCountRequest(server string, params *ApplyCountParams, body ApplyCountJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewApplyCountRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewApplyCountRequestWithBody constructs an http.Request for the ApplyCount method, with any body, and a specified content type
+func NewApplyCountRequestWithBody(server string, params *ApplyCountParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stock/counts")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.XRequestID != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-ID", *params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("X-Request-ID", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetCountRequest constructs an http.Request for the GetCount method
+func NewGetCountRequest(server string, id CountId, params *GetCountParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/stock/counts/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	if params != nil {
 
@@ -5206,6 +5841,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/orders/{id}/refund (the `RefundOrder` operationId).
 	RefundOrderWithResponse(ctx context.Context, id OrderId, params *RefundOrderParams, reqEditors ...RequestEditorFn) (*RefundOrderResponse, error)
 
+	// ShipOrderWithResponse Mark a PAID order's lines shipped (the shipped signal stock counts read).
+	//
+	// The order's lines left the warehouse now: shipped_at is set, and a
+	// stock count whose counted_at is later no longer counts its units as
+	// paid and still on the shelf. Idempotent: shipping a shipped order
+	// answers it unchanged (the first shipped_at stays). 409 conflict when
+	// the order is not PAID (a refunded order cannot be shipped); a shipped
+	// order refunds as any paid order. No request body is read.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/orders/{id}/ship (the `ShipOrder` operationId).
+	ShipOrderWithResponse(ctx context.Context, id OrderId, params *ShipOrderParams, reqEditors ...RequestEditorFn) (*ShipOrderResponse, error)
+
 	// PaymentCallbackWithBodyWithResponse Payment provider callback, idempotent by payment_id.
 	//
 	// Signed (the paymentSignature scheme): X-Signature is hex
@@ -5393,6 +6042,80 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/stock/commit (the `CommitStock` operationId).
 	CommitStockWithResponse(ctx context.Context, params *CommitStockParams, body CommitStockJSONRequestBody, reqEditors ...RequestEditorFn) (*CommitStockResponse, error)
+
+	// ApplyCountWithBodyWithResponse Apply a stock count, rebased to when it was counted.
+	//
+	// What was on the shelf at counted_at, one line per SKU (up to 10,000
+	// a request; a larger count is several requests of the same count_id
+	// and counted_at, each with offset = the lines before it). Each line
+	// becomes a correction now: counted - unshipped - on_hand as of
+	// counted_at (read from the stock movements), applied as a COUNT
+	// movement through the arbiter and then into Redis. unshipped is the
+	// units paid and not shipped at counted_at; left out, the service
+	// computes it from the orders' shipped signal (POST
+	// /v1/orders/{id}/ship): units deducted before counted_at and not
+	// shipped before it, less units shipped before their deduction. A line
+	// never takes on_hand below reserved: what it cannot take is a
+	// shortage, recorded as an anomaly and announced as sku.shortage.
+	// counted_at may be at most INVENTORY_RETENTION less an hour back (29
+	// days 23 hours by default) and not after the service's clock.
+	// A replay (the same request) changes nothing and is answered as the
+	// first time; the same count_id with another counted_at, or other lines
+	// at the same offset, or lines overlapping another request's, is 409
+	// conflict. Lines are applied in batches of 1,000, each its own
+	// transaction: GET /v1/stock/counts/{id} shows how far a count is, and
+	// a request cut short (its deadline is 2 minutes) is finished by its
+	// replay. An unknown SKU is a line's 404 and the other lines apply;
+	// bad input (a negative or non-integer count, a SKU twice, a bad SKU)
+	// is 400 and applies nothing. The body may be up to 4 MiB.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/stock/counts (the `ApplyCount` operationId).
+	ApplyCountWithBodyWithResponse(ctx context.Context, params *ApplyCountParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ApplyCountResponse, error)
+
+	// ApplyCountWithResponse Apply a stock count, rebased to when it was counted.
+	//
+	// What was on the shelf at counted_at, one line per SKU (up to 10,000
+	// a request; a larger count is several requests of the same count_id
+	// and counted_at, each with offset = the lines before it). Each line
+	// becomes a correction now: counted - unshipped - on_hand as of
+	// counted_at (read from the stock movements), applied as a COUNT
+	// movement through the arbiter and then into Redis. unshipped is the
+	// units paid and not shipped at counted_at; left out, the service
+	// computes it from the orders' shipped signal (POST
+	// /v1/orders/{id}/ship): units deducted before counted_at and not
+	// shipped before it, less units shipped before their deduction. A line
+	// never takes on_hand below reserved: what it cannot take is a
+	// shortage, recorded as an anomaly and announced as sku.shortage.
+	// counted_at may be at most INVENTORY_RETENTION less an hour back (29
+	// days 23 hours by default) and not after the service's clock.
+	// A replay (the same request) changes nothing and is answered as the
+	// first time; the same count_id with another counted_at, or other lines
+	// at the same offset, or lines overlapping another request's, is 409
+	// conflict. Lines are applied in batches of 1,000, each its own
+	// transaction: GET /v1/stock/counts/{id} shows how far a count is, and
+	// a request cut short (its deadline is 2 minutes) is finished by its
+	// replay. An unknown SKU is a line's 404 and the other lines apply;
+	// bad input (a negative or non-integer count, a SKU twice, a bad SKU)
+	// is 400 and applies nothing. The body may be up to 4 MiB.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/stock/counts (the `ApplyCount` operationId).
+	ApplyCountWithResponse(ctx context.Context, params *ApplyCountParams, body ApplyCountJSONRequestBody, reqEditors ...RequestEditorFn) (*ApplyCountResponse, error)
+
+	// GetCountWithResponse How far a stock count is applied.
+	//
+	// The lines its requests carried, how many are applied and with which
+	// outcome, the units they moved, and each request (page) with its
+	// applied lines: a client resumes a count from the first page not
+	// done. Read while a count is applied, it shows the batches committed.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/stock/counts/{id} (the `GetCount` operationId).
+	GetCountWithResponse(ctx context.Context, id CountId, params *GetCountParams, reqEditors ...RequestEditorFn) (*GetCountResponse, error)
 
 	// DeductStockWithBodyWithResponse Reserve qty units of a SKU under the client's token (HELD until committed, released or expired).
 	//
@@ -7190,6 +7913,126 @@ func (r RefundOrderResponse) ContentType() string {
 	return ""
 }
 
+// ShipOrderResponse200Headers the declared response headers of an HTTP 200 response for ShipOrder
+type ShipOrderResponse200Headers struct {
+	XRequestID string
+}
+
+// ShipOrderResponse400Headers the declared response headers of an HTTP 400 response for ShipOrder
+type ShipOrderResponse400Headers struct {
+	XRequestID string
+}
+
+// ShipOrderResponse401Headers the declared response headers of an HTTP 401 response for ShipOrder
+type ShipOrderResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// ShipOrderResponse404Headers the declared response headers of an HTTP 404 response for ShipOrder
+type ShipOrderResponse404Headers struct {
+	XRequestID string
+}
+
+// ShipOrderResponse409Headers the declared response headers of an HTTP 409 response for ShipOrder
+type ShipOrderResponse409Headers struct {
+	XRequestID string
+}
+
+// ShipOrderResponse503Headers the declared response headers of an HTTP 503 response for ShipOrder
+type ShipOrderResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type ShipOrderResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Order
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *OrderNotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *OrderConflict
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ShipOrderResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ShipOrderResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ShipOrderResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ShipOrderResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ShipOrderResponse409Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ShipOrderResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ShipOrderResponse) GetJSON200() *Order {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ShipOrderResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ShipOrderResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ShipOrderResponse) GetJSON404() *OrderNotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ShipOrderResponse) GetJSON409() *OrderConflict {
+	return r.JSON409
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ShipOrderResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ShipOrderResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ShipOrderResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ShipOrderResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ShipOrderResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // PaymentCallbackResponse200Headers the declared response headers of an HTTP 200 response for PaymentCallback
 type PaymentCallbackResponse200Headers struct {
 	XRequestID string
@@ -8251,6 +9094,260 @@ func (r CommitStockResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CommitStockResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ApplyCountResponse200Headers the declared response headers of an HTTP 200 response for ApplyCount
+type ApplyCountResponse200Headers struct {
+	XRequestID string
+}
+
+// ApplyCountResponse400Headers the declared response headers of an HTTP 400 response for ApplyCount
+type ApplyCountResponse400Headers struct {
+	XRequestID string
+}
+
+// ApplyCountResponse401Headers the declared response headers of an HTTP 401 response for ApplyCount
+type ApplyCountResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// ApplyCountResponse403Headers the declared response headers of an HTTP 403 response for ApplyCount
+type ApplyCountResponse403Headers struct {
+	XRequestID string
+}
+
+// ApplyCountResponse409Headers the declared response headers of an HTTP 409 response for ApplyCount
+type ApplyCountResponse409Headers struct {
+	XRequestID string
+}
+
+// ApplyCountResponse413Headers the declared response headers of an HTTP 413 response for ApplyCount
+type ApplyCountResponse413Headers struct {
+	XRequestID string
+}
+
+// ApplyCountResponse503Headers the declared response headers of an HTTP 503 response for ApplyCount
+type ApplyCountResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type ApplyCountResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CountResult
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *Error
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *AdminUnauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *AdminOnly
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Error
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ApplyCountResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ApplyCountResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ApplyCountResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ApplyCountResponse403Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ApplyCountResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ApplyCountResponse413Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ApplyCountResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ApplyCountResponse) GetJSON200() *CountResult {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ApplyCountResponse) GetJSON400() *Error {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ApplyCountResponse) GetJSON401() *AdminUnauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ApplyCountResponse) GetJSON403() *AdminOnly {
+	return r.JSON403
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r ApplyCountResponse) GetJSON409() *Error {
+	return r.JSON409
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r ApplyCountResponse) GetJSON413() *Error {
+	return r.JSON413
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ApplyCountResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ApplyCountResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ApplyCountResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ApplyCountResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ApplyCountResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetCountResponse200Headers the declared response headers of an HTTP 200 response for GetCount
+type GetCountResponse200Headers struct {
+	XRequestID string
+}
+
+// GetCountResponse400Headers the declared response headers of an HTTP 400 response for GetCount
+type GetCountResponse400Headers struct {
+	XRequestID string
+}
+
+// GetCountResponse401Headers the declared response headers of an HTTP 401 response for GetCount
+type GetCountResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// GetCountResponse403Headers the declared response headers of an HTTP 403 response for GetCount
+type GetCountResponse403Headers struct {
+	XRequestID string
+}
+
+// GetCountResponse404Headers the declared response headers of an HTTP 404 response for GetCount
+type GetCountResponse404Headers struct {
+	XRequestID string
+}
+
+// GetCountResponse503Headers the declared response headers of an HTTP 503 response for GetCount
+type GetCountResponse503Headers struct {
+	RetryAfter int
+	XRequestID string
+}
+
+type GetCountResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CountProgress
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *AdminUnauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *AdminOnly
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *Error
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetCountResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetCountResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetCountResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetCountResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetCountResponse404Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetCountResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetCountResponse) GetJSON200() *CountProgress {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetCountResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetCountResponse) GetJSON401() *AdminUnauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r GetCountResponse) GetJSON403() *AdminOnly {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetCountResponse) GetJSON404() *Error {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetCountResponse) GetJSON503() *Unavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetCountResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetCountResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetCountResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetCountResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9604,6 +10701,26 @@ func (c *ClientWithResponses) RefundOrderWithResponse(ctx context.Context, id Or
 	return ParseRefundOrderResponse(rsp)
 }
 
+// ShipOrderWithResponse Mark a PAID order's lines shipped (the shipped signal stock counts read).
+//
+// The order's lines left the warehouse now: shipped_at is set, and a
+// stock count whose counted_at is later no longer counts its units as
+// paid and still on the shelf. Idempotent: shipping a shipped order
+// answers it unchanged (the first shipped_at stays). 409 conflict when
+// the order is not PAID (a refunded order cannot be shipped); a shipped
+// order refunds as any paid order. No request body is read.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/orders/{id}/ship (the `ShipOrder` operationId).
+func (c *ClientWithResponses) ShipOrderWithResponse(ctx context.Context, id OrderId, params *ShipOrderParams, reqEditors ...RequestEditorFn) (*ShipOrderResponse, error) {
+	rsp, err := c.ShipOrder(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseShipOrderResponse(rsp)
+}
+
 // PaymentCallbackWithBodyWithResponse Payment provider callback, idempotent by payment_id.
 //
 // Signed (the paymentSignature scheme): X-Signature is hex
@@ -9868,6 +10985,98 @@ func (c *ClientWithResponses) CommitStockWithResponse(ctx context.Context, param
 		return nil, err
 	}
 	return ParseCommitStockResponse(rsp)
+}
+
+// ApplyCountWithBodyWithResponse Apply a stock count, rebased to when it was counted.
+//
+// What was on the shelf at counted_at, one line per SKU (up to 10,000
+// a request; a larger count is several requests of the same count_id
+// and counted_at, each with offset = the lines before it). Each line
+// becomes a correction now: counted - unshipped - on_hand as of
+// counted_at (read from the stock movements), applied as a COUNT
+// movement through the arbiter and then into Redis. unshipped is the
+// units paid and not shipped at counted_at; left out, the service
+// computes it from the orders' shipped signal (POST
+// /v1/orders/{id}/ship): units deducted before counted_at and not
+// shipped before it, less units shipped before their deduction. A line
+// never takes on_hand below reserved: what it cannot take is a
+// shortage, recorded as an anomaly and announced as sku.shortage.
+// counted_at may be at most INVENTORY_RETENTION less an hour back (29
+// days 23 hours by default) and not after the service's clock.
+// A replay (the same request) changes nothing and is answered as the
+// first time; the same count_id with another counted_at, or other lines
+// at the same offset, or lines overlapping another request's, is 409
+// conflict. Lines are applied in batches of 1,000, each its own
+// transaction: GET /v1/stock/counts/{id} shows how far a count is, and
+// a request cut short (its deadline is 2 minutes) is finished by its
+// replay. An unknown SKU is a line's 404 and the other lines apply;
+// bad input (a negative or non-integer count, a SKU twice, a bad SKU)
+// is 400 and applies nothing. The body may be up to 4 MiB.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/stock/counts (the `ApplyCount` operationId).
+func (c *ClientWithResponses) ApplyCountWithBodyWithResponse(ctx context.Context, params *ApplyCountParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ApplyCountResponse, error) {
+	rsp, err := c.ApplyCountWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseApplyCountResponse(rsp)
+}
+
+// ApplyCountWithResponse Apply a stock count, rebased to when it was counted.
+//
+// What was on the shelf at counted_at, one line per SKU (up to 10,000
+// a request; a larger count is several requests of the same count_id
+// and counted_at, each with offset = the lines before it). Each line
+// becomes a correction now: counted - unshipped - on_hand as of
+// counted_at (read from the stock movements), applied as a COUNT
+// movement through the arbiter and then into Redis. unshipped is the
+// units paid and not shipped at counted_at; left out, the service
+// computes it from the orders' shipped signal (POST
+// /v1/orders/{id}/ship): units deducted before counted_at and not
+// shipped before it, less units shipped before their deduction. A line
+// never takes on_hand below reserved: what it cannot take is a
+// shortage, recorded as an anomaly and announced as sku.shortage.
+// counted_at may be at most INVENTORY_RETENTION less an hour back (29
+// days 23 hours by default) and not after the service's clock.
+// A replay (the same request) changes nothing and is answered as the
+// first time; the same count_id with another counted_at, or other lines
+// at the same offset, or lines overlapping another request's, is 409
+// conflict. Lines are applied in batches of 1,000, each its own
+// transaction: GET /v1/stock/counts/{id} shows how far a count is, and
+// a request cut short (its deadline is 2 minutes) is finished by its
+// replay. An unknown SKU is a line's 404 and the other lines apply;
+// bad input (a negative or non-integer count, a SKU twice, a bad SKU)
+// is 400 and applies nothing. The body may be up to 4 MiB.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/stock/counts (the `ApplyCount` operationId).
+func (c *ClientWithResponses) ApplyCountWithResponse(ctx context.Context, params *ApplyCountParams, body ApplyCountJSONRequestBody, reqEditors ...RequestEditorFn) (*ApplyCountResponse, error) {
+	rsp, err := c.ApplyCount(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseApplyCountResponse(rsp)
+}
+
+// GetCountWithResponse How far a stock count is applied.
+//
+// The lines its requests carried, how many are applied and with which
+// outcome, the units they moved, and each request (page) with its
+// applied lines: a client resumes a count from the first page not
+// done. Read while a count is applied, it shows the batches committed.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/stock/counts/{id} (the `GetCount` operationId).
+func (c *ClientWithResponses) GetCountWithResponse(ctx context.Context, id CountId, params *GetCountParams, reqEditors ...RequestEditorFn) (*GetCountResponse, error) {
+	rsp, err := c.GetCount(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetCountResponse(rsp)
 }
 
 // DeductStockWithBodyWithResponse Reserve qty units of a SKU under the client's token (HELD until committed, released or expired).
@@ -11975,6 +13184,144 @@ func ParseRefundOrderResponse(rsp *http.Response) (*RefundOrderResponse, error) 
 	return response, nil
 }
 
+// ParseShipOrderResponse parses an HTTP response from a ShipOrderWithResponse call
+func ParseShipOrderResponse(rsp *http.Response) (*ShipOrderResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ShipOrderResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Order
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest OrderNotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest OrderConflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ShipOrderResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ShipOrderResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ShipOrderResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ShipOrderResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers ShipOrderResponse409Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 503:
+		var headers ShipOrderResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParsePaymentCallbackResponse parses an HTTP response from a PaymentCallbackWithResponse call
 func ParsePaymentCallbackResponse(rsp *http.Response) (*PaymentCallbackResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -13215,6 +14562,299 @@ func ParseCommitStockResponse(rsp *http.Response) (*CommitStockResponse, error) 
 		response.Headers413 = &headers
 	case rsp.StatusCode == 503:
 		var headers CommitStockResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseApplyCountResponse parses an HTTP response from a ApplyCountWithResponse call
+func ParseApplyCountResponse(rsp *http.Response) (*ApplyCountResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ApplyCountResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CountResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest AdminOnly
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ApplyCountResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ApplyCountResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ApplyCountResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ApplyCountResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 409:
+		var headers ApplyCountResponse409Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers ApplyCountResponse413Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 503:
+		var headers ApplyCountResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetCountResponse parses an HTTP response from a GetCountWithResponse call
+func ParseGetCountResponse(rsp *http.Response) (*GetCountResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetCountResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CountProgress
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest AdminUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest AdminOnly
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetCountResponse200Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetCountResponse400Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetCountResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetCountResponse403Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetCountResponse404Headers
+		if values := rsp.Header.Values("X-Request-ID"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-ID", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetCountResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

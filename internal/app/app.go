@@ -34,6 +34,7 @@ import (
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/campaign"
 	"github.com/acme/inventory/internal/catalog"
+	"github.com/acme/inventory/internal/counts"
 	"github.com/acme/inventory/internal/events"
 	"github.com/acme/inventory/internal/expiry"
 	"github.com/acme/inventory/internal/followup"
@@ -72,7 +73,9 @@ type App struct {
 	Stock   *stock.Store
 	Orders  *order.Service
 	Catalog *catalog.Catalog
-	Tokens  *tokens.Service
+	// Counts applies stock counts.
+	Counts *counts.Service
+	Tokens *tokens.Service
 	// Campaigns runs the flash-sale campaigns.
 	Campaigns *campaign.Service
 	// Commits is the group commit that orders and token reservations share.
@@ -157,6 +160,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 		return nil, err
 	}
 	a.Catalog = catalog.New(a.db, a.Stock, log)
+	a.Counts = counts.New(a.db, a.Stock, counts.Config{Retention: cfg.Retention, Logger: log})
 	a.Campaigns = campaign.New(a.db, a.Stock, a.Orders, campaign.Config{Logger: log})
 	a.Reconciler = maintenance.NewReconciler(a.db, a.Stock, log)
 	a.realigner = maintenance.NewRealigner(a.Reconciler, a.Stock.Locker(), cfg.RealignInterval, log)
@@ -199,7 +203,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 		PaymentSecret: a.Cfg.PaymentSecret, TrustedProxies: proxies, SeckillRate: cfg.SeckillRate, RequestTimeout: cfg.RequestTimeout,
 		Ready: a.ready, Degraded: a.degraded, Gatherer: reg, Metrics: httpapi.NewMetrics(reg), Logger: log,
 	}, httpapi.Services{Orders: a.Orders, Catalog: a.Catalog, Tokens: a.Tokens, Listing: listing.New(a.db), Campaigns: a.Campaigns,
-		Webhooks: a.webhooks, OnWebhookPut: a.deliveries.Wake}, a.soldOut)
+		Webhooks: a.webhooks, OnWebhookPut: a.deliveries.Wake, Counts: a.Counts}, a.soldOut)
 	return a, nil
 }
 

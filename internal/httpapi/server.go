@@ -29,6 +29,7 @@ import (
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/campaign"
 	"github.com/acme/inventory/internal/catalog"
+	"github.com/acme/inventory/internal/counts"
 	"github.com/acme/inventory/internal/identity"
 	"github.com/acme/inventory/internal/listing"
 	"github.com/acme/inventory/internal/tokens"
@@ -88,6 +89,7 @@ type Server struct {
 	tokens   *tokens.Service
 	listing  *listing.Reader
 	webhooks *webhooks.Service
+	counts   *counts.Service
 	onPut    func()
 	soldOut  *SoldOut
 	limits   sync.Map // sku -> cachedLimit
@@ -117,6 +119,8 @@ type Services struct {
 	Campaigns *campaign.Service
 	// Webhooks are the stock events' subscriptions.
 	Webhooks *webhooks.Service
+	// Counts applies stock counts.
+	Counts *counts.Service
 	// OnWebhookPut is told a subscription was put or resumed (the
 	// delivery looks at it now); nil: nothing.
 	OnWebhookPut func()
@@ -153,7 +157,7 @@ func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
-	s := &Server{cfg: cfg, orders: svc.Orders, catalog: svc.Catalog, tokens: svc.Tokens, listing: svc.Listing, camps: svc.Campaigns, webhooks: svc.Webhooks, onPut: svc.OnWebhookPut, soldOut: soldOut, log: cfg.Logger}
+	s := &Server{cfg: cfg, orders: svc.Orders, catalog: svc.Catalog, tokens: svc.Tokens, listing: svc.Listing, camps: svc.Campaigns, webhooks: svc.Webhooks, counts: svc.Counts, onPut: svc.OnWebhookPut, soldOut: soldOut, log: cfg.Logger}
 	if s.onPut == nil {
 		s.onPut = func() {}
 	}
@@ -165,7 +169,7 @@ func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
 	e.Pre(routeOnEscapedPath)
 	e.Use(requestID, middleware.Recover(), cfg.Metrics.observe(func(err error) int { status, _ := s.answer(err); return status }),
 		deadline(cfg.RequestTimeout))
-	e.Use(middleware.BodyLimit(strconv.Itoa(maxBody)))
+	e.Use(middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: strconv.Itoa(maxBody), Skipper: skipBodyLimit}))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.readyz)
@@ -201,6 +205,7 @@ func New(cfg Config, svc Services, soldOut *SoldOut) *Server {
 	v1.POST("/campaigns/:id/buy", s.buyCampaign, client, limiter)
 	v1.POST("/campaigns/:id/end", s.endCampaign, admin)
 	s.webhookRoutes(v1, admin)
+	s.countRoutes(v1, admin, client)
 	s.e = e
 	return s
 }
