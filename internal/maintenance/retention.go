@@ -81,7 +81,12 @@ func (c *RetentionConfig) defaults() {
 //     and reserved and its history still reads in order;
 //   - stock events older than their own horizon (EventHorizon, 7 days by
 //     default), numbered ones only, and none a webhook subscription has
-//     not been delivered yet (above the lowest cursor: webhooks.Floor).
+//     not been delivered yet (above the lowest cursor: webhooks.Floor);
+//   - order lines' shipping records (stock_shipping) sold and shipped, or
+//     given back, before the horizon: a stock count reaches back less than
+//     the horizon (arbiter.CountHorizon), and to it such a line's units
+//     were on the shelf and in on_hand alike. The movements it rebases
+//     through are younger than the horizon too.
 //
 // Reservations, orders and anomalies are kept: they are the record.
 type Retention struct {
@@ -98,7 +103,7 @@ func NewRetention(db *gorm.DB, locker *lock.Locker, cfg RetentionConfig) *Retent
 
 // Pruned counts what one run removed.
 type Pruned struct {
-	Outbox, Ledger, Movements, Events int64
+	Outbox, Ledger, Movements, Events, Shipping int64
 }
 
 // Start runs the job until Stop; a second Start is a no-op.
@@ -115,7 +120,7 @@ func (r *Retention) loop(ctx context.Context) {
 		case err != nil && ctx.Err() == nil:
 			r.cfg.Logger.Warn("retention: run failed; the next one continues", "err", err)
 		case p != Pruned{}:
-			r.cfg.Logger.Info("retention: pruned finished history", "outbox", p.Outbox, "ledger", p.Ledger, "movements", p.Movements, "events", p.Events)
+			r.cfg.Logger.Info("retention: pruned finished history", "outbox", p.Outbox, "ledger", p.Ledger, "movements", p.Movements, "events", p.Events, "shipping", p.Shipping)
 		}
 	})
 }
@@ -148,6 +153,11 @@ func (r *Retention) PruneOnce(ctx context.Context) (Pruned, error) {
 	}
 	if p.Events, err = r.batches(ctx, func() (int64, error) {
 		return arbiter.EventsOf(db).PruneBefore(eventCutoff, floor, r.cfg.Batch)
+	}); err != nil {
+		return p, err
+	}
+	if p.Shipping, err = r.batches(ctx, func() (int64, error) {
+		return arbiter.PruneShipping(db, cutoff, r.cfg.Batch)
 	}); err != nil {
 		return p, err
 	}
