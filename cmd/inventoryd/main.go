@@ -101,7 +101,7 @@ Environment (variable, default, meaning):
 		Args: cobra.NoArgs,
 		RunE: serve,
 	})
-	root.AddCommand(migrateCmd(), reconcileCmd(), configCmd())
+	root.AddCommand(migrateCmd(), reconcileCmd(), configCmd(), importCmd())
 	return root
 }
 

@@ -599,6 +599,11 @@ export PAYMENT_SECRET=%s
 			}
 		}
 	}
+	// The binary itself, for its import command (a count file, in
+	// docs/examples.md).
+	if exe, err := os.Executable(); err == nil {
+		fmt.Fprintf(&b, "export INVENTORYD=%s\n", exe)
+	}
 	fmt.Fprintf(&b, `
 try (docs/examples.md has every call of the API):
   curl -s -H "Authorization: Bearer $CLIENT_TOKEN" $INVENTORY_URL/v1/skus/DEMO-TSHIRT
