@@ -14,7 +14,7 @@ import (
 	"github.com/acme/inventory/migrations"
 )
 
-var tables = []string{"buyer_quotas", "campaigns", "orders", "order_items", "skus", "stock_adjustments", "stock_anomalies", "stock_counts", "stock_count_lines", "stock_count_pages", "stock_events", "stock_ledger", "stock_movements", "stock_outbox", "stock_reservations", "stock_shipping", "webhooks"}
+var tables = []string{"buyer_quotas", "campaigns", "orders", "order_items", "skus", "stock_adjustments", "stock_anomalies", "stock_counts", "stock_count_batches", "stock_count_pages", "stock_events", "stock_ledger", "stock_movements", "stock_outbox", "stock_reservations", "stock_shipping", "webhooks"}
 
 func appTables(t *testing.T, db *sql.DB) []string {
 	t.Helper()

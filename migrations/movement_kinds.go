@@ -18,14 +18,14 @@ import (
 // Schema Changes", https://sqlite.org/lang_altertable.html): every
 // connection reads the new definition at its next statement.
 var countKindSQLite = goose.NewGoMigration(39,
-	&goose.GoFunc{RunDB: func(ctx context.Context, db *sql.DB) error {
-		return editMovementsCheck(ctx, db, movementKinds, movementKinds+", 'COUNT'")
+	&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
+		return editMovementsCheck(ctx, tx, movementKinds, movementKinds+", 'COUNT'")
 	}},
-	&goose.GoFunc{RunDB: func(ctx context.Context, db *sql.DB) error {
-		if _, err := db.ExecContext(ctx, `UPDATE stock_movements SET kind = 'CORRECTION' WHERE kind = 'COUNT'`); err != nil {
+	&goose.GoFunc{RunTx: func(ctx context.Context, tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE stock_movements SET kind = 'CORRECTION' WHERE kind = 'COUNT'`); err != nil {
 			return err
 		}
-		return editMovementsCheck(ctx, db, movementKinds+", 'COUNT'", movementKinds)
+		return editMovementsCheck(ctx, tx, movementKinds+", 'COUNT'", movementKinds)
 	}},
 )
 
@@ -34,14 +34,10 @@ var countKindSQLite = goose.NewGoMigration(39,
 const movementKinds = "'RESERVE', 'RELEASE', 'SALE', 'RESTOCK', 'CORRECTION', 'REFUND', 'SET'"
 
 // editMovementsCheck replaces the CHECK's list of kinds from with to in
-// stock_movements' stored definition, on one connection (writable_schema
-// is the connection's), and bumps schema_version.
-func editMovementsCheck(ctx context.Context, db *sql.DB, from, to string) error {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
+// stock_movements' stored definition, in the migration's transaction (one
+// connection: writable_schema is the connection's), and bumps
+// schema_version.
+func editMovementsCheck(ctx context.Context, conn *sql.Tx, from, to string) error {
 	var def string
 	if err := conn.QueryRowContext(ctx, `SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'stock_movements'`).Scan(&def); err != nil {
 		return err
