@@ -2,6 +2,8 @@ package arbiter
 
 import (
 	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,17 +35,23 @@ import (
 //
 // The read is split so the row lock is held briefly even on a SKU selling
 // thousands of units since T: ReadRebase sums, without any lock, the
-// movements since T it sees and notes the highest id it saw per SKU; then
-// ApplyCount, holding the lock, adds only the movements with a higher id.
-// No movement is missed between them: a SKU's movements are inserted under
-// its row lock, so when ReadRebase ran, only the lock's holder could have
-// had uncommitted ones, inserted after (ids above) every committed one.
+// movements since T it sees, noting the highest id it saw per SKU; then
+// ApplyCount, holding the lock, looks up each SKU's last movement and
+// adds, for the few with one past what was seen, the movements with a
+// higher id. No movement is missed between them: a SKU's movements are
+// inserted under its row lock, so when ReadRebase ran, only the lock's
+// holder could have had uncommitted ones, inserted after (ids above)
+// every committed one.
 //
 // A COUNT movement is a correction as of its own count's counted_at, not
 // of when it was written, and a SKU takes only counts later than the
-// latest it took (skus.counted_at; an earlier or equal one is superseded):
-// so every COUNT movement written after T belongs to an earlier count and
-// is part of on_hand(T), and the sum leaves them out. An admin's put (a
+// latest that corrected it (skus.counted_at, written with every COUNT
+// movement; an earlier or equal count is superseded): so every COUNT
+// movement written after T belongs to an earlier count and is part of
+// on_hand(T), and the sum leaves them out. A line that confirms the level
+// writes nothing to its SKU (most lines of a count do: that is what keeps
+// a count beside a sale cheap), so a count older than one that only
+// confirmed a SKU still applies to it. An admin's put (a
 // SET movement) after T states the level outright, later than the count:
 // it supersedes the count as a later count would (rebased, its delta would
 // count the units it stated twice). A restock or a correction after T is
@@ -59,7 +67,7 @@ type CountLine struct {
 	Unshipped *int64
 }
 
-// A count line's outcomes (stock_count_lines.outcome).
+// A count line's outcomes.
 const (
 	CountCorrected  = "corrected"  // on_hand moved by the correction
 	CountUnchanged  = "unchanged"  // the correction was 0
@@ -69,30 +77,98 @@ const (
 	CountSuperseded = "superseded" // a count at or after this counted_at, or a put, set the SKU later: nothing applied
 )
 
-// CountedLine is a count's line as applied (stock_count_lines): what the
-// answer to its request, and to every replay of it, says.
+// CountBatchLines is how many lines of a count one transaction applies, and
+// one stock_count_batches row records: a request's lines from its first, a
+// thousand at a time. It is a constant, not a setting: a replay must cut
+// its request into the batches the first run did.
+const CountBatchLines = 1000
+
+// CountedLine is a count's line as applied: what the answer to its
+// request, and to every replay of it, says.
 type CountedLine struct {
-	CountID        string `gorm:"primaryKey;column:count_id"`
-	Line           int64  `gorm:"primaryKey;column:line"`
-	SKU            string `gorm:"column:sku"`
-	Counted        int64  `gorm:"column:counted"`
-	Unshipped      int64  `gorm:"column:unshipped"`
-	UnshippedGiven bool   `gorm:"column:unshipped_given"`
-	Outcome        string `gorm:"column:outcome"`
+	Line           int64  `json:"line"`
+	SKU            string `json:"sku"`
+	Counted        int64  `json:"counted"`
+	Unshipped      int64  `json:"unshipped"`
+	UnshippedGiven bool   `json:"unshipped_given,omitempty"`
+	Outcome        string `json:"outcome"`
 	// OnHandThen is on_hand as of counted_at; nil when nothing was applied.
-	OnHandThen *int64 `gorm:"column:on_hand_then"`
-	Correction int64  `gorm:"column:correction"`
-	Applied    int64  `gorm:"column:applied"`
-	Short      int64  `gorm:"column:short"`
+	OnHandThen *int64 `json:"on_hand_then,omitempty"`
+	Correction int64  `json:"correction,omitempty"`
+	Applied    int64  `json:"applied,omitempty"`
+	Short      int64  `json:"short,omitempty"`
 	// OnHand is on_hand after the line; nil when nothing was applied.
-	OnHand    *int64    `gorm:"column:on_hand"`
+	OnHand *int64 `json:"on_hand,omitempty"`
+}
+
+// CountTotals sum a batch's (or a count's) lines by outcome, and the units
+// they moved.
+type CountTotals struct {
+	Corrected, Unchanged, Short, Unknown, Unlimited, Superseded int64
+	UnitsAdded, UnitsRemoved, UnitsShort                        int64
+}
+
+// Add counts line l in t.
+func (t *CountTotals) Add(l CountedLine) {
+	switch l.Outcome {
+	case CountCorrected:
+		t.Corrected++
+	case CountUnchanged:
+		t.Unchanged++
+	case CountShort:
+		t.Short++
+	case CountUnknown:
+		t.Unknown++
+	case CountUnlimited:
+		t.Unlimited++
+	case CountSuperseded:
+		t.Superseded++
+	}
+	if l.Applied > 0 {
+		t.UnitsAdded += l.Applied
+	} else {
+		t.UnitsRemoved -= l.Applied
+	}
+	t.UnitsShort += l.Short
+}
+
+// Sum adds u to t.
+func (t *CountTotals) Sum(u CountTotals) {
+	t.Corrected += u.Corrected
+	t.Unchanged += u.Unchanged
+	t.Short += u.Short
+	t.Unknown += u.Unknown
+	t.Unlimited += u.Unlimited
+	t.Superseded += u.Superseded
+	t.UnitsAdded += u.UnitsAdded
+	t.UnitsRemoved += u.UnitsRemoved
+	t.UnitsShort += u.UnitsShort
+}
+
+// CountBatchRecord is a batch of a count as applied (stock_count_batches):
+// its lines (Outcomes, JSON) and their totals.
+type CountBatchRecord struct {
+	CountID   string `gorm:"primaryKey;column:count_id"`
+	FirstLine int64  `gorm:"primaryKey;column:first_line"`
+	LineCount int64  `gorm:"column:line_count"`
+	CountTotals
+	Outcomes  []byte    `gorm:"column:outcomes"`
 	CreatedAt time.Time `gorm:"column:created_at"`
 }
 
-func (CountedLine) TableName() string { return "stock_count_lines" }
+func (CountBatchRecord) TableName() string { return "stock_count_batches" }
 
-var countLineColumns = []string{"count_id", "line", "sku", "counted", "unshipped", "unshipped_given", "outcome",
-	"on_hand_then", "correction", "applied", "short", "on_hand", "created_at"}
+// Decode is the batch's lines.
+func (r CountBatchRecord) Decode() ([]CountedLine, error) {
+	var out []CountedLine
+	if err := json.Unmarshal(r.Outcomes, &out); err != nil {
+		return nil, fmt.Errorf("count %s: the batch from line %d does not decode: %w", r.CountID, r.FirstLine, err)
+	}
+	return out, nil
+}
+
+var countBatchColumns = []string{"count_id", "first_line", "line_count", "corrected", "unchanged", "short", "unknown",
+	"unlimited", "superseded", "units_added", "units_removed", "units_short", "outcomes", "created_at"}
 
 // OpCount is the op of a count's shortage in stock_anomalies.
 const OpCount Op = "COUNT"
@@ -147,153 +223,238 @@ type Rebase struct {
 	// Seen is the highest movement id of the SKU the read saw (from - 1
 	// when none from on): ApplyCount adds what came after it.
 	Seen int64
-	// Unshipped is unshipped(counted_at) from the shipped signal.
-	Unshipped int64
 	// Set says an admin's put set the SKU's on_hand at or after
 	// counted_at: a statement of the level later than the count's, which
 	// supersedes it as a later count does.
 	Set bool
+	// Unshipped is unshipped(counted_at) from the shipped signal.
+	Unshipped int64
+	// Exists, OnHand, Reserved and CountedAt are the SKU's record in the
+	// same snapshot (Exists false: none), and Settled says counted_at is
+	// old enough for a line that changes nothing to be answered from them
+	// (decided).
+	Exists           bool
+	OnHand, Reserved int64
+	CountedAt        *time.Time
+	Settled          bool
 }
 
-// ReadRebase reads, for each of skus, without locking anything, the
-// movements since at (from MovementsFrom on) and unshipped(at): two
-// statements, each a consistent read. A SKU with no movement nor shipping
-// row has its zero Rebase with Seen = from - 1.
+// settleAfter is how much older than a read its counted_at must be for
+// a line that needs no correction to be answered from that read alone,
+// without its SKU's row lock: every movement stamped before counted_at was
+// committed by then (a transaction that writes movements commits within
+// its request's deadline; MariaDB ends an idle one in 5 s).
+const settleAfter = time.Minute
+
+// ReadRebase reads, for each of skus, without locking anything and in one
+// snapshot (a read-only repeatable-read transaction): its record, its
+// movements since at (from MovementsFrom on), and unshipped(at).
 func ReadRebase(db *gorm.DB, skus []string, at time.Time, from int64) (map[string]Rebase, error) {
 	at = at.UTC()
 	out := make(map[string]Rebase, len(skus))
-	for _, sku := range skus {
-		out[sku] = Rebase{Seen: from - 1}
-	}
 	if len(skus) == 0 {
 		return out, nil
 	}
-	args := append([]any{at, MoveCount, at, MoveSet}, anys(skus, from)...)
-	rows, err := db.Raw(inList(`SELECT sku, COALESCE(SUM(CASE WHEN created_at >= ? AND kind <> ? THEN on_hand_delta ELSE 0 END), 0), MAX(id),
-		MAX(CASE WHEN created_at >= ? AND kind = ? THEN 1 ELSE 0 END)
-		FROM stock_movements WHERE sku IN ? AND id >= ? GROUP BY sku`, len(skus)), args...).Rows()
-	if err != nil {
-		return nil, err
+	settled := at.Before(time.Now().Add(-settleAfter))
+	for _, sku := range skus {
+		out[sku] = Rebase{Seen: from - 1, Settled: settled}
 	}
-	for rows.Next() {
-		var sku string
-		var after, seen, set int64
-		if err := rows.Scan(&sku, &after, &seen, &set); err != nil {
-			_ = rows.Close()
-			return nil, err
+	var opts []*sql.TxOptions
+	if db.Dialector.Name() != "sqlite" { // the embedded SQLite has one connection, and one writer
+		opts = append(opts, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	}
+	return out, db.Transaction(func(tx *gorm.DB) error {
+		each := func(scan func(*sql.Rows) error, q string, args ...any) error {
+			rows, err := tx.Raw(q, args...).Rows()
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				if err := scan(rows); err != nil {
+					_ = rows.Close()
+					return err
+				}
+			}
+			return errors.Join(rows.Err(), rows.Close())
 		}
-		r := out[sku]
-		r.After, r.Seen, r.Set = after, max(seen, from-1), set == 1
-		out[sku] = r
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	args = append([]any{at, at}, anys(skus, at)...)
-	rows, err = db.Raw(inList(`SELECT sku, COALESCE(SUM(qty * ((CASE WHEN sold_at < ? THEN 1 ELSE 0 END) - (CASE WHEN shipped_at < ? THEN 1 ELSE 0 END))), 0)
-		FROM stock_shipping WHERE sku IN ? AND (restored_at IS NULL OR restored_at >= ?) GROUP BY sku`, len(skus)), args...).Rows()
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var sku string
-		var unshipped int64
-		if err := rows.Scan(&sku, &unshipped); err != nil {
-			return nil, err
+		if err := each(func(rows *sql.Rows) error {
+			var sku string
+			var counted sql.NullTime
+			r := Rebase{Exists: true}
+			if err := rows.Scan(&sku, &r.OnHand, &r.Reserved, &counted); err != nil {
+				return err
+			}
+			if counted.Valid {
+				t := counted.Time.UTC()
+				r.CountedAt = &t
+			}
+			r.Seen, r.Settled = from-1, settled
+			out[sku] = r
+			return nil
+		}, inList(`SELECT sku, on_hand, reserved, counted_at FROM skus WHERE sku IN ?`, len(skus)), anys(skus)...); err != nil {
+			return err
 		}
-		r := out[sku]
-		r.Unshipped = unshipped
-		out[sku] = r
-	}
-	return out, rows.Err()
+		if err := each(func(rows *sql.Rows) error {
+			var sku string
+			var after, seen, set int64
+			if err := rows.Scan(&sku, &after, &seen, &set); err != nil {
+				return err
+			}
+			r := out[sku]
+			r.After, r.Seen, r.Set = after, seen, set == 1
+			out[sku] = r
+			return nil
+		}, inList(`SELECT sku, SUM(CASE WHEN created_at >= ? AND kind <> ? THEN on_hand_delta ELSE 0 END), MAX(id),
+			MAX(CASE WHEN created_at >= ? AND kind = ? THEN 1 ELSE 0 END)
+			FROM stock_movements`+movementsBySKU(db.Dialector.Name())+` WHERE sku IN ? AND id >= ? GROUP BY sku`, len(skus)),
+			append([]any{at, MoveCount, at, MoveSet}, anys(skus, from)...)...); err != nil {
+			return err
+		}
+		return each(func(rows *sql.Rows) error {
+			var sku string
+			var unshipped int64
+			if err := rows.Scan(&sku, &unshipped); err != nil {
+				return err
+			}
+			r := out[sku]
+			r.Unshipped = unshipped
+			out[sku] = r
+			return nil
+		}, inList(`SELECT sku, COALESCE(SUM(qty * ((CASE WHEN sold_at < ? THEN 1 ELSE 0 END) - (CASE WHEN shipped_at < ? THEN 1 ELSE 0 END))), 0)
+			FROM stock_shipping WHERE sku IN ? AND (restored_at IS NULL OR restored_at >= ?) GROUP BY sku`, len(skus)),
+			append([]any{at, at}, anys(skus, at)...)...)
+	}, opts...)
 }
 
-// CountBatch is some lines of one count (distinct SKUs, in line order)
-// with what ReadRebase read of their SKUs.
+// decided is line l's outcome from its SKU's read alone when that needs
+// no lock: the read is settled (see settleAfter) and the line changes
+// nothing (an unknown or unlimited SKU, a later count or put, a count
+// that finds the level the movements say). ok false: the line is applied
+// under the SKU's row lock.
+func (rb Rebase) decided(l CountLine, at time.Time) (CountedLine, bool) {
+	if !rb.Settled {
+		return CountedLine{}, false
+	}
+	row := CountedLine{Line: l.Line, SKU: l.SKU, Counted: l.Counted, Unshipped: rb.Unshipped}
+	if l.Unshipped != nil {
+		row.Unshipped, row.UnshippedGiven = *l.Unshipped, true
+	}
+	switch {
+	case !rb.Exists:
+		row.Outcome = CountUnknown
+	case rb.OnHand == inventory.Unlimited:
+		row.Outcome = CountUnlimited
+	case rb.CountedAt != nil && !rb.CountedAt.Before(at), rb.Set:
+		row.Outcome = CountSuperseded
+	default:
+		then := rb.OnHand - rb.After
+		if l.Counted-row.Unshipped-then != 0 {
+			return CountedLine{}, false
+		}
+		onHand := rb.OnHand
+		row.Outcome, row.OnHandThen, row.OnHand = CountUnchanged, &then, &onHand
+	}
+	return row, true
+}
+
+// CountBatch is a batch of one count: its lines (distinct SKUs, in line
+// order, numbered from FirstLine) with what ReadRebase read of their SKUs.
 type CountBatch struct {
 	CountID   string
 	CountedAt time.Time
+	FirstLine int64
 	Lines     []CountLine
 	Rebase    map[string]Rebase
 }
 
-// CountApplied is what ApplyCount did: the lines it wrote (those a
-// concurrent or earlier run had written already are not among them), and
-// the changes of available for Redis.
+// CountApplied is what ApplyCount did: the batch's lines as applied (nil
+// when an earlier or concurrent run had applied it: its record has them),
+// and the changes of available for Redis.
 type CountApplied struct {
 	Lines   []CountedLine
 	Changes []inventory.Change
 }
 
-// countLevel is a SKU's row as ApplyCount locks it.
+// countLevel is a SKU's row as ApplyCount locks it: what a count needs,
+// and what its fence and events need.
 type countLevel struct {
-	OnHand, Reserved, EventSeq int64
-	CountedAt                  *time.Time
+	levelRow
+	CountedAt *time.Time
 }
 
-// ApplyCount applies the lines of b not applied yet, under their SKUs' row
-// locks (taken together, in SKU order, as every writer takes them): each
-// rebased to b.CountedAt, one UPDATE of every SKU that moves, a COUNT
-// movement per line that moved on_hand, a stock_count_lines row per line
-// (whatever its outcome: the line is then applied, and a replay finds it),
-// and per shortage an anomaly and a sku.shortage event, then the threshold
-// events the new levels cross. Run it in a transaction; a line written by a
-// concurrent run of the same request is skipped (its SKU's lock orders the
-// two; lines of unknown SKUs only collide on their key: errInsertRaced,
-// which Transact runs again).
+// ApplyCount applies batch b unless it was applied, under its SKUs' row
+// locks (taken together, in SKU order, as every writer takes them; a line
+// its read decided needs none, see Rebase.decided): each line rebased to
+// b.CountedAt, one UPDATE of the SKUs, a COUNT movement
+// per line that moved on_hand, per shortage an anomaly and a sku.shortage
+// event, then the threshold events the new levels cross, and the batch's
+// record (whatever its lines' outcomes: the batch is then applied, and a
+// replay finds it). Run it in a transaction. A concurrent run of the same
+// batch waits for the first's row locks and finds the record; with no
+// existing SKU to lock, the two collide on the record's key
+// (errInsertRaced: Transact runs the loser again, and it finds it).
 func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 	var out CountApplied
 	if len(b.Lines) == 0 {
 		return out, nil
 	}
 	at := b.CountedAt.UTC()
-	skus := make([]string, 0, len(b.Lines))
-	first, last := b.Lines[0].Line, b.Lines[0].Line
+	decided := make(map[int64]CountedLine, len(b.Lines))
+	var skus []string // to lock
 	for _, l := range b.Lines {
-		skus = append(skus, l.SKU)
-		first, last = min(first, l.Line), max(last, l.Line)
+		if row, ok := b.Rebase[l.SKU].decided(l, at); ok {
+			decided[l.Line] = row
+		} else {
+			skus = append(skus, l.SKU)
+		}
 	}
 	slices.Sort(skus)
 	levels, err := a.lockCountLevels(skus)
 	if err != nil {
 		return out, err
 	}
-	done := map[int64]bool{}
-	if err := a.query(func(rs *sql.Rows) error {
-		var line int64
-		if err := rs.Scan(&line); err != nil {
-			return err
-		}
-		done[line] = true
-		return nil
-	}, `SELECT line FROM stock_count_lines WHERE count_id = ? AND line BETWEEN ? AND ?`, b.CountID, first, last); err != nil {
+	var done int64
+	if err := a.query(func(rs *sql.Rows) error { return rs.Scan(&done) },
+		`SELECT COUNT(*) FROM stock_count_batches WHERE count_id = ? AND first_line = ?`, b.CountID, b.FirstLine); err != nil || done > 0 {
 		return out, err
 	}
-	var todo []CountLine
-	var rebased []string // SKUs whose line applies: their movements since ReadRebase are read
+	applies := func(l CountLine) bool {
+		if _, ok := decided[l.Line]; ok {
+			return false
+		}
+		lv, ok := levels[l.SKU]
+		return ok && lv.OnHand != inventory.Unlimited && (lv.CountedAt == nil || lv.CountedAt.Before(at)) && !b.Rebase[l.SKU].Set
+	}
+	// The movements committed since ReadRebase, read for the SKUs that
+	// have any (their last movement is past what it saw).
+	var applying []string
 	for _, l := range b.Lines {
-		if done[l.Line] {
-			continue
-		}
-		todo = append(todo, l)
-		if lv, ok := levels[l.SKU]; ok && lv.OnHand != inventory.Unlimited && (lv.CountedAt == nil || lv.CountedAt.Before(at)) {
-			rebased = append(rebased, l.SKU)
+		if applies(l) {
+			applying = append(applying, l.SKU)
 		}
 	}
-	if len(todo) == 0 {
-		return out, nil
+	changed, err := a.movedSince(applying, b.Rebase)
+	if err != nil {
+		return out, err
 	}
-	since, err := a.movementsSince(rebased, b.Rebase, at)
+	since, err := a.movementsSince(changed, b.Rebase, at)
 	if err != nil {
 		return out, err
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
+	rec := &CountBatchRecord{CountID: b.CountID, FirstLine: b.FirstLine, LineCount: int64(len(b.Lines)), CreatedAt: now}
+	lines := make([]CountedLine, len(b.Lines))
 	var moves []Movement
 	var shortages []CountedLine
+	var rows []levelRow // the SKUs whose available moved, as the batch leaves them
 	update := countUpdate{}
-	for _, l := range todo {
-		row := CountedLine{CountID: b.CountID, Line: l.Line, SKU: l.SKU, Counted: l.Counted, CreatedAt: now}
+	for i, l := range b.Lines {
+		if row, ok := decided[l.Line]; ok {
+			lines[i] = row
+			rec.CountTotals.Add(row)
+			continue
+		}
+		row := CountedLine{Line: l.Line, SKU: l.SKU, Counted: l.Counted}
 		rb := b.Rebase[l.SKU]
 		row.Unshipped = rb.Unshipped
 		if l.Unshipped != nil {
@@ -305,7 +466,7 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 			row.Outcome = CountUnknown
 		case lv.OnHand == inventory.Unlimited:
 			row.Outcome = CountUnlimited
-		case lv.CountedAt != nil && !lv.CountedAt.Before(at), rb.Set, since[l.SKU].Set:
+		case !applies(l), since[l.SKU].Set:
 			row.Outcome = CountSuperseded
 		default:
 			then := lv.OnHand - rb.After - since[l.SKU].After
@@ -320,16 +481,25 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 			}
 			after := lv.OnHand + row.Applied
 			row.OnHand = &after
-			update.add(l.SKU, row.Applied, row.Short > 0)
+			if row.Applied != 0 || row.Short > 0 {
+				update.add(l.SKU, row.Applied, row.Short > 0)
+			}
 			if row.Applied != 0 {
 				moves = append(moves, Movement{SKU: l.SKU, Kind: MoveCount, OnHandDelta: row.Applied,
 					Reason: countReason(row, at), Reference: CountReference(b.CountID, l.Line), CreatedAt: now})
+				r := lv.levelRow
+				r.Seq, r.OnHand = r.Seq+1, after
+				if row.Short > 0 {
+					r.EventSeq++ // the sku.shortage's
+				}
+				rows = append(rows, r)
 			}
 			if row.Short > 0 {
 				shortages = append(shortages, row)
 			}
 		}
-		out.Lines = append(out.Lines, row)
+		lines[i] = row
+		rec.CountTotals.Add(row)
 	}
 	if err := a.updateCounted(update, at); err != nil {
 		return out, err
@@ -337,54 +507,87 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 	if err := a.moved(moves); err != nil {
 		return out, err
 	}
-	if err := a.insertCountLines(out.Lines); err != nil {
-		return out, err
-	}
 	if err := a.recordShortages(b.CountID, at, shortages, levels, now); err != nil {
 		return out, err
 	}
-	moved := map[string]int64{}
+	// The row's levels are known: the threshold events without reading
+	// them again (fencesAfter's read).
+	if err := a.announce(rows); err != nil {
+		return out, err
+	}
+	if rec.Outcomes, err = json.Marshal(lines); err != nil {
+		return out, err
+	}
+	if err := a.insertBatchRecord(rec); err != nil {
+		return out, err
+	}
+	moved, fences := map[string]int64{}, map[string]Fence{}
+	for _, r := range rows {
+		fences[r.SKU] = Fence{Seq: r.Seq, Epoch: r.RedisEpoch}
+	}
 	for _, m := range moves {
 		moved[m.SKU] = m.OnHandDelta
 	}
-	fences, err := a.fencesAfter(sortedKeys(moved))
-	if err != nil {
-		return out, err
-	}
-	out.Changes = Changes(moved, fences, 1)
+	out.Lines, out.Changes = lines, Changes(moved, fences, 1)
 	return out, nil
 }
 
 // lockCountLevels locks skus' rows (in SKU order) and reads what a count
 // needs of them; a SKU absent from the answer does not exist.
 func (a Arbiter) lockCountLevels(skus []string) (map[string]countLevel, error) {
-	q := `SELECT sku, on_hand, reserved, event_seq, counted_at FROM skus WHERE sku IN ? ORDER BY sku`
+	if len(skus) == 0 {
+		return map[string]countLevel{}, nil
+	}
+	q := `SELECT sku, on_hand, reserved, seq, redis_epoch, low_stock_threshold, event_flags, event_seq, counted_at
+		FROM skus WHERE sku IN ? ORDER BY sku`
 	if a.dialect != "sqlite" {
 		q += ` FOR UPDATE`
 	}
 	out := make(map[string]countLevel, len(skus))
 	err := a.query(func(rs *sql.Rows) error {
-		var sku string
 		var lv countLevel
 		var counted sql.NullTime
-		if err := rs.Scan(&sku, &lv.OnHand, &lv.Reserved, &lv.EventSeq, &counted); err != nil {
+		if err := rs.Scan(&lv.SKU, &lv.OnHand, &lv.Reserved, &lv.Seq, &lv.RedisEpoch, &lv.LowStockThreshold,
+			&lv.EventFlags, &lv.EventSeq, &counted); err != nil {
 			return err
 		}
 		if counted.Valid {
 			t := counted.Time.UTC()
 			lv.CountedAt = &t
 		}
-		out[sku] = lv
+		out[lv.SKU] = lv
 		return nil
 	}, inList(q, len(skus)), anys(skus)...)
 	return out, err
 }
 
+// movedSince is those of skus with a movement past what ReadRebase saw
+// (its Seen): the last movement of each, one step of the (sku, id) index
+// per SKU. Run under the SKUs' row locks: then nothing of theirs is
+// uncommitted.
+func (a Arbiter) movedSince(skus []string, rb map[string]Rebase) ([]string, error) {
+	if len(skus) == 0 {
+		return nil, nil
+	}
+	var out []string
+	err := a.query(func(rs *sql.Rows) error {
+		var sku string
+		var last int64
+		if err := rs.Scan(&sku, &last); err != nil {
+			return err
+		}
+		if last > rb[sku].Seen {
+			out = append(out, sku)
+		}
+		return nil
+	}, inList(`SELECT sku, MAX(id) FROM stock_movements`+movementsBySKU(a.dialect)+` WHERE sku IN ? GROUP BY sku`, len(skus)), anys(skus)...)
+	return out, err
+}
+
 // movementsSince sums, per SKU, the on_hand deltas of the movements since
 // at (COUNT ones aside) that ReadRebase did not see, those above its Seen,
-// and says whether one of them is a put's (SET).
-// One statement, a short range of the (sku, id) index per SKU. Run under
-// the SKUs' row locks.
+// and says whether one of them is a put's (SET). One statement, a short
+// range of the (sku, id) index per SKU; run under the SKUs' row locks.
 func (a Arbiter) movementsSince(skus []string, rb map[string]Rebase, at time.Time) (map[string]Rebase, error) {
 	out := make(map[string]Rebase, len(skus))
 	if len(skus) == 0 {
@@ -394,7 +597,7 @@ func (a Arbiter) movementsSince(skus []string, rb map[string]Rebase, at time.Tim
 	args := make([]any, 0, 3+2*len(skus))
 	args = append(args, MoveCount, MoveSet, at)
 	b.WriteString(`SELECT sku, COALESCE(SUM(CASE WHEN kind <> ? THEN on_hand_delta ELSE 0 END), 0), MAX(CASE WHEN kind = ? THEN 1 ELSE 0 END)
-		FROM stock_movements WHERE created_at >= ? AND (`)
+		FROM stock_movements` + movementsBySKU(a.dialect) + ` WHERE created_at >= ? AND (`)
 	for i, sku := range skus {
 		if i > 0 {
 			b.WriteString(" OR ")
@@ -415,6 +618,17 @@ func (a Arbiter) movementsSince(skus []string, rb map[string]Rebase, at time.Tim
 	return out, err
 }
 
+// movementsBySKU has a read of some SKUs' recent movements use the (sku,
+// id) index, a short range per SKU: the optimizer would walk the primary
+// key from the lowest id asked, every SKU's movements since (in a sale,
+// tens of thousands of the hot SKU's for every batch of a count).
+func movementsBySKU(dialect string) string {
+	if dialect == "sqlite" {
+		return ` INDEXED BY stock_movements_sku`
+	}
+	return ` FORCE INDEX (stock_movements_sku)`
+}
+
 // countUpdate is what one UPDATE writes of each SKU a count's lines
 // applied to: the on_hand delta, and whether a shortage is announced.
 type countUpdate struct {
@@ -431,17 +645,59 @@ func (u *countUpdate) add(sku string, delta int64, short bool) {
 	u.delta[sku], u.short[sku] = delta, short
 }
 
-// updateCounted writes the batch's SKUs in one UPDATE: on_hand moves by
-// each line's applied units (the CHECK keeps it at or above reserved, as
-// the computation did), counted_at becomes at (so an earlier count is
-// superseded), and a SKU whose available moved takes a seq (Redis's
-// fence) and is marked for sku.level_changed; a shortage takes the next
-// event seq. Every row is changed (counted_at moves forward), so the
-// number of rows changed says whether each SKU was as locked.
+// updateCounted writes the SKUs a batch's lines moved (or found short) in
+// one UPDATE: on_hand moves by each line's applied units (the CHECK keeps
+// it at or above reserved, as the computation did), counted_at becomes at
+// (so an earlier count is superseded), and a SKU whose available moved
+// takes a seq (Redis's fence) and is marked for sku.level_changed; a
+// shortage takes the next event seq. Every row is changed (counted_at moves forward), so the
+// number of rows changed says whether each SKU was as locked. On MySQL
+// the SKUs' values are a derived table joined on the primary key (a
+// CASE per column costs a comparison per SKU per row: two thirds of a
+// 1,000-line batch's time); the embedded SQLite keeps the CASEs.
 func (a Arbiter) updateCounted(u countUpdate, at time.Time) error {
 	if len(u.skus) == 0 {
 		return nil
 	}
+	var q string
+	var args []any
+	if a.dialect == "sqlite" {
+		q, args = u.caseUpdate(at)
+	} else {
+		q, args = u.joinUpdate(at)
+	}
+	n, err := a.exec(q, args...)
+	if err != nil {
+		return err
+	}
+	if n != int64(len(u.skus)) {
+		return fmt.Errorf("count: %d of %d SKUs were as their locked rows said", n, len(u.skus))
+	}
+	return nil
+}
+
+// joinUpdate is updateCounted's UPDATE on MySQL: the values in a derived
+// table, its SKU column binary as skus.sku (names are exact).
+func (u countUpdate) joinUpdate(at time.Time) (string, []any) {
+	var b strings.Builder
+	args := make([]any, 0, 4*len(u.skus)+2)
+	b.WriteString(`UPDATE skus s JOIN (`)
+	for i, sku := range u.skus {
+		if i == 0 {
+			b.WriteString(`SELECT CAST(? AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AS sku, ? AS d, ? AS moved, ? AS short`)
+		} else {
+			b.WriteString(` UNION ALL SELECT ?, ?, ?, ?`)
+		}
+		args = append(args, sku, u.delta[sku], b2i(u.delta[sku] != 0), b2i(u.short[sku]))
+	}
+	b.WriteString(`) c ON s.sku = c.sku SET s.on_hand = s.on_hand + c.d, s.counted_at = ?, s.seq = s.seq + c.moved,
+		s.level_dirty = CASE WHEN c.moved = 1 THEN 1 ELSE s.level_dirty END, s.event_seq = s.event_seq + c.short
+		WHERE s.on_hand <> -1 AND (s.counted_at IS NULL OR s.counted_at < ?)`)
+	return b.String(), append(args, at, at)
+}
+
+// caseUpdate is updateCounted's UPDATE on SQLite: a CASE per column.
+func (u countUpdate) caseUpdate(at time.Time) (string, []any) {
 	var onHand, seq, short strings.Builder
 	var ohArgs, seqArgs, shortArgs []any
 	for _, sku := range u.skus {
@@ -467,29 +723,26 @@ func (a Arbiter) updateCounted(u countUpdate, at time.Time) error {
 		args = append(args, shortArgs...)
 	}
 	q = inList(q+` WHERE sku IN ? AND on_hand <> -1 AND (counted_at IS NULL OR counted_at < ?)`, len(u.skus))
-	args = append(append(args, anys(u.skus)...), at)
-	n, err := a.exec(q, args...)
-	if err != nil {
-		return err
-	}
-	if n != int64(len(u.skus)) {
-		return fmt.Errorf("count: %d of %d SKUs were as their locked rows said", n, len(u.skus))
-	}
-	return nil
+	return q, append(append(args, anys(u.skus)...), at)
 }
 
-// insertCountLines writes lines in one multi-row INSERT. A line a
-// concurrent run wrote first (possible only for lines whose SKU does not
-// exist: no row lock orders the two) makes the transaction run again.
-func (a Arbiter) insertCountLines(lines []CountedLine) error {
-	args := make([]any, 0, len(lines)*len(countLineColumns))
-	for _, l := range lines {
-		args = append(args, l.CountID, l.Line, l.SKU, l.Counted, l.Unshipped, l.UnshippedGiven, l.Outcome,
-			l.OnHandThen, l.Correction, l.Applied, l.Short, l.OnHand, l.CreatedAt)
+func b2i(b bool) int {
+	if b {
+		return 1
 	}
-	err := a.insertRows("stock_count_lines", countLineColumns, args)
+	return 0
+}
+
+// insertBatchRecord writes the batch's record. One a concurrent run wrote
+// first (possible only for a batch with no existing SKU: no row lock
+// orders the two) makes the transaction run again, and find it.
+func (a Arbiter) insertBatchRecord(r *CountBatchRecord) error {
+	t := r.CountTotals
+	err := a.insertRows("stock_count_batches", countBatchColumns, []any{r.CountID, r.FirstLine, r.LineCount,
+		t.Corrected, t.Unchanged, t.Short, t.Unknown, t.Unlimited, t.Superseded, t.UnitsAdded, t.UnitsRemoved, t.UnitsShort,
+		r.Outcomes, r.CreatedAt})
 	if IsDuplicate(err) {
-		return fmt.Errorf("%w: %w", errInsertRaced, err)
+		return InsertRaced(err)
 	}
 	return err
 }

@@ -15,8 +15,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -29,8 +32,8 @@ import (
 // requests under one count_id, each with its offset.
 const MaxLines = 10_000
 
-// DefaultBatch is how many lines one transaction applies.
-const DefaultBatch = 1000
+// DefaultParallel is how many batches of a request are applied at once.
+const DefaultParallel = 3
 
 // Config tunes the counts.
 type Config struct {
@@ -38,10 +41,11 @@ type Config struct {
 	// count may be rebased up to arbiter.CountHorizon(Retention) back.
 	// Default 30 days.
 	Retention time.Duration
-	// Batch is how many lines one transaction applies. Default DefaultBatch.
-	Batch  int
-	Now    func() time.Time
-	Logger *slog.Logger
+	// Parallel is how many of a request's batches are applied at once.
+	// Default DefaultParallel.
+	Parallel int
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 // Service applies counts and reads their progress.
@@ -55,8 +59,8 @@ func New(db *gorm.DB, st *stock.Store, cfg Config) *Service {
 	if cfg.Retention <= 0 {
 		cfg.Retention = 30 * 24 * time.Hour
 	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = DefaultBatch
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = DefaultParallel
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -208,15 +212,16 @@ func (s *Service) Apply(ctx context.Context, r Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	var applied map[int64][]arbiter.CountedLine
 	if !complete {
 		if tooOld != nil {
 			return nil, tooOld // a page begun, then left until past the horizon
 		}
-		if err := s.applyLines(ctx, r); err != nil {
+		if applied, err = s.applyLines(ctx, r); err != nil {
 			return nil, err
 		}
 	}
-	res, err := s.answer(ctx, r)
+	res, err := s.answer(ctx, r, applied)
 	if err == nil && !complete {
 		s.cfg.Logger.Info("stock count applied", "count_id", r.CountID, "offset", r.Offset, "lines", len(r.Lines),
 			"corrected", res.Totals.Corrected, "short", res.Totals.Short, "unknown", res.Totals.Unknown)
@@ -317,10 +322,12 @@ func (s *Service) claim(ctx context.Context, r Request, tooOld error) (complete 
 	return complete, err
 }
 
-// linesDone counts the applied lines of count id numbered first..last.
+// linesDone counts the applied lines of count id numbered first..last
+// (the batches that start there: a request's batches never cross it).
 func linesDone(db *gorm.DB, id string, first, last int64) (int64, error) {
 	var n int64
-	err := db.Raw(`SELECT COUNT(*) FROM stock_count_lines WHERE count_id = ? AND line BETWEEN ? AND ?`, id, first, last).Scan(&n).Error
+	err := db.Raw(`SELECT COALESCE(SUM(line_count), 0) FROM stock_count_batches WHERE count_id = ? AND first_line BETWEEN ? AND ?`,
+		id, first, last).Scan(&n).Error
 	return n, err
 }
 
@@ -349,45 +356,68 @@ func bodyHash(r Request) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// applyLines applies the request's lines in batches, in line order: for
-// each, what can be read without a lock (arbiter.ReadRebase), then one
-// transaction (ApplyCount), then Redis follows. A batch whose lines are
-// all applied (a replay resuming) costs one read.
-func (s *Service) applyLines(ctx context.Context, r Request) error {
+// applyLines applies the request's lines in batches of
+// arbiter.CountBatchLines, up to cfg.Parallel at once: for each, what can
+// be read without a lock (arbiter.ReadRebase), then one transaction
+// (ApplyCount), then Redis follows. The batches of one request name
+// distinct SKUs, so they never wait for each other's row locks; a batch's
+// transaction waits most of its time on the database (round trips, the
+// commit's flush), which another batch fills. A batch applied before (a
+// replay resuming) costs one read.
+//
+// It returns the lines of the batches it applied, by their first line
+// (those an earlier or concurrent run applied are read for the answer).
+func (s *Service) applyLines(ctx context.Context, r Request) (map[int64][]arbiter.CountedLine, error) {
 	from, err := arbiter.MovementsFrom(s.db.WithContext(ctx), r.CountedAt)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for start := 0; start < len(r.Lines); start += s.cfg.Batch {
-		part := r.Lines[start:min(len(r.Lines), start+s.cfg.Batch)]
+	var mu sync.Mutex
+	out := map[int64][]arbiter.CountedLine{}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.cfg.Parallel)
+	for start := 0; start < len(r.Lines); start += arbiter.CountBatchLines {
+		part := r.Lines[start:min(len(r.Lines), start+arbiter.CountBatchLines)]
 		first := r.Offset + int64(start) + 1
-		done, err := linesDone(s.db.WithContext(ctx), r.CountID, first, first+int64(len(part))-1)
-		if err != nil {
+		g.Go(func() error {
+			lines, err := s.applyBatch(gctx, r, part, first, from)
+			if lines != nil {
+				mu.Lock()
+				out[first] = lines
+				mu.Unlock()
+			}
 			return err
-		}
-		if done == int64(len(part)) {
-			continue
-		}
-		b := arbiter.CountBatch{CountID: r.CountID, CountedAt: r.CountedAt, Lines: make([]arbiter.CountLine, len(part))}
-		skus := make([]string, len(part))
-		for i, l := range part {
-			b.Lines[i] = arbiter.CountLine{Line: first + int64(i), SKU: l.SKU, Counted: l.Counted, Unshipped: l.Unshipped}
-			skus[i] = l.SKU
-		}
-		if b.Rebase, err = arbiter.ReadRebase(s.db.WithContext(ctx), skus, r.CountedAt, from); err != nil {
-			return err
-		}
-		var applied arbiter.CountApplied
-		if err := arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
-			var err error
-			applied, err = arbiter.In(tx).ApplyCount(b)
-			return err
-		}); err != nil {
-			return err
-		}
-		s.follow(ctx, applied.Changes)
+		})
 	}
-	return nil
+	return out, g.Wait()
+}
+
+// applyBatch applies part, the request's lines numbered from first, and
+// returns them as applied (nil: applied before).
+func (s *Service) applyBatch(ctx context.Context, r Request, part []Line, first, from int64) ([]arbiter.CountedLine, error) {
+	done, err := linesDone(s.db.WithContext(ctx), r.CountID, first, first)
+	if err != nil || done > 0 {
+		return nil, err
+	}
+	b := arbiter.CountBatch{CountID: r.CountID, CountedAt: r.CountedAt, FirstLine: first, Lines: make([]arbiter.CountLine, len(part))}
+	skus := make([]string, len(part))
+	for i, l := range part {
+		b.Lines[i] = arbiter.CountLine{Line: first + int64(i), SKU: l.SKU, Counted: l.Counted, Unshipped: l.Unshipped}
+		skus[i] = l.SKU
+	}
+	if b.Rebase, err = arbiter.ReadRebase(s.db.WithContext(ctx), skus, r.CountedAt, from); err != nil {
+		return nil, err
+	}
+	var applied arbiter.CountApplied
+	if err := arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
+		var err error
+		applied, err = arbiter.In(tx).ApplyCount(b)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	s.follow(ctx, applied.Changes)
+	return applied.Lines, nil
 }
 
 // follow brings a batch's committed changes into Redis (fenced: each
@@ -404,20 +434,42 @@ func (s *Service) follow(ctx context.Context, chs []inventory.Change) {
 	}
 }
 
-// answer reads the request's lines as applied.
-func (s *Service) answer(ctx context.Context, r Request) (*Result, error) {
-	var rows []arbiter.CountedLine
-	if err := s.db.WithContext(ctx).Where("count_id = ? AND line BETWEEN ? AND ?", r.CountID, r.Offset+1, r.Offset+int64(len(r.Lines))).
-		Order("line").Find(&rows).Error; err != nil {
-		return nil, err
+// answer is the request's lines as applied: those this run applied
+// (applied, by their batch's first line), and the others' records.
+func (s *Service) answer(ctx context.Context, r Request, applied map[int64][]arbiter.CountedLine) (*Result, error) {
+	batches := make([][]arbiter.CountedLine, 0, (len(r.Lines)+arbiter.CountBatchLines-1)/arbiter.CountBatchLines)
+	for start := 0; start < len(r.Lines); start += arbiter.CountBatchLines {
+		batches = append(batches, applied[r.Offset+int64(start)+1])
 	}
-	if len(rows) != len(r.Lines) {
-		return nil, fmt.Errorf("counts: %d of the %d lines of count %s from %d are applied", len(rows), len(r.Lines), r.CountID, r.Offset+1)
+	if slices.ContainsFunc(batches, func(b []arbiter.CountedLine) bool { return b == nil }) { // applied before: their records
+		var recs []arbiter.CountBatchRecord
+		if err := s.db.WithContext(ctx).Where("count_id = ? AND first_line BETWEEN ? AND ?", r.CountID, r.Offset+1, r.Offset+int64(len(r.Lines))).
+			Find(&recs).Error; err != nil {
+			return nil, err
+		}
+		for _, rec := range recs {
+			i := int(rec.FirstLine-r.Offset-1) / arbiter.CountBatchLines
+			if i < 0 || i >= len(batches) || batches[i] != nil {
+				continue
+			}
+			lines, err := rec.Decode()
+			if err != nil {
+				return nil, err
+			}
+			batches[i] = lines
+		}
 	}
-	res := &Result{CountID: r.CountID, CountedAt: r.CountedAt, Offset: r.Offset, Lines: make([]LineResult, len(rows))}
-	for i, row := range rows {
-		res.Lines[i] = lineResult(row)
-		res.Totals.add(row.Outcome, 1, row.Applied, row.Short)
+	res := &Result{CountID: r.CountID, CountedAt: r.CountedAt, Offset: r.Offset, Lines: make([]LineResult, 0, len(r.Lines))}
+	for _, lines := range batches {
+		var t arbiter.CountTotals
+		for _, l := range lines {
+			res.Lines = append(res.Lines, lineResult(l))
+			t.Add(l)
+		}
+		res.Totals.add(t, int64(len(lines)))
+	}
+	if len(res.Lines) != len(r.Lines) {
+		return nil, fmt.Errorf("counts: %d of the %d lines of count %s from %d are applied", len(res.Lines), len(r.Lines), r.CountID, r.Offset+1)
 	}
 	return res, nil
 }
@@ -441,28 +493,17 @@ func lineResult(row arbiter.CountedLine) LineResult {
 	return l
 }
 
-func (t *Totals) add(outcome string, lines, applied, short int64) {
+func (t *Totals) add(u arbiter.CountTotals, lines int64) {
 	t.Applied += lines
-	switch outcome {
-	case arbiter.CountCorrected:
-		t.Corrected += lines
-	case arbiter.CountUnchanged:
-		t.Unchanged += lines
-	case arbiter.CountShort:
-		t.Short += lines
-	case arbiter.CountUnknown:
-		t.Unknown += lines
-	case arbiter.CountUnlimited:
-		t.Unlimited += lines
-	case arbiter.CountSuperseded:
-		t.Superseded += lines
-	}
-	if applied > 0 {
-		t.UnitsAdded += applied
-	} else if applied < 0 {
-		t.UnitsRemoved -= applied
-	}
-	t.UnitsShort += short
+	t.Corrected += u.Corrected
+	t.Unchanged += u.Unchanged
+	t.Short += u.Short
+	t.Unknown += u.Unknown
+	t.Unlimited += u.Unlimited
+	t.Superseded += u.Superseded
+	t.UnitsAdded += u.UnitsAdded
+	t.UnitsRemoved += u.UnitsRemoved
+	t.UnitsShort += u.UnitsShort
 }
 
 // Page is one request of a count, as progress shows it.
@@ -513,24 +554,12 @@ func (s *Service) Get(ctx context.Context, id string) (*Progress, error) {
 		p.Pages = append(p.Pages, Page{Offset: pg.FirstLine, Lines: pg.LineCount, Applied: done})
 		p.Lines += pg.LineCount
 	}
-	var sums []struct {
-		Outcome string `gorm:"column:outcome"`
-		Lines   int64  `gorm:"column:lines_n"`
-		Added   int64  `gorm:"column:added"`
-		Removed int64  `gorm:"column:removed"`
-		Short   int64  `gorm:"column:short_units"`
-	}
-	if err := db.Raw(`SELECT outcome, COUNT(*) AS lines_n,
-		COALESCE(SUM(CASE WHEN applied > 0 THEN applied ELSE 0 END), 0) AS added,
-		COALESCE(SUM(CASE WHEN applied < 0 THEN applied ELSE 0 END), 0) AS removed,
-		COALESCE(SUM(short), 0) AS short_units
-		FROM stock_count_lines WHERE count_id = ? GROUP BY outcome`, id).Scan(&sums).Error; err != nil {
+	var recs []arbiter.CountBatchRecord
+	if err := db.Omit("outcomes").Where("count_id = ?", id).Find(&recs).Error; err != nil {
 		return nil, err
 	}
-	for _, sm := range sums {
-		p.Totals.add(sm.Outcome, sm.Lines, 0, sm.Short)
-		p.Totals.UnitsAdded += sm.Added
-		p.Totals.UnitsRemoved -= sm.Removed
+	for _, rec := range recs {
+		p.Totals.add(rec.CountTotals, rec.LineCount)
 	}
 	p.Done = p.Totals.Applied == p.Lines
 	return p, nil
