@@ -25,4 +25,7 @@ load_generators
 mkdir -p bench-results
 go run ./cmd/benchtable -out bench-results/results.md -cpuprofile bench-results/http.cpu.pprof -wrk "$INVENTORY_WRK" -vegeta "$INVENTORY_VEGETA" \
   -cpuprofile-phases '^(seckill, selling|orders, 2-line cart|soak|campaign #[0-9]+, .*|(orders|stock) extend)$' "$@"
+# A 50,000-line stock count during the seckill selling phase (issue 45),
+# against the same phase without it: its table is bench-results/results-counts.md.
+go run ./cmd/benchtable -only counts -out bench-results/results.md "$@"
 go test -run '^$' -bench . -benchtime=1x ./...

@@ -179,6 +179,9 @@ func main() {
 	case "sync":
 		report(nil, []result{applyRun(ctx, db, 32), applyRun(ctx, db, 1)}, webRun{})
 		return
+	case "counts":
+		countsBench(ctx, rdb, *mysqlDSN)
+		return
 	case "history":
 		table := historySoak(ctx, rdb, *mysqlDSN, *orders)
 		fmt.Print(table)
