@@ -478,6 +478,7 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	}
 	s.redis.Apply(ctx, rel.Changes) // the units, and the buyers' counts given back
 	s.redis.ApplyCampaigns(ctx, rel.Campaigns, rel.CampaignQuotas)
+	s.afterClose(o, to)
 	s.count(to)
 	if to == Cancelled {
 		s.cfg.OnFinished(ctx, o)

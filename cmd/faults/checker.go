@@ -30,6 +30,7 @@ type Verdict struct {
 	Stocked    int64
 	FiveXX     map[int]int64
 	Problems   []string       // every non-zero finding, in words
+	History    *HistVerdict   // the history check (linearizable.go)
 	Campaign   *CampaignCheck // a campaign run's own checks (campaign.go); their units are in the columns too
 	Webhooks   *HookCheck     // a webhook run's deliveries, judged (webhooks.go)
 	Notes      []string       // what the scenario did (faults injected, when)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/testbugs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -54,6 +55,28 @@ func TestFaults(t *testing.T) {
 			assert.Greater(t, v.Ops, int64(500), "the workload ran")
 		})
 	}
+
+	// The history check catches what the final state cannot show: each
+	// deliberate bug of a faultbugs build (internal/testbugs), alone in a
+	// run with no fault, is a violation of the history, while the same run
+	// without it (the checker case below) is linearizable.
+	t.Run("bugs", func(t *testing.T) {
+		bin, err := buildInventoryd(ctx, lab.dir, "inventoryd-bugs", "faultbugs")
+		require.NoError(t, err)
+		bugLab := *lab
+		bugLab.bin, bugLab.vizDir, bugLab.cleanup = bin, t.TempDir(), nil
+		for _, bug := range []string{testbugs.StaleRead, testbugs.GiveBackTwice, testbugs.AckBeforeCommit} {
+			t.Run(bug, func(t *testing.T) {
+				sc := Scenario{Name: "bug-" + bug, Env: []string{testbugs.Env + "=" + bug}}
+				v, err := runScenario(ctx, &bugLab, sc, seed, 6*time.Second, logf)
+				require.NoError(t, err)
+				t.Log(v.line())
+				t.Log(v.History.line())
+				assert.Equal(t, "NO", v.History.Result, "the history check must report %s as a violation", bug)
+				assert.FileExists(t, v.History.Viz)
+			})
+		}
+	})
 
 	t.Run("checker", func(t *testing.T) {
 		calm := Scenario{Name: "checker", Inspect: func(ctx context.Context, r *Run, v *Verdict) {
