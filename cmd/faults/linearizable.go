@@ -385,7 +385,6 @@ func refusedLine(op *histOp, lines []line) (line, bool) {
 	return line{}, false
 }
 
-
 // lanes gives each operation a client id for the visualization: the first
 // lane free when it was sent.
 func lanes(ops []porcupine.Operation) {

@@ -118,4 +118,3 @@ func TestHistoryVisualization(t *testing.T) {
 	require.FileExists(t, v.Viz)
 	assert.Contains(t, v.line(), v.Viz)
 }
-
