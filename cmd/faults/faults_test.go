@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"fmt"
 	"maps"
 	"slices"
@@ -24,6 +25,10 @@ func TestFaults(t *testing.T) {
 	lab, err := prepare(ctx, false, logf)
 	require.NoError(t, err)
 	t.Cleanup(lab.Close)
+	// A failing history's visualization and the history itself outlive
+	// the test, to be read and replayed (go run ./cmd/faults -replay).
+	lab.vizDir, err = os.MkdirTemp("", "inventory-faults-histories-")
+	require.NoError(t, err)
 
 	quick, err := selectScenarios("", true)
 	require.NoError(t, err)
@@ -41,6 +46,9 @@ func TestFaults(t *testing.T) {
 			require.NoError(t, err)
 			t.Log(header)
 			t.Log(v.line())
+			if v.History != nil {
+				t.Log(v.History.line())
+			}
 			for _, l := range v.timingLines() {
 				t.Log(l)
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -47,6 +48,7 @@ type HistVerdict struct {
 	Result string // "yes", "NO", or "timeout"
 	SKU    string // the SKU that failed
 	Viz    string // the visualization of its smallest failing prefix
+	Saved  string // the history, written out when it failed
 	Ops    map[string]int
 	Took   map[string]time.Duration
 }
@@ -79,6 +81,9 @@ func (h *HistVerdict) line() string {
 	out := fmt.Sprintf("history: %s; checked in %s", strings.Join(parts, ", "), total.Round(time.Millisecond))
 	if h.Viz != "" {
 		out += "; visualization: " + h.Viz
+	}
+	if h.Saved != "" {
+		out += "; history: " + h.Saved
 	}
 	return out
 }
@@ -132,7 +137,7 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 			h.settled = at
 		}
 	}
-	ops = foldReplays(ops)
+	ops = foldReplays(foldRetries(ops))
 	inflight := admitted(ops, campSKU, cfg.Stale)
 	out := map[string][]porcupine.Operation{}
 	add := func(sku string, op *histOp, in *skuInput, call, ret time.Duration) {
@@ -163,7 +168,7 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 		case opCreate:
 			lines := op.Lines
 			camp := op.Campaign != ""
-			if camp && op.Out != outOK {
+			if camp && len(lines) == 0 {
 				lines = []line{{campSKU[op.Campaign], 1}}
 			}
 			user := op.User
@@ -285,6 +290,73 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 	return out
 }
 
+// foldRetries folds a request retried after an unknown outcome into the
+// attempt that was answered: the same create (Idempotency-Key or token),
+// payment (payment id), cancel, refund, commit or release, sent again by
+// the same client once the earlier attempt went unanswered. It took effect
+// once, somewhere between the first attempt's sending and the answer, and
+// that is the one operation the check then judges; left apart, each
+// unanswered attempt is one more operation that may fall anywhere after it
+// was sent, for the search to try.
+func foldRetries(ops []histOp) []histOp {
+	type key struct {
+		kind                     opKind
+		user, id, token, payment string
+	}
+	keyOf := func(op *histOp) (key, bool) {
+		switch op.Kind {
+		case opCreate:
+			if op.Key == "" && op.Token == "" {
+				return key{}, false
+			}
+			return key{opCreate, op.User, op.Key, op.Token, ""}, true
+		case opPay:
+			return key{opPay, "", op.Order, "", op.PaymentID}, true
+		case opCancel, opRefund:
+			return key{op.Kind, "", op.Order, "", ""}, true
+		case opCommit, opRelease:
+			return key{op.Kind, op.SKU, "", op.Token, ""}, true
+		}
+		return key{}, false
+	}
+	ops = slices.Clone(ops)
+	pending := map[key][]int{} // unanswered attempts not yet folded
+	drop := make([]bool, len(ops))
+	order := make([]int, len(ops))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return ops[order[a]].Call < ops[order[b]].Call })
+	for _, i := range order {
+		op := &ops[i]
+		k, ok := keyOf(op)
+		if !ok {
+			continue
+		}
+		if op.Out == outUnknown {
+			pending[k] = append(pending[k], i)
+			continue
+		}
+		if op.Out != outOK {
+			continue
+		}
+		for _, j := range pending[k] {
+			if ops[j].Call < op.Call {
+				op.Call = min(op.Call, ops[j].Call)
+				drop[j] = true
+			}
+		}
+		delete(pending, k)
+	}
+	out := make([]histOp, 0, len(ops))
+	for i, op := range ops {
+		if !drop[i] {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
 // foldReplays keeps one operation for every group of payment callbacks
 // replayed with the same order and payment id and answered alike (a
 // provider's retries, the abuse scenario's thousand at once): sent at the
@@ -335,7 +407,7 @@ func admitted(ops []histOp, campSKU map[string]string, stale time.Duration) map[
 	bySKU := map[string][]req{}
 	var refusals []refusal
 	linesOf := func(op *histOp) []line {
-		if op.Campaign != "" && op.Out != outOK {
+		if op.Campaign != "" && len(op.Lines) == 0 {
 			return []line{{campSKU[op.Campaign], 1}}
 		}
 		return op.Lines
@@ -493,36 +565,52 @@ func checkHistory(ops []histOp, cfg histConfig) *HistVerdict {
 
 // checkSKU decides whether one SKU's history is linearizable. Refusals
 // change nothing, and in a sold-out burst they are most of the history and
-// all at once, which is what makes the search costly; so first the rest is
-// checked, and each refusal is judged against the linearization found,
-// anywhere the real-time order lets it go. Only if one of them fits nowhere
-// there is the whole history searched with the refusals in it (another
-// linearization of the rest may fit them all).
+// all at once, which is what makes the search costly; so the rest is
+// checked first, and each refusal is judged against the linearization
+// found, anywhere the real-time order lets it go. A refusal that fits
+// nowhere there joins the searched operations (another linearization may
+// fit it), and the search runs again, until every refusal fits or the
+// search fails: it only ever fails on a history that cannot be linearized.
 func checkSKU(h []porcupine.Operation, timeout time.Duration) porcupine.CheckResult {
-	var rest, refusals []porcupine.Operation
+	var searched, refusals []porcupine.Operation
 	for _, o := range h {
 		if o.Input.(*skuInput).out == outRefused {
 			refusals = append(refusals, o)
 		} else {
-			rest = append(rest, o)
+			searched = append(searched, o)
 		}
 	}
-	res, info := porcupine.CheckOperationsVerbose(skuPorcupine, rest, timeout)
-	if res != porcupine.Ok {
-		return res
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return porcupine.Unknown
+		}
+		res, info := porcupine.CheckOperationsVerbose(skuPorcupine, searched, left)
+		if res != porcupine.Ok {
+			return res
+		}
+		lins := info.PartialLinearizationsOperations()
+		if len(lins) != 1 || len(lins[0]) == 0 {
+			return porcupine.CheckOperationsTimeout(skuPorcupine, h, time.Until(deadline))
+		}
+		misfits := unfit(lins[0][0], refusals)
+		if len(misfits) == 0 {
+			return porcupine.Ok
+		}
+		searched = append(searched, misfits...)
+		refusals = slices.DeleteFunc(refusals, func(o porcupine.Operation) bool {
+			return slices.ContainsFunc(misfits, func(m porcupine.Operation) bool { return m.Input == o.Input })
+		})
 	}
-	lins := info.PartialLinearizationsOperations()
-	if len(lins) == 1 && len(lins[0]) > 0 && refusalsFit(lins[0][0], refusals) {
-		return porcupine.Ok
-	}
-	return porcupine.CheckOperationsTimeout(skuPorcupine, h, timeout)
 }
 
-// refusalsFit reports whether every refusal holds in some state of the
-// linearization lin that its time allows it to be placed at: after every
-// operation answered before it was sent (less Stale), before every one
-// sent after it was answered.
-func refusalsFit(lin []porcupine.Operation, refusals []porcupine.Operation) bool {
+// unfit is the refusals that hold in no state of the linearization lin
+// that their time allows them to be placed at: after every operation
+// answered before they were sent (less Stale), before every one sent after
+// they were answered.
+func unfit(lin []porcupine.Operation, refusals []porcupine.Operation) []porcupine.Operation {
+	var out []porcupine.Operation
 	states := make([]*modelSKU, len(lin)+1)
 	states[0] = newModelSKU()
 	for i, o := range lin {
@@ -546,10 +634,10 @@ func refusalsFit(lin []porcupine.Operation, refusals []porcupine.Operation) bool
 			fits, _ = step(states[p], r.Input.(*skuInput))
 		}
 		if !fits {
-			return false
+			out = append(out, r)
 		}
 	}
-	return true
+	return out
 }
 
 // visualize writes the smallest prefix of h (by when operations were sent)

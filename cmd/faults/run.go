@@ -220,7 +220,9 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 			return nil, fmt.Errorf("%s: check: %w", sc.Name, err)
 		}
 	}
-	r.checkHistory(v)
+	if err := r.checkHistory(ctx, v); err != nil {
+		return nil, fmt.Errorf("%s: history: %w", sc.Name, err)
+	}
 	for kind, n := range r.witness.refused {
 		v.problem("abuse: %d %s accepted", n, kind)
 	}
@@ -262,13 +264,17 @@ func (r *Run) awaitFollowers(stop context.CancelFunc) {
 }
 
 // checkHistory checks the run's history for linearizability, SKU by SKU
-// (linearizable.go).
-func (r *Run) checkHistory(v *Verdict) {
+// (linearizable.go), once what the database tells of the unknown outcomes
+// is settled (resolve.go).
+func (r *Run) checkHistory(ctx context.Context, v *Verdict) error {
 	stale := r.sc.Stale
 	if stale == 0 {
 		stale = strictStale
 	}
-	ops := r.hist.snapshot()
+	ops, err := resolveUnknowns(ctx, r.db, r.hist.snapshot())
+	if err != nil {
+		return err
+	}
 	if err := writeHistory(filepath.Join(r.dir, "history.json"), ops, r.hist.base); err != nil {
 		r.logf("%s: writing the history: %v", r.sc.Name, err)
 	}
@@ -276,7 +282,13 @@ func (r *Run) checkHistory(v *Verdict) {
 		Timeout: historyTimeout, Dir: r.lab.vizDir, Base: r.hist.base, Name: r.sc.Name})
 	if !v.History.passed() {
 		v.problem("history: %s", v.History.column())
+		// Kept beside the visualization, to be replayed (-replay).
+		saved := filepath.Join(r.lab.vizDir, "history-"+r.sc.Name+".json")
+		if err := writeHistory(saved, ops, r.hist.base); err == nil {
+			v.History.Saved = saved
+		}
 	}
+	return nil
 }
 
 // strictStale is how far a refusal may lag a give-back in a scenario with
