@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -284,6 +285,9 @@ type savedHistory struct {
 func writeHistory(path string, ops []histOp, base time.Time) error {
 	b, err := json.Marshal(savedHistory{base, ops})
 	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return os.WriteFile(path, b, 0o644)

@@ -225,6 +225,12 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 			if op.Out == outRefused && !(op.Code == "conflict" && op.Kind != opPay) || op.Kind == opOrder && op.Out != outOK {
 				continue
 			}
+			if op.Kind == opOrder && op.Answer == "PENDING" {
+				// What a follower's PENDING read proves, that the timeout
+				// came after it, is its expiry's start (below); as an
+				// operation of its own it would only be one more to order.
+				continue
+			}
 			for _, l := range o.lines {
 				add(l.SKU, op, &skuInput{kind: op.Kind, out: op.Out, id: o.id, qty: l.Qty, user: o.user, camp: o.camp, lines: len(o.lines)}, call, op.Ret)
 			}

@@ -14,7 +14,7 @@ import (
 // end stays open), and a create learns its order and deadline. What the
 // database cannot tell stays unknown. Each unknown operation the search
 // need not place is one way fewer to order the history.
-func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp) ([]histOp, error) {
+func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Time) ([]histOp, error) {
 	known := map[string]bool{} // orders some answer named
 	keyed := map[[2]string]bool{}
 	tokens := map[[2]string]bool{}
@@ -50,7 +50,7 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp) ([]histOp, e
 			out = append(out, op)
 			continue
 		}
-		keep, err := resolve(ctx, db, &op, known, keyed, tokens, cancelled, unknownBuys)
+		keep, err := resolve(ctx, db, &op, base, known, keyed, tokens, cancelled, unknownBuys)
 		if err != nil {
 			return nil, err
 		}
@@ -62,9 +62,15 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp) ([]histOp, e
 }
 
 // resolve settles one unknown operation; false drops it.
-func resolve(ctx context.Context, db *sql.DB, op *histOp, known map[string]bool, keyed, tokens map[[2]string]bool, cancelled map[string]bool, unknownBuys map[string]int) (bool, error) {
-	certain := func(order string, expires time.Time) {
+func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known map[string]bool, keyed, tokens map[[2]string]bool, cancelled map[string]bool, unknownBuys map[string]int) (bool, error) {
+	// A create the database has is certain: it took effect after the
+	// node stamped the order's created_at (its clock, on this host, before
+	// the commit), at a time the answer never told.
+	certain := func(order string, expires, created time.Time) {
 		op.Out, op.Order, op.ExpiresAt = outOK, order, expires
+		if at := created.Sub(base) - expirySlack; at > op.Call {
+			op.Call = at
+		}
 	}
 	switch op.Kind {
 	case opCreate:
@@ -87,38 +93,38 @@ func resolve(ctx context.Context, db *sql.DB, op *histOp, known map[string]bool,
 				return true, nil // answered by another attempt
 			}
 			var id string
-			var expires time.Time
-			err := db.QueryRowContext(ctx, `SELECT id, expires_at FROM orders WHERE user_id = ? AND idempotency_key = ?`, op.User, op.Key).Scan(&id, &expires)
+			var expires, created time.Time
+			err := db.QueryRowContext(ctx, `SELECT id, expires_at, created_at FROM orders WHERE user_id = ? AND idempotency_key = ?`, op.User, op.Key).Scan(&id, &expires, &created)
 			if errors.Is(err, sql.ErrNoRows) {
 				return false, nil
 			}
 			if err == nil {
-				certain(id, expires)
+				certain(id, expires, created)
 			}
 			return true, err
 		case isSeckill(op) && unknownBuys[op.User] == 1:
-			rows, err := db.QueryContext(ctx, `SELECT id, expires_at FROM orders WHERE user_id = ?`, op.User)
+			rows, err := db.QueryContext(ctx, `SELECT id, expires_at, created_at FROM orders WHERE user_id = ?`, op.User)
 			if err != nil {
 				return true, err
 			}
 			defer rows.Close()
 			var ids []string
-			var deadline []time.Time
+			var deadline, created []time.Time
 			for rows.Next() {
 				var id string
-				var expires time.Time
-				if err := rows.Scan(&id, &expires); err != nil {
+				var expires, at time.Time
+				if err := rows.Scan(&id, &expires, &at); err != nil {
 					return true, err
 				}
 				if !known[id] {
-					ids, deadline = append(ids, id), append(deadline, expires)
+					ids, deadline, created = append(ids, id), append(deadline, expires), append(created, at)
 				}
 			}
 			switch len(ids) {
 			case 0:
 				return false, rows.Err()
 			case 1:
-				certain(ids[0], deadline[0])
+				certain(ids[0], deadline[0], created[0])
 			}
 			return true, rows.Err()
 		}

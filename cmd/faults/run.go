@@ -271,7 +271,7 @@ func (r *Run) checkHistory(ctx context.Context, v *Verdict) error {
 	if stale == 0 {
 		stale = strictStale
 	}
-	ops, err := resolveUnknowns(ctx, r.db, r.hist.snapshot())
+	ops, err := resolveUnknowns(ctx, r.db, r.hist.snapshot(), r.hist.base)
 	if err != nil {
 		return err
 	}
