@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -114,7 +116,7 @@ func (h *History) record(method, path string, body any, header http.Header, star
 		return
 	}
 	op, ok := classify(method, path, body, header)
-	if !ok {
+	if !ok || neverSent(a.Err) {
 		return
 	}
 	op.Call, op.Ret, op.Status = h.since(start), h.since(end), a.Status
@@ -300,4 +302,11 @@ func readHistory(path string) (savedHistory, error) {
 		err = json.Unmarshal(b, &h)
 	}
 	return h, err
+}
+
+// neverSent: the connection was never made (the node was down), so the
+// request reached no one and changed nothing.
+func neverSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }

@@ -298,7 +298,8 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 
 // foldRetries folds a request retried after an unknown outcome into the
 // attempt that was answered: the same create (Idempotency-Key or token),
-// payment (payment id), cancel, refund, commit or release, sent again by
+// payment (payment id) or token commit, answered alike however many
+// attempts took effect, sent again by
 // the same client once the earlier attempt went unanswered. It took effect
 // once, somewhere between the first attempt's sending and the answer, and
 // that is the one operation the check then judges; left apart, each
@@ -318,11 +319,12 @@ func foldRetries(ops []histOp) []histOp {
 			return key{opCreate, op.User, op.Key, op.Token, ""}, true
 		case opPay:
 			return key{opPay, "", op.Order, "", op.PaymentID}, true
-		case opCancel, opRefund:
-			return key{op.Kind, "", op.Order, "", ""}, true
-		case opCommit, opRelease:
+		case opCommit:
 			return key{op.Kind, op.SKU, "", op.Token, ""}, true
 		}
+		// A cancel, refund or release retried is answered otherwise when
+		// the unanswered attempt took effect (409, or 0 released): those
+		// stay apart.
 		return key{}, false
 	}
 	ops = slices.Clone(ops)
@@ -672,9 +674,7 @@ func visualize(sku string, h []porcupine.Operation, cfg histConfig) string {
 		}
 		return out
 	}
-	illegal := func(n int) bool {
-		return porcupine.CheckOperationsTimeout(skuPorcupine, prefix(n), cfg.Timeout/4) == porcupine.Illegal
-	}
+	illegal := func(n int) bool { return checkSKU(prefix(n), cfg.Timeout/10) == porcupine.Illegal }
 	lo, hi := 1, len(sorted) // the whole history is illegal
 	for lo < hi {
 		mid := (lo + hi) / 2

@@ -138,6 +138,23 @@ func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known 
 			return false, nil // the order ended otherwise: the cancel found it not PENDING
 		}
 		return true, err
+	case opPay:
+		// The order names the payment that paid it (or that must be
+		// refunded): any other changed nothing.
+		var status string
+		var paidBy sql.NullString
+		err := db.QueryRowContext(ctx, `SELECT status, payment_id FROM orders WHERE id = ?`, op.Order).Scan(&status, &paidBy)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && paidBy.String != op.PaymentID {
+			return false, nil
+		}
+		if err == nil {
+			op.Out, op.AnswerPaid = outOK, op.PaymentID
+			op.Answer = "PAID"
+			if status == "REFUND_REQUIRED" {
+				op.Answer = status
+			}
+		}
+		return true, err
 	case opAdjust:
 		if op.Ref == "" {
 			return true, nil

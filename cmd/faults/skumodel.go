@@ -437,13 +437,21 @@ func pay(s *modelSKU, in *skuInput, h modelHold, ok bool) (bool, *modelSKU) {
 		c.setHold(in.id, h)
 		return true, c
 	case expired:
-		if k := s.availableFrom(h.Qty); k >= 0 && (unknown || answer == "PAID") {
+		// Reserved again from the SKU, counted against the buyer's limit
+		// again: refused if either is short.
+		overLimit := h.User != "" && s.limit > 0 && s.counted(false, h.User)+h.Qty > s.limit
+		if k := s.availableFrom(h.Qty); k >= 0 && !overLimit && (unknown || answer == "PAID") {
 			c := s.fold(k).clone()
 			c.reserved += h.Qty
-			h.Camp = false // re-reserved from the SKU
+			if h.Camp {
+				h.Camp = false // re-reserved from the SKU
+			}
+			if c.limit > 0 {
+				c.count(false, h.User, h.Qty)
+			}
 			return true, sell(c, in.id, h)
 		}
-		if on, res := s.at(0); (on-res < h.Qty || in.lines > 1) && (unknown || answer == "REFUND_REQUIRED") {
+		if on, res := s.at(0); (on-res < h.Qty || overLimit || in.lines > 1) && (unknown || answer == "REFUND_REQUIRED") {
 			c := s.clone()
 			h.St = refundRequired
 			c.setHold(in.id, h)
