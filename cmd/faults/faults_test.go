@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"os"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"testing"
 	"time"
