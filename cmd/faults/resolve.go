@@ -102,7 +102,7 @@ func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known 
 				certain(id, expires, created)
 			}
 			return true, err
-		case isSeckill(op) && unknownBuys[op.User] == 1:
+		case isSeckill(op):
 			rows, err := db.QueryContext(ctx, `SELECT id, expires_at, created_at FROM orders WHERE user_id = ?`, op.User)
 			if err != nil {
 				return true, err
@@ -120,10 +120,10 @@ func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known 
 					ids, deadline, created = append(ids, id), append(deadline, expires), append(created, at)
 				}
 			}
-			switch len(ids) {
-			case 0:
-				return false, rows.Err()
-			case 1:
+			switch {
+			case len(ids) == 0:
+				return false, rows.Err() // every order of the buyer was answered: this buy took nothing
+			case len(ids) == 1 && unknownBuys[op.User] == 1:
 				certain(ids[0], deadline[0], created[0])
 			}
 			return true, rows.Err()
