@@ -250,6 +250,30 @@ func cpuTable() string {
 	return b.String()
 }
 
+// drivenCPUPerAnswer is the CPU µs per answer phase r cost the processes
+// this run drives (cpuGroups: this one, the service and its load
+// generator; Redis; MariaDB; RocketMQ), the rest of the machine (other
+// runs on it) left out: what an answer costs, as far as one run on a
+// shared machine can tell. Unlike a rate, it does not depend on how many
+// clients a phase has or on what else the machine runs meanwhile. False
+// when /proc gave no sample of the phase or it answered nothing.
+func drivenCPUPerAnswer(r httpResult) (float64, bool) {
+	answers := r.answers()
+	if answers == 0 {
+		return 0, false
+	}
+	for i := len(cpuPhases) - 1; i >= 0; i-- {
+		if ph := cpuPhases[i]; ph.name == r.name {
+			sum := 0.0
+			for _, g := range cpuGroups {
+				sum += ph.group[g]
+			}
+			return sum * 1e6 / float64(answers), true
+		}
+	}
+	return 0, false
+}
+
 // costPerAnswer is the CPU each HTTP phase spent per answer, by process,
 // and the rate the machine's cores could serve at that cost: the ceiling a
 // phase meets when the CPU, not waiting, bounds it. Against the bare
@@ -260,17 +284,10 @@ func costPerAnswer(web webRun) string {
 	for _, ph := range cpuPhases {
 		byName[ph.name] = ph
 	}
-	bare := median(web.bare)
+	bare := median(web.bare) // 0 (the last column "–") when the HTTP group did not run
 	phases := web.phases
 	if web.camp != nil {
 		phases = append(slices.Clone(phases), web.camp.phases...)
-		if bare == 0 {
-			var bares []float64
-			for _, o := range web.camp.openings {
-				bares = append(bares, o.bare)
-			}
-			bare = median(bares)
-		}
 	}
 	var b strings.Builder
 	cores := float64(runtime.NumCPU())
