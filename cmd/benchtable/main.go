@@ -63,9 +63,9 @@ var (
 	duration  = flag.Duration("duration", 5*time.Second, "how long each variant runs")
 	workers   = flag.Int("workers", 64, "concurrent callers per variant")
 	redisAddr = flag.String("redis", "127.0.0.1:6379", "Redis address")
-	redisDB   = flag.Int("redis-db", 15, "Redis database the benchmark may flush")
-	mysqlDSN  = flag.String("mysql", "inventory:inventory@tcp(127.0.0.1:3306)/", "MySQL server DSN (a database inv_bench is created)")
-	dbPrefix  = flag.String("db-prefix", "inv_bench", "names of the MySQL databases the benchmark resets (PREFIX, PREFIX_http, PREFIX_campaign, ...): with -redis-db, another prefix keeps two runs on one machine from resetting each other's")
+	redisDB   = flag.Int("redis-db", redislease.BenchDB, "Redis database the benchmark flushes: by default the one no test process is handed (internal/redislease)")
+	mysqlDSN  = flag.String("mysql", "inventory:inventory@tcp(127.0.0.1:3306)/", "MySQL server DSN (the run creates its databases there, see -db-prefix)")
+	dbPrefix  = flag.String("db-prefix", benchPrefix, "names of the MySQL databases the benchmark resets (PREFIX, PREFIX_http, PREFIX_campaign, ...): with -redis-db, another prefix keeps two runs on one machine from resetting each other's")
 	out       = flag.String("out", "bench-results/results.md", "where to write the table too (its chart goes beside it, as .png)")
 	soakFor   = flag.Duration("soak", 2*time.Minute, "how long the memory soak keeps the seckill load on (0: skip)")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the HTTP phases (service and load in this process) to this file")
@@ -75,6 +75,11 @@ var (
 )
 
 const hotStock = 1_000_000_000_000 // never runs out during a run
+
+// benchPrefix is the default -db-prefix: no test makes a database of that
+// name (testenv's are testenv.DatabasePrefix's), so a run and the tests
+// never reset or drop each other's.
+const benchPrefix = "benchtable"
 
 // result is one variant's measurement.
 type result struct {
@@ -137,9 +142,10 @@ func main() {
 		return
 	}
 	ctx := context.Background()
-	// The test processes lease databases of the same Redis (1-31) and
-	// flush theirs: hold -redis-db as they do, so neither flushes the
-	// other's (waiting for a test process that holds it to end).
+	// The test processes lease other databases of the same Redis
+	// (redislease) and flush theirs; the bench's is none of them, and it
+	// holds its own as they do all the same (another run, a -redis-db of
+	// the tests' range: each waits for the other).
 	lease, ok, err := redislease.TryHold(*redisAddr, *redisDB)
 	must(err)
 	if !ok {
