@@ -51,7 +51,7 @@ const firstSaleTarget = 50 * time.Millisecond
 
 // costParity is SPEC section 7's bound on what a request answered before
 // starts_at costs against a sold-out answer (the median opening's ratio of
-// CPU per answer, drivenCPUPerAnswer), and sellingParity its floor on the
+// CPU per answer, processCPUPerAnswer), and sellingParity its floor on the
 // campaign's selling rate against the seckill selling phase's (the median
 // opening's).
 const (
@@ -72,7 +72,7 @@ type opening struct {
 	id                  string
 	allotment           int64
 	soldOut             float64       // the sold-out phase's requests per second: the mean of those just before and just after the opening
-	cost, soldOutCost   float64       // CPU µs per answer (drivenCPUPerAnswer) before starts_at, and the sold-out phase's (the mean of those just before and just after); 0: not measured
+	cost, soldOutCost   float64       // CPU µs per answer (processCPUPerAnswer) before starts_at, and the sold-out phase's (the mean of those just before and just after); 0: not measured
 	seckill             float64       // the seckill selling phase's 201s per second: the mean of those just before and just after the opening
 	before              time.Duration // from the first request to starts_at
 	buys, polls, others int64         // answered before starts_at: buys 409 sale_not_started, polls 200/304, anything else
@@ -153,9 +153,9 @@ func campaignBench(ctx context.Context, rdb *redis.Client, dsnBase string) *camp
 		seckill2, soldOut2 := refs(at)
 		o.seckill = (seckill.rate + seckill2.rate) / 2
 		o.soldOut = (soldOut.rate + soldOut2.rate) / 2
-		o.cost, _ = drivenCPUPerAnswer(rows[0])
-		c1, ok1 := drivenCPUPerAnswer(soldOut)
-		c2, ok2 := drivenCPUPerAnswer(soldOut2)
+		o.cost, _ = processCPUPerAnswer(rows[0])
+		c1, ok1 := processCPUPerAnswer(soldOut)
+		c2, ok2 := processCPUPerAnswer(soldOut2)
 		if ok1 && ok2 {
 			o.soldOutCost = (c1 + c2) / 2
 		}
@@ -486,7 +486,7 @@ func campaignChecks(c *campaignRun) []check {
 		sold = append(sold, line)
 	}
 	var cs []check
-	k := check{what: fmt.Sprintf("campaign opening: cost of a request answered before starts_at (%d buyers' 409 sale_not_started and %d pollers' GETs) / the sold-out answer's (the sold-out phases run just before and just after each opening, their mean); cost: CPU µs per answer of the processes the run drives (this one, the service and its load generator; Redis; MariaDB; RocketMQ), from /proc over each window; median of the openings", *workers, *campPollers),
+	k := check{what: fmt.Sprintf("campaign opening: cost of a request answered before starts_at (%d buyers' 409 sale_not_started and %d pollers' GETs) / the sold-out answer's (the sold-out phases run just before and just after each opening, their mean); cost: CPU µs per answer of this process (the service and its load generator; neither answer sends anything to the servers, whose CPU is shared with the machine's other runs), from /proc over each window; median of the openings", *workers, *campPollers),
 		target: fmt.Sprintf("≤ %.2f×", costParity), state: unmeasured, measured: "–"}
 	if len(pairs) == len(c.openings) {
 		r := median(costs)

@@ -250,25 +250,23 @@ func cpuTable() string {
 	return b.String()
 }
 
-// drivenCPUPerAnswer is the CPU µs per answer phase r cost the processes
-// this run drives (cpuGroups: this one, the service and its load
-// generator; Redis; MariaDB; RocketMQ), the rest of the machine (other
-// runs on it) left out: what an answer costs, as far as one run on a
-// shared machine can tell. Unlike a rate, it does not depend on how many
-// clients a phase has or on what else the machine runs meanwhile. False
-// when /proc gave no sample of the phase or it answered nothing.
-func drivenCPUPerAnswer(r httpResult) (float64, bool) {
+// processCPUPerAnswer is the CPU µs per answer phase r cost this process
+// (the service and its load generator): what an answer costs when it
+// sends nothing to the servers, as a sold-out answer and one before a
+// campaign's opening do not. The servers are left out: the machine's
+// other runs (the tests of other clones) share them, and their CPU in a
+// window is those runs' and the background jobs', not the answers'.
+// Unlike a rate, it depends neither on how many clients a phase has nor
+// on what else the machine runs meanwhile. False when /proc gave no
+// sample of the phase or it answered nothing.
+func processCPUPerAnswer(r httpResult) (float64, bool) {
 	answers := r.answers()
 	if answers == 0 {
 		return 0, false
 	}
 	for i := len(cpuPhases) - 1; i >= 0; i-- {
 		if ph := cpuPhases[i]; ph.name == r.name {
-			sum := 0.0
-			for _, g := range cpuGroups {
-				sum += ph.group[g]
-			}
-			return sum * 1e6 / float64(answers), true
+			return ph.group["benchtable"] * 1e6 / float64(answers), true
 		}
 	}
 	return 0, false
