@@ -13,6 +13,24 @@ import (
 	"syscall"
 )
 
+// How the databases of the machine's test Redis are shared out. scripts/up.sh
+// starts it with Databases (a server's count is fixed when it starts): 0 is
+// left to `make run` and to people; the test processes lease the first free
+// one of FirstTestDB..LastTestDB (testenv); BenchDB is make bench's
+// (cmd/benchtable), which no test process is ever handed, so a bench run and
+// the tests never flush each other's keys. The bench holds its database
+// like a test process all the same: two runs of it, or a test process built
+// before BenchDB left the tests' range, wait for each other.
+const (
+	Databases   = 32
+	FirstTestDB = 1
+	LastTestDB  = Databases - 2
+	BenchDB     = Databases - 1
+)
+
+// ForTests reports whether db is one the test processes lease.
+func ForTests(db int) bool { return db >= FirstTestDB && db <= LastTestDB }
+
 // Lease is a database held until Release or the process's end.
 type Lease struct {
 	DB   int

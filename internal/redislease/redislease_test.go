@@ -3,6 +3,8 @@ package redislease
 import (
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -45,4 +47,23 @@ func TestOneHolderAtATime(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Hold did not get the database once released")
 	}
+}
+
+// The bench's database is one the server has and no test process is
+// handed, and neither is database 0 (make run's); scripts/up.sh starts
+// the server with as many databases as this package shares out.
+func TestBenchDatabaseIsOutsideTheTestsRange(t *testing.T) {
+	require.False(t, ForTests(BenchDB), "database %d", BenchDB)
+	require.False(t, ForTests(0))
+	require.True(t, ForTests(FirstTestDB) && ForTests(LastTestDB))
+	require.Less(t, BenchDB, Databases)
+	require.Less(t, LastTestDB, Databases)
+
+	up, err := os.ReadFile("../../scripts/up.sh")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`--databases (\d+)`).FindSubmatch(up)
+	require.NotNil(t, m, "scripts/up.sh starts Redis without --databases")
+	n, err := strconv.Atoi(string(m[1]))
+	require.NoError(t, err)
+	require.Equal(t, Databases, n, "scripts/up.sh's --databases")
 }

@@ -127,18 +127,14 @@ func lockDir(t testing.TB) string {
 	return dir
 }
 
-// redisDBs is how many databases scripts/up.sh gives the test Redis; 0 is
-// left to `make run` and to people.
-const redisDBs = 32
-
 var lease struct {
 	sync.Mutex
 	*redislease.Lease // held until the process exits
 }
 
 // RedisDB is the number of the database this test process holds on the test
-// Redis: the first of 1..31 no other process holds (see redislease; make
-// bench holds its own the same way).
+// Redis: the first of redislease.FirstTestDB..LastTestDB no other process
+// holds (0 is make run's, redislease.BenchDB make bench's).
 func RedisDB(t testing.TB) int {
 	t.Helper()
 	lease.Lock()
@@ -150,7 +146,7 @@ func RedisDB(t testing.TB) int {
 	if err != nil {
 		t.Fatalf("testenv: INVENTORY_TEST_REDIS_URL: %v", err)
 	}
-	for db := 1; db < redisDBs; db++ {
+	for db := redislease.FirstTestDB; db <= redislease.LastTestDB; db++ {
 		l, ok, err := redislease.TryHold(opt.Addr, db)
 		if err != nil {
 			t.Fatalf("testenv: %v", err)
@@ -160,7 +156,7 @@ func RedisDB(t testing.TB) int {
 			return db
 		}
 	}
-	t.Fatalf("testenv: all %d databases of the test Redis are held by other test processes", redisDBs-1)
+	t.Fatalf("testenv: all %d databases of the test Redis are held by other test processes", redislease.LastTestDB-redislease.FirstTestDB+1)
 	return 0
 }
 
@@ -185,6 +181,10 @@ func RedisCluster(t testing.TB) *redis.ClusterClient {
 	return c
 }
 
+// DatabasePrefix begins the name of every database MySQLDatabase creates
+// (make bench's begin otherwise: cmd/benchtable's test says so).
+const DatabasePrefix = "inv_test_"
+
 // MySQLDatabase creates an empty database for this test on the real MariaDB
 // and returns its DSN; the database is dropped when the test ends.
 func MySQLDatabase(t testing.TB) string {
@@ -199,7 +199,7 @@ func MySQLDatabase(t testing.TB) string {
 	}
 	defer admin.Close()
 	sum := sha1.Sum([]byte(t.Name() + time.Now().String()))
-	name := "inv_test_" + hex.EncodeToString(sum[:6])
+	name := DatabasePrefix + hex.EncodeToString(sum[:6])
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
