@@ -42,6 +42,16 @@ func cancelOp(order string, call, ret int) histOp {
 	return histOp{Kind: opCancel, Order: order, Answer: "CANCELLED", Call: ms(call), Ret: ms(ret), Out: outOK}
 }
 
+func deduct(token string, qty int64, call, ret int) histOp {
+	return histOp{Kind: opCreate, Token: token, Lines: []line{{"S", qty}}, Call: ms(call), Ret: ms(ret), Out: outOK}
+}
+
+func release(token string, n int64, call, ret int) histOp {
+	return histOp{Kind: opRelease, SKU: "S", Token: token, N: n, Call: ms(call), Ret: ms(ret), Out: outOK}
+}
+
+func keyed(op histOp, key string) histOp { op.Key = key; return op }
+
 func unknown(op histOp) histOp { op.Out, op.Ret = outUnknown, maxTime; return op }
 
 func checkOps(t *testing.T, stale time.Duration, ops ...histOp) *HistVerdict {
@@ -93,6 +103,14 @@ func TestHistoryCheck(t *testing.T) {
 			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), read("S", 10, 3, 2000, 2001), read("S", 10, 0, 3100, 3101)}, "yes"},
 		{"a hold released before its deadline", 0, []histOp{
 			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), read("S", 10, 0, 2000, 2001)}, "NO"},
+		{"a token released by an unanswered attempt, then answered 0 by its retry", 0, []histOp{
+			set("S", 10, 0, 0, 1), deduct("t1", 2, 2, 3), unknown(release("t1", 0, 4, 5)), release("t1", 0, 6, 7), read("S", 10, 0, 8, 9)}, "yes"},
+		{"a token released twice", 0, []histOp{
+			set("S", 10, 0, 0, 1), deduct("t1", 2, 2, 3), release("t1", 2, 4, 5), release("t1", 2, 6, 7)}, "NO"},
+		{"a keyed order retried after an unanswered attempt is one order", 0, []histOp{
+			set("S", 10, 0, 0, 1), unknown(keyed(buy("", "u1", 2, 2, 3), "k1")), keyed(buy("o1", "u1", 2, 4, 5), "k1"), read("S", 10, 2, 6, 7)}, "yes"},
+		{"a keyed order retried cannot take twice", 0, []histOp{
+			set("S", 10, 0, 0, 1), unknown(keyed(buy("", "u1", 2, 2, 3), "k1")), keyed(buy("o1", "u1", 2, 4, 5), "k1"), read("S", 10, 4, 6, 7)}, "NO"},
 		{"a hold paid before its deadline never times out", 0, []histOp{
 			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), payOp("o1", 4, 5), read("S", 10, 0, 4000, 4001)}, "NO"},
 	}
