@@ -281,7 +281,6 @@ func (r *Run) checkHistory(ctx context.Context, v *Verdict) error {
 	v.History = checkHistory(ops, histConfig{Stale: stale, OrderHold: orderTTL, CampaignHold: campaignHold,
 		Timeout: historyTimeout, Dir: r.lab.vizDir, Base: r.hist.base, Name: r.sc.Name})
 	if !v.History.passed() {
-		v.problem("history: %s", v.History.column())
 		// Kept beside the visualization, to be replayed (-replay).
 		saved := filepath.Join(r.lab.vizDir, "history-"+r.sc.Name+".json")
 		if err := writeHistory(saved, ops, r.hist.base); err == nil {
