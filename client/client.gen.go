@@ -410,7 +410,7 @@ type Item struct {
 type Movement struct {
 	CreatedAt time.Time `json:"created_at"`
 
-	// Id increasing; the history's order
+	// Id the movement's own id, unique across SKUs; the history's order is position
 	Id int64 `json:"id"`
 
 	// Kind RESERVE: a reservation (order line or token API), reserved +qty.
@@ -422,6 +422,13 @@ type Movement struct {
 	// /v1/skus/{sku}, on_hand_delta = new - old.
 	Kind        MovementKind `json:"kind"`
 	OnHandDelta int64        `json:"on_hand_delta"`
+
+	// Position Its place in the SKU's history: 1, 2, 3, ... with no gap, in the
+	// order the changes committed (numbered under the SKU's row lock, so
+	// a change that commits later is numbered after every movement a
+	// reader could already have read). Retention's opening balance
+	// takes the position of the last movement it folds.
+	Position int64 `json:"position"`
 
 	// Reason the adjust's reason; empty otherwise
 	Reason string `json:"reason"`
