@@ -196,8 +196,8 @@ func checkerCountsEachBrokenPromise(t *testing.T, ctx context.Context, r *Run) {
 		},
 			func() { r.witness.restocks = r.witness.restocks[:len(r.witness.restocks)-1] }, Verdict{Lost: 7}},
 		{"a sale applied twice", func() {
-			exec(`INSERT INTO stock_movements (sku, kind, on_hand_delta, reserved_delta, reason, reference)
-				SELECT sku, kind, on_hand_delta, reserved_delta, 'dup', reference FROM stock_movements WHERE kind = 'SALE' LIMIT 1`)
+			exec(`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta, reason, reference)
+				SELECT sku, position + 1000000, kind, on_hand_delta, reserved_delta, 'dup', reference FROM stock_movements WHERE kind = 'SALE' LIMIT 1`)
 		}, func() { exec(`DELETE FROM stock_movements WHERE reason = 'dup'`) }, Verdict{Duplicated: 1}},
 		{"an order paid twice", func() { paid.Paid["second"] = true }, func() { delete(paid.Paid, "second") }, Verdict{Duplicated: 1}},
 		{"a paid order whose deduction never applied", func() {

@@ -190,7 +190,8 @@ func (a Arbiter) PutCampaign(c Campaign, ifMatch []string, now time.Time) ([]inv
 // them when created), with its movement, and returns the SKU's change
 // for Redis (the caller writes the pool's Redis copy again whole).
 func (a Arbiter) movePool(id, sku string, delta int64, created bool) ([]inventory.Change, error) {
-	if err := a.tx.Exec(`UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1 WHERE sku = ?`, delta, sku).Error; err != nil {
+	if err := a.tx.Exec(`UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1, movement_position = movement_position + 1
+		WHERE sku = ?`, delta, sku).Error; err != nil {
 		return nil, err
 	}
 	if !created {
@@ -203,11 +204,11 @@ func (a Arbiter) movePool(id, sku string, delta int64, created bool) ([]inventor
 	if delta < 0 {
 		kind = MoveRelease
 	}
-	if err := a.moved([]Movement{{SKU: sku, Kind: kind, ReservedDelta: delta, Reference: tokenRef(CampaignToken(id))}}); err != nil {
+	fences, last, err := a.levelsAfter([]string{sku})
+	if err != nil {
 		return nil, err
 	}
-	fences, err := a.fencesAfter([]string{sku})
-	if err != nil {
+	if err := a.moved([]Movement{{SKU: sku, Kind: kind, ReservedDelta: delta, Reference: tokenRef(CampaignToken(id))}}, last); err != nil {
 		return nil, err
 	}
 	if !created { // a shrink to what is sold and held, or a growth from it

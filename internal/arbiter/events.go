@@ -81,6 +81,7 @@ type levelRow struct {
 	LowStockThreshold int64  `gorm:"column:low_stock_threshold"`
 	EventFlags        int64  `gorm:"column:event_flags"`
 	EventSeq          int64  `gorm:"column:event_seq"`
+	MovementPosition  int64  `gorm:"column:movement_position"`
 }
 
 func (r levelRow) available() int64 {
@@ -135,7 +136,7 @@ func crossings(announced, now int64) []string {
 var eventColumns = []string{"type", "sku", "seq", "campaign_id", "occurred_at", "on_hand", "reserved", "available"}
 
 // levelsSelect reads what fencesAfter needs of a SKU's row.
-const levelsSelect = `SELECT sku, seq, redis_epoch, on_hand, reserved, low_stock_threshold, event_flags, event_seq FROM skus WHERE sku IN ?`
+const levelsSelect = `SELECT sku, seq, redis_epoch, on_hand, reserved, low_stock_threshold, event_flags, event_seq, movement_position FROM skus WHERE sku IN ?`
 
 // fencesAfter reads skus as this transaction's change left them (their
 // rows are locked by that change), writes the threshold events of the
@@ -143,25 +144,36 @@ const levelsSelect = `SELECT sku, seq, redis_epoch, on_hand, reserved, low_stock
 // that moves a SKU's on_hand or reserved calls it after the move. No SKU
 // (a batch of campaign sales only, a release back to live pools): no read.
 func (a Arbiter) fencesAfter(skus []string) (map[string]Fence, error) {
+	fences, _, err := a.levelsAfter(skus)
+	return fences, err
+}
+
+// levelsAfter is fencesAfter, with the position of each SKU's last
+// movement as the change left it (the same read): a change that writes
+// movements reads it here, then writes them (insertMovements).
+func (a Arbiter) levelsAfter(skus []string) (map[string]Fence, positions, error) {
 	if len(skus) == 0 {
-		return map[string]Fence{}, nil
+		return map[string]Fence{}, positions{}, nil
 	}
 	rows := make([]levelRow, 0, len(skus))
 	if err := a.query(func(rs *sql.Rows) error {
 		var r levelRow
-		if err := rs.Scan(&r.SKU, &r.Seq, &r.RedisEpoch, &r.OnHand, &r.Reserved, &r.LowStockThreshold, &r.EventFlags, &r.EventSeq); err != nil {
+		if err := rs.Scan(&r.SKU, &r.Seq, &r.RedisEpoch, &r.OnHand, &r.Reserved, &r.LowStockThreshold, &r.EventFlags, &r.EventSeq,
+			&r.MovementPosition); err != nil {
 			return err
 		}
 		rows = append(rows, r)
 		return nil
 	}, inList(levelsSelect, len(skus)), anys(skus)...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make(map[string]Fence, len(rows))
+	last := make(positions, len(rows))
 	for _, r := range rows {
 		out[r.SKU] = Fence{Seq: r.Seq, Epoch: r.RedisEpoch}
+		last[r.SKU] = r.MovementPosition
 	}
-	return out, a.announce(rows)
+	return out, last, a.announce(rows)
 }
 
 // announce writes the threshold events rows crossed since their last ones
