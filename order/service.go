@@ -321,8 +321,8 @@ func (s *Service) BuyCampaign(ctx context.Context, userID, idemKey string, c Cam
 	if err != nil {
 		return nil, err
 	}
-	o, err := s.recordFrom(ctx, userID, idemKey, lines, []int64{adm.Remaining}, hold, &c.ID, func(fences map[string]arbiter.Fence) {
-		s.redis.SettleCampaign(ctx, pool, 1, adm, fences[arbiter.CampaignToken(c.ID)])
+	o, err := s.recordFrom(ctx, userID, idemKey, lines, []int64{adm.Remaining}, hold, &c.ID, func(token string, fences map[string]arbiter.Fence) {
+		s.redis.SettleCampaign(ctx, token, pool, 1, adm, fences[arbiter.CampaignToken(c.ID)])
 	})
 	if err != nil {
 		fctx, cancel := stock.FollowUp(ctx)
@@ -367,16 +367,17 @@ func (s *Service) record(ctx context.Context, userID, idemKey string, lines []in
 	for i, a := range adm {
 		results[i] = a.Remaining
 	}
-	return s.recordFrom(ctx, userID, idemKey, lines, results, hold, nil, func(fences map[string]arbiter.Fence) {
-		s.redis.Settle(ctx, lines, adm, fences, userID, counted)
+	return s.recordFrom(ctx, userID, idemKey, lines, results, hold, nil, func(token string, fences map[string]arbiter.Fence) {
+		s.redis.Settle(ctx, token, lines, adm, fences, userID, counted)
 	})
 }
 
 // recordFrom is record, the lines drawn from campaign's pool (nil: from
 // their SKUs), results[i] what Redis had left after admitting lines[i],
-// settle bringing Redis to what the database recorded.
+// settle bringing Redis to what the database recorded under the order's
+// reservation token.
 func (s *Service) recordFrom(ctx context.Context, userID, idemKey string, lines []inventory.Line, results []int64, hold time.Duration,
-	campaign *string, settle func(map[string]arbiter.Fence)) (*Order, error) {
+	campaign *string, settle func(token string, fences map[string]arbiter.Fence)) (*Order, error) {
 	id := uuid.Must(uuid.NewV7()).String()
 	now := s.now()
 	o := &Order{ID: id, UserID: userID, Status: Pending, ReservationToken: id, ExpiresAt: now.Add(hold), CreatedAt: now, UpdatedAt: now}
@@ -393,7 +394,7 @@ func (s *Service) recordFrom(ctx context.Context, userID, idemKey string, lines 
 	if err != nil {
 		return nil, err
 	}
-	settle(fences)
+	settle(o.ReservationToken, fences)
 	s.cfg.OnCreated(ctx, o)
 	s.count(Pending)
 	return o, nil

@@ -115,7 +115,7 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	adm := x.admit("A", 3, 7)
 	fences := x.record("x1", inventory.Line{SKU: "A", Qty: 3})
 	require.Equal(t, adm.Epoch, fences["A"].Epoch, "no re-init: the database knows the admission's epoch")
-	x.quiet(func() { x.f.Settle(ctx, testrig.Line("A", 3), []stock.Admission{adm}, fences, "", false) })
+	x.quiet(func() { x.f.Settle(ctx, "x1", testrig.Line("A", 3), []stock.Admission{adm}, fences, "", false) })
 	require.EqualValues(t, 7, x.levels("A").Available)
 	x.CheckInvariant("A")
 
@@ -125,7 +125,7 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	require.EqualValues(t, 7, x.levels("A").Available, "the new value lacks the uncommitted admission")
 	fences = x.record("x2", inventory.Line{SKU: "A", Qty: 2})
 	require.NotEqual(t, adm.Epoch, fences["A"].Epoch)
-	x.f.Settle(ctx, testrig.Line("A", 2), []stock.Admission{adm}, fences, "", false)
+	x.f.Settle(ctx, "x2", testrig.Line("A", 2), []stock.Admission{adm}, fences, "", false)
 	require.EqualValues(t, 5, x.levels("A").Available, "taken from the new value")
 	x.CheckInvariant("A")
 
@@ -135,7 +135,7 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	require.NoError(t, x.Stock.Realign(ctx, "A"))
 	require.EqualValues(t, 4, x.levels("A").Available, "the new value counted the reservation")
 	require.NotEqual(t, adm.Epoch, x.levels("A").Epoch)
-	x.f.Settle(ctx, testrig.Line("A", 1), []stock.Admission{adm}, fences, "", false)
+	x.f.Settle(ctx, "x3", testrig.Line("A", 1), []stock.Admission{adm}, fences, "", false)
 	require.EqualValues(t, 4, x.levels("A").Available, "not taken twice")
 	x.CheckInvariant("A")
 
@@ -145,7 +145,7 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	require.EqualValues(t, 10, x.levels("B").Available)
 	cart := []inventory.Line{{SKU: "A", Qty: 1}, {SKU: "B", Qty: 4}}
 	fences = x.record("x4", cart...)
-	x.f.Settle(ctx, cart, []stock.Admission{admA, admB}, fences, "", false)
+	x.f.Settle(ctx, "x4", cart, []stock.Admission{admA, admB}, fences, "", false)
 	require.EqualValues(t, 3, x.levels("A").Available)
 	require.EqualValues(t, 6, x.levels("B").Available)
 	x.CheckInvariant("A")
@@ -156,14 +156,14 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	x.AddSKU("U", inventory.Unlimited)
 	adm = x.admit("U", 2, inventory.Unlimited)
 	fences = x.record("x5", inventory.Line{SKU: "U", Qty: 2})
-	x.quiet(func() { x.f.Settle(ctx, testrig.Line("U", 2), []stock.Admission{adm}, fences, "", false) })
+	x.quiet(func() { x.f.Settle(ctx, "x5", testrig.Line("U", 2), []stock.Admission{adm}, fences, "", false) })
 	require.EqualValues(t, inventory.Unlimited, x.levels("U").Available, "still unlimited: nothing to settle")
 	adm = x.admit("U", 3, inventory.Unlimited)
 	require.NoError(t, x.DB.Transaction(func(tx *gorm.DB) error { return arbiter.In(tx).Set("U", arbiter.Settings{OnHand: 10}, nil) }))
 	require.NoError(t, x.Stock.Realign(ctx, "U"))
 	require.EqualValues(t, 8, x.levels("U").Available, "10 on hand, the first reservation's 2 reserved")
 	fences = x.record("x6", inventory.Line{SKU: "U", Qty: 3})
-	x.f.Settle(ctx, testrig.Line("U", 3), []stock.Admission{adm}, fences, "", false)
+	x.f.Settle(ctx, "x6", testrig.Line("U", 3), []stock.Admission{adm}, fences, "", false)
 	require.EqualValues(t, 5, x.levels("U").Available)
 	x.CheckInvariant("U")
 	require.Empty(t, x.logs.String())
@@ -231,7 +231,7 @@ func TestApplyLandsAfterTheCallerLeft(t *testing.T) {
 		t.Helper()
 		a, b := x.admit("A", qtyA, x.levels("A").Available-qtyA), x.admit("B", qtyB, x.levels("B").Available-qtyB)
 		cart := []inventory.Line{{SKU: "A", Qty: qtyA}, {SKU: "B", Qty: qtyB}}
-		x.f.Settle(ctx, cart, []stock.Admission{a, b}, x.record(token, cart...), "", false)
+		x.f.Settle(ctx, token, cart, []stock.Admission{a, b}, x.record(token, cart...), "", false)
 	}
 	require.EqualValues(t, 10, x.RedisAvailable("A"))
 	require.EqualValues(t, 10, x.RedisAvailable("B"))
@@ -327,7 +327,7 @@ func TestBuyersCountsFollowTheFence(t *testing.T) {
 	adm := seckill("u")
 	f := x.recordFor("o1", "u", one...)
 	require.EqualValues(t, 3, f[sku].Limit, "the database counted the buyer")
-	x.quiet(func() { x.f.Settle(ctx, one, []stock.Admission{adm}, f, "u", true) })
+	x.quiet(func() { x.f.Settle(ctx, "o1", one, []stock.Admission{adm}, f, "u", true) })
 	require.Equal(t, "1", counted("u"))
 
 	// Re-initialised between the admission and the commit: the new
@@ -337,7 +337,7 @@ func TestBuyersCountsFollowTheFence(t *testing.T) {
 	require.NoError(t, x.Stock.Realign(ctx, sku))
 	require.Equal(t, "1", counted("u"), "the database's count")
 	f = x.recordFor("o2", "u", one...)
-	x.f.Settle(ctx, one, []stock.Admission{adm}, f, "u", true)
+	x.f.Settle(ctx, "o2", one, []stock.Admission{adm}, f, "u", true)
 	require.Equal(t, "2", counted("u"))
 	require.EqualValues(t, 8, x.levels(sku).Available)
 
@@ -345,7 +345,7 @@ func TestBuyersCountsFollowTheFence(t *testing.T) {
 	adm = seckill("u")
 	f = x.recordFor("o3", "u", one...)
 	require.NoError(t, x.Stock.Realign(ctx, sku))
-	x.f.Settle(ctx, one, []stock.Admission{adm}, f, "u", true)
+	x.f.Settle(ctx, "o3", one, []stock.Admission{adm}, f, "u", true)
 	require.Equal(t, "3", counted("u"))
 	require.EqualValues(t, 7, x.levels(sku).Available)
 	_, err := x.Stock.AdmitBuyer(ctx, sku, 1, stock.Buyer{User: "u", Limit: 3})
@@ -358,7 +358,7 @@ func TestBuyersCountsFollowTheFence(t *testing.T) {
 	require.Equal(t, "none", counted("v"))
 	require.EqualValues(t, 7, x.levels(sku).Available)
 	adm = seckill("v")
-	x.quiet(func() { x.f.Settle(ctx, one, []stock.Admission{adm}, x.recordFor("ov", "v", one...), "v", true) })
+	x.quiet(func() { x.f.Settle(ctx, "ov", one, []stock.Admission{adm}, x.recordFor("ov", "v", one...), "v", true) })
 	adm = seckill("v")
 	require.Equal(t, "2", counted("v"))
 	require.NoError(t, x.Stock.Realign(ctx, sku))
@@ -386,13 +386,13 @@ func TestBuyersCountsFollowTheFence(t *testing.T) {
 	// database counted it, so Redis counts it when it commits ...
 	adm = x.admit(sku, 2, 6)
 	f = x.recordFor("o4", "w", testrig.Line(sku, 2)...)
-	x.f.Settle(ctx, testrig.Line(sku, 2), []stock.Admission{adm}, f, "w", false)
+	x.f.Settle(ctx, "o4", testrig.Line(sku, 2), []stock.Admission{adm}, f, "w", false)
 	require.Equal(t, "2", counted("w"))
 	// ... and not twice when an initialisation read it first.
 	adm = x.admit(sku, 1, 5)
 	f = x.recordFor("o5", "w", one...)
 	require.NoError(t, x.Stock.Realign(ctx, sku))
-	x.f.Settle(ctx, one, []stock.Admission{adm}, f, "w", false)
+	x.f.Settle(ctx, "o5", one, []stock.Admission{adm}, f, "w", false)
 	require.Equal(t, "3", counted("w"))
 	require.EqualValues(t, 5, x.levels(sku).Available)
 

@@ -152,7 +152,7 @@ func (s *Service) ReserveHold(ctx context.Context, sku string, qty int64, token 
 		}
 		return Held{}, s.redis.Refused(ctx, err, false)
 	}
-	s.redis.Settle(ctx, []inventory.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, fences, "", false)
+	s.redis.Settle(ctx, key, []inventory.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, fences, "", false)
 	return Held{Result: adm.Remaining, ExpiresAt: row.ExpiresAt}, nil
 }
 
