@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -405,6 +407,64 @@ func TestBuyersCountsFollowTheFence(t *testing.T) {
 	x.CheckInvariant(sku)
 }
 
+// recordBatch writes each token's HELD reservation of its line through the
+// arbiter in one call, as one group commit does for its batch: the batch
+// moves each SKU once, so its reservations share the SKU's fence.
+func (x *fixture) recordBatch(buyer map[string]string, lines map[string]inventory.Line) map[string]arbiter.Fence {
+	x.T.Helper()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var holds []arbiter.Hold
+	for _, token := range slices.Sorted(maps.Keys(lines)) {
+		l := lines[token]
+		holds = append(holds, arbiter.Hold{Buyer: buyer[token], Row: arbiter.Reservation{Token: token, SKU: l.SKU, Qty: l.Qty,
+			State: arbiter.Held, ExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}})
+	}
+	var fences map[string]arbiter.Fence
+	require.NoError(x.T, x.DB.Transaction(func(tx *gorm.DB) error {
+		var err error
+		fences, err = arbiter.In(tx).Reserve(holds)
+		return err
+	}))
+	return fences
+}
+
+// One group commit moves a SKU once for its whole batch, so its
+// reservations' changes share one seq; each is named by its reservation's
+// token. Admitted from a value re-initialised before the batch committed,
+// each reservation is taken again from the new value once, however often
+// its follow-up is delivered; and an order's two changes at that seq (its
+// units, and the count of a buyer its admission did not count) both land.
+func TestSettleTellsApartTheChangesOfABatch(t *testing.T) {
+	x := newFixture(t)
+	ctx := context.Background()
+	sku := x.PutSKU("BATCH", 10, 5)
+	counted := func(user string) string {
+		t.Helper()
+		v, err := x.RDB.HGet(ctx, "inv:{"+sku+"}:buyers", user).Result()
+		if errors.Is(err, redis.Nil) {
+			return "none"
+		}
+		require.NoError(t, err)
+		return v
+	}
+	a1, a2 := x.admit(sku, 1, 9), x.admit(sku, 2, 7)
+	require.NoError(t, x.Stock.Realign(ctx, sku))
+	require.EqualValues(t, 10, x.levels(sku).Available, "the new value lacks both uncommitted admissions")
+	fences := x.recordBatch(map[string]string{"b2": "w"},
+		map[string]inventory.Line{"b1": {SKU: sku, Qty: 1}, "b2": {SKU: sku, Qty: 2}})
+	for range 2 {
+		x.f.Settle(ctx, "b1", testrig.Line(sku, 1), []stock.Admission{a1}, fences, "", false)
+		x.f.Settle(ctx, "b2", testrig.Line(sku, 2), []stock.Admission{a2}, fences, "w", false)
+	}
+	require.EqualValues(t, 7, x.levels(sku).Available, "each reservation taken once")
+	require.Equal(t, "2", counted("w"), "the buyer's units counted once")
+	reports, err := x.Reconciler().Reconcile(ctx, false)
+	require.NoError(t, err)
+	require.Empty(t, reports, "Redis agrees with the database, counts included")
+	require.Empty(t, x.logs.String())
+	x.CheckInvariant(sku)
+}
+
 // TestEmbeddedContract runs the follow-ups' tests again on the embedded
 // default's stand-ins (SQLite, miniredis).
 func TestEmbeddedContract(t *testing.T) {
@@ -413,5 +473,6 @@ func TestEmbeddedContract(t *testing.T) {
 		TestRefusedRealignsAndPassesTheRestThrough,
 		TestApplyLandsAfterTheCallerLeft,
 		TestBuyersCountsFollowTheFence,
+		TestSettleTellsApartTheChangesOfABatch,
 	)
 }
