@@ -179,6 +179,22 @@ func (s *Store) KeepToken(ctx context.Context, sku, token string, keep time.Dura
 	return s.rdb.PExpire(ctx, tokenKey(sku, token), max(keep, time.Second)).Err()
 }
 
+// ForgetToken drops Redis's memory of token's reservation of sku, so a
+// replay of it asks the database (an admission of unknown outcome: the
+// database may or may not have it).
+func (s *Store) ForgetToken(ctx context.Context, sku, token string) error {
+	if err := inventory.ValidateSKU(sku); err != nil {
+		return err
+	}
+	if !keyPattern.MatchString(token) {
+		return inventory.Invalidf("token must be 1-140 characters of A-Z a-z 0-9 . _ : -")
+	}
+	if err := s.rdb.Del(ctx, tokenKey(sku, token)).Err(); err != nil {
+		return fmt.Errorf("stock: forget token of %s: %w", sku, err)
+	}
+	return nil
+}
+
 // Buyer is a per-user limit an admission counts against.
 type Buyer struct {
 	User  string

@@ -15,6 +15,7 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/groupcommit"
 	"github.com/acme/inventory/stock"
 )
 
@@ -104,6 +105,33 @@ func (f Redis) Refused(ctx context.Context, err error, admittedLimit bool) error
 		return err
 	}
 	return fmt.Errorf("order: write: %w", err)
+}
+
+// Unwind puts Redis right after the write of an admission failed with
+// err, under FollowUp's context. When nothing was written, undo gives the
+// admission back. When the write's outcome is unknown
+// (groupcommit.ErrUnknownOutcome: its COMMIT was sent and not answered),
+// the rows may exist and hold the units: given back, the units would be
+// counted twice in Redis, once by the database's reservation and once as
+// available, until the periodic realign. So the admission is kept (at
+// worst it hides units the database never reserved) and realign reads
+// what the database holds instead: under the row lock, which a commit
+// still in flight holds until it ends, so the read sees its outcome.
+// Failures are logged with attrs: Redis is then wrong in the safe
+// direction or until the periodic realign.
+func (f Redis) Unwind(ctx context.Context, err error, undo, realign func(context.Context) error, attrs ...any) {
+	fctx, cancel := stock.FollowUp(ctx)
+	defer cancel()
+	if errors.Is(err, groupcommit.ErrUnknownOutcome) {
+		if rerr := realign(fctx); rerr != nil {
+			f.Log.Warn("realigning after a write of unknown outcome failed; the periodic realign repairs it",
+				append(attrs, "err", rerr)...)
+		}
+		return
+	}
+	if uerr := undo(fctx); uerr != nil {
+		f.Log.Warn("undoing an admission failed; the realign repairs it", append(attrs, "err", uerr)...)
+	}
 }
 
 func (f Redis) realign(ctx context.Context, sku, why string) {

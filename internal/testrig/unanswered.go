@@ -56,12 +56,14 @@ func (r *Rig) UnansweredCommits() *UnansweredCommits {
 	require.NoError(t, err)
 	u.Writer = groupcommit.New(db)
 	t.Cleanup(func() { _ = u.Writer.Close() })
-	// The batch's last statement is its read of the SKUs' fences (for a
-	// sale that crosses no stock threshold, which would write its events
-	// after it): from then on the server's answers are held, and the
-	// COMMIT that follows reaches the server and commits unanswered.
+	// The batch's last statement is its read of the SKUs' fences, or of a
+	// campaign's pool's (for a sale that crosses no threshold, which would
+	// write its events after it: no SKU sold out, not a campaign's first
+	// sale): from then on the server's answers are held, and the COMMIT
+	// that follows reaches the server and commits unanswered.
 	stop := rawtx.Observe(db, func(s rawtx.Statement) {
-		if strings.HasPrefix(s.SQL, "SELECT sku, seq, redis_epoch") && s.Err == nil && u.armed.CompareAndSwap(true, false) {
+		last := strings.HasPrefix(s.SQL, "SELECT sku, seq, redis_epoch") || strings.HasPrefix(s.SQL, "SELECT r.result AS seq")
+		if last && s.Err == nil && u.armed.CompareAndSwap(true, false) {
 			require.NoError(t, u.link.HoldAnswers())
 			u.lost.Store(true)
 		}
