@@ -149,8 +149,9 @@ func (s *Store) UndoCampaign(ctx context.Context, c Campaign, qty int64, adm Adm
 // once, fenced by the pool's seq and epoch as Apply fences a SKU's (see
 // applyScript): a unit released back into a live campaign is Delta +1 at the
 // pool's new Seq. ch.SKU is c.SKU or empty. A change that would take the pool
-// below zero sets it to zero and realigns it; a pool Redis does not have is
-// left alone (its next cold init reads the database).
+// below zero sets it to zero and realigns it, as does one too old to tell
+// whether it was counted; a pool Redis does not have is left alone (its next
+// cold init reads the database).
 func (s *Store) ApplyCampaign(ctx context.Context, c Campaign, ch inventory.Change) error {
 	if err := s.validateCampaign(c); err != nil {
 		return err
@@ -158,12 +159,15 @@ func (s *Store) ApplyCampaign(ctx context.Context, c Campaign, ch inventory.Chan
 	if ch.SKU != "" && ch.SKU != c.SKU {
 		return inventory.Invalidf("a change of %s is no change of %s", ch.SKU, c)
 	}
-	n, err := applyScript.Run(ctx, s.rdb, []string{campaignKey(c)}, ch.Delta, ch.Seq, ch.Epoch).Int64()
+	if err := validateRef(ch.Ref); err != nil {
+		return err
+	}
+	n, err := applyScript.Run(ctx, s.rdb, []string{campaignKey(c)}, ch.Delta, ch.Seq, ch.Epoch, ch.Ref).Int64()
 	if err != nil {
 		return fmt.Errorf("stock: apply %s: %w", c, err)
 	}
 	switch {
-	case n == resClamped:
+	case n == resClamped, n == resForgotten:
 		return s.realign(ctx, pool{sku: c.SKU, campaign: c.ID})
 	case n >= 0 && ch.Delta > 0:
 		s.stats.Released.Add(ch.Delta)

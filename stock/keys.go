@@ -7,6 +7,9 @@ import "strconv"
 //
 //	inv:{SKU}:stock       hash    a = available units (-1 unlimited), e = epoch of
 //	                              the initialisation, s = the database seq it read;
+//	                              the changes applied since (applyScript): #SEQ or
+//	                              #SEQ:REF = SEQ for each of the last 32, n their
+//	                              count, m the highest seq forgotten;
 //	                              absent = not initialised
 //	inv:{SKU}:t:TOKEN     string  qty of a token-API reservation, expires with the hold
 //	                              (only so a replay is sent to the database)
@@ -18,9 +21,10 @@ import "strconv"
 //	                              (renamed to inv:{SKU}:buyers by it; expires in a minute)
 //	inv:{SKU}:c:ID        hash    campaign ID's pool (a flash sale's allotment of the
 //	                              SKU): a, e, s as the stock hash (a >= 0, the units
-//	                              the campaign has left; e and s fence it against the
-//	                              pool's reservation row) and its window, o = opens
-//	                              (starts_at) and z = closes (ends_at), unix ms;
+//	                              the campaign has left; e, s and the changes applied
+//	                              fence it against the pool's reservation row) and its
+//	                              window, o = opens (starts_at) and z = closes
+//	                              (ends_at), unix ms;
 //	                              absent = not initialised
 //	inv:{SKU}:cb:ID       hash    user -> units bought in campaign ID (its per-user limit;
 //	                              no {e}: not part of the pool's initialisation, not fenced)

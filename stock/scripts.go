@@ -2,6 +2,7 @@ package stock
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,6 +20,7 @@ const (
 	resNotStarted     = -8  // a campaign's window has not opened
 	resEnded          = -9  // a campaign's window has closed
 	resBuyersCold     = -10 // a SKU's buyers hash is not its stock's initialisation's: initialise both
+	resForgotten      = -11 // the change is too old to tell whether it was applied: realign
 )
 
 // buyersEpoch is a SKU's buyers hash's field that names the initialisation
@@ -132,6 +134,12 @@ if not v[1] or tonumber(v[1]) < 0 or v[2] ~= ARGV[2] then return -5 end
 return redis.call('HINCRBY', KEYS[1], 'a', ARGV[1])
 `)
 
+// appliedKept is how many of the changes it applied a stock hash (or a
+// campaign's pool) remembers, so that one delivered again is not counted
+// twice (see applyScript). More arriving out of order than this are
+// realigned instead: the database knows them all.
+const appliedKept = 32
+
 // applyScript brings a change the database committed into Redis, exactly
 // once: the change of available units, and the buyers' counts it moved; of
 // a SKU, or of a campaign's pool (the pool's row has its own seq and epoch,
@@ -141,25 +149,63 @@ return redis.call('HINCRBY', KEYS[1], 'a', ARGV[1])
 //	KEYS[2] a SKU's buyers hash (only when the change moved counts)
 //	ARGV[1] delta  ARGV[2] the database seq of the change
 //	ARGV[3] epoch of the deduction this change stands for, or 0 (none)
-//	ARGV[4], ARGV[5], ... user, count delta (with KEYS[2])
+//	ARGV[4] the change's ref, "" for a change alone at its seq
+//	        (inventory.Change.Ref)
+//	ARGV[5], ARGV[6], ... user, count delta (with KEYS[2])
 //
 // The change is already in Redis when the initialisation read the database
 // at or after seq (the init holds the SKU's row lock while it writes, so it
-// read either all of a change or none of it), or when it is a deduction
-// taken from this very initialisation. Otherwise delta is added, and each
-// count delta where the buyers hash is this initialisation's (a lost one is
-// initialised again, from the database, by the next admission that needs
-// it). Returns the new value; -3 not initialised (the next init reads the
-// database), -1 unlimited, -5 already counted, -6 the value would go below
-// zero (it is set to zero, and the caller realigns).
+// read either all of a change or none of it), when it is a deduction taken
+// from this very initialisation, or when it was applied before: a second
+// delivery of one change (go-redis sending the script again after a lost
+// reply, a caller applying it again) finds its id, "#seq" or "#seq:ref",
+// among the hash's fields. The hash keeps the ids of the last appliedKept
+// changes applied into its initialisation (each valued its seq, n their
+// count) and m, the highest seq of those it forgot, the lowest seq first.
+// So a change whose id is not kept and whose seq is above m was never
+// applied (applied, it would be kept, or forgotten with a seq at most m)
+// and is applied now, whatever the order changes arrive in: concurrent
+// follow-ups land out of seq order, and seqs have gaps (most changes are
+// admissions Redis took itself). One at or below m cannot be told apart
+// from a forgotten one: -11, and the caller realigns. The initialisation
+// replaces the whole hash, the ids and m with it: a change above its seq
+// commits after its write, so none was applied into it yet.
+//
+// Otherwise delta is added, and each count delta where the buyers hash is
+// this initialisation's (a lost one is initialised again, from the
+// database, by the next admission that needs it). Returns the new value;
+// -3 not initialised (the next init reads the database), -1 unlimited, -5
+// already counted, -6 the value would go below zero (it is set to zero, and
+// the caller realigns), -11 too old to tell whether it was counted
+// (nothing changed; the caller realigns).
 var applyScript = redis.NewScript(`
-local v = redis.call('HMGET', KEYS[1], 'a', 'e', 's')
+local v = redis.call('HMGET', KEYS[1], 'a', 'e', 's', 'm')
 if not v[1] then return -3 end
 if ARGV[3] ~= '0' and v[2] == ARGV[3] then return -5 end
-if tonumber(v[3]) >= tonumber(ARGV[2]) then return -5 end
+local seq = tonumber(ARGV[2])
+if tonumber(v[3]) >= seq then return -5 end
+local id = '#' .. ARGV[2]
+if ARGV[4] ~= '' then id = id .. ':' .. ARGV[4] end
+if redis.call('HEXISTS', KEYS[1], id) == 1 then return -5 end
+local forgot = tonumber(v[4] or '0')
+if seq <= forgot then return -11 end
+redis.call('HSET', KEYS[1], id, ARGV[2])
+if redis.call('HINCRBY', KEYS[1], 'n', 1) > ` + strconv.Itoa(appliedKept) + ` then
+  local h = redis.call('HGETALL', KEYS[1])
+  local low, lowSeq
+  for i = 1, #h, 2 do
+    if string.byte(h[i], 1) == 35 then
+      local s = tonumber(h[i + 1])
+      if not lowSeq or s < lowSeq then low, lowSeq = i, s end
+    end
+  end
+  redis.call('HDEL', KEYS[1], h[low])
+  redis.call('HINCRBY', KEYS[1], 'n', -1)
+  if lowSeq > forgot then redis.call('HSET', KEYS[1], 'm', h[low + 1]) end
+end
 local b = KEYS[2]
 if b and redis.call('HGET', b, '` + buyersEpoch + `') == v[2] then
-  for i = 4, #ARGV, 2 do
+  for i = 5, #ARGV, 2 do
     if redis.call('HINCRBY', b, ARGV[i], ARGV[i + 1]) <= 0 then redis.call('HDEL', b, ARGV[i]) end
   end
 end
@@ -194,7 +240,9 @@ return n
 // The counts are staged beforehand in a key of this initialisation's own
 // (Store.write, in chunks, so a SKU with many buyers does not hold Redis in
 // one long script); this script makes them the buyers hash, marked with
-// the epoch, atomically with the level. Returns {1, value} when it wrote,
+// the epoch, atomically with the level. It replaces the whole stock hash
+// (or pool): what applyScript remembered of the replaced initialisation
+// goes with it. Returns {1, value} when it wrote,
 // {0, current} when it found Redis already initialised (the staged counts
 // are dropped).
 var initScript = redis.NewScript(`
@@ -205,6 +253,7 @@ if ARGV[4] ~= 'force' then
     return {0, tonumber(cur[1])}
   end
 end
+redis.call('DEL', KEYS[1])
 if ARGV[5] and ARGV[5] ~= '' then
   redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3], 'o', ARGV[5], 'z', ARGV[6])
 else

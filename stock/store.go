@@ -179,6 +179,22 @@ func (s *Store) KeepToken(ctx context.Context, sku, token string, keep time.Dura
 	return s.rdb.PExpire(ctx, tokenKey(sku, token), max(keep, time.Second)).Err()
 }
 
+// ForgetToken drops Redis's memory of token's reservation of sku, so a
+// replay of it asks the database (an admission of unknown outcome: the
+// database may or may not have it).
+func (s *Store) ForgetToken(ctx context.Context, sku, token string) error {
+	if err := inventory.ValidateSKU(sku); err != nil {
+		return err
+	}
+	if !keyPattern.MatchString(token) {
+		return inventory.Invalidf("token must be 1-140 characters of A-Z a-z 0-9 . _ : -")
+	}
+	if err := s.rdb.Del(ctx, tokenKey(sku, token)).Err(); err != nil {
+		return fmt.Errorf("stock: forget token of %s: %w", sku, err)
+	}
+	return nil
+}
+
 // Buyer is a per-user limit an admission counts against.
 type Buyer struct {
 	User  string
@@ -400,15 +416,19 @@ func (s *Store) undo(ctx context.Context, sku string, qty int64, keys []string, 
 	return nil
 }
 
-// Apply brings a committed change into Redis exactly once (see applyScript).
-// A change that would take Redis below zero sets it to zero and realigns the
-// SKU from the database. A SKU Redis does not have is left alone: its next
-// cold init reads the database.
+// Apply brings a committed change into Redis exactly once (see applyScript):
+// delivered again, it changes nothing. A change that would take Redis below
+// zero sets it to zero and realigns the SKU from the database, and so does
+// one too old for Redis to tell whether it was counted. A SKU Redis does
+// not have is left alone: its next cold init reads the database.
 func (s *Store) Apply(ctx context.Context, c inventory.Change) error {
 	if err := inventory.ValidateSKU(c.SKU); err != nil {
 		return err
 	}
-	keys, args := []string{stockKey(c.SKU)}, []any{c.Delta, c.Seq, c.Epoch}
+	if err := validateRef(c.Ref); err != nil {
+		return err
+	}
+	keys, args := []string{stockKey(c.SKU)}, []any{c.Delta, c.Seq, c.Epoch, c.Ref}
 	if len(c.Buyers) > 0 {
 		keys = append(keys, buyersKey(c.SKU))
 		for _, u := range slices.Sorted(maps.Keys(c.Buyers)) {
@@ -420,11 +440,20 @@ func (s *Store) Apply(ctx context.Context, c inventory.Change) error {
 		return fmt.Errorf("stock: apply %s: %w", c.SKU, err)
 	}
 	switch {
-	case n == resClamped:
+	case n == resClamped, n == resForgotten:
 		return s.Realign(ctx, c.SKU)
 	case n >= 0 && c.Delta > 0:
 		s.stats.Released.Add(c.Delta)
 		s.cfg.OnStockBack(c.SKU)
+	}
+	return nil
+}
+
+// validateRef checks a change's ref (inventory.Change.Ref), which names it
+// in Redis among the changes of its seq: a token's alphabet and length.
+func validateRef(ref string) error {
+	if ref != "" && !keyPattern.MatchString(ref) {
+		return inventory.Invalidf("a change's ref must be 1-140 characters of A-Z a-z 0-9 . _ : -, got %q", inventory.Truncate(ref))
 	}
 	return nil
 }

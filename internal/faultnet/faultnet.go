@@ -83,6 +83,14 @@ func (l *Link) Blackhole() error {
 	return l.add("hold", nil, "upstream", "downstream")
 }
 
+// HoldAnswers stops every byte the server sends, on every connection,
+// open and new, while what clients send still reaches it: a request is
+// carried out and its answer lost (held until Heal), as when the network
+// fails between a server's work and its reply.
+func (l *Link) HoldAnswers() error {
+	return l.add("hold", nil, "downstream")
+}
+
 // Latency delays what the server sends by ms ± jitter milliseconds per
 // chunk (every answer), on every connection.
 func (l *Link) Latency(ms, jitter int) error {

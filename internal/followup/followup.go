@@ -15,6 +15,7 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/groupcommit"
 	"github.com/acme/inventory/stock"
 )
 
@@ -48,17 +49,22 @@ func (f Redis) Apply(ctx context.Context, chs []inventory.Change) {
 // (an order placed outside the seckill, which Redis admits without the
 // limit) are counted in Redis's buyers hash unless an initialisation read
 // them. In the common case (the database's epoch is the admission's, and
-// the admission counted what the database counted) nothing is sent. adm[i]
-// is lines[i]'s admission; fences the database's fence per SKU after the
-// write; counted says whether the admissions counted buyer's units (AdmitBuyer).
-func (f Redis) Settle(ctx context.Context, lines []inventory.Line, adm []stock.Admission, fences map[string]arbiter.Fence, buyer string, counted bool) {
+// the admission counted what the database counted) nothing is sent. token
+// is the reservation's (an order's id, a client's token key): the batch
+// the write went in moved each SKU once, at one seq, for all its
+// reservations, and the token names this one's changes among them (see
+// inventory.Change.Ref). adm[i] is lines[i]'s admission; fences the
+// database's fence per SKU after the write; counted says whether the
+// admissions counted buyer's units (AdmitBuyer).
+func (f Redis) Settle(ctx context.Context, token string, lines []inventory.Line, adm []stock.Admission, fences map[string]arbiter.Fence, buyer string, counted bool) {
 	var chs []inventory.Change
 	for i, l := range lines {
 		m := fences[l.SKU]
 		byDB := buyer != "" && m.Limit > 0 // the database counted l.Qty against buyer's limit
 		if byDB && !counted {
-			// Fenced by the seq alone: no admission counted it.
-			chs = append(chs, inventory.Change{SKU: l.SKU, Seq: m.Seq, Buyers: map[string]int64{buyer: l.Qty}})
+			// Fenced by the seq alone: no admission counted it. A second
+			// change of this reservation at this seq: a ref of its own.
+			chs = append(chs, inventory.Change{SKU: l.SKU, Seq: m.Seq, Ref: "quota:" + token, Buyers: map[string]int64{buyer: l.Qty}})
 		}
 		// An admission from an unlimited value took nothing, but it is settled
 		// like any other: if the SKU got a limit (Put realigned Redis to a new
@@ -68,7 +74,7 @@ func (f Redis) Settle(ctx context.Context, lines []inventory.Line, adm []stock.A
 		if m.Epoch == adm[i].Epoch {
 			continue
 		}
-		c := inventory.Change{SKU: l.SKU, Delta: -l.Qty, Seq: m.Seq, Epoch: adm[i].Epoch}
+		c := inventory.Change{SKU: l.SKU, Delta: -l.Qty, Seq: m.Seq, Epoch: adm[i].Epoch, Ref: token}
 		if byDB && counted {
 			c.Buyers = map[string]int64{buyer: l.Qty}
 		}
@@ -101,6 +107,33 @@ func (f Redis) Refused(ctx context.Context, err error, admittedLimit bool) error
 	return fmt.Errorf("order: write: %w", err)
 }
 
+// Unwind puts Redis right after the write of an admission failed with
+// err, under FollowUp's context. When nothing was written, undo gives the
+// admission back. When the write's outcome is unknown
+// (groupcommit.ErrUnknownOutcome: its COMMIT was sent and not answered),
+// the rows may exist and hold the units: given back, the units would be
+// counted twice in Redis, once by the database's reservation and once as
+// available, until the periodic realign. So the admission is kept (at
+// worst it hides units the database never reserved) and realign reads
+// what the database holds instead: under the row lock, which a commit
+// still in flight holds until it ends, so the read sees its outcome.
+// Failures are logged with attrs: Redis is then wrong in the safe
+// direction or until the periodic realign.
+func (f Redis) Unwind(ctx context.Context, err error, undo, realign func(context.Context) error, attrs ...any) {
+	fctx, cancel := stock.FollowUp(ctx)
+	defer cancel()
+	if errors.Is(err, groupcommit.ErrUnknownOutcome) {
+		if rerr := realign(fctx); rerr != nil {
+			f.Log.Warn("realigning after a write of unknown outcome failed; the periodic realign repairs it",
+				append(attrs, "err", rerr)...)
+		}
+		return
+	}
+	if uerr := undo(fctx); uerr != nil {
+		f.Log.Warn("undoing an admission failed; the realign repairs it", append(attrs, "err", uerr)...)
+	}
+}
+
 func (f Redis) realign(ctx context.Context, sku, why string) {
 	f.Log.Warn(why, "sku", sku)
 	fctx, cancel := stock.FollowUp(ctx)
@@ -110,15 +143,16 @@ func (f Redis) realign(ctx context.Context, sku, why string) {
 	}
 }
 
-// SettleCampaign is Settle for an admission of qty from campaign c's pool:
-// f is the pool's fence the database returned.
-func (f Redis) SettleCampaign(ctx context.Context, c stock.Campaign, qty int64, adm stock.Admission, fence arbiter.Fence) {
+// SettleCampaign is Settle for the reservation token's admission of qty
+// from campaign c's pool: fence is the pool's fence the database returned
+// (the batch's sales of c share its seq; token names this one's).
+func (f Redis) SettleCampaign(ctx context.Context, token string, c stock.Campaign, qty int64, adm stock.Admission, fence arbiter.Fence) {
 	if fence.Epoch == adm.Epoch {
 		return
 	}
 	ctx, cancel := stock.FollowUp(ctx)
 	defer cancel()
-	ch := inventory.Change{SKU: c.SKU, Delta: -qty, Seq: fence.Seq, Epoch: adm.Epoch}
+	ch := inventory.Change{SKU: c.SKU, Delta: -qty, Seq: fence.Seq, Epoch: adm.Epoch, Ref: token}
 	if err := f.Stock.ApplyCampaign(ctx, c, ch); err != nil {
 		f.Log.Warn("bringing a campaign sale into Redis failed; the realign repairs it", "campaign", c.ID, "err", err)
 	}
