@@ -322,7 +322,7 @@ func (s *Service) BuyCampaign(ctx context.Context, userID, idemKey string, c Cam
 		return nil, err
 	}
 	o, err := s.recordFrom(ctx, userID, idemKey, lines, []int64{adm.Remaining}, hold, &c.ID, func(fences map[string]arbiter.Fence) {
-		s.redis.SettleCampaign(ctx, pool, 1, adm, fences[arbiter.CampaignToken(c.ID)])
+		s.redis.SettleCampaign(ctx, pool, 1, adm, fences[arbiter.CampaignToken(c.ID)], buyer)
 	})
 	if err != nil {
 		fctx, cancel := stock.FollowUp(ctx)

@@ -15,15 +15,12 @@ import (
 // buyer waits for a cold init at the opening.
 const WarmAhead = 10 * time.Minute
 
-// EndedKeysLinger is how long after its end a campaign's Redis keys are
-// kept (a buy a node answers from a view of the window up to
-// campaign.Staleness old still finds them), and EndedKeysHorizon how far
-// back the realign looks for ended campaigns whose keys to delete: one
-// that ended earlier (the job was down that long) keeps its keys.
-const (
-	EndedKeysLinger  = time.Hour
-	EndedKeysHorizon = 7 * 24 * time.Hour
-)
+// EndedKeysHorizon is how far back the realign looks for ended campaigns
+// whose Redis keys to delete again: each end deletes them itself, and this
+// is for a deletion that failed (Redis out of reach at the end, the node
+// died between the end's commit and its deletion). Keys left longer than
+// this expire stock.CampaignKeysLinger after their window's close.
+const EndedKeysHorizon = 24 * time.Hour
 
 // CampaignReport is one campaign whose Redis copy disagrees with the
 // database.
@@ -37,18 +34,22 @@ type CampaignReport struct {
 	RedisEpoch *int64 `json:"redis_epoch"` // the initialisation Redis holds
 }
 
-// livePool is a campaign whose pool is HELD (it has not ended).
+// livePool is a campaign whose pool is HELD and whose window has not
+// closed (it has not ended).
 type livePool struct {
 	arbiter.Campaign
 	Left int64 `gorm:"column:pool_left"`
 }
 
-// livePools reads every campaign that has not ended, with its pool's units
-// (the pool is the campaign's one reservation row without an order).
-func (c *Reconciler) livePools(ctx context.Context) ([]livePool, error) {
+// livePools reads every campaign that has not ended at now, with its
+// pool's units (the pool is the campaign's one reservation row without an
+// order). A campaign whose window closed has nothing in Redis (its pool is
+// released by the timeout sweep; its initialisation answers ended).
+func (c *Reconciler) livePools(ctx context.Context, now time.Time) ([]livePool, error) {
 	var rows []livePool
 	err := c.db.WithContext(ctx).Raw(`SELECT c.*, r.qty AS pool_left FROM campaigns c
-		JOIN stock_reservations r ON r.campaign_id = c.id AND r.order_id IS NULL AND r.state = 'HELD' ORDER BY c.id`).Scan(&rows).Error
+		JOIN stock_reservations r ON r.campaign_id = c.id AND r.order_id IS NULL AND r.state = 'HELD'
+		WHERE c.ends_at > ? ORDER BY c.id`, now.UTC()).Scan(&rows).Error
 	return rows, err
 }
 
@@ -62,6 +63,8 @@ func checkCampaign(p livePool, lv stock.CampaignLevels, now time.Time) (problem 
 		return "", p.StartsAt.Sub(now) < WarmAhead
 	case lv.Epoch != p.RedisEpoch:
 		return fmt.Sprintf("Redis holds initialisation %d; the database last handed out %d", lv.Epoch, p.RedisEpoch), false
+	case lv.BuyersEpoch != 0 && lv.BuyersEpoch != lv.Epoch:
+		return fmt.Sprintf("Redis's buyers' counts come from initialisation %d, its pool from %d", lv.BuyersEpoch, lv.Epoch), false
 	case lv.Available != p.Left:
 		return fmt.Sprintf("Redis has %d units left; the pool has %d", lv.Available, p.Left), false
 	case lv.Opens.UnixMilli() != p.StartsAt.UnixMilli() || lv.Closes.UnixMilli() != p.EndsAt.UnixMilli():
@@ -74,7 +77,7 @@ func checkCampaign(p livePool, lv stock.CampaignLevels, now time.Time) (problem 
 // Redis and what Redis holds of it; a campaign whose Redis read fails is
 // skipped, the errors joined.
 func (c *Reconciler) eachPool(ctx context.Context, fn func(livePool, stock.Campaign, stock.CampaignLevels) error) error {
-	pools, err := c.livePools(ctx)
+	pools, err := c.livePools(ctx, time.Now())
 	if err != nil {
 		return err
 	}
@@ -120,7 +123,8 @@ func (c *Reconciler) ReconcileCampaigns(ctx context.Context, repair bool) ([]Cam
 // RealignCampaigns is the periodic job's part for campaigns: every pool
 // whose Redis copy differs from the database's is written again, and every
 // pool Redis lacks is written if its campaign opens within WarmAhead (the
-// warm-up). It returns the campaigns it wrote.
+// warm-up). Then the keys of campaigns that ended within EndedKeysHorizon
+// are deleted again. It returns the campaigns it wrote.
 func (c *Reconciler) RealignCampaigns(ctx context.Context) ([]string, error) {
 	var done []string
 	err := c.eachPool(ctx, func(p livePool, camp stock.Campaign, lv stock.CampaignLevels) error {
@@ -141,26 +145,18 @@ func (c *Reconciler) RealignCampaigns(ctx context.Context) ([]string, error) {
 	return done, errors.Join(err, c.DropEndedCampaigns(ctx, time.Now()))
 }
 
-// DropEndedCampaigns deletes from Redis the keys of every campaign that
-// ended between EndedKeysHorizon and EndedKeysLinger before now. Each
-// node's reconciler drops a campaign once (a late buy that initialised the
-// pool again leaves it, a few hashes, until that node restarts).
+// DropEndedCampaigns deletes from Redis, again, the keys of every campaign
+// that ended within EndedKeysHorizon before now (its end deleted them, but
+// a deletion can fail). Deleting keys nothing has is free of harm, and
+// nothing writes an ended campaign's keys again.
 func (c *Reconciler) DropEndedCampaigns(ctx context.Context, now time.Time) error {
-	var ended []arbiter.Campaign
-	if err := c.db.WithContext(ctx).Select("id", "sku").Where("ends_at >= ? AND ends_at < ?", now.Add(-EndedKeysHorizon), now.Add(-EndedKeysLinger)).
-		Find(&ended).Error; err != nil {
+	ended, err := arbiter.EndedCampaigns(c.db.WithContext(ctx), now.Add(-EndedKeysHorizon), now)
+	if err != nil || len(ended) == 0 {
 		return err
 	}
-	var errs []error
-	for _, e := range ended {
-		if _, done := c.dropped.Load(e.ID); done {
-			continue
-		}
-		err := c.stock.DropCampaign(ctx, stock.Campaign{ID: e.ID, SKU: e.SKU})
-		if err == nil {
-			c.dropped.Store(e.ID, true)
-		}
-		errs = append(errs, err)
+	cs := make([]stock.Campaign, len(ended))
+	for i, e := range ended {
+		cs[i] = stock.Campaign{ID: e.ID, SKU: e.SKU}
 	}
-	return errors.Join(errs...)
+	return c.stock.DropCampaigns(ctx, cs...)
 }

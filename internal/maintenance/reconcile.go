@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 
 	"gorm.io/gorm"
 
@@ -17,10 +16,9 @@ import (
 // the live reservations (through the arbiter). Anomalies it only reports:
 // they need an operator.
 type Reconciler struct {
-	db      *gorm.DB
-	stock   *stock.Store
-	log     *slog.Logger
-	dropped sync.Map // ids of the ended campaigns whose Redis keys this node deleted
+	db    *gorm.DB
+	stock *stock.Store
+	log   *slog.Logger
 }
 
 func NewReconciler(db *gorm.DB, st *stock.Store, log *slog.Logger) *Reconciler {
