@@ -93,6 +93,11 @@ func churnCheck(c *churnRun) check {
 	return ch
 }
 
+// churnWorkers is how many callers the soaks' churn runs: an admin's
+// pace, not a crowd's (64 callers each creating a campaign at once
+// deadlock on the campaigns table's gap locks past the arbiter's retries).
+const churnWorkers = 8
+
 // campaignChurn creates, sells and ends n campaigns on node, from workers
 // callers, and counts the Redis keys of their SKUs before and after. Half
 // end by the end route, one after the other on each caller's SKU; half by
@@ -119,8 +124,8 @@ func campaignChurn(ctx context.Context, node churnNode, run string, n, workers i
 	// The SKUs first, as a catalog has them before its sales.
 	parallel(workers, append(slices.Clone(routeSKUs), windowSKUs...), func(sku string) {
 		_, err := node.Catalog.Put(ctx, sku, 1000, 0)
-		must(err)
-		must(node.Stock.EnsureInit(ctx, sku))
+		churnMust("putting "+sku, err)
+		churnMust("initialising "+sku, node.Stock.EnsureInit(ctx, sku))
 	})
 	out.before, out.dbBefore = churnKeys(ctx, node.RDB, prefix)
 	start := time.Now()
@@ -131,14 +136,14 @@ func campaignChurn(ctx context.Context, node churnNode, run string, n, workers i
 	sell := func(id string) *order.Order {
 		i := seq.Add(1)
 		first, err := node.Campaigns.Buy(ctx, id, fmt.Sprintf("churn%da", i), "")
-		must(err)
+		churnMust("buying from "+id, err)
 		second, err := node.Campaigns.Buy(ctx, id, fmt.Sprintf("churn%db", i), "")
-		must(err)
+		churnMust("buying from "+id, err)
 		if _, err := node.Campaigns.Buy(ctx, id, fmt.Sprintf("churn%da", i), ""); !errors.Is(err, inventory.ErrConflict) {
 			panic(fmt.Sprintf("campaign churn: a buyer past the limit of 1: %v", err))
 		}
 		_, err = node.Orders.Cancel(ctx, second.ID)
-		must(err)
+		churnMust("cancelling a sale of "+id, err)
 		sold.Add(2)
 		return first
 	}
@@ -150,11 +155,11 @@ func campaignChurn(ctx context.Context, node churnNode, run string, n, workers i
 		}
 		late.Add(1)
 		_, err := node.Orders.Cancel(ctx, first.ID)
-		must(err)
+		churnMust("cancelling a sale of "+id+" after its end", err)
 	}
 	put := func(id, sku string, starts, ends time.Time) {
 		_, err := node.Campaigns.Put(ctx, id, campaign.Spec{SKU: sku, Allotment: 3, StartsAt: starts, EndsAt: ends, PerUserLimit: 1}, nil)
-		must(err)
+		churnMust("putting "+id, err)
 	}
 
 	// By the route: each caller's campaigns one after the other on its SKU,
@@ -174,7 +179,7 @@ func campaignChurn(ctx context.Context, node churnNode, run string, n, workers i
 				put(id, sku, opens, time.Now().Add(time.Hour))
 				first := sell(id)
 				v, err := node.Campaigns.End(ctx, id)
-				must(err)
+				churnMust("ending "+id, err)
 				opens = v.EndsAt
 				after(id, first)
 			}
@@ -203,7 +208,7 @@ func campaignChurn(ctx context.Context, node churnNode, run string, n, workers i
 	time.Sleep(time.Until(time.Unix(0, closes.Load())) + 10*time.Millisecond)
 	for {
 		k, err := node.Tokens.ReleaseExpired(ctx, 500)
-		must(err)
+		churnMust("sweeping the closed campaigns' pools", err)
 		if k == 0 {
 			break
 		}
@@ -221,6 +226,13 @@ func campaignChurn(ctx context.Context, node churnNode, run string, n, workers i
 // churnWindow is how long a campaign the churn ends by its window stays
 // open: time enough for its sales on a busy machine.
 const churnWindow = 3 * time.Second
+
+// churnMust ends the run on err, naming what failed.
+func churnMust(what string, err error) {
+	if err != nil {
+		must(fmt.Errorf("campaign churn: %s: %w", what, err))
+	}
+}
 
 // parallel calls fn with each of items from workers goroutines.
 func parallel(workers int, items []string, fn func(string)) {

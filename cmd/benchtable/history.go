@@ -69,7 +69,7 @@ func historySoak(ctx context.Context, rdb *redis.Client, dsnBase string, n int) 
 		fmt.Fprintf(os.Stderr, "history soak: %d orders\n", decade)
 	}
 	if *churnN > 0 {
-		b.WriteString(campaignChurn(ctx, appNode(a, rdb), "history", *churnN, *workers).table())
+		b.WriteString(campaignChurn(ctx, appNode(a, rdb), "history", *churnN, churnWorkers).table())
 	}
 	return b.String()
 }

@@ -325,7 +325,7 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 		web.extra += soak
 		if *churnN > 0 {
 			prog.phase("campaign churn")
-			web.churn = campaignChurn(ctx, appNode(a, rdb), "soak", *churnN, *workers)
+			web.churn = campaignChurn(ctx, appNode(a, rdb), "soak", *churnN, churnWorkers)
 			web.extra += web.churn.table()
 		}
 	}
