@@ -167,21 +167,17 @@ return n
 `)
 
 // initScript writes a SKU's level and its buyers' counts read from the
-// database, as one initialisation; or a campaign pool's level and window.
+// database, as one initialisation (a campaign's pool has its own,
+// campaignInitScript, beside writeCampaign).
 //
-//	KEYS[1] stock or campaign pool
-//	KEYS[2] a SKU's buyers hash  KEYS[3] the counts staged for it (a SKU's
-//	        init only: a campaign passes KEYS[1] alone, its buyers hash is
-//	        not part of its initialisation)
+//	KEYS[1] stock  KEYS[2] buyers hash  KEYS[3] the counts staged for it
 //	ARGV[1] available (-1 unlimited)  ARGV[2] epoch  ARGV[3] database seq
 //	ARGV[4] "cold" (only if the stock is absent: the double check, atomic
-//	        with the write), "buyers" (a SKU's only: only if the buyers hash
-//	        is not the stock's initialisation's) or "force" (realign:
-//	        replace whatever Redis has)
-//	ARGV[5] ARGV[6] a campaign's window: opens and closes, unix ms (a SKU
-//	        passes "" for both, and its hash never has a window)
-//	ARGV[7] buyers hash TTL, ms  ARGV[8] "1" when counts were staged in
-//	        KEYS[3] (both with KEYS[2])
+//	        with the write), "buyers" (only if the buyers hash is not the
+//	        stock's initialisation's) or "force" (realign: replace whatever
+//	        Redis has)
+//	ARGV[5] buyers hash TTL, ms  ARGV[6] "1" when counts were staged in
+//	        KEYS[3]
 //
 // The counts are staged beforehand in a key of this initialisation's own
 // (Store.write, in chunks, so a SKU with many buyers does not hold Redis in
@@ -193,21 +189,15 @@ var initScript = redis.NewScript(`
 if ARGV[4] ~= 'force' then
   local cur = redis.call('HMGET', KEYS[1], 'a', 'e')
   if cur[1] and (ARGV[4] == 'cold' or redis.call('HGET', KEYS[2], '` + buyersEpoch + `') == cur[2]) then
-    if ARGV[8] == '1' then redis.call('UNLINK', KEYS[3]) end
+    if ARGV[6] == '1' then redis.call('UNLINK', KEYS[3]) end
     return {0, tonumber(cur[1])}
   end
 end
-if ARGV[5] and ARGV[5] ~= '' then
-  redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3], 'o', ARGV[5], 'z', ARGV[6])
-else
-  redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3])
-end
-if KEYS[2] then
-  redis.call('UNLINK', KEYS[2])
-  if ARGV[8] == '1' then redis.call('RENAME', KEYS[3], KEYS[2]) end
-  redis.call('HSET', KEYS[2], '` + buyersEpoch + `', ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[7])
-end
+redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3])
+redis.call('UNLINK', KEYS[2])
+if ARGV[6] == '1' then redis.call('RENAME', KEYS[3], KEYS[2]) end
+redis.call('HSET', KEYS[2], '` + buyersEpoch + `', ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return {1, tonumber(ARGV[1])}
 `)
 

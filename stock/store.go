@@ -873,9 +873,8 @@ func (s *Store) write(ctx context.Context, sku, mode string) error {
 		if err != nil {
 			return err
 		}
-		// ARGV[5] and ARGV[6] are a campaign's window: a SKU has none.
 		return initScript.Run(ctx, s.rdb, []string{stockKey(sku), buyersKey(sku), staged},
-			lv.Available, lv.Epoch, lv.Seq, mode, "", "", s.cfg.QuotaTTL.Milliseconds(), min(n, 1)).Err()
+			lv.Available, lv.Epoch, lv.Seq, mode, s.cfg.QuotaTTL.Milliseconds(), min(n, 1)).Err()
 	})
 	switch {
 	case errors.Is(err, inventory.ErrUnknownSKU):
