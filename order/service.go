@@ -329,7 +329,7 @@ func (s *Service) BuyCampaign(ctx context.Context, userID, idemKey string, c Cam
 		return nil, err
 	}
 	o, err := s.recordFrom(ctx, userID, idemKey, lines, []int64{adm.Remaining}, hold, &c.ID, func(token string, fences map[string]arbiter.Fence) {
-		s.redis.SettleCampaign(ctx, token, pool, 1, adm, fences[arbiter.CampaignToken(c.ID)])
+		s.redis.SettleCampaign(ctx, token, pool, 1, adm, fences[arbiter.CampaignToken(c.ID)], buyer)
 	})
 	if err != nil {
 		s.redis.Unwind(ctx, err, func(ctx context.Context) error {

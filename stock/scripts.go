@@ -23,15 +23,14 @@ const (
 	resForgotten      = -11 // the change is too old to tell whether it was applied: realign
 )
 
-// buyersEpoch is a SKU's buyers hash's field that names the initialisation
-// its counts come from (the stock hash's e). No user id has braces, so it is
-// no buyer's. A buyers hash without it, or with another epoch than the stock
-// hash's, is not initialised: lost (expired, evicted, deleted) or left from
-// elsewhere. The scripts count and give back in it only when it is the
-// initialisation their change belongs to, and an admission with a limit
-// initialises it first (-10). A campaign's buyers hash (cb:ID) has no such
-// field: its counts are not fenced (ReturnCampaignQuota gives back into it
-// whatever it holds).
+// buyersEpoch is a buyers hash's field that names the initialisation its
+// counts come from (the stock hash's e, or a campaign pool's). No user id
+// has braces, so it is no buyer's. A buyers hash without it, or with
+// another epoch than its stock hash's or pool's, is not initialised: lost
+// (expired, evicted, deleted) or left from elsewhere. The scripts count and
+// give back in it only when it is the initialisation their change belongs
+// to, and an admission with a limit initialises it first (-10). A SKU's
+// buyers hash and a campaign's (cb:ID) are fenced alike.
 const buyersEpoch = "{e}"
 
 // deductScript admits a reservation: it checks and takes qty units at once,
@@ -44,7 +43,9 @@ const buyersEpoch = "{e}"
 //	KEYS[2] token key (or KEYS[1] again: no token to remember)
 //	KEYS[3] buyers hash (only with a per-user limit): the SKU's, or the campaign's
 //	ARGV[1] qty (> 0)  ARGV[2] token key TTL, ms (0: no token key)
-//	ARGV[3] buyer  ARGV[4] limit  ARGV[5] buyers hash TTL, ms (with KEYS[3])
+//	ARGV[3] buyer  ARGV[4] limit  ARGV[5] buyers hash TTL, ms (with a SKU's
+//	        KEYS[3]: a campaign's buyers hash expires with its pool, as its
+//	        initialisation set)
 //	ARGV[6] now, unix ms (the caller's clock; with it the hash's window is read,
 //	        which only a campaign's pool has)
 //
@@ -56,9 +57,7 @@ const buyersEpoch = "{e}"
 // would pass the limit, or n >= 0, the units left after taking; epoch is the
 // initialisation the units were taken from. -8, -9, -10, -7, -4 and -2 take
 // and count nothing. The checks run in that order: initialised, window,
-// buyers initialised, limit, token, stock. A hash with a window is a
-// campaign's pool, whose buyers hash is not fenced, so only a SKU's
-// admission checks the buyers hash's epoch.
+// buyers initialised, limit, token, stock.
 //
 // Only a caller that passes the time (ARGV[6]: AdmitCampaign always does)
 // reads the window; a SKU's callers pass none, and their one HMGET reads a
@@ -84,15 +83,9 @@ end
 local q = tonumber(ARGV[1])
 local b = KEYS[3]
 if b then
-  local n
-  if v[3] then
-    n = redis.call('HGET', b, ARGV[3])
-  else
-    local m = redis.call('HMGET', b, '` + buyersEpoch + `', ARGV[3])
-    if m[1] ~= v[2] then return {-10, e} end
-    n = m[2]
-  end
-  if tonumber(n or '0') + q > tonumber(ARGV[4]) then return {-7, e} end
+  local m = redis.call('HMGET', b, '` + buyersEpoch + `', ARGV[3])
+  if m[1] ~= v[2] then return {-10, e} end
+  if tonumber(m[2] or '0') + q > tonumber(ARGV[4]) then return {-7, e} end
 end
 local left = -1
 if a ~= -1 then
@@ -104,7 +97,7 @@ if a ~= -1 then
 end
 if b then
   redis.call('HINCRBY', b, ARGV[3], q)
-  redis.call('PEXPIRE', b, ARGV[5])
+  if not v[3] then redis.call('PEXPIRE', b, ARGV[5]) end
 end
 return {left, e}
 `)
@@ -113,8 +106,7 @@ return {left, e}
 // refused or never recorded, and the buyer's count it took with them.
 //
 //	KEYS[1] stock or campaign pool  KEYS[2] token key (or KEYS[1] again)
-//	KEYS[3] a SKU's buyers hash (only for a SKU's admission that counted a
-//	        buyer; a campaign's count goes back through ReturnCampaignQuota)
+//	KEYS[3] its buyers hash (only for an admission that counted a buyer)
 //	ARGV[1] qty  ARGV[2] epoch the deduction returned  ARGV[3] buyer (with KEYS[3])
 //
 // The units and the count go back only into the initialisation they were
@@ -221,21 +213,17 @@ return n
 `)
 
 // initScript writes a SKU's level and its buyers' counts read from the
-// database, as one initialisation; or a campaign pool's level and window.
+// database, as one initialisation (a campaign's pool has its own,
+// campaignInitScript, beside writeCampaign).
 //
-//	KEYS[1] stock or campaign pool
-//	KEYS[2] a SKU's buyers hash  KEYS[3] the counts staged for it (a SKU's
-//	        init only: a campaign passes KEYS[1] alone, its buyers hash is
-//	        not part of its initialisation)
+//	KEYS[1] stock  KEYS[2] buyers hash  KEYS[3] the counts staged for it
 //	ARGV[1] available (-1 unlimited)  ARGV[2] epoch  ARGV[3] database seq
 //	ARGV[4] "cold" (only if the stock is absent: the double check, atomic
-//	        with the write), "buyers" (a SKU's only: only if the buyers hash
-//	        is not the stock's initialisation's) or "force" (realign:
-//	        replace whatever Redis has)
-//	ARGV[5] ARGV[6] a campaign's window: opens and closes, unix ms (a SKU
-//	        passes "" for both, and its hash never has a window)
-//	ARGV[7] buyers hash TTL, ms  ARGV[8] "1" when counts were staged in
-//	        KEYS[3] (both with KEYS[2])
+//	        with the write), "buyers" (only if the buyers hash is not the
+//	        stock's initialisation's) or "force" (realign: replace whatever
+//	        Redis has)
+//	ARGV[5] buyers hash TTL, ms  ARGV[6] "1" when counts were staged in
+//	        KEYS[3]
 //
 // The counts are staged beforehand in a key of this initialisation's own
 // (Store.write, in chunks, so a SKU with many buyers does not hold Redis in
@@ -249,46 +237,24 @@ var initScript = redis.NewScript(`
 if ARGV[4] ~= 'force' then
   local cur = redis.call('HMGET', KEYS[1], 'a', 'e')
   if cur[1] and (ARGV[4] == 'cold' or redis.call('HGET', KEYS[2], '` + buyersEpoch + `') == cur[2]) then
-    if ARGV[8] == '1' then redis.call('UNLINK', KEYS[3]) end
+    if ARGV[6] == '1' then redis.call('UNLINK', KEYS[3]) end
     return {0, tonumber(cur[1])}
   end
 end
 redis.call('DEL', KEYS[1])
-if ARGV[5] and ARGV[5] ~= '' then
-  redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3], 'o', ARGV[5], 'z', ARGV[6])
-else
-  redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3])
-end
-if KEYS[2] then
-  redis.call('UNLINK', KEYS[2])
-  if ARGV[8] == '1' then redis.call('RENAME', KEYS[3], KEYS[2]) end
-  redis.call('HSET', KEYS[2], '` + buyersEpoch + `', ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[7])
-end
+redis.call('HSET', KEYS[1], 'a', ARGV[1], 'e', ARGV[2], 's', ARGV[3])
+redis.call('UNLINK', KEYS[2])
+if ARGV[6] == '1' then redis.call('RENAME', KEYS[3], KEYS[2]) end
+redis.call('HSET', KEYS[2], '` + buyersEpoch + `', ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return {1, tonumber(ARGV[1])}
 `)
 
-// quotaScript gives back qty of a user's per-campaign purchase limit (the
-// deduction script counts purchases). A SKU's counts are fenced and go back
-// through undoScript and applyScript; a campaign's are not.
-//
-//	KEYS[1] campaign buyers (hash user -> units bought)
-//	ARGV[1] user  ARGV[2] qty to give back
-//
-// The hash is a pre-filter (the database records the limit), so it expires
-// a while after its last purchase; a give-back after that leaves nothing.
-var quotaScript = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 1 end
-local left = redis.call('HINCRBY', KEYS[1], ARGV[1], -tonumber(ARGV[2]))
-if left <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
-return 1
-`)
-
 // initialisedScript is the double check outside the init script: whether
-// a SKU's stock is initialised and, with ARGV[1] "buyers", its buyers hash
-// too.
+// a SKU's stock (or a campaign's pool) is initialised and, with ARGV[1]
+// "buyers", its buyers hash too.
 //
-//	KEYS[1] stock  KEYS[2] buyers hash  ARGV[1] "cold" or "buyers"
+//	KEYS[1] stock or pool  KEYS[2] its buyers hash  ARGV[1] "cold" or "buyers"
 var initialisedScript = redis.NewScript(`
 local e = redis.call('HGET', KEYS[1], 'e')
 if not e then return 0 end

@@ -233,7 +233,7 @@ func (s *Store) admit(ctx context.Context, p pool, keys []string, args []any) (A
 		}
 		if res[0] == resNotInitialised || res[0] == resBuyersCold {
 			mode := modeCold
-			if res[0] == resBuyersCold { // a SKU's only: a campaign's buyers hash is not fenced
+			if res[0] == resBuyersCold {
 				mode = modeBuyers
 			}
 			if err := s.ensurePool(ctx, p, mode); err != nil {
@@ -726,6 +726,14 @@ func (p pool) key() string {
 	return campaignKey(p.asCampaign())
 }
 
+// buyersKey is p's buyers hash: a SKU's, or the campaign's.
+func (p pool) buyersKey() string {
+	if p.campaign == "" {
+		return buyersKey(p.sku)
+	}
+	return campaignBuyersKey(p.asCampaign())
+}
+
 func (p pool) lockKey() string {
 	if p.campaign == "" {
 		return initLockKey(p.sku)
@@ -774,16 +782,12 @@ func (s *Store) ensureInit(ctx context.Context, sku, mode string) error {
 	return s.ensurePool(ctx, pool{sku: sku}, mode)
 }
 
-// ensurePool initialises a cold pool (mode modeCold), or a SKU whose buyers
+// ensurePool initialises a cold pool (mode modeCold), or one whose buyers
 // hash is not initialised (modeBuyers: both are initialised again, the
-// counts need the fence of a fresh epoch; a campaign's buyers hash is not
-// fenced and never asks for it). Callers in this process share one attempt
-// (singleflight); across processes one caller takes the init lock and the
-// others wait for the key, not the database.
+// counts need the fence of a fresh epoch). Callers in this process share
+// one attempt (singleflight); across processes one caller takes the init
+// lock and the others wait for the key, not the database.
 func (s *Store) ensurePool(ctx context.Context, p pool, mode string) error {
-	if p.campaign != "" && mode == modeBuyers {
-		return fmt.Errorf("stock: %s has no fenced buyers' counts to initialise", p)
-	}
 	ch := s.inits.DoChan(mode+":"+p.key(), func() (any, error) {
 		// Detached: one caller's cancellation must not fail the others.
 		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.InitWait+s.cfg.LockTTL)
@@ -798,16 +802,10 @@ func (s *Store) ensurePool(ctx context.Context, p pool, mode string) error {
 	}
 }
 
-// initialised is initCold's check: p is initialised (and, for a SKU in
-// modeBuyers, its buyers hash too).
+// initialised is initCold's check: p is initialised (and, in modeBuyers,
+// its buyers hash too).
 func (s *Store) initialised(ctx context.Context, p pool, mode string) (bool, error) {
-	var n int64
-	var err error
-	if p.campaign == "" {
-		n, err = initialisedScript.Run(ctx, s.rdb, []string{stockKey(p.sku), buyersKey(p.sku)}, mode).Int64()
-	} else {
-		n, err = s.rdb.Exists(ctx, p.key()).Result()
-	}
+	n, err := initialisedScript.Run(ctx, s.rdb, []string{p.key(), p.buyersKey()}, mode).Int64()
 	if err != nil {
 		return false, fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
 	}
@@ -904,9 +902,8 @@ func (s *Store) write(ctx context.Context, sku, mode string) error {
 		if err != nil {
 			return err
 		}
-		// ARGV[5] and ARGV[6] are a campaign's window: a SKU has none.
 		return initScript.Run(ctx, s.rdb, []string{stockKey(sku), buyersKey(sku), staged},
-			lv.Available, lv.Epoch, lv.Seq, mode, "", "", s.cfg.QuotaTTL.Milliseconds(), min(n, 1)).Err()
+			lv.Available, lv.Epoch, lv.Seq, mode, s.cfg.QuotaTTL.Milliseconds(), min(n, 1)).Err()
 	})
 	switch {
 	case errors.Is(err, inventory.ErrUnknownSKU):

@@ -169,6 +169,9 @@ func plan(group string) []step {
 		s = append(s, step{"seckill, 2000 units", d}, step{cartBarePhase, d}, step{"orders, 2-line cart", d}, step{"sync lag", d + time.Second})
 		if *soakFor > 0 {
 			s = append(s, step{"soak", *soakFor})
+			if *churnN > 0 {
+				s = append(s, step{"campaign churn", churnWindow + time.Duration(*churnN)*5*time.Millisecond})
+			}
 		}
 	}
 	if group == "" || group == "campaign" {

@@ -297,8 +297,12 @@ func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 	if err != nil {
 		return Freed{}, err
 	}
+	var ended []CampaignRef
+	for _, p := range pools {
+		ended = append(ended, CampaignRef{ID: *p.CampaignID, SKU: p.SKU})
+	}
 	if len(give) == 0 {
-		return Freed{Units: give, Campaigns: poolChs, CampaignQuotas: campQuotas}, a.poolsReleased(pools)
+		return Freed{Units: give, Campaigns: poolChs, CampaignQuotas: campQuotas, Ended: ended}, a.poolsReleased(pools)
 	}
 	skus := sortedKeys(give)
 	for _, sku := range skus {
@@ -328,7 +332,7 @@ func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 			}
 		}
 	}
-	return Freed{Changes: chs, Units: give, Quotas: quotas, Campaigns: poolChs, CampaignQuotas: campQuotas}, nil
+	return Freed{Changes: chs, Units: give, Quotas: quotas, Campaigns: poolChs, CampaignQuotas: campQuotas, Ended: ended}, nil
 }
 
 // returnQuotas gives released reservations' units back to their buyers'

@@ -199,7 +199,13 @@ type Freed struct {
 	// given back.
 	Campaigns      []CampaignChange
 	CampaignQuotas []CampaignUnits
+	// Ended are the campaigns whose pools the release released (their end):
+	// nothing of them is needed in Redis any more.
+	Ended []CampaignRef
 }
+
+// CampaignRef names a campaign and the SKU it sells.
+type CampaignRef struct{ ID, SKU string }
 
 // CampaignUnits is a quantity of a campaign's sales counted against User's
 // per-campaign limit.

@@ -144,15 +144,19 @@ func (f Redis) realign(ctx context.Context, sku, why string) {
 }
 
 // SettleCampaign is Settle for the reservation token's admission of qty
-// from campaign c's pool: fence is the pool's fence the database returned
-// (the batch's sales of c share its seq; token names this one's).
-func (f Redis) SettleCampaign(ctx context.Context, token string, c stock.Campaign, qty int64, adm stock.Admission, fence arbiter.Fence) {
+// from campaign c's pool, which counted qty against b's limit (b nil:
+// none): fence is the pool's fence the database returned (the batch's
+// sales of c share its seq; token names this one's).
+func (f Redis) SettleCampaign(ctx context.Context, token string, c stock.Campaign, qty int64, adm stock.Admission, fence arbiter.Fence, b *stock.Buyer) {
 	if fence.Epoch == adm.Epoch {
 		return
 	}
 	ctx, cancel := stock.FollowUp(ctx)
 	defer cancel()
 	ch := inventory.Change{SKU: c.SKU, Delta: -qty, Seq: fence.Seq, Epoch: adm.Epoch, Ref: token}
+	if b != nil {
+		ch.Buyers = map[string]int64{b.User: qty}
+	}
 	if err := f.Stock.ApplyCampaign(ctx, c, ch); err != nil {
 		f.Log.Warn("bringing a campaign sale into Redis failed; the realign repairs it", "campaign", c.ID, "err", err)
 	}
@@ -182,22 +186,52 @@ func (f Redis) RefusedCampaign(ctx context.Context, c stock.Campaign, err error)
 }
 
 // ApplyCampaigns brings units a release gave back to live campaigns' pools
-// into Redis, and the campaign limits' counts given back.
+// into Redis, with the campaign limits' counts given back with them: a
+// release frees one sale per campaign (a campaign order has one line), so
+// a campaign's counts ride on its pool's change, under the seq that fences
+// both (on the first, should there be more: one transaction made them all,
+// and an initialisation read all of it or none). Counts given back by sales whose campaign had ended (their units
+// went to the SKU) have nothing in Redis to go back to: an ended campaign
+// has no keys.
 func (f Redis) ApplyCampaigns(ctx context.Context, chs []arbiter.CampaignChange, quotas []arbiter.CampaignUnits) {
-	if len(chs) == 0 && len(quotas) == 0 {
+	if len(chs) == 0 {
 		return
 	}
 	ctx, cancel := stock.FollowUp(ctx)
 	defer cancel()
+	counted := map[string]bool{} // the campaigns whose counts rode on a change
 	for _, c := range chs {
-		if err := f.Stock.ApplyCampaign(ctx, stock.Campaign{ID: c.ID, SKU: c.SKU},
-			inventory.Change{SKU: c.SKU, Delta: c.Delta, Seq: c.Seq}); err != nil {
+		ch := inventory.Change{SKU: c.SKU, Delta: c.Delta, Seq: c.Seq}
+		for _, q := range quotas {
+			if q.ID == c.ID && !counted[c.ID] {
+				if ch.Buyers == nil {
+					ch.Buyers = map[string]int64{}
+				}
+				ch.Buyers[q.User] -= q.Qty
+			}
+		}
+		counted[c.ID] = true
+		if err := f.Stock.ApplyCampaign(ctx, stock.Campaign{ID: c.ID, SKU: c.SKU}, ch); err != nil {
 			f.Log.Warn("bringing a campaign's units back into Redis failed; the realign repairs it", "campaign", c.ID, "err", err)
 		}
 	}
-	for _, q := range quotas {
-		if err := f.Stock.ReturnCampaignQuota(ctx, stock.Campaign{ID: q.ID, SKU: q.SKU}, q.User, q.Qty); err != nil {
-			f.Log.Warn("giving a buyer's campaign quota back in Redis failed", "campaign", q.ID, "err", err)
-		}
+}
+
+// Ended deletes the Redis keys of campaigns that ended (their pools
+// released): nothing needs them any more. A failure is logged: the realign
+// job deletes the keys of recently ended campaigns again, and they expire
+// a while after the window's close anyway.
+func (f Redis) Ended(ctx context.Context, ended []arbiter.CampaignRef) {
+	if len(ended) == 0 {
+		return
+	}
+	ctx, cancel := stock.FollowUp(ctx)
+	defer cancel()
+	cs := make([]stock.Campaign, len(ended))
+	for i, e := range ended {
+		cs[i] = stock.Campaign{ID: e.ID, SKU: e.SKU}
+	}
+	if err := f.Stock.DropCampaigns(ctx, cs...); err != nil {
+		f.Log.Warn("deleting ended campaigns' keys failed; the realign job deletes them", "campaigns", len(cs), "err", err)
 	}
 }

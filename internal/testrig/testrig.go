@@ -191,10 +191,15 @@ func (r *Rig) PutSKU(prefix string, onHand, perUserLimit int64) string {
 	return sku
 }
 
-// Reconciler is a Reconciler on the rig's stores.
+// Reconciler is a Reconciler on the rig's stores. Its realign watches a
+// pool that is only behind the database for RealignSettle: a test calls it
+// at a quiet point, with nothing in flight.
 func (r *Rig) Reconciler() *maintenance.Reconciler {
-	return maintenance.NewReconciler(r.DB, r.Stock, nil)
+	return maintenance.NewReconciler(r.DB, r.Stock, nil).WithSettle(RealignSettle)
 }
+
+// RealignSettle is the settle of the rig's Reconciler.
+const RealignSettle = 20 * time.Millisecond
 
 // SKU reads sku's database record (its quantity states).
 func (r *Rig) SKU(sku string) arbiter.SKU {

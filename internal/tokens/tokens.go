@@ -364,20 +364,21 @@ func (s *Service) ReleaseExpired(ctx context.Context, limit int) (int, error) {
 	}
 	n := 0
 	for _, r := range rows {
-		var chs []inventory.Change
+		var rel arbiter.Freed
 		err := arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
 			// A commit or an extension that won first leaves nothing due.
-			rel, err := arbiter.In(tx).ReleaseDue(r.Token, r.SKU, now)
-			chs = rel.Changes
+			var err error
+			rel, err = arbiter.In(tx).ReleaseDue(r.Token, r.SKU, now)
 			return err
 		})
 		if err != nil {
 			return n, err
 		}
-		if len(chs) > 0 {
+		if len(rel.Changes) > 0 {
 			n++
 		}
-		s.redis.Apply(ctx, chs)
+		s.redis.Apply(ctx, rel.Changes)
+		s.redis.Ended(ctx, rel.Ended) // a campaign's pool: its end
 	}
 	return n, nil
 }
