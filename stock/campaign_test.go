@@ -415,22 +415,24 @@ func TestCampaignApplyFenced(t *testing.T) {
 		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -1, Seq: 8, Epoch: lv.Epoch + 1}))
 		require.EqualValues(t, 10, campaignLevels(t, s, c).Available)
 		// A buyer's count moves with its unit, under the same fence.
-		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -1, Seq: 8, Epoch: lv.Epoch + 1, Buyers: map[string]int64{"u1": 1}}))
-		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -1, Seq: 8, Epoch: lv.Epoch, Buyers: map[string]int64{"u1": 1}}))
+		// (Each change its own seq: one delivered again at its seq is
+		// applied once, stock/applyonce_test.go.)
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -1, Seq: 9, Epoch: lv.Epoch + 1, Buyers: map[string]int64{"u1": 1}}))
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -1, Seq: 10, Epoch: lv.Epoch, Buyers: map[string]int64{"u1": 1}}))
 		require.Equal(t, "1", bought(t, rdb, campaignBuyersKey(c), "u1"), "taken again once, not for its own epoch")
-		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: 1, Seq: 8, Buyers: map[string]int64{"u1": -1}}))
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: 1, Seq: 11, Buyers: map[string]int64{"u1": -1}}))
 		require.Equal(t, "none", bought(t, rdb, campaignBuyersKey(c), "u1"), "a release gives it back")
 		require.EqualValues(t, 10, campaignLevels(t, s, c).Available)
 
 		// Below zero: the pool is realigned from the database.
-		f.pools["SALE"].left, f.pools["SALE"].seq = 4, 9
-		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -50, Seq: 9}))
+		f.pools["SALE"].left, f.pools["SALE"].seq = 4, 12
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -50, Seq: 12}))
 		lv = campaignLevels(t, s, c)
 		require.EqualValues(t, 4, lv.Available)
-		require.EqualValues(t, 9, lv.Seq)
+		require.EqualValues(t, 12, lv.Seq)
 		require.EqualValues(t, 2, f.calls.Load())
 
-		require.ErrorIs(t, s.ApplyCampaign(ctx, c, inventory.Change{SKU: "OTHER", Delta: 1, Seq: 10}), inventory.ErrInvalidArgument)
+		require.ErrorIs(t, s.ApplyCampaign(ctx, c, inventory.Change{SKU: "OTHER", Delta: 1, Seq: 13}), inventory.ErrInvalidArgument)
 		require.EqualValues(t, 4, campaignLevels(t, s, c).Available)
 		require.NoError(t, b.Flush(ctx, rdb))
 		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: 3, Seq: 99}))
