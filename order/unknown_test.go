@@ -26,8 +26,7 @@ func unknownOutcome(t *testing.T) (*testrig.Rig, *order.Service, *testrig.Unansw
 // outcome is unknown.
 func lostCommit(t *testing.T, u *testrig.UnansweredCommits, write func(ctx context.Context) error) {
 	t.Helper()
-	u.LoseNextAnswer()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := u.AnswerLost(context.Background())
 	err := write(ctx)
 	cancel()
 	require.ErrorIs(t, err, groupcommit.ErrUnknownOutcome)

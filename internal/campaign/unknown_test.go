@@ -29,8 +29,7 @@ func TestCampaignSaleOfUnknownOutcomeKeepsItsAdmission(t *testing.T) {
 	require.EqualValues(t, 19, poolInRedis(t, r, id, sku))
 	realigns := r.Stock.Stats().Realigns.Load()
 
-	u.LoseNextAnswer()
-	short, cancel := context.WithTimeout(ctx, time.Second)
+	short, cancel := u.AnswerLost(ctx)
 	_, err = sales.Buy(short, id, "u2", "")
 	cancel()
 	require.ErrorIs(t, err, groupcommit.ErrUnknownOutcome)

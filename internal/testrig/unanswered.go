@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
@@ -32,6 +33,7 @@ type UnansweredCommits struct {
 	link   *faultnet.Link
 	armed  atomic.Bool
 	lost   atomic.Bool
+	held   atomic.Pointer[chan struct{}] // closed once the next batch's answers are held
 }
 
 // UnansweredCommits builds one on the rig's MariaDB (not on the embedded
@@ -66,14 +68,46 @@ func (r *Rig) UnansweredCommits() *UnansweredCommits {
 		if last && s.Err == nil && u.armed.CompareAndSwap(true, false) {
 			require.NoError(t, u.link.HoldAnswers())
 			u.lost.Store(true)
+			if ch := u.held.Load(); ch != nil {
+				close(*ch)
+			}
 		}
 	})
 	t.Cleanup(stop)
 	return u
 }
 
-// LoseNextAnswer makes the next batch's COMMIT go unanswered.
-func (u *UnansweredCommits) LoseNextAnswer() { u.armed.Store(true) }
+// LoseNextAnswer makes the next batch's COMMIT go unanswered. The channel
+// it returns is closed when that batch's last statement before its COMMIT
+// was answered and the answers are held from then on.
+func (u *UnansweredCommits) LoseNextAnswer() <-chan struct{} {
+	ch := make(chan struct{})
+	u.held.Store(&ch)
+	u.armed.Store(true)
+	return ch
+}
+
+// AnswerLost is a context for a write whose COMMIT's answer is lost: it
+// ends half a second after that batch's answers are held (the writer sends
+// the COMMIT right after the statement that armed the hold), so the writer
+// gives up on an answer that never comes however long the write took to
+// get there on a busy machine.
+func (u *UnansweredCommits) AnswerLost(parent context.Context) (context.Context, context.CancelFunc) {
+	held := u.LoseNextAnswer()
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		select {
+		case <-held:
+			select {
+			case <-time.After(500 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return ctx, cancel
+}
 
 // Heal lets the server's answers through again, once one was lost.
 func (u *UnansweredCommits) Heal() error {

@@ -28,8 +28,7 @@ func TestReserveOfUnknownOutcomeKeepsItsAdmission(t *testing.T) {
 	require.EqualValues(t, 10, r.RedisAvailable(sku))
 	realigns := r.Stock.Stats().Realigns.Load()
 
-	u.LoseNextAnswer()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := u.AnswerLost(context.Background())
 	_, err := svc.ReserveHold(ctx, sku, 3, "order-77", 0)
 	cancel()
 	require.ErrorIs(t, err, groupcommit.ErrUnknownOutcome)
