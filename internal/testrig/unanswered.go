@@ -58,13 +58,14 @@ func (r *Rig) UnansweredCommits() *UnansweredCommits {
 	require.NoError(t, err)
 	u.Writer = groupcommit.New(db)
 	t.Cleanup(func() { _ = u.Writer.Close() })
-	// The batch's last statement is its read of the SKUs' fences, or of a
-	// campaign's pool's (for a sale that crosses no threshold, which would
-	// write its events after it: no SKU sold out, not a campaign's first
-	// sale): from then on the server's answers are held, and the COMMIT
-	// that follows reaches the server and commits unanswered.
+	// The batch's last statement is its movements' INSERT (numbered from
+	// the fences' read before it), or a campaign's pool's read (for a sale
+	// that crosses no threshold, which would write its events after it: no
+	// SKU sold out, not a campaign's first sale): from then on the server's
+	// answers are held, and the COMMIT that follows reaches the server and
+	// commits unanswered.
 	stop := rawtx.Observe(db, func(s rawtx.Statement) {
-		last := strings.HasPrefix(s.SQL, "SELECT sku, seq, redis_epoch") || strings.HasPrefix(s.SQL, "SELECT r.result AS seq")
+		last := strings.HasPrefix(s.SQL, "SELECT sku, seq, redis_epoch") || strings.HasPrefix(s.SQL, "INSERT INTO stock_movements") || strings.HasPrefix(s.SQL, "SELECT r.result AS seq")
 		if last && s.Err == nil && u.armed.CompareAndSwap(true, false) {
 			require.NoError(t, u.link.HoldAnswers())
 			u.lost.Store(true)
@@ -94,7 +95,9 @@ func (u *UnansweredCommits) LoseNextAnswer() <-chan struct{} {
 // get there on a busy machine.
 func (u *UnansweredCommits) AnswerLost(parent context.Context) (context.Context, context.CancelFunc) {
 	held := u.LoseNextAnswer()
-	ctx, cancel := context.WithCancel(parent)
+	// Bounded all the same: a batch that never reaches the hold fails its
+	// test in seconds instead of hanging it.
+	ctx, cancel := context.WithTimeout(parent, 10*time.Second)
 	go func() {
 		select {
 		case <-held:
