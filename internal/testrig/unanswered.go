@@ -65,7 +65,7 @@ func (r *Rig) UnansweredCommits() *UnansweredCommits {
 	// answers are held, and the COMMIT that follows reaches the server and
 	// commits unanswered.
 	stop := rawtx.Observe(db, func(s rawtx.Statement) {
-		last := strings.HasPrefix(s.SQL, "SELECT sku, seq, redis_epoch") || strings.HasPrefix(s.SQL, "INSERT INTO stock_movements") || strings.HasPrefix(s.SQL, "SELECT r.result AS seq")
+		last := strings.HasPrefix(s.SQL, "INSERT INTO stock_movements") || strings.HasPrefix(s.SQL, "SELECT r.result AS seq")
 		if last && s.Err == nil && u.armed.CompareAndSwap(true, false) {
 			require.NoError(t, u.link.HoldAnswers())
 			u.lost.Store(true)
