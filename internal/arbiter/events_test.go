@@ -11,8 +11,8 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // ev is an event as these tests compare it: its type and the levels it
