@@ -10,8 +10,8 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/migrations"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 var tables = []string{"buyer_quotas", "campaigns", "orders", "order_items", "skus", "stock_adjustments", "stock_anomalies", "stock_events", "stock_ledger", "stock_movements", "stock_outbox", "stock_reservations", "webhooks"}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/groupcommit"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // unknownOutcome is a rig whose order service writes through a group commit

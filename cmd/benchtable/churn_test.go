@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/internal/campaign"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/internal/tokens"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // The campaign churn, small, on the real MariaDB and Redis: campaigns

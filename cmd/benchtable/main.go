@@ -52,18 +52,18 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/mysqlconn"
-	"github.com/acme/inventory/internal/redislease"
 	"github.com/acme/inventory/internal/stocksync"
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/testkit/redislease"
 )
 
 var (
 	duration  = flag.Duration("duration", 5*time.Second, "how long each variant runs")
 	workers   = flag.Int("workers", 64, "concurrent callers per variant")
 	redisAddr = flag.String("redis", "127.0.0.1:6379", "Redis address")
-	redisDB   = flag.Int("redis-db", redislease.BenchDB, "Redis database the benchmark flushes (at its start and its end): by default the one no test process is handed (internal/redislease)")
+	redisDB   = flag.Int("redis-db", redislease.BenchDB, "Redis database the benchmark flushes (at its start and its end): by default the one no test process is handed (testkit/redislease)")
 	mysqlDSN  = flag.String("mysql", "inventory:inventory@tcp(127.0.0.1:3306)/", "MySQL server DSN (the run creates its databases there, see -db-prefix)")
 	dbPrefix  = flag.String("db-prefix", benchPrefix, "names of the MySQL databases the benchmark resets and drops when it ends (PREFIX, PREFIX_http, PREFIX_campaign, ...): with -redis-db, another prefix keeps two runs on one machine from resetting each other's")
 	out       = flag.String("out", "bench-results/results.md", "where to write the table too (its chart goes beside it, as .png)")

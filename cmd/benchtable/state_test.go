@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/inventory/internal/redislease"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/redislease"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // A run's Redis database is one no test process is handed, and its

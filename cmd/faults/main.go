@@ -33,7 +33,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
-	"github.com/acme/inventory/internal/servers"
+	"github.com/acme/inventory/testkit/servers"
 )
 
 func main() {

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/faultnet"
-	"github.com/acme/inventory/internal/servers"
+	"github.com/acme/inventory/testkit/faultnet"
+	"github.com/acme/inventory/testkit/servers"
 	"gorm.io/gorm"
 )
 

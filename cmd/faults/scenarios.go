@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/acme/inventory/internal/servers"
 	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/testkit/servers"
 )
 
 // Scenario is one fault (or set of faults) injected while the workload runs.

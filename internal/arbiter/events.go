@@ -239,8 +239,9 @@ func (a Arbiter) AnnounceLevels(now time.Time, limit int) (int, error) {
 }
 
 // Events is the stock events' table for the ones that read or number its
-// rows: the events job (Publish), the replay feed (Page), retention
-// (PruneBefore). The arbiter writes them (announce, AnnounceLevels).
+// rows: the events job (Publish), the replay feed (Page), the webhook
+// subscriptions (Head, Count), retention (PruneBefore). The arbiter
+// writes them (announce, AnnounceLevels).
 type Events struct{ db *gorm.DB }
 
 // EventsOf is the events' table through db (a transaction or the pool).
@@ -282,6 +283,23 @@ type EventFilter struct {
 
 // Page reads published events in id order.
 func (e Events) Page(f EventFilter) ([]Event, error) {
+	var out []Event
+	err := e.selected(f).Order("id").Limit(f.Limit).Find(&out).Error
+	return out, err
+}
+
+// Count counts the published events f selects, whatever its Limit (a
+// webhook subscription's backlog: those after the id it was delivered up
+// to, of its types and SKUs).
+func (e Events) Count(f EventFilter) (int64, error) {
+	var n int64
+	err := e.selected(f).Model(&Event{}).Count(&n).Error
+	return n, err
+}
+
+// selected is the published events f selects (an unpublished event's id
+// is NULL, so no After passes it).
+func (e Events) selected(f EventFilter) *gorm.DB {
 	q := e.db.Where("id > ?", f.After)
 	if f.SKU != "" {
 		q = q.Where("sku = ?", f.SKU)
@@ -292,9 +310,7 @@ func (e Events) Page(f EventFilter) ([]Event, error) {
 	if len(f.SKUs) > 0 {
 		q = q.Where("sku IN ?", f.SKUs)
 	}
-	var out []Event
-	err := q.Order("id").Limit(f.Limit).Find(&out).Error
-	return out, err
+	return q
 }
 
 // Head is the highest feed id given so far (0: none).

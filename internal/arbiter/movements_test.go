@@ -20,8 +20,8 @@ import (
 	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/groupcommit"
 	"github.com/acme/inventory/internal/listing"
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // move is a movement without its id and time (asserted separately).

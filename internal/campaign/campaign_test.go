@@ -1,6 +1,6 @@
 package campaign_test
 
-// Campaigns on the real MariaDB and Redis (internal/testrig): each test
+// Campaigns on the real MariaDB and Redis (testkit/testrig): each test
 // tries to break one rule of the window, the allotment or the end.
 
 import (
@@ -19,10 +19,10 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/campaign"
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // put creates a campaign of a fresh SKU (stock units) on r.

@@ -9,8 +9,8 @@ import (
 
 	"github.com/acme/inventory/internal/campaign"
 	"github.com/acme/inventory/internal/groupcommit"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // A campaign sale whose commit's answer was lost while the database

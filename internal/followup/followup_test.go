@@ -1,7 +1,7 @@
 package followup_test
 
 // The follow-ups that bring what the database decided into Redis, on the
-// real MariaDB and Redis (internal/testrig): the database's records are
+// real MariaDB and Redis (testkit/testrig): the database's records are
 // written through the arbiter, as the write paths write them, and Redis is
 // read back exactly.
 
@@ -24,9 +24,9 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/followup"
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // fixture is a rig, its follow-ups, what they log and a count of the

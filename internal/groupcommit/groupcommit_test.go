@@ -23,7 +23,7 @@ import (
 	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/internal/rawtx"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // rig is a database for the group commit's tests: the real MariaDB, or

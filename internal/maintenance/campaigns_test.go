@@ -11,9 +11,9 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/campaign"
 	"github.com/acme/inventory/internal/maintenance"
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 func putCampaign(t *testing.T, r *testrig.Rig, allotment int64, starts time.Time, perUser ...int64) stock.Campaign {

@@ -10,8 +10,8 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/groupcommit"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/internal/tokens"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // A token's reservation whose commit's answer was lost while the database

@@ -7,7 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/inventory/internal/redislease"
+	"github.com/acme/inventory/testkit/redislease"
 )
 
 // A test process holds one database of the test Redis for its whole life,

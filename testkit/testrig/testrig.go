@@ -1,5 +1,5 @@
 // Package testrig assembles one node of the service on the real servers
-// (internal/testenv) or on the embedded default's stand-ins, for the tests
+// (testkit/testenv) or on the embedded default's stand-ins, for the tests
 // of every package that needs the whole write path: the order lifecycle,
 // the token API, the catalog, the listings, the group commit, the sync
 // path and maintenance. Nothing here skips: a server that does not answer
@@ -33,12 +33,12 @@ import (
 	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/internal/rawtx"
 	"github.com/acme/inventory/internal/stocksync"
-	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/internal/tokens"
-	"github.com/acme/inventory/internal/wirecount"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/wirecount"
 )
 
 // Transport is the ordered queue between the relay and the applier.
@@ -77,7 +77,7 @@ type Rig struct {
 	// embedded stand-ins.
 	MultiStatements *gorm.DB
 	// Wire counts the commands New's rig sends MariaDB on all its
-	// connections (internal/wirecount); nil on the embedded stand-ins and
+	// connections (testkit/wirecount); nil on the embedded stand-ins and
 	// for Assemble's rigs.
 	Wire *wirecount.Counter
 }

@@ -1,5 +1,5 @@
 // Package systemtest holds the tests of the whole write path at once, on
-// one node assembled by internal/testrig against the real servers: the
+// one node assembled by testkit/testrig against the real servers: the
 // model-based test (seeded random operations of every kind, compared after
 // each step with a plain reference model), the adversarial scenarios (Redis
 // older, failing mid-cart, keys lost twice, races of payments and

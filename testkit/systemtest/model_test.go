@@ -49,10 +49,10 @@ import (
 	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/expiry"
 	"github.com/acme/inventory/internal/maintenance"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/internal/tokens"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // ---------------------------------------------------------------------------

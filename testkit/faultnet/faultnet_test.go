@@ -13,11 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/inventory/internal/faultnet"
-	"github.com/acme/inventory/internal/servers"
+	"github.com/acme/inventory/testkit/faultnet"
+	"github.com/acme/inventory/testkit/servers"
 )
 
-// startTestRedis starts a redis-server of the test's own (internal/servers)
+// startTestRedis starts a redis-server of the test's own (testkit/servers)
 // on a free port, stopped when the test ends: a link's tests count and
 // close its connections, which a shared server would not allow.
 func startTestRedis(t *testing.T) *servers.Redis {

@@ -28,10 +28,10 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/acme/inventory/internal/faultnet"
 	"github.com/acme/inventory/internal/mysqlconn"
-	"github.com/acme/inventory/internal/redislease"
 	"github.com/acme/inventory/migrations"
+	"github.com/acme/inventory/testkit/faultnet"
+	"github.com/acme/inventory/testkit/redislease"
 )
 
 func env(name, def string) string {

@@ -14,11 +14,11 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/acme/inventory/internal/faultnet"
 	"github.com/acme/inventory/internal/groupcommit"
 	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/internal/rawtx"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/faultnet"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // UnansweredCommits is a group commit on the rig's database whose

@@ -2,7 +2,7 @@
 // (cmd/faults): Redis (a single node, a replica, a three-node Redis
 // Cluster), MariaDB, and an Apache RocketMQ name server and broker. It is
 // the one way Go code starts a server; scripts/up.sh starts the shared ones
-// that `make up` and `make test` use, and internal/testenv connects to those.
+// that `make up` and `make test` use, and testkit/testenv connects to those.
 //
 // The contract of every server started here:
 //
@@ -694,7 +694,7 @@ func (m *MariaDB) rootSQL(statements string) (string, error) {
 
 // DSN is a go-sql-driver DSN for database (empty: none) over TCP as
 // 'inventory'@'127.0.0.1', with the parameters the project's tests use
-// (internal/testenv): parseTime=true, multiStatements=false.
+// (testkit/testenv): parseTime=true, multiStatements=false.
 func (m *MariaDB) DSN(database string) string { return m.DSNVia(m.Addr(), database) }
 
 // Addr is the server's address, "127.0.0.1:port".

@@ -7,8 +7,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/wirecount"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/wirecount"
 )
 
 // packet is a MySQL protocol packet: header and payload.
