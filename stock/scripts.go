@@ -266,6 +266,10 @@ return 1
 // (redis-benchmark EVALSHA measures the ceiling of the same script).
 func DeductScriptSHA() string { return deductScript.Hash() }
 
+// ApplyScriptSHA is the SHA1 of the script Store.Apply runs, for tests
+// that hold or fail it by name instead of by its arguments' shape.
+func ApplyScriptSHA() string { return applyScript.Hash() }
+
 // LoadDeductScript loads the deduction script on rdb (every master of a cluster).
 func LoadDeductScript(ctx context.Context, rdb redis.Scripter) error {
 	return deductScript.Load(ctx, rdb).Err()
