@@ -46,7 +46,7 @@ OPS ?= 200000
 model:
 	scripts/up.sh
 	INVENTORY_MODEL_OPS=$(OPS) INVENTORY_MODEL_SEED=$(or $(SEED),$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')) \
-		$(GO) test -race -count=1 -timeout 0 -run '^TestModel$$' -v ./internal/systemtest
+		$(GO) test -race -count=1 -timeout 0 -run '^TestModel$$' -v ./testkit/systemtest
 
 lint:
 	scripts/check-tracked-size.sh

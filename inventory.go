@@ -131,11 +131,19 @@ type Line struct {
 // the per-user counts (buyer_quotas) the same change moved, user -> units
 // (+ bought, - given back): Redis's buyers hash follows them under the same
 // fence as Delta.
+//
+// Seq and Ref name the change: Redis counts a change once however often it
+// is delivered (a retry after a lost reply). Ref tells apart changes that
+// share a Seq, because one increment of the counter stood for several
+// writes: a group commit moves a SKU (or a campaign's pool) once for all
+// its batch's reservations, and each reservation's change then carries its
+// reservation's token. "" for a change alone at its Seq.
 type Change struct {
 	SKU    string
 	Delta  int64
 	Seq    int64
 	Epoch  int64
+	Ref    string
 	Buyers map[string]int64
 }
 

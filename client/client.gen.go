@@ -611,7 +611,7 @@ type Item struct {
 type Movement struct {
 	CreatedAt time.Time `json:"created_at"`
 
-	// Id increasing; the history's order
+	// Id the movement's own id, unique across SKUs; the history's order is position
 	Id int64 `json:"id"`
 
 	// Kind RESERVE: a reservation (order line or token API), reserved +qty.
@@ -625,6 +625,13 @@ type Movement struct {
 	// reference "count:<count_id>:<line>".
 	Kind        MovementKind `json:"kind"`
 	OnHandDelta int64        `json:"on_hand_delta"`
+
+	// Position Its place in the SKU's history: 1, 2, 3, ... with no gap, in the
+	// order the changes committed (numbered under the SKU's row lock, so
+	// a change that commits later is numbered after every movement a
+	// reader could already have read). Retention's opening balance
+	// takes the position of the last movement it folds.
+	Position int64 `json:"position"`
 
 	// Reason the adjust's reason; empty otherwise
 	Reason string `json:"reason"`
@@ -654,6 +661,11 @@ type MovementPage struct {
 
 	// NextCursor the cursor of the next page; absent on the last page
 	NextCursor *NextCursor `json:"next_cursor,omitempty"`
+
+	// Position Where to read on from, on every page (the last one too): the
+	// position of the page's last movement, or the after asked when the
+	// page is empty. Poll with after set to it.
+	Position int64 `json:"position"`
 }
 
 // NextCursor the cursor of the next page; absent on the last page
@@ -1331,6 +1343,9 @@ type AdjustSKUParams struct {
 
 // ListMovementsParams defines parameters for ListMovements.
 type ListMovementsParams struct {
+	// After the last position the reader has (a page's position); 0 or absent from the first movement
+	After *int64 `form:"after,omitempty" json:"after,omitempty"`
+
 	// Limit Page size; 50 when absent.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
@@ -2055,7 +2070,18 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/skus/{sku}/adjust (the `AdjustSKU` operationId).
 	AdjustSKU(ctx context.Context, sku Sku, params *AdjustSKUParams, body AdjustSKUJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ListMovements A SKU's stock movements (its audit trail), oldest first, a page at a time.
+	// ListMovements A SKU's stock movements (its audit trail), in the order they committed, a page at a time.
+	//
+	// Movements with a position above after (or past cursor), in position
+	// order: the order the SKU's changes committed in. Every page carries
+	// position, where to read on from: the position of its last movement,
+	// or the after asked when the page is empty. A follower (an audit
+	// export, an ERP) polls with after=position and gets every movement
+	// exactly once, in order, whatever commits late: a movement is
+	// numbered under its SKU's row lock when its change commits, after
+	// every movement a page could already have shown. next_cursor is
+	// absent on the last page, as in every listing; give after or cursor,
+	// not both.
 	//
 	// Corresponds with GET /v1/skus/{sku}/movements (the `ListMovements` operationId).
 	ListMovements(ctx context.Context, sku Sku, params *ListMovementsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3023,7 +3049,18 @@ func (c *Client) AdjustSKU(ctx context.Context, sku Sku, params *AdjustSKUParams
 	return c.Client.Do(req)
 }
 
-// ListMovements A SKU's stock movements (its audit trail), oldest first, a page at a time.
+// ListMovements A SKU's stock movements (its audit trail), in the order they committed, a page at a time.
+//
+// Movements with a position above after (or past cursor), in position
+// order: the order the SKU's changes committed in. Every page carries
+// position, where to read on from: the position of its last movement,
+// or the after asked when the page is empty. A follower (an audit
+// export, an ERP) polls with after=position and gets every movement
+// exactly once, in order, whatever commits late: a movement is
+// numbered under its SKU's row lock when its change commits, after
+// every movement a page could already have shown. next_cursor is
+// absent on the last page, as in every listing; give after or cursor,
+// not both.
 //
 // Corresponds with GET /v1/skus/{sku}/movements (the `ListMovements` operationId).
 func (c *Client) ListMovements(ctx context.Context, sku Sku, params *ListMovementsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4899,6 +4936,18 @@ func NewListMovementsRequest(server string, sku Sku, params *ListMovementsParams
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Limit != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
@@ -6010,7 +6059,18 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/skus/{sku}/adjust (the `AdjustSKU` operationId).
 	AdjustSKUWithResponse(ctx context.Context, sku Sku, params *AdjustSKUParams, body AdjustSKUJSONRequestBody, reqEditors ...RequestEditorFn) (*AdjustSKUResponse, error)
 
-	// ListMovementsWithResponse A SKU's stock movements (its audit trail), oldest first, a page at a time.
+	// ListMovementsWithResponse A SKU's stock movements (its audit trail), in the order they committed, a page at a time.
+	//
+	// Movements with a position above after (or past cursor), in position
+	// order: the order the SKU's changes committed in. Every page carries
+	// position, where to read on from: the position of its last movement,
+	// or the after asked when the page is empty. A follower (an audit
+	// export, an ERP) polls with after=position and gets every movement
+	// exactly once, in order, whatever commits late: a movement is
+	// numbered under its SKU's row lock when its change commits, after
+	// every movement a page could already have shown. next_cursor is
+	// absent on the last page, as in every listing; give after or cursor,
+	// not both.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10936,7 +10996,18 @@ func (c *ClientWithResponses) AdjustSKUWithResponse(ctx context.Context, sku Sku
 	return ParseAdjustSKUResponse(rsp)
 }
 
-// ListMovementsWithResponse A SKU's stock movements (its audit trail), oldest first, a page at a time.
+// ListMovementsWithResponse A SKU's stock movements (its audit trail), in the order they committed, a page at a time.
+//
+// Movements with a position above after (or past cursor), in position
+// order: the order the SKU's changes committed in. Every page carries
+// position, where to read on from: the position of its last movement,
+// or the after asked when the page is empty. A follower (an audit
+// export, an ERP) polls with after=position and gets every movement
+// exactly once, in order, whatever commits late: a movement is
+// numbered under its SKU's row lock when its change commits, after
+// every movement a page could already have shown. next_cursor is
+// absent on the last page, as in every listing; give after or cursor,
+// not both.
 //
 // Returns a wrapper object for the known response body format(s).
 //

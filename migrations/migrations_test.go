@@ -10,8 +10,8 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/migrations"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 var tables = []string{"buyer_quotas", "campaigns", "orders", "order_items", "skus", "stock_adjustments", "stock_anomalies", "stock_counts", "stock_count_batches", "stock_count_pages", "stock_events", "stock_ledger", "stock_movements", "stock_outbox", "stock_reservations", "stock_shipping", "webhooks"}
@@ -258,6 +258,105 @@ func TestCampaignEventFlagsMigration(t *testing.T) {
 	require.Equal(t, map[string]int{"sched": 0, "live": 1, "soldout": 3, "past": 5, "ended": 5}, got)
 }
 
+// Migration 33 numbers each SKU's existing movements 1, 2, 3, ... in id
+// order (the order the history was read in), whatever the ids of other
+// SKUs in between, and records each SKU's last position on its row (0 for
+// a SKU with no movement); from then on the schema refuses a movement
+// without a position, or at a position its SKU already has.
+func TestMovementPositionsMigration(t *testing.T) {
+	ctx := context.Background()
+	db, p := migratedTo(t, 32)
+	exec := func(q string) {
+		t.Helper()
+		_, err := db.Exec(q)
+		require.NoError(t, err, q)
+	}
+	exec(`INSERT INTO skus (sku, on_hand, reserved) VALUES ('A', 7, 2), ('B', 3, 0), ('EMPTY', 0, 0)`)
+	exec(`INSERT INTO stock_movements (id, sku, kind, on_hand_delta, reserved_delta, reason) VALUES
+		(10, 'A', 'SET', 5, 0, 'opening balance'), (11, 'B', 'SET', 3, 0, ''), (12, 'A', 'RESTOCK', 2, 0, ''),
+		(15, 'A', 'RESERVE', 0, 2, ''), (14, 'B', 'RESERVE', 0, 1, ''), (16, 'B', 'RELEASE', 0, -1, '')`)
+	require.NoError(t, migrations.Up(ctx, db, migrations.MySQL))
+
+	positions := func() []string {
+		var out []string
+		rows, err := db.Query(`SELECT CONCAT(sku, ' ', id, ' ', position) FROM stock_movements ORDER BY sku, position`)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var s string
+			require.NoError(t, rows.Scan(&s))
+			out = append(out, s)
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	require.Equal(t, []string{"A 10 1", "A 12 2", "A 15 3", "B 11 1", "B 14 2", "B 16 3"}, positions())
+	last := map[string]int64{}
+	rows, err := db.Query(`SELECT sku, movement_position FROM skus`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var sku string
+		var n int64
+		require.NoError(t, rows.Scan(&sku, &n))
+		last[sku] = n
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[string]int64{"A": 3, "B": 3, "EMPTY": 0}, last)
+
+	_, err = db.Exec(`INSERT INTO stock_movements (sku, kind, on_hand_delta, reserved_delta) VALUES ('A', 'RESTOCK', 1, 0)`)
+	require.ErrorContains(t, err, "position", "a movement without a position")
+	_, err = db.Exec(`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta) VALUES ('A', 3, 'RESTOCK', 1, 0)`)
+	require.ErrorContains(t, err, "Duplicate entry", "a position the SKU has")
+	_, err = db.Exec(`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta) VALUES ('B', 0, 'RESTOCK', 1, 0)`)
+	require.ErrorContains(t, err, "stock_movements_position_valid")
+	exec(`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta) VALUES ('A', 4, 'RESTOCK', 1, 0)`)
+
+	_, err = p.DownTo(ctx, 32)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM stock_movements`).Scan(&n))
+	require.Equal(t, 7, n, "down keeps the movements")
+}
+
+// The embedded default's migration 33 numbers existing movements as the
+// real one does.
+func TestMovementPositionsMigrationSQLite(t *testing.T) {
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", "file:"+t.TempDir()+"/m.db")
+	require.NoError(t, err)
+	defer db.Close()
+	p, err := migrations.Provider(db, migrations.SQLite)
+	require.NoError(t, err)
+	_, err = p.UpTo(ctx, 32)
+	require.NoError(t, err)
+	for _, q := range []string{
+		`INSERT INTO skus (sku, on_hand, reserved) VALUES ('A', 7, 2), ('B', 3, 0), ('EMPTY', 0, 0)`,
+		`INSERT INTO stock_movements (id, sku, kind, on_hand_delta, reserved_delta) VALUES
+			(10, 'A', 'SET', 5, 0), (11, 'B', 'SET', 3, 0), (12, 'A', 'RESTOCK', 2, 0),
+			(15, 'A', 'RESERVE', 0, 2), (14, 'B', 'RESERVE', 0, 1)`,
+	} {
+		_, err := db.Exec(q)
+		require.NoError(t, err, q)
+	}
+	require.NoError(t, migrations.Up(ctx, db, migrations.SQLite))
+	var got []string
+	rows, err := db.Query(`SELECT m.sku || ' ' || m.id || ' ' || m.position || ' ' || s.movement_position
+		FROM stock_movements m JOIN skus s ON s.sku = m.sku ORDER BY m.sku, m.position`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		got = append(got, s)
+	}
+	require.NoError(t, rows.Err())
+	require.NoError(t, rows.Close())
+	require.Equal(t, []string{"A 10 1 3", "A 12 2 3", "A 15 3 3", "B 11 1 2", "B 14 2 2"}, got)
+	_, err = db.Exec(`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta) VALUES ('A', 3, 'SET', 1, 0)`)
+	require.ErrorContains(t, err, "UNIQUE", "a position the SKU has")
+	_, err = p.DownTo(ctx, 32)
+	require.NoError(t, err)
+}
+
 // Migration 39 lets a movement be a count's (COUNT) on both databases: the
 // embedded one edits the stored CHECK in place rather than rebuilding the
 // table, so a column another migration added survives it.
@@ -274,9 +373,9 @@ func TestMovementKindCount(t *testing.T) {
 		d  migrations.Dialect
 	}{{mdb, migrations.MySQL}, {sdb, migrations.SQLite}} {
 		require.NoError(t, migrations.Up(ctx, c.db, c.d))
-		_, err := c.db.Exec(`INSERT INTO stock_movements (sku, kind, on_hand_delta, reserved_delta) VALUES ('A', 'COUNT', 1, 0)`)
+		_, err := c.db.Exec(`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta) VALUES ('A', 1, 'COUNT', 1, 0)`)
 		require.NoError(t, err, "%s", c.d)
-		_, err = c.db.Exec(`INSERT INTO stock_movements (sku, kind, on_hand_delta, reserved_delta) VALUES ('A', 'NOPE', 1, 0)`)
+		_, err = c.db.Exec(`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta) VALUES ('A', 2, 'NOPE', 1, 0)`)
 		require.Error(t, err, "%s: the CHECK still refuses other kinds", c.d)
 		_, err = migrations.Down(ctx, c.db, c.d) // 41
 		require.NoError(t, err)
@@ -288,7 +387,7 @@ func TestMovementKindCount(t *testing.T) {
 		var kind string
 		require.NoError(t, c.db.QueryRow(`SELECT kind FROM stock_movements WHERE sku = 'A'`).Scan(&kind))
 		require.Equal(t, "CORRECTION", kind, "%s: down turns a count's movements into corrections", c.d)
-		_, err = c.db.Exec(`INSERT INTO stock_movements (sku, kind, on_hand_delta, reserved_delta) VALUES ('A', 'COUNT', 1, 0)`)
+		_, err = c.db.Exec(`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta) VALUES ('A', 2, 'COUNT', 1, 0)`)
 		require.Error(t, err, "%s: down refuses COUNT again", c.d)
 	}
 }

@@ -14,9 +14,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/inventory/internal/servers"
-	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/testkit/servers"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // The ordered sync must resume within seconds of a change of consumer nodes or

@@ -102,7 +102,7 @@ func newQueueGuard(nameServers []string, wait, leaseTTL time.Duration) *queueGua
 
 // BrokerLockLifetime is how long a broker keeps a queue lock its holder does
 // not renew: the value of rocketmq.broker.rebalance.lockMaxLiveTime (a JVM
-// system property, in milliseconds) that scripts/up.sh, internal/servers and
+// system property, in milliseconds) that scripts/up.sh, testkit/servers and
 // docker-compose.yml give the broker, and the least a broker of this service
 // may have (docs/operations.md).
 const BrokerLockLifetime = time.Second

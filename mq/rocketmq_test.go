@@ -12,8 +12,8 @@ package mq_test
 import (
 	"testing"
 
-	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 func TestRocketMQContract(t *testing.T) {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/inventory/internal/servers"
 	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/testkit/servers"
 )
 
 // A consumer node that crashes holds the broker's locks on its queues until
@@ -155,7 +155,7 @@ func (c *child) kill() {
 // (rocketmq.broker.rebalance.lockMaxLiveTime, which StartRocketMQ sets as
 // scripts/up.sh does), and the client pulls a queue it just locked 3 s later.
 func TestRocketMQTakeoverAfterKill(t *testing.T) {
-	// A broker of this test's own: it runs with internal/servers' settings
+	// A broker of this test's own: it runs with testkit/servers' settings
 	// whatever the shared broker was started with.
 	srv, err := servers.StartRocketMQ(t.TempDir(), servers.FreePort(), servers.FreePort(-2, 1), "")
 	require.NoError(t, err)

@@ -11,8 +11,8 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // publishQueues counts the queues the name server routes topic to.

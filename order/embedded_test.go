@@ -3,7 +3,7 @@ package order_test
 import (
 	"testing"
 
-	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // TestEmbeddedContract runs the order suite again on the embedded default's

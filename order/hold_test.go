@@ -16,8 +16,8 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // A hold asked at creation sets the deadline; one outside the bounds is

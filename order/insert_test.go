@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/testenv"
 	"gorm.io/gorm"
 )
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/listing"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/testkit/testrig"
 	"github.com/stretchr/testify/require"
 )
 

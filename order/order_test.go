@@ -14,9 +14,9 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 func TestCreateReservesFirst(t *testing.T) {

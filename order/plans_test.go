@@ -17,9 +17,9 @@ import (
 
 	"github.com/acme/inventory/internal/listing"
 	"github.com/acme/inventory/internal/rawtx"
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // Every statement the service sends on orders reads it through the index

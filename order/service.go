@@ -213,9 +213,16 @@ func (s *Service) CreateHold(ctx context.Context, userID, idemKey string, lines 
 	}
 	o, err := s.record(ctx, userID, idemKey, lines, adm, hold, false)
 	if err != nil {
-		fctx, cancel := stock.FollowUp(ctx)
-		defer cancel()
-		s.stock.UndoCart(fctx, lines, adm)
+		s.redis.Unwind(ctx, err, func(ctx context.Context) error {
+			s.stock.UndoCart(ctx, lines, adm) // logs what it could not undo
+			return nil
+		}, func(ctx context.Context) error {
+			var errs []error
+			for _, l := range lines {
+				errs = append(errs, s.stock.Realign(ctx, l.SKU))
+			}
+			return errors.Join(errs...)
+		})
 		if arbiter.IsDuplicate(err) && idemKey != "" { // a concurrent retry wrote it first
 			winner, gerr := s.byIdempotencyKey(ctx, userID, idemKey)
 			if gerr != nil {
@@ -262,11 +269,11 @@ func (s *Service) SeckillHold(ctx context.Context, userID, sku string, limit int
 	}
 	o, err := s.record(ctx, userID, "", lines, []stock.Admission{adm}, hold, true)
 	if err != nil {
-		fctx, cancel := stock.FollowUp(ctx)
-		defer cancel()
-		if uerr := s.stock.UndoBuyer(fctx, sku, 1, adm, userID); uerr != nil {
-			s.cfg.Logger.Warn("order: undoing an admission failed; the realign repairs it", "sku", sku, "err", uerr)
-		}
+		s.redis.Unwind(ctx, err, func(ctx context.Context) error {
+			return s.stock.UndoBuyer(ctx, sku, 1, adm, userID)
+		}, func(ctx context.Context) error {
+			return s.stock.Realign(ctx, sku) // the buyers' counts with it
+		}, "sku", sku)
 		return nil, s.redis.Refused(ctx, err, true)
 	}
 	return o, nil
@@ -321,30 +328,23 @@ func (s *Service) BuyCampaign(ctx context.Context, userID, idemKey string, c Cam
 	if err != nil {
 		return nil, err
 	}
-	o, err := s.recordFrom(ctx, userID, idemKey, lines, []int64{adm.Remaining}, hold, &c.ID, func(fences map[string]arbiter.Fence) {
-		s.redis.SettleCampaign(ctx, pool, 1, adm, fences[arbiter.CampaignToken(c.ID)])
+	o, err := s.recordFrom(ctx, userID, idemKey, lines, []int64{adm.Remaining}, hold, &c.ID, func(token string, fences map[string]arbiter.Fence) {
+		s.redis.SettleCampaign(ctx, token, pool, 1, adm, fences[arbiter.CampaignToken(c.ID)], buyer)
 	})
 	if err != nil {
-		fctx, cancel := stock.FollowUp(ctx)
-		defer cancel()
-		switch {
-		case errors.Is(err, groupcommit.ErrUnknownOutcome):
-			// The sale may be recorded: its unit given back to Redis would
-			// be admitted again. The database says what the pool has (the
-			// realign goes on if this request stops waiting for it).
-			if rerr := s.stock.RealignCampaign(fctx, pool); rerr != nil {
-				s.cfg.Logger.Warn("realigning a campaign after a sale of unknown outcome failed; the periodic realign repairs it", "campaign", c.ID, "err", rerr)
+		s.redis.Unwind(ctx, err, func(ctx context.Context) error {
+			uerr := s.stock.UndoCampaign(ctx, pool, 1, adm, buyer)
+			if uerr == nil {
+				return nil
 			}
-		default:
-			if uerr := s.stock.UndoCampaign(fctx, pool, 1, adm, buyer); uerr != nil {
-				// The unit is hidden in Redis (buyers would be told sold
-				// out) until a realign: this one, not the periodic one.
-				s.cfg.Logger.Warn("undoing a campaign admission failed; realigning", "campaign", c.ID, "err", uerr)
-				if rerr := s.stock.RealignCampaign(fctx, pool); rerr != nil {
-					s.cfg.Logger.Warn("realign failed; the periodic realign retries", "campaign", c.ID, "err", rerr)
-				}
-			}
-		}
+			// The unit is hidden in Redis (buyers would be told sold out)
+			// until a realign: this one, not the periodic one, which comes
+			// later than a campaign sells out.
+			s.cfg.Logger.Warn("undoing a campaign admission failed; realigning", "campaign", c.ID, "err", uerr)
+			return s.stock.RealignCampaign(ctx, pool)
+		}, func(ctx context.Context) error {
+			return s.stock.RealignCampaign(ctx, pool)
+		}, "campaign", c.ID)
 		if arbiter.IsDuplicate(err) && idemKey != "" {
 			winner, gerr := s.byIdempotencyKey(ctx, userID, idemKey)
 			if gerr != nil {
@@ -367,16 +367,17 @@ func (s *Service) record(ctx context.Context, userID, idemKey string, lines []in
 	for i, a := range adm {
 		results[i] = a.Remaining
 	}
-	return s.recordFrom(ctx, userID, idemKey, lines, results, hold, nil, func(fences map[string]arbiter.Fence) {
-		s.redis.Settle(ctx, lines, adm, fences, userID, counted)
+	return s.recordFrom(ctx, userID, idemKey, lines, results, hold, nil, func(token string, fences map[string]arbiter.Fence) {
+		s.redis.Settle(ctx, token, lines, adm, fences, userID, counted)
 	})
 }
 
 // recordFrom is record, the lines drawn from campaign's pool (nil: from
 // their SKUs), results[i] what Redis had left after admitting lines[i],
-// settle bringing Redis to what the database recorded.
+// settle bringing Redis to what the database recorded under the order's
+// reservation token.
 func (s *Service) recordFrom(ctx context.Context, userID, idemKey string, lines []inventory.Line, results []int64, hold time.Duration,
-	campaign *string, settle func(map[string]arbiter.Fence)) (*Order, error) {
+	campaign *string, settle func(token string, fences map[string]arbiter.Fence)) (*Order, error) {
 	id := uuid.Must(uuid.NewV7()).String()
 	now := s.now()
 	o := &Order{ID: id, UserID: userID, Status: Pending, ReservationToken: id, ExpiresAt: now.Add(hold), CreatedAt: now, UpdatedAt: now}
@@ -393,7 +394,7 @@ func (s *Service) recordFrom(ctx context.Context, userID, idemKey string, lines 
 	if err != nil {
 		return nil, err
 	}
-	settle(fences)
+	settle(o.ReservationToken, fences)
 	s.cfg.OnCreated(ctx, o)
 	s.count(Pending)
 	return o, nil
@@ -478,6 +479,7 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 	}
 	s.redis.Apply(ctx, rel.Changes) // the units, and the buyers' counts given back
 	s.redis.ApplyCampaigns(ctx, rel.Campaigns, rel.CampaignQuotas)
+	s.afterClose(o, to)
 	s.count(to)
 	if to == Cancelled {
 		s.cfg.OnFinished(ctx, o)

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // everyState is what fillEveryState made: the orders' ids by how each

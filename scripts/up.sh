@@ -19,6 +19,8 @@ start_redis() {
   if redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; then
     log "redis :$REDIS_PORT already running, reusing it"
   else
+    # --databases is testkit/redislease's Databases (0 make run's, 1-30 the
+    # test processes', 31 make bench's); its test reads it here.
     redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
       --databases 32 --pidfile "$RUN/redis.pidfile" --logfile "$CACHE/redis.log"
     wait_for "redis :$REDIS_PORT" 10 redis-cli -p "$REDIS_PORT" ping
@@ -76,7 +78,7 @@ SQL
 # shared cache (downloading them once, under a lock, so two clones never
 # fetch into one directory at once) and that this clone's
 # .cache/rocketmq-VERSION points at them, where the private brokers of the
-# tests and make faults look first (internal/servers, which falls back on
+# tests and make faults look first (testkit/servers, which falls back on
 # the shared cache itself); it prints the classpath.
 rocketmq_classpath() {
   local shared="$SHARED_CACHE/rocketmq-$ROCKETMQ_VERSION" dir="$CACHE/rocketmq-$ROCKETMQ_VERSION"

@@ -38,7 +38,7 @@ func copyDir(t *testing.T, src, dst string) {
 
 // A second clone, while the first clone's servers run: scripts/up.sh (what
 // make test runs first) reuses the servers and still gives the clone what
-// its tests need, the RocketMQ jars where internal/servers looks for them
+// its tests need, the RocketMQ jars where testkit/servers looks for them
 // first (.cache/rocketmq-VERSION/lib), from the per-user shared cache. Before
 // issue 21 it reused the servers and left the clone without jars, and
 // TestFaults failed there.

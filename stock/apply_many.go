@@ -27,7 +27,7 @@ func (s *Store) ApplyMany(ctx context.Context, chs []inventory.Change) error {
 		pipe := s.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(part))
 		for i, c := range part {
-			if err := inventory.ValidateSKU(c.SKU); err != nil {
+			if err := errors.Join(inventory.ValidateSKU(c.SKU), validateRef(c.Ref)); err != nil {
 				errs = append(errs, err)
 				continue
 			}

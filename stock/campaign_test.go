@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -16,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // fakeCampaigns plays the database behind InitCampaign: per campaign its
@@ -33,6 +34,8 @@ type fakeCampaigns struct {
 type fakePool struct {
 	left, seq, epoch int64
 	opens, closes    time.Time
+	buyers           map[string]int64 // what buyer_quotas counts against the campaign's limit
+	ended            bool             // its pool released, or its window closed
 }
 
 func newFakeCampaigns(pools map[string]*fakePool) *fakeCampaigns {
@@ -50,9 +53,13 @@ func (f *fakeCampaigns) init(ctx context.Context, c Campaign, write func(Campaig
 		f.mu.Unlock()
 		return fmt.Errorf("campaign %s: %w", c.ID, inventory.ErrNotFound)
 	}
+	if p.ended {
+		f.mu.Unlock()
+		return fmt.Errorf("campaign %s: %w", c.ID, inventory.ErrEnded)
+	}
 	p.epoch = 1 + rand.Int64N(1<<52)
 	err := write(CampaignBaseline{
-		Baseline: inventory.Baseline{Available: p.left, Epoch: p.epoch, Seq: p.seq},
+		Baseline: inventory.Baseline{Available: p.left, Epoch: p.epoch, Seq: p.seq, Buyers: maps.Clone(p.buyers)},
 		Opens:    p.opens, Closes: p.closes,
 	})
 	f.mu.Unlock()
@@ -84,6 +91,15 @@ func campaignLevels(t *testing.T, s *Store, c Campaign) CampaignLevels {
 	require.NoError(t, err)
 	require.True(t, lv.Initialised, "%s is in Redis", c)
 	return lv
+}
+
+// expiresAt is when key expires, unix ms (miniredis keeps a TTL, not the
+// moment: it may answer a millisecond off).
+func expiresAt(t *testing.T, rdb redis.UniversalClient, key string) int64 {
+	t.Helper()
+	at, err := rdb.PExpireTime(context.Background(), key).Result()
+	require.NoError(t, err)
+	return at.Milliseconds()
 }
 
 // bought is what the hash key holds for user ("none": nothing).
@@ -118,12 +134,20 @@ func TestCampaignScriptCodes(t *testing.T) {
 			return r
 		}
 		require.Equal(t, []int64{-3, 0}, run(o, 0), "not initialised")
-		r, err := initScript.Run(ctx, rdb, []string{campaignKey(c)}, 2, 7, 4, "cold", o, z).Int64Slice()
+		expires := time.Now().Add(time.Hour).UnixMilli()
+		r, err := campaignInitScript.Run(ctx, rdb, []string{campaignKey(c), campaignBuyersKey(c), stagedCampaignBuyersKey(c, 7)},
+			2, 7, 4, "cold", o, z, expires, 0).Int64Slice()
 		require.NoError(t, err)
 		require.Equal(t, []int64{1, 2}, r)
 		h, err := rdb.HGetAll(ctx, campaignKey(c)).Result()
 		require.NoError(t, err)
 		require.Equal(t, map[string]string{"a": "2", "e": "7", "s": "4", "o": "1000000", "z": "2000000"}, h)
+		h, err = rdb.HGetAll(ctx, campaignBuyersKey(c)).Result()
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{buyersEpoch: "7"}, h, "the buyers' counts carry the pool's epoch")
+		for _, k := range []string{campaignKey(c), campaignBuyersKey(c)} {
+			require.InDelta(t, expires, expiresAt(t, rdb, k), 5, "%s expires when the initialisation says", k)
+		}
 
 		require.Equal(t, []int64{-8, 7}, run(o-1, 0), "one millisecond before the opening")
 		require.Equal(t, []int64{-8, 7}, run(0, 0))
@@ -138,6 +162,11 @@ func TestCampaignScriptCodes(t *testing.T) {
 		require.Equal(t, []int64{-7, 7}, run(o, 1), "the limit before the stock")
 		require.Equal(t, []int64{-2, 7}, run(o, 5), "sold out")
 		require.Equal(t, "1", bought(t, rdb, campaignBuyersKey(c), "u1"), "refusals counted nothing")
+		// Counts of another initialisation: the window first, then -10.
+		require.NoError(t, rdb.HSet(ctx, campaignBuyersKey(c), buyersEpoch, 6).Err())
+		require.Equal(t, []int64{-9, 7}, run(z, 5))
+		require.Equal(t, []int64{-10, 7}, run(o, 5), "the buyers' counts are not the pool's initialisation's")
+		require.Equal(t, []int64{-2, 7}, run(o, 0), "an admission without a limit does not read them: sold out")
 
 		// A SKU's hash has no window: the sixth argument is never read.
 		require.NoError(t, rdb.HSet(ctx, stockKey("S"), "a", 2, "e", 9, "s", 0).Err())
@@ -186,9 +215,10 @@ func TestCampaignWindowBurst(t *testing.T) {
 			wg.Wait()
 			require.Zero(t, wrong.Load())
 			require.EqualValues(t, 300, campaignLevels(t, s, c).Available, "nothing taken")
-			n, err := rdb.Exists(ctx, campaignBuyersKey(c)).Result()
+			h, err := rdb.HGetAll(ctx, campaignBuyersKey(c)).Result()
 			require.NoError(t, err)
-			require.Zero(t, n, "no buyer counted")
+			delete(h, buyersEpoch) // the initialisation's mark
+			require.Empty(t, h, "no buyer counted")
 		}
 		early := Campaign{ID: "EARLY", SKU: "PHONE"}
 		burst(early, opens.Add(-time.Millisecond), inventory.ErrNotStarted)
@@ -288,9 +318,8 @@ func TestCampaignBuyerLimit(t *testing.T) {
 		require.EqualValues(t, 98, campaignLevels(t, s, c).Available, "only the admitted units were taken")
 		require.Equal(t, "2", bought(t, rdb, campaignBuyersKey(c), "u1"))
 		require.Equal(t, "none", bought(t, rdb, buyersKey("PHONE"), "u1"), "the SKU's limit is another count")
-		ttl, err := rdb.PTTL(ctx, campaignBuyersKey(c)).Result()
-		require.NoError(t, err)
-		require.Greater(t, ttl, 23*time.Hour)
+		require.InDelta(t, closes.Add(CampaignKeysLinger).UnixMilli(), expiresAt(t, rdb, campaignBuyersKey(c)), 5,
+			"the counts expire with the pool")
 
 		// One round trip per sale, the limit included.
 		cmds := testenv.CountCommands(rdb)
@@ -301,18 +330,19 @@ func TestCampaignBuyerLimit(t *testing.T) {
 
 		_, err = s.AdmitCampaign(ctx, c, 1, &Buyer{User: "u2", Limit: 2}, time.Now())
 		require.ErrorIs(t, err, inventory.ErrOverLimit)
-		require.NoError(t, s.ReturnCampaignQuota(ctx, c, "u1", 1))
+		require.NoError(t, s.UndoCampaign(ctx, c, 1, Admission{Epoch: adm.Epoch}, u1))
 		_, err = s.AdmitCampaign(ctx, c, 1, u1, time.Now())
 		require.NoError(t, err, "a failed purchase gives its quota back")
 		require.Equal(t, "2", bought(t, rdb, campaignBuyersKey(c), "u1"))
 		_, err = s.AdmitCampaign(ctx, c, 1, nil, time.Now())
 		require.NoError(t, err, "no buyer: no limit")
-		require.EqualValues(t, 94, campaignLevels(t, s, c).Available)
+		require.EqualValues(t, 95, campaignLevels(t, s, c).Available, "the undone unit came back too")
 	})
 }
 
 // An admission the database refused goes back into the initialisation it
-// was taken from only; the buyer's count goes back whatever the epoch.
+// was taken from only, its buyer's count too: a realign's counts are the
+// database's, which never had the refused admission.
 func TestCampaignUndoOnlyIntoItsEpoch(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, rdb redis.UniversalClient) {
 		ctx := context.Background()
@@ -335,13 +365,17 @@ func TestCampaignUndoOnlyIntoItsEpoch(t *testing.T) {
 		require.Equal(t, "3", bought(t, rdb, campaignBuyersKey(c), "u1"))
 		require.Equal(t, []Campaign{c}, back)
 
-		require.NoError(t, s.RealignCampaign(ctx, c)) // the database never recorded a2: 10
+		// The database never recorded a2, and recorded another sale to u1
+		// meanwhile: 9 left, u1 holds 1.
+		f.pools["SALE"].left, f.pools["SALE"].buyers = 9, map[string]int64{"u1": 1}
+		require.NoError(t, s.RealignCampaign(ctx, c))
 		lv := campaignLevels(t, s, c)
-		require.EqualValues(t, 10, lv.Available)
+		require.EqualValues(t, 9, lv.Available)
 		require.NotEqual(t, a2.Epoch, lv.Epoch, "a realign is a new epoch")
+		require.Equal(t, "1", bought(t, rdb, campaignBuyersKey(c), "u1"), "the database's count")
 		require.NoError(t, s.UndoCampaign(ctx, c, 3, a2, u1))
-		require.EqualValues(t, 10, campaignLevels(t, s, c).Available, "another epoch: nothing given back")
-		require.Equal(t, "none", bought(t, rdb, campaignBuyersKey(c), "u1"), "the count went back all the same")
+		require.EqualValues(t, 9, campaignLevels(t, s, c).Available, "another epoch: nothing given back")
+		require.Equal(t, "1", bought(t, rdb, campaignBuyersKey(c), "u1"), "nor the count, which the database never had")
 
 		a3, err := s.AdmitCampaign(ctx, c, 1, nil, time.Now())
 		require.NoError(t, err)
@@ -365,7 +399,7 @@ func TestCampaignApplyFenced(t *testing.T) {
 		require.NoError(t, s.WarmCampaign(ctx, c))
 		lv := campaignLevels(t, s, c)
 		require.Equal(t, CampaignLevels{Initialised: true, Available: 10, Epoch: f.pools["SALE"].epoch, Seq: 5,
-			Opens: opens, Closes: closes}, lv)
+			Opens: opens, Closes: closes, BuyersEpoch: f.pools["SALE"].epoch}, lv)
 
 		// Changes the init already read (seq <= 5): skipped.
 		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: 1, Seq: 5}))
@@ -380,16 +414,25 @@ func TestCampaignApplyFenced(t *testing.T) {
 		require.EqualValues(t, 11, campaignLevels(t, s, c).Available)
 		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -1, Seq: 8, Epoch: lv.Epoch + 1}))
 		require.EqualValues(t, 10, campaignLevels(t, s, c).Available)
+		// A buyer's count moves with its unit, under the same fence.
+		// (Each change its own seq: one delivered again at its seq is
+		// applied once, stock/applyonce_test.go.)
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -1, Seq: 9, Epoch: lv.Epoch + 1, Buyers: map[string]int64{"u1": 1}}))
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -1, Seq: 10, Epoch: lv.Epoch, Buyers: map[string]int64{"u1": 1}}))
+		require.Equal(t, "1", bought(t, rdb, campaignBuyersKey(c), "u1"), "taken again once, not for its own epoch")
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: 1, Seq: 11, Buyers: map[string]int64{"u1": -1}}))
+		require.Equal(t, "none", bought(t, rdb, campaignBuyersKey(c), "u1"), "a release gives it back")
+		require.EqualValues(t, 10, campaignLevels(t, s, c).Available)
 
 		// Below zero: the pool is realigned from the database.
-		f.pools["SALE"].left, f.pools["SALE"].seq = 4, 9
-		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -50, Seq: 9}))
+		f.pools["SALE"].left, f.pools["SALE"].seq = 4, 12
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: -50, Seq: 12}))
 		lv = campaignLevels(t, s, c)
 		require.EqualValues(t, 4, lv.Available)
-		require.EqualValues(t, 9, lv.Seq)
+		require.EqualValues(t, 12, lv.Seq)
 		require.EqualValues(t, 2, f.calls.Load())
 
-		require.ErrorIs(t, s.ApplyCampaign(ctx, c, inventory.Change{SKU: "OTHER", Delta: 1, Seq: 10}), inventory.ErrInvalidArgument)
+		require.ErrorIs(t, s.ApplyCampaign(ctx, c, inventory.Change{SKU: "OTHER", Delta: 1, Seq: 13}), inventory.ErrInvalidArgument)
 		require.EqualValues(t, 4, campaignLevels(t, s, c).Available)
 		require.NoError(t, b.Flush(ctx, rdb))
 		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: 3, Seq: 99}))
@@ -518,7 +561,7 @@ func TestCampaignBadInput(t *testing.T) {
 			require.ErrorIs(t, s.RealignCampaign(ctx, c), inventory.ErrInvalidArgument)
 			require.ErrorIs(t, s.UndoCampaign(ctx, c, 1, Admission{Epoch: 1}, nil), inventory.ErrInvalidArgument)
 			require.ErrorIs(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: 1, Seq: 1}), inventory.ErrInvalidArgument)
-			require.ErrorIs(t, s.ReturnCampaignQuota(ctx, c, "u1", 1), inventory.ErrInvalidArgument)
+			require.ErrorIs(t, s.DropCampaigns(ctx, good, c), inventory.ErrInvalidArgument)
 			_, err = s.CampaignLevels(ctx, c)
 			require.ErrorIs(t, err, inventory.ErrInvalidArgument)
 		}
@@ -577,14 +620,14 @@ func TestCampaignAndSKUAreApart(t *testing.T) {
 	})
 }
 
-// A SKU's buyers hash is fenced by its initialisation's epoch, a campaign's
-// is not: a SKU admission with a limit whose buyers hash was lost (-10)
-// initialises the SKU again, counts read from the database, while a
-// campaign's admission with a limit is never refused for its unmarked
-// buyers hash and never initialises anything again. Each initialisation
-// writes only its own kind of hash: the SKU's no window, the pool's no
-// buyers.
-func TestCampaignBuyersUnfencedSKUBuyersFenced(t *testing.T) {
+// A campaign's buyers hash is fenced as a SKU's is, each apart from the
+// other: each initialisation of the pool writes the counts the database
+// has, marked with its epoch, so a buyer whose admission died (counted in
+// Redis, never recorded) is not refused by that count once the pool is
+// realigned, and a lost buyers hash (-10) initialises the pool again, the
+// counts read from the database. A realign of the pool leaves the SKU's
+// hash alone, and a SKU's lost hash the pool's.
+func TestCampaignBuyersFencedAsASKUs(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
 		ctx := context.Background()
 		opens, closes := window(time.Now().Add(-time.Minute))
@@ -594,52 +637,101 @@ func TestCampaignBuyersUnfencedSKUBuyersFenced(t *testing.T) {
 		s, err := NewStore(rdb, Config{Init: db.init, InitCampaign: f.init})
 		require.NoError(t, err)
 		c := Campaign{ID: "SALE", SKU: "PHONE"}
+		u1 := &Buyer{User: "u1", Limit: 1}
 		now := time.Now()
 
-		_, err = s.AdmitCampaign(ctx, c, 1, &Buyer{User: "u1", Limit: 2}, now)
+		// u1's admission counted, and its process died before the database
+		// recorded it: Redis refuses u1 by a count the database does not have.
+		_, err = s.AdmitCampaign(ctx, c, 1, u1, now)
 		require.NoError(t, err)
-		_, err = s.AdmitCampaign(ctx, c, 1, &Buyer{User: "u1", Limit: 2}, now)
-		require.NoError(t, err)
-		_, err = s.AdmitCampaign(ctx, c, 1, &Buyer{User: "u1", Limit: 2}, now)
-		require.ErrorIs(t, err, inventory.ErrOverLimit, "the campaign's own limit, counted in its unmarked hash")
-		require.Equal(t, "none", bought(t, rdb, campaignBuyersKey(c), buyersEpoch), "a campaign's buyers hash has no epoch")
-		require.EqualValues(t, 1, f.calls.Load(), "the pool was initialised once")
+		_, err = s.AdmitCampaign(ctx, c, 1, u1, now)
+		require.ErrorIs(t, err, inventory.ErrOverLimit)
+		lv := campaignLevels(t, s, c)
+		require.Equal(t, lv.Epoch, lv.BuyersEpoch, "the pool's buyers hash carries its epoch")
+		require.NoError(t, s.RealignCampaign(ctx, c))
+		_, err = s.AdmitCampaign(ctx, c, 1, u1, now)
+		require.NoError(t, err, "realigned: the database's counts, without the dead admission's")
+		require.EqualValues(t, 2, f.calls.Load())
 
+		// The database recorded that sale; the pool's buyers hash is lost:
+		// the next admission with a limit initialises the pool again, with
+		// the database's counts, and u1 is refused by them.
+		f.pools["SALE"].left, f.pools["SALE"].buyers = 4, map[string]int64{"u1": 1}
+		require.NoError(t, rdb.Del(ctx, campaignBuyersKey(c)).Err())
+		_, err = s.AdmitCampaign(ctx, c, 1, u1, now)
+		require.ErrorIs(t, err, inventory.ErrOverLimit, "-10: initialised again, and u1's count is the database's")
+		require.EqualValues(t, 3, f.calls.Load())
+		require.EqualValues(t, 4, campaignLevels(t, s, c).Available)
+		_, err = s.AdmitCampaign(ctx, c, 1, nil, now)
+		require.NoError(t, err, "an admission without a limit reads no counts")
+
+		// The SKU's own hash is another count, fenced by the SKU's epoch.
 		_, err = s.AdmitBuyer(ctx, "PHONE", 1, Buyer{User: "u1", Limit: 2})
 		require.NoError(t, err, "the campaign's counts are not the SKU's")
-		seq, _, ok := db.reserveFor("PHONE", "u1", 1)
-		require.True(t, ok)
-		require.NoError(t, s.Apply(ctx, inventory.Change{SKU: "PHONE", Seq: seq, Delta: -1, Epoch: levels(t, s, "PHONE").Epoch}))
-		lv := levels(t, s, "PHONE")
-		require.Equal(t, lv.Epoch, lv.BuyersEpoch, "the SKU's buyers hash carries its epoch")
-		require.EqualValues(t, 1, db.calls.Load())
-		h, err := rdb.HGetAll(ctx, stockKey("PHONE")).Result()
-		require.NoError(t, err)
-		require.NotContains(t, h, "o", "a SKU's hash has no window")
-
-		// The SKU's buyers hash is lost: its next limited admission initialises
-		// the SKU again (the database's counts), and the campaign carries on.
-		require.NoError(t, rdb.Del(ctx, buyersKey("PHONE")).Err())
-		_, err = s.AdmitBuyer(ctx, "PHONE", 1, Buyer{User: "u1", Limit: 2})
-		require.NoError(t, err)
-		require.EqualValues(t, 2, db.calls.Load(), "-10 initialised the SKU again")
-		require.Equal(t, "2", bought(t, rdb, buyersKey("PHONE"), "u1"), "the database's 1 and this admission's 1")
-		_, err = s.AdmitBuyer(ctx, "PHONE", 1, Buyer{User: "u1", Limit: 2})
-		require.ErrorIs(t, err, inventory.ErrOverLimit)
-
-		require.NoError(t, rdb.Del(ctx, campaignBuyersKey(c)).Err())
-		_, err = s.AdmitCampaign(ctx, c, 1, &Buyer{User: "u1", Limit: 2}, now)
-		require.NoError(t, err, "a lost campaign buyers hash is no refusal")
-		require.EqualValues(t, 1, f.calls.Load(), "nor an initialisation")
-
-		// A realign of the pool leaves the SKU's buyers hash alone.
 		before, err := rdb.HGetAll(ctx, buyersKey("PHONE")).Result()
 		require.NoError(t, err)
 		require.NoError(t, s.RealignCampaign(ctx, c))
 		after, err := rdb.HGetAll(ctx, buyersKey("PHONE")).Result()
 		require.NoError(t, err)
-		require.Equal(t, before, after)
-		require.Equal(t, opens.UnixMilli(), campaignLevels(t, s, c).Opens.UnixMilli())
+		require.Equal(t, before, after, "a realign of the pool leaves the SKU's buyers hash alone")
+		pool, err := rdb.HGetAll(ctx, campaignBuyersKey(c)).Result()
+		require.NoError(t, err)
+		require.NoError(t, rdb.Del(ctx, buyersKey("PHONE")).Err())
+		_, err = s.AdmitBuyer(ctx, "PHONE", 1, Buyer{User: "u1", Limit: 2})
+		require.NoError(t, err)
+		require.EqualValues(t, 2, db.calls.Load(), "-10 initialised the SKU again")
+		after, err = rdb.HGetAll(ctx, campaignBuyersKey(c)).Result()
+		require.NoError(t, err)
+		require.Equal(t, pool, after, "and left the pool's buyers hash alone")
+		h, err := rdb.HGetAll(ctx, stockKey("PHONE")).Result()
+		require.NoError(t, err)
+		require.NotContains(t, h, "o", "a SKU's hash has no window")
+	})
+}
+
+// An ended campaign has nothing in Redis: an initialisation of it (a late
+// buy's, a node's with a stale view) writes nothing and answers ended; a
+// realign of it deletes what Redis still had; an undo or an apply that
+// comes after its keys were dropped writes nothing either; and whatever
+// fails, an initialisation makes the keys expire CampaignKeysLinger after
+// the window's close.
+func TestCampaignEndedWritesNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, _ backend, rdb redis.UniversalClient) {
+		ctx := context.Background()
+		opens, closes := window(time.Now().Add(-time.Minute))
+		f := newFakeCampaigns(map[string]*fakePool{"SALE": {left: 5, opens: opens, closes: closes}})
+		s := newCampaignStore(t, rdb, f)
+		c := Campaign{ID: "SALE", SKU: "PHONE"}
+		u1 := &Buyer{User: "u1", Limit: 2}
+		keys := func() int64 {
+			n, err := rdb.Exists(ctx, campaignKey(c), campaignBuyersKey(c), campaignInitLockKey(c)).Result()
+			require.NoError(t, err)
+			return n
+		}
+		adm, err := s.AdmitCampaign(ctx, c, 1, u1, time.Now())
+		require.NoError(t, err)
+		require.EqualValues(t, 2, keys())
+		for _, k := range []string{campaignKey(c), campaignBuyersKey(c)} {
+			require.InDelta(t, closes.Add(CampaignKeysLinger).UnixMilli(), expiresAt(t, rdb, k), 5, k)
+		}
+
+		f.pools["SALE"].ended = true // the end released the pool
+		require.NoError(t, s.RealignCampaign(ctx, c), "an ended campaign is realigned to nothing")
+		require.Zero(t, keys())
+		_, err = s.AdmitCampaign(ctx, c, 1, u1, time.Now())
+		require.ErrorIs(t, err, inventory.ErrEnded, "a buy its view let through")
+		require.ErrorIs(t, s.WarmCampaign(ctx, c), inventory.ErrEnded)
+		require.NoError(t, s.UndoCampaign(ctx, c, 1, adm, u1), "the sale in flight at the end, refused")
+		require.NoError(t, s.ApplyCampaign(ctx, c, inventory.Change{Delta: 1, Seq: 99, Buyers: map[string]int64{"u1": -1}}))
+		require.Zero(t, keys(), "nothing written again")
+
+		// Keys an end failed to delete (Redis was away): a realign of the
+		// ended campaign deletes them, as DropCampaigns does.
+		f.pools["SALE"].ended = false
+		require.NoError(t, s.WarmCampaign(ctx, c))
+		require.EqualValues(t, 2, keys())
+		require.NoError(t, s.DropCampaigns(ctx, c))
+		require.Zero(t, keys())
 	})
 }
 

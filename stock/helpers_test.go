@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // backend is one Redis deployment the contract suite runs on.

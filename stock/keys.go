@@ -7,6 +7,9 @@ import "strconv"
 //
 //	inv:{SKU}:stock       hash    a = available units (-1 unlimited), e = epoch of
 //	                              the initialisation, s = the database seq it read;
+//	                              the changes applied since (applyScript): #SEQ or
+//	                              #SEQ:REF = SEQ for each of the last 32, n their
+//	                              count, m the highest seq forgotten;
 //	                              absent = not initialised
 //	inv:{SKU}:t:TOKEN     string  qty of a token-API reservation, expires with the hold
 //	                              (only so a replay is sent to the database)
@@ -18,18 +21,24 @@ import "strconv"
 //	                              (renamed to inv:{SKU}:buyers by it; expires in a minute)
 //	inv:{SKU}:c:ID        hash    campaign ID's pool (a flash sale's allotment of the
 //	                              SKU): a, e, s as the stock hash (a >= 0, the units
-//	                              the campaign has left; e and s fence it against the
-//	                              pool's reservation row) and its window, o = opens
-//	                              (starts_at) and z = closes (ends_at), unix ms;
+//	                              the campaign has left; e, s and the changes applied
+//	                              fence it against the pool's reservation row) and its
+//	                              window, o = opens (starts_at) and z = closes
+//	                              (ends_at), unix ms;
 //	                              absent = not initialised
-//	inv:{SKU}:cb:ID       hash    user -> units bought in campaign ID (its per-user limit;
-//	                              no {e}: not part of the pool's initialisation, not fenced)
+//	inv:{SKU}:cb:ID       hash    user -> units bought in campaign ID (its per-user limit),
+//	                              and {e} = the epoch of the pool's initialisation the
+//	                              counts come from (written with the pool, as a SKU's)
+//	inv:{SKU}:cb:ID:EPOCH hash    the counts an initialisation of the pool stages before
+//	                              it writes (renamed to inv:{SKU}:cb:ID; expires in a minute)
 //	inv:{SKU}:ci:ID       string  campaign ID's cold-init lock (token-owned)
 //
 // A campaign's keys carry its SKU's hash tag (one slot with the SKU). Its ID
 // has a SKU's alphabet (no colon, no brace), so no campaign key is another's
-// or a token's. Redis keeps no per-reservation state for orders: the
-// database does.
+// or a token's. An ended campaign has none: its end deletes the pool and
+// the buyers hash, and both expire CampaignKeysLinger after the window's
+// close whatever happens. Redis keeps no per-reservation state for orders:
+// the database does.
 //
 // The keys that belong to no SKU are named here too, so one file lists every
 // key the service writes:
@@ -57,6 +66,12 @@ func stagedBuyersKey(sku string, epoch int64) string {
 func campaignKey(c Campaign) string         { return skuTag(c.SKU) + "c:" + c.ID }
 func campaignBuyersKey(c Campaign) string   { return skuTag(c.SKU) + "cb:" + c.ID }
 func campaignInitLockKey(c Campaign) string { return skuTag(c.SKU) + "ci:" + c.ID }
+
+// stagedCampaignBuyersKey holds the counts one initialisation (epoch) of
+// c's pool writes before its script makes them the buyers hash.
+func stagedCampaignBuyersKey(c Campaign, epoch int64) string {
+	return campaignBuyersKey(c) + ":" + strconv.FormatInt(epoch, 10)
+}
 
 // admitKeys are the deduction script's KEYS: without a token, the stock key
 // twice (the script then keeps no token key).

@@ -179,6 +179,22 @@ func (s *Store) KeepToken(ctx context.Context, sku, token string, keep time.Dura
 	return s.rdb.PExpire(ctx, tokenKey(sku, token), max(keep, time.Second)).Err()
 }
 
+// ForgetToken drops Redis's memory of token's reservation of sku, so a
+// replay of it asks the database (an admission of unknown outcome: the
+// database may or may not have it).
+func (s *Store) ForgetToken(ctx context.Context, sku, token string) error {
+	if err := inventory.ValidateSKU(sku); err != nil {
+		return err
+	}
+	if !keyPattern.MatchString(token) {
+		return inventory.Invalidf("token must be 1-140 characters of A-Z a-z 0-9 . _ : -")
+	}
+	if err := s.rdb.Del(ctx, tokenKey(sku, token)).Err(); err != nil {
+		return fmt.Errorf("stock: forget token of %s: %w", sku, err)
+	}
+	return nil
+}
+
 // Buyer is a per-user limit an admission counts against.
 type Buyer struct {
 	User  string
@@ -217,7 +233,7 @@ func (s *Store) admit(ctx context.Context, p pool, keys []string, args []any) (A
 		}
 		if res[0] == resNotInitialised || res[0] == resBuyersCold {
 			mode := modeCold
-			if res[0] == resBuyersCold { // a SKU's only: a campaign's buyers hash is not fenced
+			if res[0] == resBuyersCold {
 				mode = modeBuyers
 			}
 			if err := s.ensurePool(ctx, p, mode); err != nil {
@@ -400,12 +416,16 @@ func (s *Store) undo(ctx context.Context, sku string, qty int64, keys []string, 
 	return nil
 }
 
-// Apply brings a committed change into Redis exactly once (see applyScript).
-// A change that would take Redis below zero sets it to zero and realigns the
-// SKU from the database. A SKU Redis does not have is left alone: its next
-// cold init reads the database.
+// Apply brings a committed change into Redis exactly once (see applyScript):
+// delivered again, it changes nothing. A change that would take Redis below
+// zero sets it to zero and realigns the SKU from the database, and so does
+// one too old for Redis to tell whether it was counted. A SKU Redis does
+// not have is left alone: its next cold init reads the database.
 func (s *Store) Apply(ctx context.Context, c inventory.Change) error {
 	if err := inventory.ValidateSKU(c.SKU); err != nil {
+		return err
+	}
+	if err := validateRef(c.Ref); err != nil {
 		return err
 	}
 	keys, args := applyCall(c)
@@ -418,7 +438,7 @@ func (s *Store) Apply(ctx context.Context, c inventory.Change) error {
 
 // applyCall is applyScript's keys and arguments for c.
 func applyCall(c inventory.Change) ([]string, []any) {
-	keys, args := []string{stockKey(c.SKU)}, []any{c.Delta, c.Seq, c.Epoch}
+	keys, args := []string{stockKey(c.SKU)}, []any{c.Delta, c.Seq, c.Epoch, c.Ref}
 	if len(c.Buyers) > 0 {
 		keys = append(keys, buyersKey(c.SKU))
 		for _, u := range slices.Sorted(maps.Keys(c.Buyers)) {
@@ -432,11 +452,20 @@ func applyCall(c inventory.Change) ([]string, []any) {
 // taken Redis below zero realigns the SKU; units that came back are told.
 func (s *Store) applied(ctx context.Context, c inventory.Change, n int64) error {
 	switch {
-	case n == resClamped:
+	case n == resClamped, n == resForgotten:
 		return s.Realign(ctx, c.SKU)
 	case n >= 0 && c.Delta > 0:
 		s.stats.Released.Add(c.Delta)
 		s.cfg.OnStockBack(c.SKU)
+	}
+	return nil
+}
+
+// validateRef checks a change's ref (inventory.Change.Ref), which names it
+// in Redis among the changes of its seq: a token's alphabet and length.
+func validateRef(ref string) error {
+	if ref != "" && !keyPattern.MatchString(ref) {
+		return inventory.Invalidf("a change's ref must be 1-140 characters of A-Z a-z 0-9 . _ : -, got %q", inventory.Truncate(ref))
 	}
 	return nil
 }
@@ -709,6 +738,14 @@ func (p pool) key() string {
 	return campaignKey(p.asCampaign())
 }
 
+// buyersKey is p's buyers hash: a SKU's, or the campaign's.
+func (p pool) buyersKey() string {
+	if p.campaign == "" {
+		return buyersKey(p.sku)
+	}
+	return campaignBuyersKey(p.asCampaign())
+}
+
 func (p pool) lockKey() string {
 	if p.campaign == "" {
 		return initLockKey(p.sku)
@@ -757,16 +794,12 @@ func (s *Store) ensureInit(ctx context.Context, sku, mode string) error {
 	return s.ensurePool(ctx, pool{sku: sku}, mode)
 }
 
-// ensurePool initialises a cold pool (mode modeCold), or a SKU whose buyers
+// ensurePool initialises a cold pool (mode modeCold), or one whose buyers
 // hash is not initialised (modeBuyers: both are initialised again, the
-// counts need the fence of a fresh epoch; a campaign's buyers hash is not
-// fenced and never asks for it). Callers in this process share one attempt
-// (singleflight); across processes one caller takes the init lock and the
-// others wait for the key, not the database.
+// counts need the fence of a fresh epoch). Callers in this process share
+// one attempt (singleflight); across processes one caller takes the init
+// lock and the others wait for the key, not the database.
 func (s *Store) ensurePool(ctx context.Context, p pool, mode string) error {
-	if p.campaign != "" && mode == modeBuyers {
-		return fmt.Errorf("stock: %s has no fenced buyers' counts to initialise", p)
-	}
 	ch := s.inits.DoChan(mode+":"+p.key(), func() (any, error) {
 		// Detached: one caller's cancellation must not fail the others.
 		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.InitWait+s.cfg.LockTTL)
@@ -781,16 +814,10 @@ func (s *Store) ensurePool(ctx context.Context, p pool, mode string) error {
 	}
 }
 
-// initialised is initCold's check: p is initialised (and, for a SKU in
-// modeBuyers, its buyers hash too).
+// initialised is initCold's check: p is initialised (and, in modeBuyers,
+// its buyers hash too).
 func (s *Store) initialised(ctx context.Context, p pool, mode string) (bool, error) {
-	var n int64
-	var err error
-	if p.campaign == "" {
-		n, err = initialisedScript.Run(ctx, s.rdb, []string{stockKey(p.sku), buyersKey(p.sku)}, mode).Int64()
-	} else {
-		n, err = s.rdb.Exists(ctx, p.key()).Result()
-	}
+	n, err := initialisedScript.Run(ctx, s.rdb, []string{p.key(), p.buyersKey()}, mode).Int64()
 	if err != nil {
 		return false, fmt.Errorf("%w: %v", inventory.ErrUnavailable, err)
 	}
@@ -887,9 +914,8 @@ func (s *Store) write(ctx context.Context, sku, mode string) error {
 		if err != nil {
 			return err
 		}
-		// ARGV[5] and ARGV[6] are a campaign's window: a SKU has none.
 		return initScript.Run(ctx, s.rdb, []string{stockKey(sku), buyersKey(sku), staged},
-			lv.Available, lv.Epoch, lv.Seq, mode, "", "", s.cfg.QuotaTTL.Milliseconds(), min(n, 1)).Err()
+			lv.Available, lv.Epoch, lv.Seq, mode, s.cfg.QuotaTTL.Milliseconds(), min(n, 1)).Err()
 	})
 	switch {
 	case errors.Is(err, inventory.ErrUnknownSKU):

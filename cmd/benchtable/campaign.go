@@ -27,9 +27,16 @@ import (
 // in one run: -campaign-openings openings (buyers and pollers across
 // starts_at), each just after the seckill selling phase its selling is
 // judged against (on tables as large as its own: every phase's sales stay
-// in them) and the bare handler and the sold-out phase its requests before
-// starts_at are judged against (as long as that window each), then the two
-// extension routes.
+// in them) and the sold-out phase its requests before starts_at are judged
+// against (as long as that window), then the two extension routes.
+//
+// SPEC section 7's two campaign targets that compare are parity within
+// 10%: a request before starts_at costs no more than the sold-out answer
+// (costParity), and the campaign sells at least as fast as the seckill
+// selling phase less 10% (sellingParity). Both are the same work as their
+// reference (the same 409 from memory; the same group-committed sale),
+// so a run on either side of 1 is noise, not a regression; 10% is the
+// noise of one run on the shared machine (docs/benchmarks.md).
 
 var (
 	campOpenings  = flag.Int("campaign-openings", 3, "campaign group: how many openings (the first 201's delay is their p50)")
@@ -41,6 +48,16 @@ var (
 // firstSaleTarget is SPEC section 7's bound on the time from starts_at to
 // the first 201 (p50 over the openings).
 const firstSaleTarget = 50 * time.Millisecond
+
+// costParity is SPEC section 7's bound on what a request answered before
+// starts_at costs against a sold-out answer (the median opening's ratio of
+// CPU per answer, processCPUPerAnswer), and sellingParity its floor on the
+// campaign's selling rate against the seckill selling phase's (the median
+// opening's).
+const (
+	costParity    = 1.10
+	sellingParity = 0.90
+)
 
 // campaignRun is what the campaign group measured.
 type campaignRun struct {
@@ -54,7 +71,8 @@ type campaignRun struct {
 type opening struct {
 	id                  string
 	allotment           int64
-	bare, soldOut       float64       // the rates of the bare handler and the sold-out phase: the mean of those just before and just after the opening
+	soldOut             float64       // the sold-out phase's requests per second: the mean of those just before and just after the opening
+	cost, soldOutCost   float64       // CPU µs per answer (processCPUPerAnswer) before starts_at, and the sold-out phase's (the mean of those just before and just after); 0: not measured
 	seckill             float64       // the seckill selling phase's 201s per second: the mean of those just before and just after the opening
 	before              time.Duration // from the first request to starts_at
 	buys, polls, others int64         // answered before starts_at: buys 409 sale_not_started, polls 200/304, anything else
@@ -100,8 +118,6 @@ func campaignBench(ctx context.Context, rdb *redis.Client, dsnBase string) *camp
 	stmts := countStatements(a.DB())
 	base, stopTagged := serveTagged(a.Handler())
 	defer stopTagged()
-	bareURL, stopBare := bareHandler(rdb)
-	defer stopBare()
 	for sku, n := range map[string]int64{"FLASH": 1_000_000_000, "GONE": 0, "EXT": 1_000_000, "EXTT": 1_000_000} {
 		_, err := a.Catalog.Put(ctx, sku, n, 0)
 		must(err)
@@ -115,20 +131,18 @@ func campaignBench(ctx context.Context, rdb *redis.Client, dsnBase string) *camp
 	// What each opening is judged against, run before the first opening,
 	// between two and after the last, so that an opening's references are
 	// the mean of the phases on either side of it: the seckill selling
-	// phase (its selling's), the bare handler and the sold-out phase (its
-	// requests before starts_at's; each as long as that window). Every
-	// phase's orders stay in the tables and the machine drifts: a
-	// reference run only before would judge each opening against a
-	// cheaper moment than its own.
-	refs := func(at string) (seckill, bare, soldOut httpResult) {
+	// phase (its selling's) and the sold-out phase (its requests before
+	// starts_at's; as long as that window). Every phase's orders stay in
+	// the tables and the machine drifts: a reference run only before would
+	// judge each opening against a cheaper moment than its own.
+	refs := func(at string) (seckill, soldOut httpResult) {
 		var batch int
 		seckill = sellingPhase(a, base, "seckill, selling, "+at, &batch)
-		bare = load("bare net/http + EVALSHA, "+at, bareURL, *workers, *campBefore, buyer("b"), empty)
 		soldOut = load("seckill, sold out, "+at, base+"/v1/seckill/GONE/buy", *workers, *campBefore, buyer("g"), empty)
-		run.phases = append(run.phases, seckill, bare, soldOut)
-		return seckill, bare, soldOut
+		run.phases = append(run.phases, seckill, soldOut)
+		return seckill, soldOut
 	}
-	seckill, bare, soldOut := refs("before opening #1")
+	seckill, soldOut := refs("before opening #1")
 	for i := range *campOpenings {
 		o, rows := openCampaign(ctx, a, check, base, i, stmts)
 		run.phases = append(run.phases, rows...)
@@ -136,12 +150,17 @@ func campaignBench(ctx context.Context, rdb *redis.Client, dsnBase string) *camp
 		if i == *campOpenings-1 {
 			at = fmt.Sprintf("after opening #%d", i+1)
 		}
-		seckill2, bare2, soldOut2 := refs(at)
+		seckill2, soldOut2 := refs(at)
 		o.seckill = (seckill.rate + seckill2.rate) / 2
-		o.bare = (bare.rate + bare2.rate) / 2
 		o.soldOut = (soldOut.rate + soldOut2.rate) / 2
+		o.cost, _ = processCPUPerAnswer(rows[0])
+		c1, ok1 := processCPUPerAnswer(soldOut)
+		c2, ok2 := processCPUPerAnswer(soldOut2)
+		if ok1 && ok2 {
+			o.soldOutCost = (c1 + c2) / 2
+		}
 		run.openings = append(run.openings, o)
-		seckill, bare, soldOut = seckill2, bare2, soldOut2
+		seckill, soldOut = seckill2, soldOut2
 	}
 	run.extends, run.phases = extendPhases(ctx, a, base, stmts, run.phases)
 	return run
@@ -429,7 +448,7 @@ func campaignChecks(c *campaignRun) []check {
 	}
 	var buys, polls, stmtsN, commits, wire, untagged int64
 	var before time.Duration
-	var toBare, toSoldOut, toSeckill []float64
+	var toSoldOut, costs, toSeckill []float64
 	var pairs, sellPairs []string
 	var first []float64
 	var shapes, firsts, sold []string
@@ -437,10 +456,13 @@ func campaignChecks(c *campaignRun) []check {
 	for _, o := range c.openings {
 		buys, polls, stmtsN, commits, wire, untagged = buys+o.buys, polls+o.polls, stmtsN+o.stmts.tagged, commits+o.commits, wire+o.wire, untagged+o.stmts.untagged
 		before += o.before
-		if rate := float64(o.buys+o.polls) / o.before.Seconds(); o.bare > 0 && o.soldOut > 0 {
-			toBare, toSoldOut = append(toBare, rate/o.bare), append(toSoldOut, rate/o.soldOut)
-			pairs = append(pairs, fmt.Sprintf("#%s: %.0f/s, %.2f× bare (%.0f/s), %.2f× sold out (%.0f/s)",
-				strings.TrimPrefix(o.id, "OPEN-"), rate, rate/o.bare, o.bare, rate/o.soldOut, o.soldOut))
+		if o.cost > 0 && o.soldOutCost > 0 {
+			costs = append(costs, o.cost/o.soldOutCost)
+			pairs = append(pairs, fmt.Sprintf("#%s: %.1f / %.1f µs, %.2f×",
+				strings.TrimPrefix(o.id, "OPEN-"), o.cost, o.soldOutCost, o.cost/o.soldOutCost))
+		}
+		if rate := float64(o.buys+o.polls+o.others) / o.before.Seconds(); o.soldOut > 0 {
+			toSoldOut = append(toSoldOut, rate/o.soldOut)
 		}
 		if rate := o.sellingRate(); rate > 0 && o.seckill > 0 {
 			toSeckill = append(toSeckill, rate/o.seckill)
@@ -464,16 +486,19 @@ func campaignChecks(c *campaignRun) []check {
 		sold = append(sold, line)
 	}
 	var cs []check
-	k := check{what: fmt.Sprintf("campaign opening: requests answered before starts_at (%d buyers' 409 sale_not_started and %d pollers' GETs), per second, against the bare handler and the sold-out phase run just before and just after each opening (their mean; median of the openings)", *workers, *campPollers),
-		target: "≥ 2× bare and ≥ the sold-out phase's rate", state: unmeasured, measured: "–"}
+	k := check{what: fmt.Sprintf("campaign opening: cost of a request answered before starts_at (%d buyers' 409 sale_not_started and %d pollers' GETs) / the sold-out answer's (the sold-out phases run just before and just after each opening, their mean); cost: CPU µs per answer of this process (the service and its load generator; neither answer sends anything to the servers, whose CPU is shared with the machine's other runs), from /proc over each window; median of the openings", *workers, *campPollers),
+		target: fmt.Sprintf("≤ %.2f×", costParity), state: unmeasured, measured: "–"}
 	if len(pairs) == len(c.openings) {
-		b, so := median(toBare), median(toSoldOut)
-		k.measured = fmt.Sprintf("%.2f× bare, %.2f× sold out (%s); of them the buys alone (409 sale_not_started): %.0f/s",
-			b, so, strings.Join(pairs, "; "), float64(buys)/before.Seconds())
+		r := median(costs)
+		k.measured = fmt.Sprintf("%.2f× (%s)", r, strings.Join(pairs, "; "))
 		k.state = missed
-		if b >= 2 && so >= 1 {
+		if r <= costParity {
 			k.state = met
 		}
+	}
+	if len(toSoldOut) > 0 {
+		k.measured += fmt.Sprintf("; not judged: requests per second before starts_at %.2f× the sold-out phase's (median), of them the buys alone (409 sale_not_started) %.0f/s",
+			median(toSoldOut), float64(buys)/before.Seconds())
 	}
 	cs = append(cs, k)
 	k = check{what: "campaign opening: database statements of the requests before starts_at (counted in the service: its GORM statements under those requests' contexts, and group commits)",
@@ -498,12 +523,12 @@ func campaignChecks(c *campaignRun) []check {
 	}
 	cs = append(cs, k)
 	k = check{what: "campaign selling / the seckill selling phases run just before and just after the opening (201s per second, their mean; the campaign's from its first 201 to its last; median of the openings)",
-		target: "≥ 100%", state: unmeasured, measured: "–"}
+		target: fmt.Sprintf("≥ %.0f%%", 100*sellingParity), state: unmeasured, measured: "–"}
 	if len(sellPairs) == len(c.openings) {
 		r := median(toSeckill)
 		k.measured = fmt.Sprintf("%.0f%% (%s)", 100*r, strings.Join(sellPairs, "; "))
 		k.state = missed
-		if r >= 1 {
+		if r >= sellingParity {
 			k.state = met
 		}
 	}

@@ -77,7 +77,7 @@ func (ar *arrivalRun) commitBreakdown(ctx context.Context, a *app.App, dsnBase, 
 		ar.breakdown = "\nThe commit-latency breakdown was not run (-flush-check=false).\n"
 		return nil
 	}
-	db := openDatabase(ctx, dsnBase, "inv_bench_http")
+	db := openDatabase(ctx, dsnBase, *dbPrefix+"_http")
 	defer db.Close()
 	db.SetMaxOpenConns(2)
 	var flush, syncBinlog, logBin int

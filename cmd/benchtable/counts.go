@@ -33,7 +33,7 @@ import (
 // second (target: >= 20,000), and every count's lines are checked applied.
 
 var (
-	countPairs = flag.Int("count-pairs", 3, "counts group: how many interleaved pairs of seckill selling phases, without a count and then with one (the verdict is the median pair's ratio)")
+	countPairs   = flag.Int("count-pairs", 3, "counts group: how many interleaved pairs of seckill selling phases, without a count and then with one (the verdict is the median pair's ratio)")
 	countLines   = flag.Int("count-lines", 50_000, "counts group: the lines of the count applied during the selling phase")
 	countChanged = flag.Float64("count-changed", 0.1, "counts group: the share of the count's lines that find a level other than the stock says (the others confirm it)")
 )
@@ -202,7 +202,7 @@ type countLine struct {
 // count.
 func countFile(skus []string, levels []int64, i int) []countLine {
 	lines := make([]countLine, 0, len(skus)+1)
-	every := max(1, int(1 / *countChanged+0.5))
+	every := max(1, int(1 / *countChanged + 0.5))
 	for k, s := range skus {
 		if k == len(skus)/2 {
 			lines = append(lines, countLine{SKU: "FLASH", Counted: 1_000_000_000 + int64(i)*countDelivery})

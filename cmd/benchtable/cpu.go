@@ -250,6 +250,28 @@ func cpuTable() string {
 	return b.String()
 }
 
+// processCPUPerAnswer is the CPU µs per answer phase r cost this process
+// (the service and its load generator): what an answer costs when it
+// sends nothing to the servers, as a sold-out answer and one before a
+// campaign's opening do not. The servers are left out: the machine's
+// other runs (the tests of other clones) share them, and their CPU in a
+// window is those runs' and the background jobs', not the answers'.
+// Unlike a rate, it depends neither on how many clients a phase has nor
+// on what else the machine runs meanwhile. False when /proc gave no
+// sample of the phase or it answered nothing.
+func processCPUPerAnswer(r httpResult) (float64, bool) {
+	answers := r.answers()
+	if answers == 0 {
+		return 0, false
+	}
+	for i := len(cpuPhases) - 1; i >= 0; i-- {
+		if ph := cpuPhases[i]; ph.name == r.name {
+			return ph.group["benchtable"] * 1e6 / float64(answers), true
+		}
+	}
+	return 0, false
+}
+
 // costPerAnswer is the CPU each HTTP phase spent per answer, by process,
 // and the rate the machine's cores could serve at that cost: the ceiling a
 // phase meets when the CPU, not waiting, bounds it. Against the bare
@@ -260,17 +282,10 @@ func costPerAnswer(web webRun) string {
 	for _, ph := range cpuPhases {
 		byName[ph.name] = ph
 	}
-	bare := median(web.bare)
+	bare := median(web.bare) // 0 (the last column "–") when the HTTP group did not run
 	phases := web.phases
 	if web.camp != nil {
 		phases = append(slices.Clone(phases), web.camp.phases...)
-		if bare == 0 {
-			var bares []float64
-			for _, o := range web.camp.openings {
-				bares = append(bares, o.bare)
-			}
-			bare = median(bares)
-		}
 	}
 	var b strings.Builder
 	cores := float64(runtime.NumCPU())

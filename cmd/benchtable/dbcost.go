@@ -126,13 +126,15 @@ func insertReservations(ctx context.Context, c *costRig, tx costTx, ids []string
 }
 
 func insertMovements(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
-	args := make([]any, 0, 7*len(ids))
-	for _, id := range ids {
-		args = append(args, "FLASH", "RESERVE", 0, 1, "", id, now)
-	}
-	return c.exec(ctx, tx, `INSERT INTO stock_movements (sku, kind, on_hand_delta, reserved_delta, reason,
-		reference, created_at) VALUES `+valuesOf(len(ids), 7), args...)
+	return designMovements("stock_movements")(ctx, c, tx, ids, now)
 }
+
+// movementPositions numbers the variants' movements of FLASH, unique in
+// the process as the unique key (sku, position) wants them. The arbiter
+// takes them from the SKU's row its UPDATE bumps (arbitrate sends that
+// term and reads the column); here a counter stands in, so a variant's
+// steps keep their order and the rows stay what the sale writes.
+var movementPositions atomic.Int64
 
 // The storage designs weighed against issue 33's target (MariaDB CPU per
 // durable sale ≤ 50 µs and ≤ 2.5× the floor): each writes what a one-line
@@ -281,12 +283,12 @@ func designReservations(table string, binary bool) costStep {
 // insertMovements does (the reference is the order id's text).
 func designMovements(table string) costStep {
 	return func(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
-		args := make([]any, 0, 7*len(ids))
+		args := make([]any, 0, 8*len(ids))
 		for _, id := range ids {
-			args = append(args, "FLASH", "RESERVE", 0, 1, "", id, now)
+			args = append(args, "FLASH", movementPositions.Add(1), "RESERVE", 0, 1, "", id, now)
 		}
-		return c.exec(ctx, tx, "INSERT INTO "+table+` (sku, kind, on_hand_delta, reserved_delta, reason,
-		reference, created_at) VALUES `+valuesOf(len(ids), 7), args...)
+		return c.exec(ctx, tx, "INSERT INTO "+table+` (sku, position, kind, on_hand_delta, reserved_delta, reason,
+		reference, created_at) VALUES `+valuesOf(len(ids), 8), args...)
 	}
 }
 
@@ -309,21 +311,21 @@ func arbitrate(ctx context.Context, _ *costRig, tx costTx, ids []string, _ time.
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return err
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE skus SET reserved = reserved + ?, seq = seq + 1
-		WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?)`, len(ids), "FLASH", len(ids))
+	res, err := tx.ExecContext(ctx, `UPDATE skus SET reserved = reserved + ?, seq = seq + 1, movement_position = movement_position + ?
+		WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?)`, len(ids), len(ids), "FLASH", len(ids))
 	if err != nil {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
 		return fmt.Errorf("the hot row refused %d", len(ids))
 	}
-	if rows, err = tx.QueryContext(ctx, `SELECT sku, seq, redis_epoch FROM skus WHERE sku IN (?)`, "FLASH"); err != nil {
+	if rows, err = tx.QueryContext(ctx, `SELECT sku, seq, redis_epoch, movement_position FROM skus WHERE sku IN (?)`, "FLASH"); err != nil {
 		return err
 	}
 	for rows.Next() {
 		var sku string
-		var seq, epoch int64
-		if err := rows.Scan(&sku, &seq, &epoch); err != nil {
+		var seq, epoch, position int64
+		if err := rows.Scan(&sku, &seq, &epoch, &position); err != nil {
 			_ = rows.Close()
 			return err
 		}

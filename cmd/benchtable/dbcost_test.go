@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/acme/inventory/internal/prepconn"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // countingTx counts the statements a variant's steps send.

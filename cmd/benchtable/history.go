@@ -68,7 +68,15 @@ func historySoak(ctx context.Context, rdb *redis.Client, dsnBase string, n int) 
 			float64(rows)/float64(want), dur(elapsed/time.Duration(want)))
 		fmt.Fprintf(os.Stderr, "history soak: %d orders\n", decade)
 	}
+	if *churnN > 0 {
+		b.WriteString(campaignChurn(ctx, appNode(a, rdb), "history", *churnN, churnWorkers).table())
+	}
 	return b.String()
+}
+
+// appNode is the campaign churn's view of the service a on rdb.
+func appNode(a *app.App, rdb *redis.Client) churnNode {
+	return churnNode{Catalog: a.Catalog, Campaigns: a.Campaigns, Orders: a.Orders, Tokens: a.Tokens, Stock: a.Stock, RDB: rdb}
 }
 
 // createAndPay creates and pays n one-unit orders of sku from *workers

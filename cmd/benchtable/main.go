@@ -52,22 +52,23 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/mysqlconn"
-	"github.com/acme/inventory/internal/redislease"
 	"github.com/acme/inventory/internal/stocksync"
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/testkit/redislease"
 )
 
 var (
 	duration  = flag.Duration("duration", 5*time.Second, "how long each variant runs")
 	workers   = flag.Int("workers", 64, "concurrent callers per variant")
 	redisAddr = flag.String("redis", "127.0.0.1:6379", "Redis address")
-	redisDB   = flag.Int("redis-db", 15, "Redis database the benchmark may flush")
-	mysqlDSN  = flag.String("mysql", "inventory:inventory@tcp(127.0.0.1:3306)/", "MySQL server DSN (a database inv_bench is created)")
-	dbPrefix  = flag.String("db-prefix", "inv_bench", "names of the MySQL databases the benchmark resets (PREFIX, PREFIX_http, PREFIX_campaign, ...): with -redis-db, another prefix keeps two runs on one machine from resetting each other's")
+	redisDB   = flag.Int("redis-db", redislease.BenchDB, "Redis database the benchmark flushes (at its start and its end): by default the one no test process is handed (testkit/redislease)")
+	mysqlDSN  = flag.String("mysql", "inventory:inventory@tcp(127.0.0.1:3306)/", "MySQL server DSN (the run creates its databases there, see -db-prefix)")
+	dbPrefix  = flag.String("db-prefix", benchPrefix, "names of the MySQL databases the benchmark resets and drops when it ends (PREFIX, PREFIX_http, PREFIX_campaign, ...): with -redis-db, another prefix keeps two runs on one machine from resetting each other's")
 	out       = flag.String("out", "bench-results/results.md", "where to write the table too (its chart goes beside it, as .png)")
 	soakFor   = flag.Duration("soak", 2*time.Minute, "how long the memory soak keeps the seckill load on (0: skip)")
+	churnN    = flag.Int("churn", 1000, "with the soak (and in -only history): how many campaigns the campaign churn creates, sells and ends, counting Redis keys before and after (0: skip)")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the HTTP phases (service and load in this process) to this file")
 	profPhase = flag.String("cpuprofile-phases", "", "with -cpuprofile: profile only the HTTP phases whose name this regular expression matches (e.g. 'selling|soak'); empty: all of them")
 	only      = flag.String("only", "", `run one group only: "http" (the HTTP phases), "campaign" (a campaign's openings and the hold extensions), "webhooks" (the seckill selling phase with one webhook subscription beside none, and a 2,000-unit sale's sku.sold_out), "sync" (the ordered database sync), "dbcost" (the database's cost of a sale, statement by statement) or "history" (the soak of -orders orders through one SKU)`)
@@ -75,6 +76,11 @@ var (
 )
 
 const hotStock = 1_000_000_000_000 // never runs out during a run
+
+// benchPrefix is the default -db-prefix: no test makes a database of that
+// name (testenv's are testenv.DatabasePrefix's), so a run and the tests
+// never reset or drop each other's.
+const benchPrefix = "benchtable"
 
 // result is one variant's measurement.
 type result struct {
@@ -137,9 +143,14 @@ func main() {
 		return
 	}
 	ctx := context.Background()
-	// The test processes lease databases of the same Redis (1-31) and
-	// flush theirs: hold -redis-db as they do, so neither flushes the
-	// other's (waiting for a test process that holds it to end).
+	// However the run ends (here, a failure, an interrupt): its databases
+	// dropped, its Redis database flushed, then its lease released.
+	defer end()
+	endOnInterrupt()
+	// The test processes lease other databases of the same Redis
+	// (redislease) and flush theirs; the bench's is none of them, and it
+	// holds its own as they do all the same (another run, a -redis-db of
+	// the tests' range: each waits for the other).
 	lease, ok, err := redislease.TryHold(*redisAddr, *redisDB)
 	must(err)
 	if !ok {
@@ -147,9 +158,17 @@ func main() {
 		lease, err = redislease.Hold(*redisAddr, *redisDB)
 		must(err)
 	}
-	defer lease.Release()
+	atEnd(lease.Release)
 	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, DB: *redisDB, PoolSize: *workers * 2})
 	must(rdb.FlushDB(ctx).Err())
+	atEnd(func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rdb.FlushDB(fctx).Err(); err != nil {
+			fmt.Fprintln(os.Stderr, "benchtable: flushing the run's Redis database:", err)
+		}
+	})
+	dropScratchAtEnd()
 	db := openMySQL(ctx)
 
 	if *external && (*only == "" || *only == "http") {
@@ -266,8 +285,10 @@ func main() {
 	report(results, sync, web)
 }
 
-// openDatabase creates (if needed) and opens database name on the server.
+// openDatabase creates (if needed) and opens database name on the server:
+// the run's scratch, dropped when the run ends (scratch.go).
 func openDatabase(ctx context.Context, dsnBase, name string) *sql.DB {
+	noteScratch(dsnBase, name)
 	admin, err := sql.Open("mysql", dsnBase)
 	must(err)
 	_, err = admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+name)
@@ -402,10 +423,12 @@ func exec1(db *sql.DB, q string, args ...any) error {
 	return err
 }
 
+// must ends the run (its databases dropped, see scratch.go) when err is
+// one.
 func must(err error) {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
-		os.Exit(1)
+		exit(1)
 	}
 }
 

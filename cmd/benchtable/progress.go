@@ -169,12 +169,14 @@ func plan(group string) []step {
 		s = append(s, step{"seckill, 2000 units", d}, step{cartBarePhase, d}, step{"orders, 2-line cart", d}, step{"sync lag", d + time.Second})
 		if *soakFor > 0 {
 			s = append(s, step{"soak", *soakFor})
+			if *churnN > 0 {
+				s = append(s, step{"campaign churn", churnWindow + time.Duration(*churnN)*5*time.Millisecond})
+			}
 		}
 	}
 	if group == "" || group == "campaign" {
 		refs := func(at string) {
-			s = append(s, step{"seckill, selling, " + at, d}, step{"bare net/http + EVALSHA, " + at, *campBefore},
-				step{"seckill, sold out, " + at, *campBefore})
+			s = append(s, step{"seckill, selling, " + at, d}, step{"seckill, sold out, " + at, *campBefore})
 		}
 		s = append(s, step{"campaign setup", 5 * time.Second})
 		refs("before opening #1")

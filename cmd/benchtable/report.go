@@ -120,7 +120,7 @@ func checks(rs, sync []result, web webRun) []check {
 				c.state = missed
 			}
 		}
-		cs = append(cs, c)
+		cs = append(cs, c, churnCheck(web.churn))
 	}
 	cs = append(cs, arrivalChecks(web.arrival)...)
 	cs = append(cs, campaignChecks(web.camp)...)

@@ -79,6 +79,7 @@ type webRun struct {
 	extra    string       // the lag and soak tables
 	dbcost   string       // the database's cost of a sale, statement by statement (the full run)
 	camp     *campaignRun // the campaign group (nil: not run)
+	churn    *churnRun    // the campaign churn after the soak (nil: not run)
 	hooks    *hooksRun    // the webhooks group (nil: not run)
 	arrival  *arrivalRun  // latency under an arrival rate, and the other load generators (nil: not run)
 }
@@ -322,6 +323,11 @@ func seckillBench(ctx context.Context, rdb *redis.Client, dsnBase string) webRun
 		var soak string
 		soak, web.soak = soakRun(base, *soakFor)
 		web.extra += soak
+		if *churnN > 0 {
+			prog.phase("campaign churn")
+			web.churn = campaignChurn(ctx, appNode(a, rdb), "soak", *churnN, churnWorkers)
+			web.extra += web.churn.table()
+		}
 	}
 	return web
 }

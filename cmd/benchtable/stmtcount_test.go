@@ -11,6 +11,8 @@ import (
 	gormmysql "gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 func TestStatementShape(t *testing.T) {
@@ -31,11 +33,12 @@ func TestStatementShape(t *testing.T) {
 // Only the statements of requests served by serveTagged are counted as the
 // requests', only while a window is open, and a transaction is seen as one.
 func TestStatementCounterCountsTaggedRequests(t *testing.T) {
-	cfg, err := mysql.ParseDSN("inventory:inventory@tcp(127.0.0.1:3306)/")
+	dsn := testenv.MySQLDatabase(t) // a test's own, not the bench's
+	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sqlDB, err := sql.Open("mysql", cfg.FormatDSN())
+	sqlDB, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,13 +47,10 @@ func TestStatementCounterCountsTaggedRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Exec("CREATE DATABASE IF NOT EXISTS inv_bench").Error; err != nil { // the bench's own
+	if err := db.Exec("CREATE TABLE bench_count (id INT PRIMARY KEY, n INT NOT NULL)").Error; err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Exec("CREATE TABLE IF NOT EXISTS inv_bench.bench_count (id INT PRIMARY KEY, n INT NOT NULL)").Error; err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Exec("INSERT IGNORE INTO inv_bench.bench_count VALUES (1, 0)").Error; err != nil {
+	if err := db.Exec("INSERT INTO bench_count VALUES (1, 0)").Error; err != nil {
 		t.Fatal(err)
 	}
 	c := countStatements(db)
@@ -66,7 +66,7 @@ func TestStatementCounterCountsTaggedRequests(t *testing.T) {
 			t.Error(err)
 		}
 		// An UPDATE in GORM's default transaction.
-		if err := q.Table("inv_bench.bench_count").Where("id = ?", 1).Update("n", gorm.Expr("n + 1")).Error; err != nil {
+		if err := q.Table(cfg.DBName+".bench_count").Where("id = ?", 1).Update("n", gorm.Expr("n + 1")).Error; err != nil {
 			t.Error(err)
 		}
 	}))
@@ -92,7 +92,7 @@ func TestStatementCounterCountsTaggedRequests(t *testing.T) {
 	if got.tagged != 6 || got.untagged != 1 || got.txs != 4 {
 		t.Fatalf("tagged %d, untagged %d, transactions %d; want 6, 1, 4 (%s)", got.tagged, got.untagged, got.txs, got.describe())
 	}
-	if d := got.describe(); d != "2 SELECT, 2 SELECT DUAL, 2 UPDATE `inv_bench`.`bench_count`" {
-		t.Fatalf("shapes %q", d)
+	if d, want := got.describe(), "2 SELECT, 2 SELECT DUAL, 2 UPDATE `"+cfg.DBName+"`.`bench_count`"; d != want {
+		t.Fatalf("shapes %q, want %q", d, want)
 	}
 }

@@ -3,11 +3,11 @@ package main
 import (
 	"sync"
 
-	"github.com/acme/inventory/internal/wirecount"
+	"github.com/acme/inventory/testkit/wirecount"
 )
 
 // The database round trips a phase costs, counted on the wire
-// (internal/wirecount): a service started with a DSN whose network is
+// (testkit/wirecount): a service started with a DSN whose network is
 // wireNet dials MariaDB through connections whose commands are counted.
 // Every statement, BEGIN, COMMIT and ping the process sends is one; GORM's
 // callbacks see only the statements.

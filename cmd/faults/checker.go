@@ -30,6 +30,7 @@ type Verdict struct {
 	Stocked    int64
 	FiveXX     map[int]int64
 	Problems   []string       // every non-zero finding, in words
+	History    *HistVerdict   // the history check (linearizable.go)
 	Campaign   *CampaignCheck // a campaign run's own checks (campaign.go); their units are in the columns too
 	Webhooks   *HookCheck     // a webhook run's deliveries, judged (webhooks.go)
 	Notes      []string       // what the scenario did (faults injected, when)
@@ -43,9 +44,12 @@ func (v *Verdict) problem(format string, args ...any) {
 	v.Problems = append(v.Problems, fmt.Sprintf(format, args...))
 }
 
-// Passed: the promise held (ZerosPassed) and, in a Timed scenario, every
-// answer came within the thresholds of docs/SPEC.md section 7.
-func (v *Verdict) Passed() bool { return v.ZerosPassed() && len(v.TimingProblems) == 0 }
+// Passed: the promise held (ZerosPassed), the history is linearizable
+// (linearizable.go) and, in a Timed scenario, every answer came within the
+// thresholds of docs/SPEC.md section 7.
+func (v *Verdict) Passed() bool {
+	return v.ZerosPassed() && len(v.TimingProblems) == 0 && (v.History == nil || v.History.passed())
+}
 
 // ZerosPassed: nothing oversold, lost, duplicated or stuck, reconcile
 // clean, no 5xx but 503 (an outage is allowed to say so).

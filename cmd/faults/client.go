@@ -62,6 +62,13 @@ func (a Answer) code() string {
 	return c
 }
 
+// message is an error answer's message.
+func (a Answer) message() string {
+	e, _ := a.Body["error"].(map[string]any)
+	m, _ := e["message"].(string)
+	return m
+}
+
 // ambiguous: the request may or may not have taken effect.
 func (a Answer) ambiguous() bool { return a.Status == 0 || a.Status >= 500 }
 
@@ -72,6 +79,40 @@ type Client struct {
 	urls    []string
 	http    *http.Client
 	stats   *Stats
+	hist    *History   // every stock operation and its answer, for the history check
+	follow  *Followers // orders followed past their deadlines (nil: none)
+}
+
+// Followers watch every order the run placed from its deadline until it
+// is no longer PENDING, reading it through the API: the history then says
+// when, at the latest, each hold the timeout released was released.
+type Followers struct {
+	ctx context.Context // how long orders are followed (the run's late context)
+	wg  sync.WaitGroup
+}
+
+// followPoll is how often a followed order is read after its deadline.
+const followPoll = 150 * time.Millisecond
+
+// followOrder reads order id from just after its deadline until it is no
+// longer PENDING (or the run's late context ends).
+func (c *Client) followOrder(id string, deadline time.Time) {
+	f := c.follow
+	if f == nil || id == "" {
+		return
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		sleep(f.ctx, time.Until(deadline)+30*time.Millisecond)
+		for i := 0; f.ctx.Err() == nil; i++ {
+			a := c.doAt(f.ctx, c.urls[i%len(c.urls)], http.MethodGet, "/v1/orders/"+id, nil, c.clientHeader())
+			if a.Status == http.StatusNotFound || a.Status == http.StatusOK && a.str("status") != "PENDING" {
+				return
+			}
+			sleep(f.ctx, followPoll)
+		}
+	}()
 }
 
 // Stats counts operations and 5xx answers by status, and keeps when each
@@ -180,8 +221,8 @@ func (s *Stats) fiveXX() map[int]int64 {
 // answer is measured as slow rather than hidden as none.
 const clientTimeout = 30 * time.Second
 
-func newClient(secrets Secrets, urls []string, stats *Stats) *Client {
-	return &Client{secrets: secrets, urls: urls, stats: stats, http: &http.Client{
+func newClient(secrets Secrets, urls []string, stats *Stats, hist *History, follow *Followers) *Client {
+	return &Client{secrets: secrets, urls: urls, stats: stats, hist: hist, follow: follow, http: &http.Client{
 		Timeout:   clientTimeout,
 		Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 256, IdleConnTimeout: 30 * time.Second},
 	}}
@@ -219,13 +260,22 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, body any, 
 		} else {
 			c.stats.cut(method, path, start)
 		}
+		// Cut or not, the request may have reached the service.
+		c.hist.record(method, path, raw, header, start, time.Now(), Answer{Err: err})
 		return Answer{Err: err}
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
+	end := time.Now()
 	c.stats.record(resp.StatusCode, method, path, start)
 	a := Answer{Status: resp.StatusCode, Header: resp.Header}
 	_ = json.Unmarshal(data, &a.Body)
+	c.hist.record(method, path, raw, header, start, end, a)
+	if method == http.MethodPost && a.Status == http.StatusCreated && a.str("status") == "PENDING" {
+		if deadline, err := time.Parse(time.RFC3339Nano, a.str("expires_at")); err == nil {
+			c.followOrder(a.str("id"), deadline)
+		}
+	}
 	return a
 }
 

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/testbugs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -23,6 +25,10 @@ func TestFaults(t *testing.T) {
 	lab, err := prepare(ctx, false, logf)
 	require.NoError(t, err)
 	t.Cleanup(lab.Close)
+	// A failing history's visualization and the history itself outlive
+	// the test, to be read and replayed (go run ./cmd/faults -replay).
+	lab.vizDir, err = os.MkdirTemp("", "inventory-faults-histories-")
+	require.NoError(t, err)
 
 	quick, err := selectScenarios("", true)
 	require.NoError(t, err)
@@ -40,6 +46,9 @@ func TestFaults(t *testing.T) {
 			require.NoError(t, err)
 			t.Log(header)
 			t.Log(v.line())
+			if v.History != nil {
+				t.Log(v.History.line())
+			}
 			for _, l := range v.timingLines() {
 				t.Log(l)
 			}
@@ -52,8 +61,35 @@ func TestFaults(t *testing.T) {
 			// may be busy.
 			assert.True(t, v.ZerosPassed(), "%s: %v (notes: %v); replay: go run ./cmd/faults -seed %d -scenarios %s", v.line(), v.Problems, v.Notes, seed, sc.Name)
 			assert.Greater(t, v.Ops, int64(500), "the workload ran")
+			if why, open := historyOpen[sc.Name]; open {
+				t.Logf("%s: history %s, not asserted here yet: %s", sc.Name, v.History.column(), why)
+				return
+			}
+			assert.Equal(t, "yes", v.History.Result, "%s: the history must be linearizable: %s", sc.Name, v.History.line())
 		})
 	}
+
+	// The history check catches what the final state cannot show: each
+	// deliberate bug of a faultbugs build (internal/testbugs), alone in a
+	// run with no fault, is a violation of the history, while the same run
+	// without it (the checker case below) is linearizable.
+	t.Run("bugs", func(t *testing.T) {
+		bin, err := buildInventoryd(ctx, lab.dir, "inventoryd-bugs", "faultbugs")
+		require.NoError(t, err)
+		bugLab := *lab
+		bugLab.bin, bugLab.vizDir, bugLab.cleanup = bin, t.TempDir(), nil
+		for _, bug := range []string{testbugs.StaleRead, testbugs.GiveBackTwice, testbugs.AckBeforeCommit} {
+			t.Run(bug, func(t *testing.T) {
+				sc := Scenario{Name: "bug-" + bug, Env: []string{testbugs.Env + "=" + bug}}
+				v, err := runScenario(ctx, &bugLab, sc, seed, 6*time.Second, logf)
+				require.NoError(t, err)
+				t.Log(v.line())
+				t.Log(v.History.line())
+				assert.Equal(t, "NO", v.History.Result, "the history check must report %s as a violation", bug)
+				assert.FileExists(t, v.History.Viz)
+			})
+		}
+	})
 
 	t.Run("checker", func(t *testing.T) {
 		calm := Scenario{Name: "checker", Inspect: func(ctx context.Context, r *Run, v *Verdict) {
@@ -66,6 +102,14 @@ func TestFaults(t *testing.T) {
 		_, err := runScenario(ctx, lab, calm, seed, 6*time.Second, logf)
 		require.NoError(t, err)
 	})
+}
+
+// historyOpen names the quick scenarios whose history check make test
+// does not assert yet, and why; make faults fails on them all the same
+// (docs/faults.md, "The history check").
+var historyOpen = map[string]string{
+	"kill-inventoryd":   "a read of a cart SKU shows units reserved that no answered or settled operation explains (run of 2026-11-28, seed 20261128); under study",
+	"mariadb-blackhole": "the search does not end within 60 s on histories of 13,000 operations with 1,800 unanswered creates",
 }
 
 func checkerCountsEachBrokenPromise(t *testing.T, ctx context.Context, r *Run) {
@@ -152,8 +196,8 @@ func checkerCountsEachBrokenPromise(t *testing.T, ctx context.Context, r *Run) {
 		},
 			func() { r.witness.restocks = r.witness.restocks[:len(r.witness.restocks)-1] }, Verdict{Lost: 7}},
 		{"a sale applied twice", func() {
-			exec(`INSERT INTO stock_movements (sku, kind, on_hand_delta, reserved_delta, reason, reference)
-				SELECT sku, kind, on_hand_delta, reserved_delta, 'dup', reference FROM stock_movements WHERE kind = 'SALE' LIMIT 1`)
+			exec(`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta, reason, reference)
+				SELECT sku, position + 1000000, kind, on_hand_delta, reserved_delta, 'dup', reference FROM stock_movements WHERE kind = 'SALE' LIMIT 1`)
 		}, func() { exec(`DELETE FROM stock_movements WHERE reason = 'dup'`) }, Verdict{Duplicated: 1}},
 		{"an order paid twice", func() { paid.Paid["second"] = true }, func() { delete(paid.Paid, "second") }, Verdict{Duplicated: 1}},
 		{"a paid order whose deduction never applied", func() {

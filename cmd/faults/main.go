@@ -33,7 +33,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
-	"github.com/acme/inventory/internal/servers"
+	"github.com/acme/inventory/testkit/servers"
 )
 
 func main() {
@@ -43,14 +43,27 @@ func main() {
 	duration := flag.Duration("duration", 20*time.Second, "workload duration per scenario")
 	out := flag.String("out", "bench-results/faults.md", "where to write the table (empty: nowhere)")
 	keep := flag.Bool("keep", false, "keep the run directory (logs of every process)")
+	replay := flag.String("replay", "", "check a history a kept run wrote (its history.json) instead of running; -stale sets its refusals' allowance")
+	stale := flag.Duration("stale", strictStale, "with -replay: how far a refusal may lag a give-back")
 	flag.Parse()
+	if *replay != "" {
+		if err := replayHistory(*replay, *stale, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "faults:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	selected, err := selectScenarios(*only, *quick)
 	if err == nil {
 		var verdicts []*Verdict
-		verdicts, err = run(ctx, selected, *seed, *duration, *keep, os.Stdout)
+		vizDir := "bench-results"
+		if *out != "" {
+			vizDir = filepath.Dir(*out)
+		}
+		verdicts, err = run(ctx, selected, *seed, *duration, *keep, vizDir, os.Stdout)
 		if err == nil && *out != "" {
 			err = writeTable(*out, verdicts, *seed, *duration)
 		}
@@ -67,6 +80,22 @@ func main() {
 		fmt.Fprintln(os.Stderr, "faults:", err)
 		os.Exit(1)
 	}
+}
+
+// replayHistory checks a kept run's history again, without the run: to
+// study a check that failed or took long.
+func replayHistory(path string, stale time.Duration, w io.Writer) error {
+	h, err := readHistory(path)
+	if err != nil {
+		return err
+	}
+	v := checkHistory(h.Ops, histConfig{Stale: stale, OrderHold: orderTTL, CampaignHold: campaignHold, Timeout: historyTimeout,
+		Base: h.Base, Dir: filepath.Dir(path), Name: "replay"})
+	fmt.Fprintf(w, "linearizable: %s\n%s\n", v.column(), v.line())
+	if !v.passed() {
+		return fmt.Errorf("the history is not linearizable (%s)", v.column())
+	}
+	return nil
 }
 
 func selectScenarios(only string, quick bool) ([]Scenario, error) {
@@ -89,7 +118,7 @@ func selectScenarios(only string, quick bool) ([]Scenario, error) {
 
 // run builds inventoryd, starts the lab and runs each scenario, printing
 // progress and one result line per scenario to w.
-func run(ctx context.Context, selected []Scenario, seed uint64, duration time.Duration, keep bool, w io.Writer) ([]*Verdict, error) {
+func run(ctx context.Context, selected []Scenario, seed uint64, duration time.Duration, keep bool, vizDir string, w io.Writer) ([]*Verdict, error) {
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(w, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
@@ -99,6 +128,7 @@ func run(ctx context.Context, selected []Scenario, seed uint64, duration time.Du
 		return nil, err
 	}
 	defer lab.Close()
+	lab.vizDir = vizDir
 
 	fmt.Fprintln(w, header)
 	var verdicts []*Verdict
@@ -120,6 +150,9 @@ func run(ctx context.Context, selected []Scenario, seed uint64, duration time.Du
 		fmt.Fprintln(w, v.line())
 		for _, l := range v.timingLines() {
 			fmt.Fprintf(w, "    %s\n", l)
+		}
+		if v.History != nil {
+			fmt.Fprintf(w, "    %s\n", v.History.line())
 		}
 		if v.Campaign != nil {
 			fmt.Fprintf(w, "    %s\n", v.Campaign.line())
@@ -147,15 +180,10 @@ func prepare(ctx context.Context, keep bool, logf func(string, ...any)) (*Lab, e
 		}
 	}
 	logf("building inventoryd")
-	bin := filepath.Join(dir, "inventoryd")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/inventoryd")
-	if build.Dir, err = servers.ModuleRoot(); err != nil {
+	bin, err := buildInventoryd(ctx, dir, "inventoryd")
+	if err != nil {
 		cleanup()
 		return nil, err
-	}
-	if out, err := build.CombinedOutput(); err != nil {
-		cleanup()
-		return nil, fmt.Errorf("go build: %v: %s", err, out)
 	}
 	lab, err := startLab(dir, bin, logf)
 	if err != nil {
@@ -166,30 +194,56 @@ func prepare(ctx context.Context, keep bool, logf func(string, ...any)) (*Lab, e
 	return lab, nil
 }
 
-const header = "scenario               ops  oversold  lost  duplicated  stuck  drift   5xx       result"
+// buildInventoryd builds cmd/inventoryd into dir/name with the build tags
+// given (a faultbugs build carries the deliberate bugs the history check
+// must catch: internal/testbugs).
+func buildInventoryd(ctx context.Context, dir, name string, tags ...string) (string, error) {
+	bin := filepath.Join(dir, name)
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	build := exec.CommandContext(ctx, "go", append(args, "./cmd/inventoryd")...)
+	var err error
+	if build.Dir, err = servers.ModuleRoot(); err != nil {
+		return "", err
+	}
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v: %s", err, out)
+	}
+	return bin, nil
+}
+
+const header = "scenario               ops  oversold  lost  duplicated  stuck  drift   5xx       linearizable  result"
 
 func (v *Verdict) line() string {
 	result := "PASS"
 	if !v.Passed() {
 		result = "FAIL"
 	}
-	return fmt.Sprintf("%-18s %7d  %8d  %4d  %10d  %5d  %-6s  %-8s  %s", v.Scenario, v.Ops, v.Oversold, v.Lost, v.Duplicated, v.Stuck, v.Drift, v.fiveXX(), result)
+	return fmt.Sprintf("%-18s %7d  %8d  %4d  %10d  %5d  %-6s  %-8s  %-12s  %s", v.Scenario, v.Ops, v.Oversold, v.Lost, v.Duplicated, v.Stuck, v.Drift, v.fiveXX(), v.History.column(), result)
 }
 
 func writeTable(path string, verdicts []*Verdict, seed uint64, duration time.Duration) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "`go run ./cmd/faults -seed %d -duration %s` (%s)\n\n", seed, duration, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	b.WriteString("| scenario | operations | oversold | lost | duplicated | stuck | drift | 5xx | result |\n|---|---:|---:|---:|---:|---:|---|---|---|\n")
+	b.WriteString("| scenario | operations | oversold | lost | duplicated | stuck | drift | 5xx | linearizable | result |\n|---|---:|---:|---:|---:|---:|---|---|---|---|\n")
 	for _, v := range verdicts {
 		result := "pass"
 		if !v.Passed() {
 			result = "**FAIL**: " + strings.Join(append(slices.Clip(v.Problems), v.TimingProblems...), "; ")
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %s | %s | %s |\n", v.Scenario, v.Ops, v.Oversold, v.Lost, v.Duplicated, v.Stuck, v.Drift, v.fiveXX(), result)
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %s | %s | %s | %s |\n", v.Scenario, v.Ops, v.Oversold, v.Lost, v.Duplicated, v.Stuck, v.Drift, v.fiveXX(), v.History.column(), result)
 	}
 	b.WriteString("\nHow long the answers took (docs/SPEC.md section 7: every answer within 2 s, within 50 ms once a dependency is known down, the first success within 5 s of the heal, the sync resumed within 5 s; verdicts in the scenarios that cut or slow a link, \"info\" elsewhere):\n\n")
 	for _, v := range verdicts {
 		fmt.Fprintf(&b, "- **%s**: %s\n", v.Scenario, strings.Join(v.timingLines(), "; "))
+	}
+	b.WriteString("\nThe history check, per SKU (operations checked, time):\n\n")
+	for _, v := range verdicts {
+		if v.History != nil {
+			fmt.Fprintf(&b, "- **%s**: %s\n", v.Scenario, v.History.line())
+		}
 	}
 	b.WriteString("\nWhat each scenario did:\n\n")
 	for _, v := range verdicts {

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/faultnet"
-	"github.com/acme/inventory/internal/servers"
+	"github.com/acme/inventory/testkit/faultnet"
+	"github.com/acme/inventory/testkit/servers"
 	"gorm.io/gorm"
 )
 
@@ -45,6 +45,7 @@ type Lab struct {
 	mq     *servers.RocketMQ
 	toxi   *faultnet.Toxiproxy
 	broker *faultnet.Link // what the broker advertises: 127.0.0.2:port, to 127.0.0.1:port
+	vizDir string         // where a failing history's visualization is written (beside the run's table)
 
 	cleanup func() // removes dir (unless kept)
 }
@@ -108,6 +109,8 @@ type Run struct {
 	// outboxDB is db as GORM, through which the outbox's owner speaks.
 	outboxDB *gorm.DB
 	stats    *Stats
+	hist     *History
+	follow   *Followers
 	client   *Client
 	witness  *Witness
 	closers  []func() // what a scenario started for itself (a replica)
@@ -145,12 +148,15 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 		duration = sc.MinDuration
 	}
 	r := &Run{lab: lab, sc: sc, seed: seed, rng: rand.New(rand.NewPCG(seed, 0)), duration: duration,
-		dir: filepath.Join(lab.dir, sc.Name), stats: &Stats{}, witness: newWitness(), logf: logf,
+		dir: filepath.Join(lab.dir, sc.Name), stats: &Stats{}, hist: newHistory(), witness: newWitness(), logf: logf,
 		links: map[string]*faultnet.Link{"broker": lab.broker}}
 	v = &Verdict{Scenario: sc.Name}
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return nil, err
 	}
+	followCtx, stopFollowing := context.WithCancel(ctx)
+	defer stopFollowing()
+	r.follow = &Followers{ctx: followCtx}
 	defer r.teardown()
 	if err := r.setup(ctx); err != nil {
 		return nil, fmt.Errorf("%s: setup: %w", sc.Name, err)
@@ -187,6 +193,7 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 		return nil, fmt.Errorf("%s: fault: %w", sc.Name, err)
 	}
 	wl.Wait()
+	r.awaitFollowers(stopFollowing)
 	logf("%s: workload done (%d operations); settling", sc.Name, r.stats.ops)
 
 	for _, in := range r.fleet { // every process runs again before the checks
@@ -213,6 +220,9 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 			return nil, fmt.Errorf("%s: check: %w", sc.Name, err)
 		}
 	}
+	if err := r.checkHistory(ctx, v); err != nil {
+		return nil, fmt.Errorf("%s: history: %w", sc.Name, err)
+	}
 	for kind, n := range r.witness.refused {
 		v.problem("abuse: %d %s accepted", n, kind)
 	}
@@ -236,6 +246,59 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 	v.Notes = r.notes
 	return v, nil
 }
+
+// awaitFollowers waits until every order the run placed has been seen
+// leaving PENDING, for as long as the longest hold and a sweep take and a
+// margin for a dependency that is still coming back; then it stops the
+// followers that are left.
+func (r *Run) awaitFollowers(stop context.CancelFunc) {
+	done := make(chan struct{})
+	go func() { r.follow.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(campaignHold + sweepInterval + 10*time.Second):
+		r.note("orders still PENDING after the followers' wait; their timeouts are open in the history")
+	}
+	stop()
+	<-done
+}
+
+// checkHistory checks the run's history for linearizability, SKU by SKU
+// (linearizable.go), once what the database tells of the unknown outcomes
+// is settled (resolve.go).
+func (r *Run) checkHistory(ctx context.Context, v *Verdict) error {
+	stale := r.sc.Stale
+	if stale == 0 {
+		stale = strictStale
+	}
+	ops, err := resolveUnknowns(ctx, r.db, r.hist.snapshot(), r.hist.base)
+	if err != nil {
+		return err
+	}
+	if err := writeHistory(filepath.Join(r.dir, "history.json"), ops, r.hist.base); err != nil {
+		r.logf("%s: writing the history: %v", r.sc.Name, err)
+	}
+	v.History = checkHistory(ops, histConfig{Stale: stale, OrderHold: orderTTL, CampaignHold: campaignHold,
+		Timeout: historyTimeout, Dir: r.lab.vizDir, Base: r.hist.base, Name: r.sc.Name})
+	if !v.History.passed() {
+		// Kept beside the visualization, to be replayed (-replay).
+		saved := filepath.Join(r.lab.vizDir, "history-"+r.sc.Name+".json")
+		if err := writeHistory(saved, ops, r.hist.base); err == nil {
+			v.History.Saved = saved
+		}
+	}
+	return nil
+}
+
+// strictStale is how far a refusal may lag a give-back in a scenario with
+// no fault that leaves Redis behind the database: the give-back reaches
+// Redis, and the sold-out flags of every node, a moment after the
+// database's commit (docs/SPEC.md section 6).
+const strictStale = 250 * time.Millisecond
+
+// historyTimeout bounds each SKU's check: one that does not end in time
+// fails the scenario.
+const historyTimeout = 60 * time.Second
 
 // resourceName names the run's database and its RocketMQ topic: each
 // scenario has its own.
@@ -295,7 +358,7 @@ func (r *Run) setup(ctx context.Context) error {
 		r.fleet = append(r.fleet, in)
 		urls = append(urls, in.URL())
 	}
-	r.client = newClient(secrets, urls, r.stats)
+	r.client = newClient(secrets, urls, r.stats, r.hist, r.follow)
 	for sku, n := range initialStock {
 		limit := 0
 		if sku == hotSKU {

@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/acme/inventory/internal/servers"
 	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/testkit/servers"
 )
 
 // Scenario is one fault (or set of faults) injected while the workload runs.
@@ -30,6 +30,11 @@ type Scenario struct {
 	// times are verdicts (elsewhere the times are reported only).
 	Timed       bool
 	MinDuration time.Duration
+	// Stale is how long before it was sent a refusal may reflect the
+	// database in the history check, where the fault leaves Redis or the
+	// nodes' sold-out flags behind it (docs/SPEC.md section 6); 0 is
+	// strictStale.
+	Stale time.Duration
 	// Env is added to every instance's environment.
 	Env []string
 	// Before runs once the instances are up and the SKUs put, before the
@@ -43,6 +48,14 @@ type Scenario struct {
 	// Inspect sees the run after the checks, before teardown.
 	Inspect func(ctx context.Context, r *Run, v *Verdict)
 }
+
+// redisStale is how far a refusal may lag a give-back where the fault can
+// leave Redis or the nodes' sold-out flags behind the database (Redis
+// flushed, rolled back, failed over or cut off; a node killed between the
+// database's commit and its give-back to Redis; the database killed under
+// a commit): until the realigner's next pass (realignInterval) and the
+// sold-out flag's expiry (2 s, the default), with a second to spare.
+const redisStale = realignInterval + 3*time.Second
 
 // killRandomly SIGKILLs a random instance and restarts it 0.2-1 s later,
 // again and again until fraction until of the run.
@@ -62,7 +75,7 @@ func (r *Run) killRandomly(ctx context.Context, until float64) (int, error) {
 }
 
 var scenarios = append([]Scenario{
-	{Name: "redis-restart", Fault: func(ctx context.Context, r *Run) error {
+	{Name: "redis-restart", Stale: redisStale, Fault: func(ctx context.Context, r *Run) error {
 		r.at(ctx, 0.35)
 		if err := r.redis.Kill(); err != nil {
 			return err
@@ -72,7 +85,7 @@ var scenarios = append([]Scenario{
 		r.note("redis started empty")
 		return r.redis.Start()
 	}},
-	{Name: "redis-flushall", Quick: true, Fault: func(ctx context.Context, r *Run) error {
+	{Name: "redis-flushall", Stale: redisStale, Quick: true, Fault: func(ctx context.Context, r *Run) error {
 		for _, f := range []float64{0.3, 0.65} {
 			r.at(ctx, f)
 			if err := r.redis.Client().FlushAll(ctx).Err(); err != nil {
@@ -82,7 +95,7 @@ var scenarios = append([]Scenario{
 		}
 		return nil
 	}},
-	{Name: "redis-evict", Fault: func(ctx context.Context, r *Run) error {
+	{Name: "redis-evict", Stale: redisStale, Fault: func(ctx context.Context, r *Run) error {
 		rdb := r.redis.Client()
 		// Keys vanish one by one, the stock keys among them, while the sale goes on.
 		for _, f := range []float64{0.2, 0.35} {
@@ -132,7 +145,7 @@ var scenarios = append([]Scenario{
 			dataset/2, infoInt(after, "evicted_keys")-infoInt(before, "evicted_keys"), infoInt(after, "total_error_replies")-infoInt(before, "total_error_replies"))
 		return nil
 	}},
-	{Name: "redis-rdb-rollback", Quick: true, Fault: func(ctx context.Context, r *Run) error {
+	{Name: "redis-rdb-rollback", Stale: redisStale, Quick: true, Fault: func(ctx context.Context, r *Run) error {
 		r.at(ctx, 0.2)
 		snap, err := r.redis.Snapshot("early")
 		if err != nil {
@@ -143,7 +156,7 @@ var scenarios = append([]Scenario{
 		r.note("redis restarted from the earlier snapshot")
 		return r.redis.RestartFrom(snap)
 	}},
-	{Name: "redis-failover", Fault: func(ctx context.Context, r *Run) error {
+	{Name: "redis-failover", Stale: redisStale, Fault: func(ctx context.Context, r *Run) error {
 		replica, err := servers.StartReplica(filepath.Join(r.dir, "replica"), servers.FreePort(), r.redis)
 		if err != nil {
 			return err
@@ -165,7 +178,7 @@ var scenarios = append([]Scenario{
 		r.note("primary killed; the lagging replica is the primary (REPLICAOF NO ONE)")
 		return nil
 	}},
-	{Name: "kill-inventoryd", Instances: 2, Quick: true, Fault: func(ctx context.Context, r *Run) error {
+	{Name: "kill-inventoryd", Stale: redisStale, Instances: 2, Quick: true, Fault: func(ctx context.Context, r *Run) error {
 		// SIGKILLs restarted at once (the node comes back under its
 		// instance name, so with its queue locks), then one that stays
 		// down until the other node applies the dead one's queues (the
@@ -236,7 +249,7 @@ var scenarios = append([]Scenario{
 		sleep(ctx, time.Second)
 		return in.Start(ctx)
 	}},
-	{Name: "mariadb-restart", Fault: func(ctx context.Context, r *Run) error {
+	{Name: "mariadb-restart", Stale: redisStale, Fault: func(ctx context.Context, r *Run) error {
 		for _, f := range []float64{0.3, 0.7} {
 			r.at(ctx, f)
 			unapplied := r.unapplied(ctx)
@@ -253,7 +266,7 @@ var scenarios = append([]Scenario{
 		return nil
 	}},
 	{Name: "scale-out", Instances: 3, After: soldOutClearsEverywhere, Inspect: sharedWork},
-	{Name: "redis-cluster", Instances: 2, Cluster: true, Fault: func(ctx context.Context, r *Run) error {
+	{Name: "redis-cluster", Stale: redisStale, Instances: 2, Cluster: true, Fault: func(ctx context.Context, r *Run) error {
 		r.at(ctx, 0.4)
 		i := r.rng.IntN(3)
 		r.note("cluster master %d restarting (empty)", i)
@@ -267,7 +280,7 @@ var scenarios = append([]Scenario{
 	// A flash-sale campaign on the hot SKU: Redis flushed at the opening
 	// and rolled back to before it, a quiet point in the window, a node
 	// SIGKILLed at the end (campaign.go).
-	{Name: "campaign", Instances: 2, Quick: true, Campaign: true, MinDuration: 18 * time.Second, Fault: campaignFault},
+	{Name: "campaign", Instances: 2, Stale: redisStale, Quick: true, Campaign: true, MinDuration: 18 * time.Second, Fault: campaignFault},
 	// Webhook subscriptions delivered through a receiver that is down,
 	// slow past the deadline and answering 500 in turn, and the node that
 	// delivers it SIGKILLed while it catches up (webhooks.go).
@@ -498,7 +511,7 @@ func abuse(ctx context.Context, r *Run) error {
 	var won atomic.Int64
 	clients := make(chan *Client, 50)
 	for range 50 {
-		clients <- newClient(c.secrets, c.urls, c.stats) // connections of its own
+		clients <- newClient(c.secrets, c.urls, c.stats, c.hist, c.follow) // connections of its own
 	}
 	parallel(50, 3, func(rng *rand.Rand) {
 		own := <-clients

@@ -772,11 +772,11 @@ func hooksInspect(ctx context.Context, r *Run, v *Verdict) {
 	r.note("%s", hc.line())
 }
 
-// readMovements reads every SKU's movement history in id order, and the
-// SKUs' thresholds.
+// readMovements reads every SKU's movement history in position order (the
+// order its changes committed in), and the SKUs' thresholds.
 func readMovements(ctx context.Context, db *sql.DB) (map[string][]movement, map[string]int64, error) {
 	moves := map[string][]movement{}
-	if err := scan(ctx, db, `SELECT id, sku, kind, on_hand_delta, reserved_delta FROM stock_movements ORDER BY id`, func(rows *sql.Rows) error {
+	if err := scan(ctx, db, `SELECT id, sku, kind, on_hand_delta, reserved_delta FROM stock_movements ORDER BY sku, position`, func(rows *sql.Rows) error {
 		var m movement
 		err := rows.Scan(&m.ID, &m.SKU, &m.Kind, &m.OnHandD, &m.ReservedD)
 		moves[m.SKU] = append(moves[m.SKU], m)

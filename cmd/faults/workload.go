@@ -156,9 +156,10 @@ func (wl *Workload) Run(ctx context.Context) {
 	spawn(2, wl.tokenUser)
 	spawn(1, wl.refunder)
 	spawn(1, wl.restocker)
-	if wl.camp != nil { // last: the other actors' random streams stay those of a run without it
+	if wl.camp != nil { // after the others: their random streams stay those of a run without it
 		spawn(campaignBuyers, wl.campaignBuyer)
 	}
+	spawn(2, wl.reader)
 }
 
 func (wl *Workload) Wait() { wl.wg.Wait(); wl.late.Wait() }
@@ -274,6 +275,18 @@ func (wl *Workload) tokenUser(ctx context.Context, rng *rand.Rand, id int) {
 			continue
 		}
 		wl.c.retry(settle, rng, 20, func() Answer { return wl.c.do(settle, rng, http.MethodPost, "/v1/stock/release", body, h) })
+	}
+}
+
+// reader reads a random SKU's levels every few tens of milliseconds, as a
+// storefront does: what it is told is held to the history's model
+// (linearizable.go), so a level that misses a reservation a client was
+// told of, or shows a give-back twice, is caught when it is read.
+func (wl *Workload) reader(ctx context.Context, rng *rand.Rand, _ int) {
+	skus := append([]string{hotSKU, tokenSKU}, cartSKUs...)
+	for ctx.Err() == nil {
+		wl.c.do(ctx, rng, http.MethodGet, "/v1/skus/"+skus[rng.IntN(len(skus))], nil, wl.c.clientHeader())
+		sleep(ctx, time.Duration(10+rng.IntN(40))*time.Millisecond)
 	}
 }
 

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/client"
-	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/migrations"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // flushRedis empties the e2e Redis database under a running service: the

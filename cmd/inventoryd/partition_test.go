@@ -14,8 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/inventory/internal/faultnet"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/faultnet"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // A partition is not a kill: connections stay open and no byte flows (a

@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/internal/identity"
-	"github.com/acme/inventory/internal/servers"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/servers"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // One master of a Redis Cluster partitioned away from the service

@@ -162,7 +162,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	a.Catalog = catalog.New(a.db, a.Stock, log)
 	a.Counts = counts.New(a.db, a.Stock, counts.Config{Retention: cfg.Retention, Logger: log})
 	a.Campaigns = campaign.New(a.db, a.Stock, a.Orders, campaign.Config{Logger: log})
-	a.Reconciler = maintenance.NewReconciler(a.db, a.Stock, log)
+	// The realign leaves a pool behind the database alone while an admission
+	// can still be in flight: a request's deadline and its follow-ups' grace.
+	deadline := cfg.RequestTimeout
+	if deadline == 0 {
+		deadline = httpapi.DefaultRequestTimeout
+	}
+	a.Reconciler = maintenance.NewReconciler(a.db, a.Stock, log).WithSettle(deadline + stock.FollowUpGrace + 500*time.Millisecond)
 	a.realigner = maintenance.NewRealigner(a.Reconciler, a.Stock.Locker(), cfg.RealignInterval, log)
 	a.retention = maintenance.NewRetention(a.db, a.Stock.Locker(), maintenance.RetentionConfig{
 		Horizon: cfg.Retention, EventHorizon: cfg.EventRetention, Interval: cfg.RetentionInterval, Logger: log,

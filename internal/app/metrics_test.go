@@ -9,8 +9,8 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
-	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/migrations"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // A scrape reads live rows only: every gauge query runs on an index range

@@ -62,8 +62,9 @@ type Hold struct {
 // increment of reserved per SKU (RefusedError when on_hand - reserved cannot
 // cover it, inventory.ErrUnknownSKU for no such SKU), so the SKU rows, hot in
 // a flash sale, stay locked only until commit; then a RESERVE movement each,
-// under those locks (a SKU's movement ids follow its changes' order). SKUs
-// are locked in sorted order: concurrent writers never deadlock.
+// numbered by that UPDATE (a SKU's movement positions follow its changes'
+// order). SKUs are locked in sorted order: concurrent writers never
+// deadlock.
 //
 // A hold whose row names a campaign is a campaign sale: its units come from
 // the campaign's pool (see takeFromPools: the window, by the database's
@@ -103,10 +104,12 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 	if err := a.takeQuotas(take, limits); err != nil {
 		return nil, err
 	}
+	moves := reservationMovements(plain, MoveReserve, 1)
+	count := movementCounts(moves)
 	skus := sortedKeys(want)
 	for _, sku := range skus {
-		n, err := a.exec(`UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1
-			WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?)`, want[sku], sku, want[sku])
+		n, err := a.exec(`UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1, movement_position = movement_position + ?
+			WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?)`, want[sku], count[sku], sku, want[sku])
 		if err != nil {
 			return nil, err
 		}
@@ -117,16 +120,16 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 			return nil, RefusedError{sku}
 		}
 	}
-	// The movements go in under the SKUs' row locks, as every other
-	// change's: a SKU's movement ids are then the order its changes took,
-	// and its history replays through the levels it really had (inserted
-	// before the lock, a reservation waiting behind a release would be
-	// numbered before it, and the history would dip below zero there).
-	if err := a.moved(reservationMovements(plain, MoveReserve, 1)); err != nil {
+	// The movements are numbered from the SKUs' rows as the UPDATEs left
+	// them, under their locks, as every other change's: a SKU's positions
+	// are then the order its changes committed in, and its history replays
+	// through the levels it really had (a reservation waiting behind a
+	// release is numbered after it).
+	fences, last, err := a.levelsAfter(skus)
+	if err != nil {
 		return nil, err
 	}
-	fences, err := a.fencesAfter(skus)
-	if err != nil {
+	if err := a.moved(moves, last); err != nil {
 		return nil, err
 	}
 	for sku, f := range fences { // the buyers the SKUs' limits counted, for Redis's counts
@@ -288,28 +291,34 @@ func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 	for _, r := range toSKU {
 		give[r.SKU] += r.Qty
 	}
+	moves := reservationMovements(toSKU, MoveRelease, -1)
+	count := movementCounts(moves)
 	quotas, campQuotas, err := a.returnQuotas(released)
 	if err != nil {
 		return Freed{}, err
 	}
+	var ended []CampaignRef
+	for _, p := range pools {
+		ended = append(ended, CampaignRef{ID: *p.CampaignID, SKU: p.SKU})
+	}
 	if len(give) == 0 {
-		return Freed{Units: give, Campaigns: poolChs, CampaignQuotas: campQuotas}, a.poolsReleased(pools)
+		return Freed{Units: give, Campaigns: poolChs, CampaignQuotas: campQuotas, Ended: ended}, a.poolsReleased(pools)
 	}
 	skus := sortedKeys(give)
 	for _, sku := range skus {
-		if err := a.tx.Exec(`UPDATE skus SET reserved = reserved - ?, seq = seq + 1, level_dirty = 1 WHERE sku = ?`,
-			give[sku], sku).Error; err != nil {
+		if err := a.tx.Exec(`UPDATE skus SET reserved = reserved - ?, seq = seq + 1, level_dirty = 1,
+			movement_position = movement_position + ? WHERE sku = ?`, give[sku], count[sku], sku).Error; err != nil {
 			return Freed{}, err
 		}
 	}
 	if err := a.poolsReleased(pools); err != nil { // the end first, then what its units crossed
 		return Freed{}, err
 	}
-	fences, err := a.fencesAfter(skus)
+	fences, last, err := a.levelsAfter(skus)
 	if err != nil {
 		return Freed{}, err
 	}
-	if err := a.moved(reservationMovements(toSKU, MoveRelease, -1)); err != nil {
+	if err := a.moved(moves, last); err != nil {
 		return Freed{}, err
 	}
 	chs := Changes(give, fences, 1)
@@ -323,7 +332,7 @@ func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
 			}
 		}
 	}
-	return Freed{Changes: chs, Units: give, Quotas: quotas, Campaigns: poolChs, CampaignQuotas: campQuotas}, nil
+	return Freed{Changes: chs, Units: give, Quotas: quotas, Campaigns: poolChs, CampaignQuotas: campQuotas, Ended: ended}, nil
 }
 
 // returnQuotas gives released reservations' units back to their buyers'
@@ -402,16 +411,19 @@ func (a Arbiter) Settle(skus []string, bySKU map[string][]StockMessage) (Deliver
 		return d, nil
 	}
 	var rows []struct {
-		SKU    string `gorm:"column:sku"`
-		OnHand int64
+		SKU              string `gorm:"column:sku"`
+		OnHand           int64
+		MovementPosition int64
 	}
-	if err := a.tx.Table("skus").Select("sku, on_hand").Where("sku IN ?", skus).Order("sku").
+	if err := a.tx.Table("skus").Select("sku, on_hand, movement_position").Where("sku IN ?", skus).Order("sku").
 		Clauses(clause.Locking{Strength: "UPDATE"}).Scan(&rows).Error; err != nil {
 		return d, err
 	}
 	onHand := map[string]int64{}
+	last := positions{} // each SKU's, from the row read under its lock, plus this delivery's movements
 	for _, r := range rows {
 		onHand[r.SKU] = r.OnHand
+		last[r.SKU] = r.MovementPosition
 	}
 	recorded, err := a.recordedAnomalies(skus, bySKU)
 	if err != nil {
@@ -477,6 +489,7 @@ func (a Arbiter) Settle(skus []string, bySKU map[string][]StockMessage) (Deliver
 		if err := a.settleSKU(sku, oh, sold, back, deducted, returned); err != nil {
 			return d, err
 		}
+		last[sku] += int64(len(sold) + len(back)) // a movement each, counted by settleSKU's UPDATE
 		if returned > 0 && oh != inventory.Unlimited {
 			restored[sku] = returned
 		}
@@ -486,7 +499,7 @@ func (a Arbiter) Settle(skus []string, bySKU map[string][]StockMessage) (Deliver
 			return d, err
 		}
 	}
-	if err := a.moved(moves); err != nil {
+	if err := a.moved(moves, last); err != nil {
 		return d, err
 	}
 	if err := a.recordShipping(shipping, now); err != nil {
@@ -527,7 +540,8 @@ func (a Arbiter) reservationsOf(sku string, msgs []StockMessage) (map[string]Res
 // settleSKU writes one SKU's merged effect: the sold reservations turn SOLD
 // and the restored ones RESTORED (each conditionally, from the state read
 // under the row lock), on_hand and reserved lose what was deducted, on_hand
-// gains what was restored (an unlimited SKU's on_hand stays -1).
+// gains what was restored (an unlimited SKU's on_hand stays -1), and its
+// movement_position counts a movement per reservation.
 func (a Arbiter) settleSKU(sku string, onHand int64, sold, back []string, deducted, returned int64) error {
 	for _, step := range []struct {
 		tokens   []string
@@ -544,14 +558,16 @@ func (a Arbiter) settleSKU(sku string, onHand int64, sold, back []string, deduct
 			return fmt.Errorf("apply: %s: %d of %d reservations turned %s", sku, res.RowsAffected, len(step.tokens), step.to)
 		}
 	}
-	if deducted == 0 && returned == 0 {
+	count := len(sold) + len(back)
+	if count == 0 {
 		return nil
 	}
 	if onHand == inventory.Unlimited {
-		return a.tx.Exec(`UPDATE skus SET reserved = reserved - ?, level_dirty = 1 WHERE sku = ?`, deducted, sku).Error
+		return a.tx.Exec(`UPDATE skus SET reserved = reserved - ?, level_dirty = 1, movement_position = movement_position + ? WHERE sku = ?`,
+			deducted, count, sku).Error
 	}
-	return a.tx.Exec(`UPDATE skus SET on_hand = on_hand - ? + ?, reserved = reserved - ?, seq = seq + ?, level_dirty = 1 WHERE sku = ?`,
-		deducted, returned, deducted, min(returned, 1), sku).Error
+	return a.tx.Exec(`UPDATE skus SET on_hand = on_hand - ? + ?, reserved = reserved - ?, seq = seq + ?, level_dirty = 1,
+		movement_position = movement_position + ? WHERE sku = ?`, deducted, returned, deducted, min(returned, 1), count, sku).Error
 }
 
 // appliedMovement is the movement of one applied operation, as settleSKU
@@ -596,15 +612,15 @@ func (a Arbiter) Set(sku string, s Settings, ifMatch []string) error {
 			return err
 		}
 		if !exists {
-			if err := a.tx.Exec(`INSERT INTO skus (sku, on_hand, per_user_limit, low_stock_threshold, event_flags, level_dirty)
-				VALUES (?, ?, ?, ?, ?, 1)`, sku, s.OnHand, s.PerUserLimit, s.LowStockThreshold,
+			if err := a.tx.Exec(`INSERT INTO skus (sku, on_hand, per_user_limit, low_stock_threshold, event_flags, level_dirty,
+				movement_position) VALUES (?, ?, ?, ?, ?, 1, 1)`, sku, s.OnHand, s.PerUserLimit, s.LowStockThreshold,
 				thresholdFlags(s.OnHand, 0, s.LowStockThreshold)).Error; err != nil {
 				if IsDuplicate(err) {
 					return fmt.Errorf("%w: %w", errInsertRaced, err)
 				}
 				return err
 			}
-			return a.moved([]Movement{set})
+			return a.moved([]Movement{set}, positions{sku: 1})
 		}
 	}
 	cur, err := a.lockSKU(sku, ifMatch)
@@ -617,18 +633,21 @@ func (a Arbiter) Set(sku string, s Settings, ifMatch []string) error {
 	if s.OnHand != inventory.Unlimited && s.OnHand < cur[0].Reserved {
 		return fmt.Errorf("%w: %d units are reserved; stock cannot go to %d", inventory.ErrConflict, cur[0].Reserved, s.OnHand)
 	}
+	set.OnHandDelta = s.OnHand - cur[0].OnHand
+	var count int64 // the SET movement, when on_hand moves
+	if set.OnHandDelta != 0 {
+		count = 1
+	}
 	if err := a.tx.Exec(`UPDATE skus SET level_dirty = CASE WHEN on_hand = ? THEN level_dirty ELSE 1 END,
-		on_hand = ?, per_user_limit = ?, low_stock_threshold = ?, seq = seq + 1 WHERE sku = ?`,
-		s.OnHand, s.OnHand, s.PerUserLimit, s.LowStockThreshold, sku).Error; err != nil {
+		on_hand = ?, per_user_limit = ?, low_stock_threshold = ?, seq = seq + 1, movement_position = movement_position + ? WHERE sku = ?`,
+		s.OnHand, s.OnHand, s.PerUserLimit, s.LowStockThreshold, count, sku).Error; err != nil {
 		return err
 	}
-	if _, err := a.fencesAfter([]string{sku}); err != nil {
+	_, last, err := a.levelsAfter([]string{sku})
+	if err != nil || count == 0 {
 		return err
 	}
-	if set.OnHandDelta = s.OnHand - cur[0].OnHand; set.OnHandDelta == 0 {
-		return nil
-	}
-	return a.moved([]Movement{set})
+	return a.moved([]Movement{set}, last)
 }
 
 // Restock adds delta to a limited SKU's on_hand (a restock, or a correction
@@ -649,7 +668,7 @@ func (a Arbiter) Restock(sku string, delta int64, reason, reference string, ifMa
 			return nil, false, err
 		}
 	}
-	res := a.tx.Exec(`UPDATE skus SET on_hand = on_hand + ?, seq = seq + 1, level_dirty = 1
+	res := a.tx.Exec(`UPDATE skus SET on_hand = on_hand + ?, seq = seq + 1, level_dirty = 1, movement_position = movement_position + 1
 		WHERE sku = ? AND on_hand <> -1 AND on_hand + ? >= reserved AND on_hand + ? <= ?`,
 		delta, sku, delta, delta, int64(MaxStock))
 	if res.Error != nil {
@@ -662,11 +681,11 @@ func (a Arbiter) Restock(sku string, delta int64, reason, reference string, ifMa
 	if delta < 0 {
 		kind = MoveCorrection
 	}
-	if err := a.moved([]Movement{{SKU: sku, Kind: kind, OnHandDelta: delta, Reason: reason, Reference: reference}}); err != nil {
+	m, last, err := a.levelsAfter([]string{sku})
+	if err != nil {
 		return nil, false, err
 	}
-	m, err = a.fencesAfter([]string{sku})
-	return m, false, err
+	return m, false, a.moved([]Movement{{SKU: sku, Kind: kind, OnHandDelta: delta, Reason: reason, Reference: reference}}, last)
 }
 
 // lockSKU reads sku's row under its lock (an empty slice: no such SKU) and
@@ -726,28 +745,30 @@ func (a Arbiter) whyNotRestocked(sku string, delta int64) error {
 // FixReserved sets sku's reserved to the sum of its live reservations in
 // one UPDATE, under the row lock (refused by the CHECK if on_hand cannot
 // cover it: that needs an operator), and records the repair as a CORRECTION
-// of reserved.
+// of reserved. The same UPDATE counts the movement when reserved moves:
+// movement_position's term comes before reserved's, so MySQL (which
+// assigns left to right) and SQLite both compare the old value.
 func (a Arbiter) FixReserved(sku string) error {
 	var before, after []int64
 	if err := a.tx.Model(&SKU{}).Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).
 		Pluck("reserved", &before).Error; err != nil || len(before) == 0 {
 		return err
 	}
-	if err := a.tx.Exec(`UPDATE skus SET seq = seq + 1, level_dirty = 1, reserved = (SELECT COALESCE(SUM(qty), 0)
-		FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED')) WHERE sku = ?`, sku, sku).Error; err != nil {
+	const live = `(SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED'))`
+	if err := a.tx.Exec(`UPDATE skus SET seq = seq + 1, level_dirty = 1,
+		movement_position = movement_position + CASE WHEN reserved = `+live+` THEN 0 ELSE 1 END,
+		reserved = `+live+` WHERE sku = ?`, sku, sku, sku).Error; err != nil {
 		return err
 	}
 	if err := a.tx.Model(&SKU{}).Where("sku = ?", sku).Pluck("reserved", &after).Error; err != nil {
 		return err
 	}
-	if _, err := a.fencesAfter([]string{sku}); err != nil {
+	_, last, err := a.levelsAfter([]string{sku})
+	if err != nil || after[0] == before[0] {
 		return err
 	}
-	if after[0] == before[0] {
-		return nil
-	}
 	return a.moved([]Movement{{SKU: sku, Kind: MoveCorrection, ReservedDelta: after[0] - before[0],
-		Reason: "reconcile: reserved set to the sum of live reservations"}})
+		Reason: "reconcile: reserved set to the sum of live reservations"}}, last)
 }
 
 // NewEpoch numbers a new Redis initialisation of sku and returns the level
@@ -828,5 +849,6 @@ func (a Arbiter) recordedAnomalies(skus []string, bySKU map[string][]StockMessag
 	return done, nil
 }
 
-// moved writes the movements of a change, in one multi-row INSERT.
-func (a Arbiter) moved(ms []Movement) error { return a.insertMovements(ms) }
+// moved writes the movements of a change, in one multi-row INSERT, numbered
+// up to last: each SKU's movement_position as the change's UPDATE left it.
+func (a Arbiter) moved(ms []Movement, last positions) error { return a.insertMovements(ms, last) }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // stmts is a rig with each arbiter statement run in a transaction of its own.
@@ -521,7 +521,7 @@ func TestFixReserved(t *testing.T) {
 	require.Equal(t, seq+1, s.SKU("F").Seq)
 	var last arbiter.Movement
 	require.NoError(t, s.DB.Where("sku = 'F'").Order("id DESC").Take(&last).Error)
-	require.Equal(t, arbiter.Movement{ID: last.ID, SKU: "F", Kind: arbiter.MoveCorrection, ReservedDelta: -4,
+	require.Equal(t, arbiter.Movement{ID: last.ID, SKU: "F", Position: 6, Kind: arbiter.MoveCorrection, ReservedDelta: -4,
 		Reason: "reconcile: reserved set to the sum of live reservations", CreatedAt: last.CreatedAt}, last)
 	moves := len(s.moves("F"))
 	require.NoError(t, fix("F"))

@@ -190,7 +190,8 @@ func (a Arbiter) PutCampaign(c Campaign, ifMatch []string, now time.Time) ([]inv
 // them when created), with its movement, and returns the SKU's change
 // for Redis (the caller writes the pool's Redis copy again whole).
 func (a Arbiter) movePool(id, sku string, delta int64, created bool) ([]inventory.Change, error) {
-	if err := a.tx.Exec(`UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1 WHERE sku = ?`, delta, sku).Error; err != nil {
+	if err := a.tx.Exec(`UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1, movement_position = movement_position + 1
+		WHERE sku = ?`, delta, sku).Error; err != nil {
 		return nil, err
 	}
 	if !created {
@@ -203,11 +204,11 @@ func (a Arbiter) movePool(id, sku string, delta int64, created bool) ([]inventor
 	if delta < 0 {
 		kind = MoveRelease
 	}
-	if err := a.moved([]Movement{{SKU: sku, Kind: kind, ReservedDelta: delta, Reference: tokenRef(CampaignToken(id))}}); err != nil {
+	fences, last, err := a.levelsAfter([]string{sku})
+	if err != nil {
 		return nil, err
 	}
-	fences, err := a.fencesAfter([]string{sku})
-	if err != nil {
+	if err := a.moved([]Movement{{SKU: sku, Kind: kind, ReservedDelta: delta, Reference: tokenRef(CampaignToken(id))}}, last); err != nil {
 		return nil, err
 	}
 	if !created { // a shrink to what is sold and held, or a growth from it
@@ -420,8 +421,14 @@ func CountCampaign(db *gorm.DB, id string) (CampaignCounts, error) {
 }
 
 // CampaignBaseline reads campaign id's pool for a Redis initialisation
-// under the pool's row lock, with a new epoch: its units left (0 once
-// ended), epoch, seq and window. inventory.ErrNotFound when there is none.
+// under the pool's row lock, with a new epoch: its units left, epoch, seq
+// and window, and the buyers' counts against its per-user limit (those
+// above zero; none without a limit), which every sale and release moves
+// under the same lock with a bump of the pool's seq. inventory.ErrNotFound
+// when there is none; inventory.ErrEnded, with nothing written, once the
+// campaign has ended (its pool released, or its window closed by the
+// database's clock): an ended campaign has nothing in Redis, and an
+// initialisation must not write it there again.
 func (a Arbiter) CampaignBaseline(id string) (Campaign, inventory.Baseline, error) {
 	var p []Reservation
 	if err := a.tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("token = ?", CampaignToken(id)).Find(&p).Error; err != nil {
@@ -430,9 +437,6 @@ func (a Arbiter) CampaignBaseline(id string) (Campaign, inventory.Baseline, erro
 	if len(p) == 0 {
 		return Campaign{}, inventory.Baseline{}, fmt.Errorf("%w: no campaign %s", inventory.ErrNotFound, id)
 	}
-	if err := a.tx.Model(&Campaign{}).Where("id = ?", id).Update("redis_epoch", gorm.Expr("redis_epoch + 1")).Error; err != nil {
-		return Campaign{}, inventory.Baseline{}, err
-	}
 	var c Campaign
 	if err := a.tx.Take(&c, "id = ?", id).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
@@ -440,9 +444,29 @@ func (a Arbiter) CampaignBaseline(id string) (Campaign, inventory.Baseline, erro
 		}
 		return Campaign{}, inventory.Baseline{}, err
 	}
-	left := p[0].Qty
-	if p[0].State != Held {
-		left = 0
+	ended := p[0].State != Held
+	if !ended {
+		now, err := a.dbClock()
+		if err != nil {
+			return Campaign{}, inventory.Baseline{}, err
+		}
+		ended = !c.EndsAt.After(now)
 	}
-	return c, inventory.Baseline{Available: left, Epoch: c.RedisEpoch, Seq: p[0].Result}, nil
+	if ended {
+		return Campaign{}, inventory.Baseline{}, fmt.Errorf("%w: campaign %s", inventory.ErrEnded, id)
+	}
+	if err := a.tx.Model(&Campaign{}).Where("id = ?", id).Update("redis_epoch", gorm.Expr("redis_epoch + 1")).Error; err != nil {
+		return Campaign{}, inventory.Baseline{}, err
+	}
+	if err := a.tx.Take(&c, "id = ?", id).Error; err != nil {
+		return Campaign{}, inventory.Baseline{}, err
+	}
+	b := inventory.Baseline{Available: p[0].Qty, Epoch: c.RedisEpoch, Seq: p[0].Result}
+	if c.PerUserLimit > 0 {
+		var err error
+		if b.Buyers, err = a.Buyers(CampaignToken(id)); err != nil {
+			return Campaign{}, inventory.Baseline{}, err
+		}
+	}
+	return c, b, nil
 }

@@ -3,6 +3,8 @@ package arbiter
 import (
 	"database/sql"
 	"time"
+
+	"gorm.io/gorm"
 )
 
 // A campaign's events say what its window and its pool mean to a
@@ -194,6 +196,19 @@ func (a Arbiter) AnnounceCampaigns(limit int) (events, due int, err error) {
 		events += len(types)
 	}
 	return events, len(rows), nil
+}
+
+// EndedCampaigns reads the campaigns whose end (ends_at: the window's
+// close, or the moment the end route ended them) is in [from, to] and was
+// announced (campaign.ended: the pool released, or the database's clock
+// past ends_at), through the flags' index: what may still have keys in
+// Redis that nothing needs.
+func EndedCampaigns(db *gorm.DB, from, to time.Time) ([]CampaignRef, error) {
+	var out []CampaignRef
+	ended := []int64{campaignEnded, campaignEnded | campaignStarted, campaignEnded | campaignSoldOut, campaignAll}
+	err := db.Raw(`SELECT id, sku FROM campaigns WHERE event_flags IN ? AND ends_at >= ? AND ends_at <= ? ORDER BY id`,
+		ended, from.UTC(), to.UTC()).Scan(&out).Error
+	return out, err
 }
 
 // poolState is campaign id's pool as a change of it left it: its fence,

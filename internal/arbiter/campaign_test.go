@@ -13,7 +13,7 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // campaign is a campaign of sku live for an hour (by this process's clock,

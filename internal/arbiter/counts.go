@@ -488,7 +488,7 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 				moves = append(moves, Movement{SKU: l.SKU, Kind: MoveCount, OnHandDelta: row.Applied,
 					Reason: countReason(row, at), Reference: CountReference(b.CountID, l.Line), CreatedAt: now})
 				r := lv.levelRow
-				r.Seq, r.OnHand = r.Seq+1, after
+				r.Seq, r.OnHand, r.MovementPosition = r.Seq+1, after, r.MovementPosition+1
 				if row.Short > 0 {
 					r.EventSeq++ // the sku.shortage's
 				}
@@ -504,7 +504,11 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 	if err := a.updateCounted(update, at); err != nil {
 		return out, err
 	}
-	if err := a.moved(moves); err != nil {
+	last := positions{} // the UPDATE numbered each moved SKU's one COUNT movement
+	for _, r := range rows {
+		last[r.SKU] = r.MovementPosition
+	}
+	if err := a.moved(moves, last); err != nil {
 		return out, err
 	}
 	if err := a.recordShortages(b.CountID, at, shortages, levels, now); err != nil {
@@ -538,7 +542,7 @@ func (a Arbiter) lockCountLevels(skus []string) (map[string]countLevel, error) {
 	if len(skus) == 0 {
 		return map[string]countLevel{}, nil
 	}
-	q := `SELECT sku, on_hand, reserved, seq, redis_epoch, low_stock_threshold, event_flags, event_seq, counted_at
+	q := `SELECT sku, on_hand, reserved, seq, redis_epoch, low_stock_threshold, event_flags, event_seq, movement_position, counted_at
 		FROM skus WHERE sku IN ? ORDER BY sku`
 	if a.dialect != "sqlite" {
 		q += ` FOR UPDATE`
@@ -548,7 +552,7 @@ func (a Arbiter) lockCountLevels(skus []string) (map[string]countLevel, error) {
 		var lv countLevel
 		var counted sql.NullTime
 		if err := rs.Scan(&lv.SKU, &lv.OnHand, &lv.Reserved, &lv.Seq, &lv.RedisEpoch, &lv.LowStockThreshold,
-			&lv.EventFlags, &lv.EventSeq, &counted); err != nil {
+			&lv.EventFlags, &lv.EventSeq, &lv.MovementPosition, &counted); err != nil {
 			return err
 		}
 		if counted.Valid {
@@ -649,7 +653,8 @@ func (u *countUpdate) add(sku string, delta int64, short bool) {
 // one UPDATE: on_hand moves by each line's applied units (the CHECK keeps
 // it at or above reserved, as the computation did), counted_at becomes at
 // (so an earlier count is superseded), and a SKU whose available moved
-// takes a seq (Redis's fence) and is marked for sku.level_changed; a
+// takes a seq (Redis's fence), is marked for sku.level_changed and counts
+// its COUNT movement in movement_position (ApplyCount numbers it); a
 // shortage takes the next event seq. Every row is changed (counted_at moves forward), so the
 // number of rows changed says whether each SKU was as locked. On MySQL
 // the SKUs' values are a derived table joined on the primary key (a
@@ -691,6 +696,7 @@ func (u countUpdate) joinUpdate(at time.Time) (string, []any) {
 		args = append(args, sku, u.delta[sku], b2i(u.delta[sku] != 0), b2i(u.short[sku]))
 	}
 	b.WriteString(`) c ON s.sku = c.sku SET s.on_hand = s.on_hand + c.d, s.counted_at = ?, s.seq = s.seq + c.moved,
+		s.movement_position = s.movement_position + c.moved,
 		s.level_dirty = CASE WHEN c.moved = 1 THEN 1 ELSE s.level_dirty END, s.event_seq = s.event_seq + c.short
 		WHERE s.on_hand <> -1 AND (s.counted_at IS NULL OR s.counted_at < ?)`)
 	return b.String(), append(args, at, at)
@@ -715,8 +721,9 @@ func (u countUpdate) caseUpdate(at time.Time) (string, []any) {
 	q := `UPDATE skus SET on_hand = on_hand + CASE sku` + onHand.String() + ` ELSE 0 END, counted_at = ?`
 	args := append(ohArgs, at)
 	if len(seqArgs) > 0 {
-		q += `, seq = seq + CASE sku` + seq.String() + ` ELSE 0 END, level_dirty = CASE sku` + seq.String() + ` ELSE level_dirty END`
-		args = append(append(args, seqArgs...), seqArgs...)
+		q += `, seq = seq + CASE sku` + seq.String() + ` ELSE 0 END, movement_position = movement_position + CASE sku` + seq.String() +
+			` ELSE 0 END, level_dirty = CASE sku` + seq.String() + ` ELSE level_dirty END`
+		args = append(append(append(args, seqArgs...), seqArgs...), seqArgs...)
 	}
 	if len(shortArgs) > 0 {
 		q += `, event_seq = event_seq + CASE sku` + short.String() + ` ELSE 0 END`

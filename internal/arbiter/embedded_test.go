@@ -3,7 +3,7 @@ package arbiter_test
 import (
 	"testing"
 
-	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // TestEmbeddedContract runs the arbiter's tests again on the embedded

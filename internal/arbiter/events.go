@@ -86,6 +86,7 @@ type levelRow struct {
 	LowStockThreshold int64  `gorm:"column:low_stock_threshold"`
 	EventFlags        int64  `gorm:"column:event_flags"`
 	EventSeq          int64  `gorm:"column:event_seq"`
+	MovementPosition  int64  `gorm:"column:movement_position"`
 }
 
 func (r levelRow) available() int64 {
@@ -140,7 +141,7 @@ func crossings(announced, now int64) []string {
 var eventColumns = []string{"type", "sku", "seq", "campaign_id", "occurred_at", "on_hand", "reserved", "available"}
 
 // levelsSelect reads what fencesAfter needs of a SKU's row.
-const levelsSelect = `SELECT sku, seq, redis_epoch, on_hand, reserved, low_stock_threshold, event_flags, event_seq FROM skus WHERE sku IN ?`
+const levelsSelect = `SELECT sku, seq, redis_epoch, on_hand, reserved, low_stock_threshold, event_flags, event_seq, movement_position FROM skus WHERE sku IN ?`
 
 // fencesAfter reads skus as this transaction's change left them (their
 // rows are locked by that change), writes the threshold events of the
@@ -148,25 +149,36 @@ const levelsSelect = `SELECT sku, seq, redis_epoch, on_hand, reserved, low_stock
 // that moves a SKU's on_hand or reserved calls it after the move. No SKU
 // (a batch of campaign sales only, a release back to live pools): no read.
 func (a Arbiter) fencesAfter(skus []string) (map[string]Fence, error) {
+	fences, _, err := a.levelsAfter(skus)
+	return fences, err
+}
+
+// levelsAfter is fencesAfter, with the position of each SKU's last
+// movement as the change left it (the same read): a change that writes
+// movements reads it here, then writes them (insertMovements).
+func (a Arbiter) levelsAfter(skus []string) (map[string]Fence, positions, error) {
 	if len(skus) == 0 {
-		return map[string]Fence{}, nil
+		return map[string]Fence{}, positions{}, nil
 	}
 	rows := make([]levelRow, 0, len(skus))
 	if err := a.query(func(rs *sql.Rows) error {
 		var r levelRow
-		if err := rs.Scan(&r.SKU, &r.Seq, &r.RedisEpoch, &r.OnHand, &r.Reserved, &r.LowStockThreshold, &r.EventFlags, &r.EventSeq); err != nil {
+		if err := rs.Scan(&r.SKU, &r.Seq, &r.RedisEpoch, &r.OnHand, &r.Reserved, &r.LowStockThreshold, &r.EventFlags, &r.EventSeq,
+			&r.MovementPosition); err != nil {
 			return err
 		}
 		rows = append(rows, r)
 		return nil
 	}, inList(levelsSelect, len(skus)), anys(skus)...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make(map[string]Fence, len(rows))
+	last := make(positions, len(rows))
 	for _, r := range rows {
 		out[r.SKU] = Fence{Seq: r.Seq, Epoch: r.RedisEpoch}
+		last[r.SKU] = r.MovementPosition
 	}
-	return out, a.announce(rows)
+	return out, last, a.announce(rows)
 }
 
 // announce writes the threshold events rows crossed since their last ones
@@ -232,8 +244,9 @@ func (a Arbiter) AnnounceLevels(now time.Time, limit int) (int, error) {
 }
 
 // Events is the stock events' table for the ones that read or number its
-// rows: the events job (Publish), the replay feed (Page), retention
-// (PruneBefore). The arbiter writes them (announce, AnnounceLevels).
+// rows: the events job (Publish), the replay feed (Page), the webhook
+// subscriptions (Head, Count), retention (PruneBefore). The arbiter
+// writes them (announce, AnnounceLevels).
 type Events struct{ db *gorm.DB }
 
 // EventsOf is the events' table through db (a transaction or the pool).
@@ -275,6 +288,23 @@ type EventFilter struct {
 
 // Page reads published events in id order.
 func (e Events) Page(f EventFilter) ([]Event, error) {
+	var out []Event
+	err := e.selected(f).Order("id").Limit(f.Limit).Find(&out).Error
+	return out, err
+}
+
+// Count counts the published events f selects, whatever its Limit (a
+// webhook subscription's backlog: those after the id it was delivered up
+// to, of its types and SKUs).
+func (e Events) Count(f EventFilter) (int64, error) {
+	var n int64
+	err := e.selected(f).Model(&Event{}).Count(&n).Error
+	return n, err
+}
+
+// selected is the published events f selects (an unpublished event's id
+// is NULL, so no After passes it).
+func (e Events) selected(f EventFilter) *gorm.DB {
 	q := e.db.Where("id > ?", f.After)
 	if f.SKU != "" {
 		q = q.Where("sku = ?", f.SKU)
@@ -285,9 +315,7 @@ func (e Events) Page(f EventFilter) ([]Event, error) {
 	if len(f.SKUs) > 0 {
 		q = q.Where("sku IN ?", f.SKUs)
 	}
-	var out []Event
-	err := q.Order("id").Limit(f.Limit).Find(&out).Error
-	return out, err
+	return q
 }
 
 // Head is the highest feed id given so far (0: none).

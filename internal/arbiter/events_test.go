@@ -11,8 +11,8 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // ev is an event as these tests compare it: its type and the levels it
@@ -269,6 +269,19 @@ func TestEventsPublishAndPage(t *testing.T) {
 	rest, err := arbiter.EventsOf(s.DB).Page(arbiter.EventFilter{After: *onlyB[1].ID, SKU: b, Limit: 100})
 	require.NoError(t, err)
 	require.Len(t, rest, 2)
+	// A subscription's backlog: what a page would read, its Limit aside.
+	all, err := arbiter.EventsOf(s.DB).Count(arbiter.EventFilter{After: after, Limit: 1})
+	require.NoError(t, err)
+	require.EqualValues(t, 8, all)
+	soldOutB, err := arbiter.EventsOf(s.DB).Count(arbiter.EventFilter{After: after,
+		Types: []string{arbiter.EventSoldOut}, SKUs: []string{b}})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, soldOutB)
+	head, err := arbiter.EventsOf(s.DB).Head()
+	require.NoError(t, err)
+	none, err := arbiter.EventsOf(s.DB).Count(arbiter.EventFilter{After: head})
+	require.NoError(t, err)
+	require.Zero(t, none, "nothing after the head")
 }
 
 // An unlimited SKU is never sold out; a SKU turned unlimited is back in

@@ -75,4 +75,4 @@ func (a Arbiter) insertReservations(rows []Reservation) error {
 	return a.insertRows("stock_reservations", cols, args)
 }
 
-var movementColumns = []string{"sku", "kind", "on_hand_delta", "reserved_delta", "reason", "reference", "created_at"}
+var movementColumns = []string{"sku", "position", "kind", "on_hand_delta", "reserved_delta", "reason", "reference", "created_at"}

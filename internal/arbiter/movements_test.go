@@ -20,7 +20,8 @@ import (
 	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/groupcommit"
 	"github.com/acme/inventory/internal/listing"
-	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // move is a movement without its id and time (asserted separately).
@@ -31,7 +32,8 @@ type move struct {
 }
 
 // history reads sku's whole history through Movements, a page at a time,
-// checks ids strictly increase and every movement has a time, and returns it.
+// checks positions run 1, 2, 3, ... with no gap and every movement has a
+// time, and returns it.
 func history(t *testing.T, l *listing.Reader, sku string) []move {
 	t.Helper()
 	var out []move
@@ -40,16 +42,16 @@ func history(t *testing.T, l *listing.Reader, sku string) []move {
 		p, err := l.Movements(context.Background(), sku, after, listing.MaxPageSize)
 		require.NoError(t, err)
 		for _, m := range p.Items {
-			require.Greater(t, m.ID, after, "ids increase")
+			require.Equal(t, after+1, m.Position, "positions run on with no gap")
 			require.Equal(t, sku, m.SKU)
 			require.False(t, m.CreatedAt.IsZero(), "movement %d has a time", m.ID)
-			after = m.ID
+			after = m.Position
 			out = append(out, move{m.Kind, m.OnHandDelta, m.ReservedDelta, m.Reason, m.Reference})
 		}
-		if p.Next == 0 {
+		require.Equal(t, after, p.Next, "the page's cursor is its last position")
+		if !p.More {
 			return out
 		}
-		require.Equal(t, after, p.Next)
 	}
 }
 
@@ -319,4 +321,97 @@ func TestMovementsRolledBackReservation(t *testing.T) {
 	}
 	r.RequireQty("R", 5, 5)
 	requireSums(t, r, cat, "R")
+}
+
+// follower reads one SKU's history as an audit export or an ERP would:
+// a page at a time from the cursor the last answer gave it, then again
+// later from where it stopped. It records each movement it is given.
+type follower struct {
+	t     *testing.T
+	l     *listing.Reader
+	sku   string
+	after int64
+	got   []arbiter.Movement
+}
+
+// poll reads every movement after the follower's cursor, in pages of two,
+// and returns the new ones.
+func (f *follower) poll() []arbiter.Movement {
+	f.t.Helper()
+	const limit = 2
+	var fresh []arbiter.Movement
+	for {
+		p, err := f.l.Movements(context.Background(), f.sku, f.after, limit)
+		require.NoError(f.t, err)
+		fresh = append(fresh, p.Items...)
+		f.after = p.Next // the answer's cursor, on every page
+		if len(p.Items) < limit {
+			break
+		}
+	}
+	f.got = append(f.got, fresh...)
+	return fresh
+}
+
+// kinds names movements as "KIND reason/reference", in order.
+func kinds(ms []arbiter.Movement) []string {
+	out := []string{}
+	for _, m := range ms {
+		out = append(out, fmt.Sprintf("%s %s%s", m.Kind, m.Reason, m.Reference))
+	}
+	return out
+}
+
+// A follower of a SKU's history polls with the cursor of the last answer
+// and gets every movement exactly once, in commit order, whatever commits
+// late: two transactions on one SKU, the second queued behind the first's
+// row lock, and the follower reading before either commits, between the
+// two commits, and after. Neither can skip: a movement is numbered under
+// the SKU's row lock, so a transaction that commits later is numbered
+// after every movement a follower could already have read.
+func TestMovementsFollowerAcrossLateCommits(t *testing.T) {
+	s := newStmts(t)
+	sku := testenv.Unique("FOLLOW")
+	s.put(sku, 5, 0)
+	f := &follower{t: t, l: s.Listing, sku: sku}
+	require.Equal(t, []string{"SET "}, kinds(f.poll()))
+	require.Empty(t, kinds(f.poll()), "nothing new: the last page's cursor holds the follower's place")
+
+	first := s.DB.Begin()
+	require.NoError(t, first.Error)
+	defer first.Rollback()
+	_, _, err := arbiter.In(first).Restock(sku, 2, "first", "", nil)
+	require.NoError(t, err)
+
+	// The second change goes as far as the row lock, and holds its
+	// transaction open once it has written, until the test commits it.
+	second := s.DB.Begin()
+	require.NoError(t, second.Error)
+	defer second.Rollback()
+	written := make(chan error, 1)
+	go func() { _, err := arbiter.In(second).Reserve([]arbiter.Hold{hold("second", sku, 1)}); written <- err }()
+	require.Eventually(t, func() bool { // (INNODB_TRX is a cache, seldom fresh: the process list is)
+		var waiting int64
+		err := s.DB.Raw(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
+			WHERE db = DATABASE() AND info LIKE 'UPDATE skus SET reserved = reserved +%'`).Scan(&waiting).Error
+		return err == nil && waiting > 0
+	}, 10*time.Second, 20*time.Millisecond, "the second change waits for the row lock")
+	require.Empty(t, kinds(f.poll()), "neither committed")
+
+	require.NoError(t, first.Commit().Error)
+	require.NoError(t, <-written)
+	require.Equal(t, []string{"RESTOCK first"}, kinds(f.poll()), "between the commits: the first")
+	require.Empty(t, kinds(f.poll()))
+
+	require.NoError(t, second.Commit().Error)
+	require.Equal(t, []string{"RESERVE second"}, kinds(f.poll()), "after the second commit: the second")
+	require.Empty(t, kinds(f.poll()))
+
+	require.Equal(t, []string{"SET ", "RESTOCK first", "RESERVE second"}, kinds(f.got), "each once, in commit order")
+	var positions []int64
+	for _, m := range f.got {
+		positions = append(positions, m.Position)
+	}
+	require.Equal(t, []int64{1, 2, 3}, positions, "numbered as they committed, with no gap")
+	require.Len(t, history(t, s.Listing, sku), 3, "what a reader of the whole history reads")
 }

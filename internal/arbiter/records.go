@@ -199,7 +199,13 @@ type Freed struct {
 	// given back.
 	Campaigns      []CampaignChange
 	CampaignQuotas []CampaignUnits
+	// Ended are the campaigns whose pools the release released (their end):
+	// nothing of them is needed in Redis any more.
+	Ended []CampaignRef
 }
+
+// CampaignRef names a campaign and the SKU it sells.
+type CampaignRef struct{ ID, SKU string }
 
 // CampaignUnits is a quantity of a campaign's sales counted against User's
 // per-campaign limit.
@@ -308,9 +314,17 @@ const (
 // reserved (counting from the SKU's first movement), and the history is the
 // audit trail. The one deletion is retention's, through FoldMovements: old
 // movements become one opening balance with the same sums.
+//
+// Position is the movement's place in its SKU's history: 1, 2, 3, ... with
+// no gap, in the order the changes committed. It comes from the SKU's row
+// (skus.movement_position), which the change's own UPDATE bumps under the
+// row lock, so a movement that commits later is numbered after every one
+// that committed before it: a reader that reads on from the last position
+// it has never skips one. ID only names the row.
 type Movement struct {
 	ID            int64        `json:"id" gorm:"primaryKey"`
 	SKU           string       `json:"sku" gorm:"column:sku"`
+	Position      int64        `json:"position" gorm:"column:position"`
 	Kind          MovementKind `json:"kind" gorm:"column:kind"`
 	OnHandDelta   int64        `json:"on_hand_delta" gorm:"column:on_hand_delta"`
 	ReservedDelta int64        `json:"reserved_delta" gorm:"column:reserved_delta"`
@@ -323,23 +337,51 @@ type Movement struct {
 
 func (Movement) TableName() string { return "stock_movements" }
 
-// insertMovements writes ms in tx, in one multi-row INSERT (their ids are
-// the database's; nothing reads them back). A movement's created_at is
-// now, this node's clock, unless the caller set it: Settle stamps a sale's
-// movement and its stock_shipping row with one time, which a count's
-// rebase compares alike.
-func (a Arbiter) insertMovements(ms []Movement) error {
+// positions are, per SKU, the position of its last movement as a change
+// left skus.movement_position (bumped by the change's UPDATE, read under
+// its row lock).
+type positions map[string]int64
+
+// insertMovements numbers ms and writes them in tx, in one multi-row
+// INSERT (their ids are the database's; nothing reads them back). A SKU's
+// movements in ms are its last ones, in their order: the n of them take the
+// positions last[sku]-n+1 to last[sku], as the change's UPDATE counted
+// them. A count that disagrees shows as a position taken twice, which the
+// unique key (sku, position) refuses. A movement's created_at is now, this
+// node's clock, unless the caller set it: Settle stamps a sale's movement
+// and its stock_shipping row with one time, which a count's rebase
+// compares alike.
+func (a Arbiter) insertMovements(ms []Movement, last positions) error {
 	if len(ms) == 0 {
 		return nil
+	}
+	left := map[string]int64{}
+	for _, m := range ms {
+		left[m.SKU]++
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	args := make([]any, 0, len(ms)*len(movementColumns))
 	for i := range ms {
 		ms[i].CreatedAt = stamp(ms[i].CreatedAt, now)
+		ms[i].Position = last[ms[i].SKU] - left[ms[i].SKU] + 1
+		left[ms[i].SKU]--
 		m := ms[i]
-		args = append(args, m.SKU, m.Kind, m.OnHandDelta, m.ReservedDelta, m.Reason, m.Reference, m.CreatedAt)
+		if m.Position < 1 {
+			return fmt.Errorf("arbiter: a movement of %s numbered %d: its change did not count it", m.SKU, m.Position)
+		}
+		args = append(args, m.SKU, m.Position, m.Kind, m.OnHandDelta, m.ReservedDelta, m.Reason, m.Reference, m.CreatedAt)
 	}
 	return a.insertRows("stock_movements", movementColumns, args)
+}
+
+// movementCounts is how many movements of each SKU ms holds: what the
+// change's UPDATE adds to the SKU's movement_position.
+func movementCounts(ms []Movement) map[string]int64 {
+	n := map[string]int64{}
+	for _, m := range ms {
+		n[m.SKU]++
+	}
+	return n
 }
 
 // reservationMovements is one movement of kind per reservation row, moving

@@ -1,7 +1,9 @@
 package arbiter
 
 import (
+	"cmp"
 	"errors"
+	"slices"
 	"time"
 
 	"gorm.io/gorm"
@@ -46,7 +48,10 @@ func deleteIDs(db *gorm.DB, table, query string, t time.Time, limit int) (int64,
 // FoldMovements folds up to limit movements written before t (opening
 // balances aside) into one opening balance per SKU, with the SKU's earlier
 // opening balance, and returns how many it folded. Run it in a
-// transaction: the deletes and the balance commit together.
+// transaction: the deletes and the balance commit together. The balance
+// takes the id and the position of the last movement it replaces, so a
+// reader past that position has everything it sums, and the positions
+// after it do not move.
 func (a Arbiter) FoldMovements(t time.Time, limit int) (int64, error) {
 	var old []Movement
 	if err := a.tx.Where("created_at < ? AND NOT (kind = ? AND reason = ?)", t, MoveSet, OpeningReason).
@@ -63,14 +68,14 @@ func (a Arbiter) FoldMovements(t time.Time, limit int) (int64, error) {
 	}
 	for _, sku := range skus {
 		ms := bySKU[sku]
-		last := ms[len(ms)-1]
+		last := slices.MaxFunc(ms, func(x, y Movement) int { return cmp.Compare(x.Position, y.Position) })
 		// The SKU's earlier opening balance folds in too.
 		var opening []Movement
-		if err := a.tx.Where("sku = ? AND id < ? AND kind = ? AND reason = ?", sku, last.ID, MoveSet, OpeningReason).
+		if err := a.tx.Where("sku = ? AND position < ? AND kind = ? AND reason = ?", sku, last.Position, MoveSet, OpeningReason).
 			Find(&opening).Error; err != nil {
 			return 0, err
 		}
-		sum := Movement{ID: last.ID, SKU: sku, Kind: MoveSet, Reason: OpeningReason, CreatedAt: last.CreatedAt}
+		sum := Movement{ID: last.ID, SKU: sku, Position: last.Position, Kind: MoveSet, Reason: OpeningReason, CreatedAt: last.CreatedAt}
 		ids := make([]int64, 0, len(ms)+len(opening))
 		for _, m := range append(opening, ms...) {
 			sum.OnHandDelta += m.OnHandDelta

@@ -128,8 +128,9 @@ func New(db *gorm.DB, st *stock.Store, orders *order.Service, cfg Config) *Servi
 		views: map[string]cached{}}
 }
 
-// InitFunc reads a campaign's pool for its Redis copy (stock's cold init and
-// realign), under the pool's row lock, with a new epoch.
+// InitFunc reads a campaign's pool and its buyers' counts for its Redis
+// copy (stock's cold init and realign), under the pool's row lock, with a
+// new epoch; inventory.ErrEnded once the campaign has ended.
 func InitFunc(db *gorm.DB) stock.CampaignInitFunc {
 	return func(ctx context.Context, c stock.Campaign, write func(stock.CampaignBaseline) error) error {
 		return arbiter.Transact(ctx, db, func(tx *gorm.DB) error {
@@ -414,9 +415,13 @@ func (s *Service) End(ctx context.Context, id string) (View, error) {
 		return View{}, err
 	}
 	s.redis.Apply(ctx, freed.Changes)
-	s.sync(ctx, stock.Campaign{ID: id, SKU: sku})
+	// Nothing of an ended campaign is needed in Redis: its keys go now (an
+	// end repeated deletes what a failed deletion left).
+	s.forget(id)
+	s.redis.Ended(ctx, []arbiter.CampaignRef{{ID: id, SKU: sku}})
 	// A sold-out flag would answer insufficient_stock where the answer is
-	// now sale_ended: every node drops it (Redis then says ended).
+	// now sale_ended: every node drops it (a buy then finds no pool, and
+	// its initialisation answers ended).
 	if err := s.st.PublishStockBack(ctx, SoldOutKey(id)); err != nil {
 		s.cfg.Logger.Warn("publishing a campaign's end failed; other nodes' sold-out flags expire on their own", "campaign", id, "err", err)
 	}
@@ -508,8 +513,9 @@ func (s *Service) Buy(ctx context.Context, id, userID, idemKey string) (*order.O
 		return nil, NotStarted{StartsAt: v.StartsAt, Now: now}
 	}
 	// After the end, or ended by the route, likewise: a crowd that comes
-	// late costs Redis nothing, and the keys of a campaign long ended
-	// (maintenance.DropEndedCampaigns) are not written again.
+	// late costs Redis nothing (an ended campaign has no keys there; a buy
+	// a stale view lets through finds none, and its initialisation answers
+	// ended without writing them again).
 	if v.State == Ended || !now.Before(v.EndsAt) {
 		return nil, fmt.Errorf("%w: %s", inventory.ErrEnded, stock.Campaign{ID: v.ID, SKU: v.SKU})
 	}

@@ -1,12 +1,13 @@
 package campaign_test
 
-// Campaigns on the real MariaDB and Redis (internal/testrig): each test
+// Campaigns on the real MariaDB and Redis (testkit/testrig): each test
 // tries to break one rule of the window, the allotment or the end.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,10 +19,10 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/campaign"
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // put creates a campaign of a fresh SKU (stock units) on r.
@@ -216,8 +217,10 @@ func TestLatePaymentAfterTheEnd(t *testing.T) {
 }
 
 // A campaign ended before its opening: its window closes at once (a
-// millisecond long, so Redis, which keeps windows to the millisecond,
-// takes it), and a buy is sale_ended, not sale_not_started.
+// millisecond long), its pool leaves Redis, and a buy is sale_ended, not
+// sale_not_started, on this node and on one whose view of the campaign
+// still says it opens later (straight to the pool too: its
+// initialisation answers ended and writes nothing).
 func TestEndedBeforeItsOpening(t *testing.T) {
 	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
@@ -225,15 +228,116 @@ func TestEndedBeforeItsOpening(t *testing.T) {
 	v, err := r.Campaigns.End(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, campaign.Ended, v.State)
+	require.True(t, v.EndsAt.After(v.StartsAt), "the window [%s, %s)", v.StartsAt, v.EndsAt)
+	require.False(t, v.EndsAt.After(time.Now()))
 	lv, err := r.Stock.CampaignLevels(ctx, stock.Campaign{ID: id, SKU: sku})
 	require.NoError(t, err)
-	require.True(t, lv.Closes.After(lv.Opens), "Redis has the new window [%s, %s)", lv.Opens, lv.Closes)
-	require.False(t, lv.Closes.After(time.Now()))
+	require.False(t, lv.Initialised, "an ended campaign has nothing in Redis")
 	r.Clock.Advance(time.Millisecond)
 	_, err = r.Campaigns.Buy(ctx, id, "u1", "")
 	require.ErrorIs(t, err, inventory.ErrEnded)
+	_, err = r.Orders.BuyCampaign(ctx, "u1", "", order.CampaignSale{ID: id, SKU: sku}, time.Now().Add(time.Hour))
+	require.ErrorIs(t, err, inventory.ErrEnded)
+	lv, err = r.Stock.CampaignLevels(ctx, stock.Campaign{ID: id, SKU: sku})
+	require.NoError(t, err)
+	require.False(t, lv.Initialised)
 	r.RequireQty(sku, 10, 0)
 	r.CheckInvariant(sku)
+}
+
+// redisKeys is every key of the rig's Redis database (the test's own).
+func redisKeys(t *testing.T, r *testrig.Rig) []string {
+	t.Helper()
+	var keys []string
+	iter := r.RDB.Scan(context.Background(), 0, "*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		keys = append(keys, iter.Val())
+	}
+	require.NoError(t, iter.Err())
+	slices.Sort(keys)
+	return keys
+}
+
+// An ended campaign leaves nothing behind in Redis, whichever way it ends
+// (the end route, or its window's close and the timeout sweep that
+// releases the pool): after sales under a per-user limit, a hold released
+// while it ran (back to the pool), a sale in flight at the end (admitted
+// in Redis, then refused by the database: undone, and realigned as a sale
+// of unknown outcome is), a hold that expires after the end and one
+// cancelled after it (back to the SKU), a buy after the end and one
+// through a node's stale view (straight to the pool), the Redis key set is
+// the one before the campaign.
+func TestAnEndedCampaignLeavesNoKeys(t *testing.T) {
+	for _, end := range []struct {
+		name string
+		end  func(r *testrig.Rig, id string)
+	}{
+		{"the end route", func(r *testrig.Rig, id string) {
+			_, err := r.Campaigns.End(context.Background(), id)
+			require.NoError(r.T, err)
+		}},
+		{"the window and the sweep", func(r *testrig.Rig, id string) {
+			r.Clock.Advance(2 * time.Hour) // the sweep's clock; the database's says the same an hour later
+			n, err := r.Tokens.ReleaseExpired(context.Background(), 100)
+			require.NoError(r.T, err)
+			require.Equal(r.T, 1, n, "the pool, released at its deadline")
+		}},
+	} {
+		t.Run(end.name, func(t *testing.T) {
+			r := testrig.New(t, testrig.MemoryTransport(t))
+			ctx := context.Background()
+			sku := r.PutSKU("KEYS", 20, 0)
+			require.NoError(t, r.Stock.EnsureInit(ctx, sku))
+			before := redisKeys(t, r)
+
+			id := testenv.Unique("c")
+			_, err := r.Campaigns.Put(ctx, id, campaign.Spec{SKU: sku, Allotment: 5, StartsAt: time.Now().Add(-time.Second),
+				EndsAt: time.Now().Add(time.Hour), PerUserLimit: 2}, nil)
+			require.NoError(t, err)
+			pool := stock.Campaign{ID: id, SKU: sku}
+			var orders []*order.Order
+			for _, u := range []string{"alice", "alice", "bob", "carol"} {
+				o, err := r.Campaigns.Buy(ctx, id, u, "")
+				require.NoError(t, err)
+				orders = append(orders, o)
+			}
+			_, err = r.Campaigns.Buy(ctx, id, "alice", "")
+			require.ErrorIs(t, err, inventory.ErrConflict, "alice's limit")
+			_, err = r.Orders.Cancel(ctx, orders[1].ID) // while it runs: back to the pool
+			require.NoError(t, err)
+			dave := &stock.Buyer{User: "dave", Limit: 2}
+			inFlight, err := r.Stock.AdmitCampaign(ctx, pool, 1, dave, time.Now())
+			require.NoError(t, err)
+			require.NotEmpty(t, slices.DeleteFunc(redisKeys(t, r), func(k string) bool { return slices.Contains(before, k) }),
+				"the campaign has keys while it runs")
+
+			end.end(r, id)
+			// The sale in flight: the database refuses it (the pool is
+			// released), and its failure tails run.
+			require.NoError(t, r.Stock.UndoCampaign(ctx, pool, 1, inFlight, dave))
+			require.NoError(t, r.Stock.RealignCampaign(ctx, pool))
+			// Buys after the end: from this node's view, and from a node
+			// whose view still has the window open.
+			_, err = r.Campaigns.Buy(ctx, id, "erin", "")
+			require.ErrorIs(t, err, inventory.ErrEnded)
+			_, err = r.Orders.BuyCampaign(ctx, "erin", "", order.CampaignSale{ID: id, SKU: sku, Limit: 2}, time.Now())
+			require.ErrorIs(t, err, inventory.ErrEnded)
+			// Holds after the end: one expires, one is cancelled; their units
+			// go back to the SKU.
+			r.Clock.Advance(testrig.TTL + time.Second)
+			ok, err := r.Orders.Expire(ctx, orders[0].ID)
+			require.NoError(t, err)
+			require.True(t, ok)
+			for _, o := range orders[2:] {
+				_, err := r.Orders.Cancel(ctx, o.ID)
+				require.NoError(t, err)
+			}
+
+			require.Equal(t, before, redisKeys(t, r), "Redis keys after the campaign ended")
+			r.RequireQty(sku, 20, 0)
+			r.CheckInvariant(sku)
+		})
+	}
 }
 
 // However many product pages poll a campaign, a node reads it from the
@@ -379,4 +483,39 @@ func TestABuyThatCrossesNothingCostsNoStatementMore(t *testing.T) {
 	require.EqualValues(t, 5, middle)
 	require.Greater(t, first, middle)
 	require.Greater(t, last, middle)
+}
+
+// A campaign's per-user counts in Redis are fenced as a SKU's are: a
+// buyer whose admission died (Redis counted it, the database never
+// recorded it) is refused by that count only until the pool is realigned,
+// whose counts are the database's; and once the buyer's sale is recorded,
+// a Redis that lost the counts learns them again from the database, so
+// the limit holds in Redis, not only in the database.
+func TestADeadAdmissionDoesNotCountAgainstTheBuyer(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	id, sku := put(t, r, 10, 5, 1, time.Now().Add(-time.Second), time.Now().Add(time.Hour))
+	pool := stock.Campaign{ID: id, SKU: sku}
+	_, err := r.Stock.AdmitCampaign(ctx, pool, 1, &stock.Buyer{User: "ann", Limit: 1}, time.Now()) // ...and its node dies
+	require.NoError(t, err)
+	_, err = r.Campaigns.Buy(ctx, id, "ann", "")
+	require.ErrorIs(t, err, inventory.ErrConflict, "until a realign, Redis counts the dead admission")
+
+	require.NoError(t, r.Stock.RealignCampaign(ctx, pool))
+	o, err := r.Campaigns.Buy(ctx, id, "ann", "")
+	require.NoError(t, err, "realigned: ann's count is the database's, which never had the dead admission")
+	require.Equal(t, sku, o.Items[0].SKU)
+
+	require.NoError(t, r.RDB.Del(ctx, "inv:{"+sku+"}:cb:"+id).Err()) // Redis loses the counts
+	_, err = r.Campaigns.Buy(ctx, id, "ann", "")
+	require.ErrorIs(t, err, inventory.ErrConflict)
+	stmts := testrig.CountStatements(t, r.DB, func() {
+		_, err = r.Campaigns.Buy(ctx, id, "ann", "")
+	})
+	require.ErrorIs(t, err, inventory.ErrConflict)
+	require.Zero(t, stmts, "Redis refuses ann by the count it read again from the database")
+	n, cerr := arbiter.CountCampaign(r.DB, id)
+	require.NoError(t, cerr)
+	require.Equal(t, arbiter.CampaignCounts{Held: 1, Left: 4}, n)
+	r.CheckInvariant(sku)
 }

@@ -3,7 +3,7 @@ package campaign_test
 import (
 	"testing"
 
-	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // TestEmbeddedContract runs the campaign suite again on the embedded

@@ -12,7 +12,7 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/maintenance"
-	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // An adjust carrying a reference already applied to the SKU is answered

@@ -12,8 +12,8 @@ import (
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/maintenance"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 func ptr[T any](v T) *T { return &v }

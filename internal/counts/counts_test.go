@@ -1,6 +1,6 @@
 package counts_test
 
-// Stock counts on the real MariaDB and Redis (internal/testrig): each test
+// Stock counts on the real MariaDB and Redis (testkit/testrig): each test
 // knows what was on the shelf at counted_at by construction, so the rebased
 // on_hand is checked against it exactly, never against the formula.
 
@@ -18,8 +18,8 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/counts"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 func ptr[T any](v T) *T { return &v }

@@ -11,8 +11,8 @@ import (
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/campaign"
 	"github.com/acme/inventory/internal/events"
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // putCampaign puts a campaign of a fresh SKU of stock units on r, with the

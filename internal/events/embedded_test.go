@@ -3,7 +3,7 @@ package events_test
 import (
 	"testing"
 
-	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // TestEmbeddedContract runs the races through the group commit, the

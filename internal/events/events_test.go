@@ -10,8 +10,8 @@ import (
 
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/events"
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // Two nodes run the job; one leads at a time. Every event the sales and

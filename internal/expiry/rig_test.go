@@ -10,9 +10,9 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // rig is what the timeout tests expire orders on: the real MariaDB and

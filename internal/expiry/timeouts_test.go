@@ -17,10 +17,10 @@ import (
 	"github.com/acme/inventory/internal/groupcommit"
 	"github.com/acme/inventory/internal/lock"
 	"github.com/acme/inventory/internal/maintenance"
-	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/internal/tokens"
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // node is one more service instance on rig's database, Redis and clock.

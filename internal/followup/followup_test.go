@@ -1,7 +1,7 @@
 package followup_test
 
 // The follow-ups that bring what the database decided into Redis, on the
-// real MariaDB and Redis (internal/testrig): the database's records are
+// real MariaDB and Redis (testkit/testrig): the database's records are
 // written through the arbiter, as the write paths write them, and Redis is
 // read back exactly.
 
@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,9 +24,9 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/followup"
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // fixture is a rig, its follow-ups, what they log and a count of the
@@ -115,7 +117,7 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	adm := x.admit("A", 3, 7)
 	fences := x.record("x1", inventory.Line{SKU: "A", Qty: 3})
 	require.Equal(t, adm.Epoch, fences["A"].Epoch, "no re-init: the database knows the admission's epoch")
-	x.quiet(func() { x.f.Settle(ctx, testrig.Line("A", 3), []stock.Admission{adm}, fences, "", false) })
+	x.quiet(func() { x.f.Settle(ctx, "x1", testrig.Line("A", 3), []stock.Admission{adm}, fences, "", false) })
 	require.EqualValues(t, 7, x.levels("A").Available)
 	x.CheckInvariant("A")
 
@@ -125,7 +127,7 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	require.EqualValues(t, 7, x.levels("A").Available, "the new value lacks the uncommitted admission")
 	fences = x.record("x2", inventory.Line{SKU: "A", Qty: 2})
 	require.NotEqual(t, adm.Epoch, fences["A"].Epoch)
-	x.f.Settle(ctx, testrig.Line("A", 2), []stock.Admission{adm}, fences, "", false)
+	x.f.Settle(ctx, "x2", testrig.Line("A", 2), []stock.Admission{adm}, fences, "", false)
 	require.EqualValues(t, 5, x.levels("A").Available, "taken from the new value")
 	x.CheckInvariant("A")
 
@@ -135,7 +137,7 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	require.NoError(t, x.Stock.Realign(ctx, "A"))
 	require.EqualValues(t, 4, x.levels("A").Available, "the new value counted the reservation")
 	require.NotEqual(t, adm.Epoch, x.levels("A").Epoch)
-	x.f.Settle(ctx, testrig.Line("A", 1), []stock.Admission{adm}, fences, "", false)
+	x.f.Settle(ctx, "x3", testrig.Line("A", 1), []stock.Admission{adm}, fences, "", false)
 	require.EqualValues(t, 4, x.levels("A").Available, "not taken twice")
 	x.CheckInvariant("A")
 
@@ -145,7 +147,7 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	require.EqualValues(t, 10, x.levels("B").Available)
 	cart := []inventory.Line{{SKU: "A", Qty: 1}, {SKU: "B", Qty: 4}}
 	fences = x.record("x4", cart...)
-	x.f.Settle(ctx, cart, []stock.Admission{admA, admB}, fences, "", false)
+	x.f.Settle(ctx, "x4", cart, []stock.Admission{admA, admB}, fences, "", false)
 	require.EqualValues(t, 3, x.levels("A").Available)
 	require.EqualValues(t, 6, x.levels("B").Available)
 	x.CheckInvariant("A")
@@ -156,14 +158,14 @@ func TestSettleTakesAnAdmissionAcrossAReinitOnce(t *testing.T) {
 	x.AddSKU("U", inventory.Unlimited)
 	adm = x.admit("U", 2, inventory.Unlimited)
 	fences = x.record("x5", inventory.Line{SKU: "U", Qty: 2})
-	x.quiet(func() { x.f.Settle(ctx, testrig.Line("U", 2), []stock.Admission{adm}, fences, "", false) })
+	x.quiet(func() { x.f.Settle(ctx, "x5", testrig.Line("U", 2), []stock.Admission{adm}, fences, "", false) })
 	require.EqualValues(t, inventory.Unlimited, x.levels("U").Available, "still unlimited: nothing to settle")
 	adm = x.admit("U", 3, inventory.Unlimited)
 	require.NoError(t, x.DB.Transaction(func(tx *gorm.DB) error { return arbiter.In(tx).Set("U", arbiter.Settings{OnHand: 10}, nil) }))
 	require.NoError(t, x.Stock.Realign(ctx, "U"))
 	require.EqualValues(t, 8, x.levels("U").Available, "10 on hand, the first reservation's 2 reserved")
 	fences = x.record("x6", inventory.Line{SKU: "U", Qty: 3})
-	x.f.Settle(ctx, testrig.Line("U", 3), []stock.Admission{adm}, fences, "", false)
+	x.f.Settle(ctx, "x6", testrig.Line("U", 3), []stock.Admission{adm}, fences, "", false)
 	require.EqualValues(t, 5, x.levels("U").Available)
 	x.CheckInvariant("U")
 	require.Empty(t, x.logs.String())
@@ -231,7 +233,7 @@ func TestApplyLandsAfterTheCallerLeft(t *testing.T) {
 		t.Helper()
 		a, b := x.admit("A", qtyA, x.levels("A").Available-qtyA), x.admit("B", qtyB, x.levels("B").Available-qtyB)
 		cart := []inventory.Line{{SKU: "A", Qty: qtyA}, {SKU: "B", Qty: qtyB}}
-		x.f.Settle(ctx, cart, []stock.Admission{a, b}, x.record(token, cart...), "", false)
+		x.f.Settle(ctx, token, cart, []stock.Admission{a, b}, x.record(token, cart...), "", false)
 	}
 	require.EqualValues(t, 10, x.RedisAvailable("A"))
 	require.EqualValues(t, 10, x.RedisAvailable("B"))
@@ -327,7 +329,7 @@ func TestBuyersCountsFollowTheFence(t *testing.T) {
 	adm := seckill("u")
 	f := x.recordFor("o1", "u", one...)
 	require.EqualValues(t, 3, f[sku].Limit, "the database counted the buyer")
-	x.quiet(func() { x.f.Settle(ctx, one, []stock.Admission{adm}, f, "u", true) })
+	x.quiet(func() { x.f.Settle(ctx, "o1", one, []stock.Admission{adm}, f, "u", true) })
 	require.Equal(t, "1", counted("u"))
 
 	// Re-initialised between the admission and the commit: the new
@@ -337,7 +339,7 @@ func TestBuyersCountsFollowTheFence(t *testing.T) {
 	require.NoError(t, x.Stock.Realign(ctx, sku))
 	require.Equal(t, "1", counted("u"), "the database's count")
 	f = x.recordFor("o2", "u", one...)
-	x.f.Settle(ctx, one, []stock.Admission{adm}, f, "u", true)
+	x.f.Settle(ctx, "o2", one, []stock.Admission{adm}, f, "u", true)
 	require.Equal(t, "2", counted("u"))
 	require.EqualValues(t, 8, x.levels(sku).Available)
 
@@ -345,7 +347,7 @@ func TestBuyersCountsFollowTheFence(t *testing.T) {
 	adm = seckill("u")
 	f = x.recordFor("o3", "u", one...)
 	require.NoError(t, x.Stock.Realign(ctx, sku))
-	x.f.Settle(ctx, one, []stock.Admission{adm}, f, "u", true)
+	x.f.Settle(ctx, "o3", one, []stock.Admission{adm}, f, "u", true)
 	require.Equal(t, "3", counted("u"))
 	require.EqualValues(t, 7, x.levels(sku).Available)
 	_, err := x.Stock.AdmitBuyer(ctx, sku, 1, stock.Buyer{User: "u", Limit: 3})
@@ -358,7 +360,7 @@ func TestBuyersCountsFollowTheFence(t *testing.T) {
 	require.Equal(t, "none", counted("v"))
 	require.EqualValues(t, 7, x.levels(sku).Available)
 	adm = seckill("v")
-	x.quiet(func() { x.f.Settle(ctx, one, []stock.Admission{adm}, x.recordFor("ov", "v", one...), "v", true) })
+	x.quiet(func() { x.f.Settle(ctx, "ov", one, []stock.Admission{adm}, x.recordFor("ov", "v", one...), "v", true) })
 	adm = seckill("v")
 	require.Equal(t, "2", counted("v"))
 	require.NoError(t, x.Stock.Realign(ctx, sku))
@@ -386,18 +388,76 @@ func TestBuyersCountsFollowTheFence(t *testing.T) {
 	// database counted it, so Redis counts it when it commits ...
 	adm = x.admit(sku, 2, 6)
 	f = x.recordFor("o4", "w", testrig.Line(sku, 2)...)
-	x.f.Settle(ctx, testrig.Line(sku, 2), []stock.Admission{adm}, f, "w", false)
+	x.f.Settle(ctx, "o4", testrig.Line(sku, 2), []stock.Admission{adm}, f, "w", false)
 	require.Equal(t, "2", counted("w"))
 	// ... and not twice when an initialisation read it first.
 	adm = x.admit(sku, 1, 5)
 	f = x.recordFor("o5", "w", one...)
 	require.NoError(t, x.Stock.Realign(ctx, sku))
-	x.f.Settle(ctx, one, []stock.Admission{adm}, f, "w", false)
+	x.f.Settle(ctx, "o5", one, []stock.Admission{adm}, f, "w", false)
 	require.Equal(t, "3", counted("w"))
 	require.EqualValues(t, 5, x.levels(sku).Available)
 
 	require.Equal(t, x.Quota(sku, "u"), int64(1))
 	require.Equal(t, x.Quota(sku, "w"), int64(3))
+	reports, err := x.Reconciler().Reconcile(ctx, false)
+	require.NoError(t, err)
+	require.Empty(t, reports, "Redis agrees with the database, counts included")
+	require.Empty(t, x.logs.String())
+	x.CheckInvariant(sku)
+}
+
+// recordBatch writes each token's HELD reservation of its line through the
+// arbiter in one call, as one group commit does for its batch: the batch
+// moves each SKU once, so its reservations share the SKU's fence.
+func (x *fixture) recordBatch(buyer map[string]string, lines map[string]inventory.Line) map[string]arbiter.Fence {
+	x.T.Helper()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var holds []arbiter.Hold
+	for _, token := range slices.Sorted(maps.Keys(lines)) {
+		l := lines[token]
+		holds = append(holds, arbiter.Hold{Buyer: buyer[token], Row: arbiter.Reservation{Token: token, SKU: l.SKU, Qty: l.Qty,
+			State: arbiter.Held, ExpiresAt: now.Add(time.Minute), CreatedAt: now, UpdatedAt: now}})
+	}
+	var fences map[string]arbiter.Fence
+	require.NoError(x.T, x.DB.Transaction(func(tx *gorm.DB) error {
+		var err error
+		fences, err = arbiter.In(tx).Reserve(holds)
+		return err
+	}))
+	return fences
+}
+
+// One group commit moves a SKU once for its whole batch, so its
+// reservations' changes share one seq; each is named by its reservation's
+// token. Admitted from a value re-initialised before the batch committed,
+// each reservation is taken again from the new value once, however often
+// its follow-up is delivered; and an order's two changes at that seq (its
+// units, and the count of a buyer its admission did not count) both land.
+func TestSettleTellsApartTheChangesOfABatch(t *testing.T) {
+	x := newFixture(t)
+	ctx := context.Background()
+	sku := x.PutSKU("BATCH", 10, 5)
+	counted := func(user string) string {
+		t.Helper()
+		v, err := x.RDB.HGet(ctx, "inv:{"+sku+"}:buyers", user).Result()
+		if errors.Is(err, redis.Nil) {
+			return "none"
+		}
+		require.NoError(t, err)
+		return v
+	}
+	a1, a2 := x.admit(sku, 1, 9), x.admit(sku, 2, 7)
+	require.NoError(t, x.Stock.Realign(ctx, sku))
+	require.EqualValues(t, 10, x.levels(sku).Available, "the new value lacks both uncommitted admissions")
+	fences := x.recordBatch(map[string]string{"b2": "w"},
+		map[string]inventory.Line{"b1": {SKU: sku, Qty: 1}, "b2": {SKU: sku, Qty: 2}})
+	for range 2 {
+		x.f.Settle(ctx, "b1", testrig.Line(sku, 1), []stock.Admission{a1}, fences, "", false)
+		x.f.Settle(ctx, "b2", testrig.Line(sku, 2), []stock.Admission{a2}, fences, "w", false)
+	}
+	require.EqualValues(t, 7, x.levels(sku).Available, "each reservation taken once")
+	require.Equal(t, "2", counted("w"), "the buyer's units counted once")
 	reports, err := x.Reconciler().Reconcile(ctx, false)
 	require.NoError(t, err)
 	require.Empty(t, reports, "Redis agrees with the database, counts included")
@@ -413,5 +473,6 @@ func TestEmbeddedContract(t *testing.T) {
 		TestRefusedRealignsAndPassesTheRestThrough,
 		TestApplyLandsAfterTheCallerLeft,
 		TestBuyersCountsFollowTheFence,
+		TestSettleTellsApartTheChangesOfABatch,
 	)
 }

@@ -287,12 +287,20 @@ func (b *Writer) commit(ctx context.Context, w *writerDB, batch []*Request) (fen
 	if w != nil {
 		db = w.db
 	}
+	lost := false
 	err = rawtx.Run(ctx, db, func(tx *rawtx.Tx) error {
 		var err error
 		fences, err = writeTx(tx, batch)
 		wrote = err == nil
+		if wrote && loseCommit() {
+			lost = true
+			return errLost
+		}
 		return err
 	})
+	if lost {
+		return fences, false, nil
+	}
 	return fences, err != nil && wrote, err
 }
 

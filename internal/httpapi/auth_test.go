@@ -18,7 +18,7 @@ import (
 
 	"github.com/acme/inventory/internal/app"
 	"github.com/acme/inventory/internal/httpapi"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // send serves one request on h exactly as given and returns the recorder.

@@ -19,7 +19,7 @@ import (
 	"github.com/acme/inventory/client"
 	"github.com/acme/inventory/internal/app"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // A put sets the low-stock threshold with the stock (a put sets every

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -15,8 +16,8 @@ import (
 
 // Listings answer {"items":[...],"next_cursor":"..."}, next_cursor absent on
 // the last page. A cursor is opaque to clients: base64url (unpadded) of the
-// last key of the page (a SKU, an order id, a movement id); a client passes it
-// back unchanged.
+// last key of the page (a SKU, an order id, a movement's position); a client
+// passes it back unchanged.
 
 type page[T any] struct {
 	Items      []T    `json:"items"`
@@ -125,7 +126,25 @@ func (s *Server) listOrders(c echo.Context) error {
 	return c.JSON(http.StatusOK, page[order.Order]{Items: p.Items, NextCursor: encodeCursor(p.Next)})
 }
 
-// skuMovements: GET /v1/skus/{sku}/movements?limit=&cursor=, oldest first.
+// movementPage is a page of a SKU's history: a listing page, and position,
+// where to read on from with after=, on every page (the last one's too:
+// the position of its last movement, or the after given when empty), so a
+// follower polls with it. next_cursor keeps the listings' rule (absent on
+// the last page), so a client that pages until it is absent still stops.
+type movementPage struct {
+	Items      []arbiter.Movement `json:"items"`
+	NextCursor string             `json:"next_cursor,omitempty"`
+	Position   int64              `json:"position"`
+}
+
+// movementCursor marks a cursor's key as a movement position, so a cursor
+// given before positions existed (a movement id) is refused as malformed
+// rather than read as a position.
+const movementCursor = "p"
+
+// skuMovements: GET /v1/skus/{sku}/movements?after=&limit=&cursor=, in
+// position order (the order the changes committed in). after is the last
+// position the reader has; cursor a next_cursor; one or the other.
 func (s *Server) skuMovements(c echo.Context) error {
 	sku, err := skuParam(c)
 	if err != nil {
@@ -136,8 +155,19 @@ func (s *Server) skuMovements(c echo.Context) error {
 		return err
 	}
 	var after int64
-	if cursor != "" {
-		if after, err = strconv.ParseInt(cursor, 10, 64); err != nil || after < 1 {
+	v, given, err := filterParam(c, "after")
+	switch {
+	case err != nil:
+		return err
+	case given && cursor != "":
+		return badRequest("give after or cursor, not both")
+	case given:
+		if after, err = strconv.ParseInt(v, 10, 64); err != nil || after < 0 {
+			return badRequest("after must be a movement position (an integer, 0 or above)")
+		}
+	case cursor != "":
+		pos, ok := strings.CutPrefix(cursor, movementCursor)
+		if after, err = strconv.ParseInt(pos, 10, 64); !ok || err != nil || after < 1 {
 			return badRequest("cursor is malformed")
 		}
 	}
@@ -146,10 +176,10 @@ func (s *Server) skuMovements(c echo.Context) error {
 		return err
 	}
 	next := ""
-	if p.Next > 0 {
-		next = encodeCursor(strconv.FormatInt(p.Next, 10))
+	if p.More {
+		next = encodeCursor(movementCursor + strconv.FormatInt(p.Next, 10))
 	}
-	return c.JSON(http.StatusOK, page[arbiter.Movement]{Items: p.Items, NextCursor: next})
+	return c.JSON(http.StatusOK, movementPage{Items: p.Items, NextCursor: next, Position: p.Next})
 }
 
 // pageParams reads limit (1-500; absent: the default page size) and the

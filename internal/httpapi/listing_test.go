@@ -38,10 +38,11 @@ func pageBody(t *testing.T, items []map[string]any, next string) string {
 	return string(b)
 }
 
-// listPage decodes a listing answer.
+// listPage decodes a listing answer (position: the movements listing's).
 type listPage[T any] struct {
 	Items      []T    `json:"items"`
 	NextCursor string `json:"next_cursor"`
+	Position   int64  `json:"position"`
 }
 
 func getPage[T any](t *testing.T, h http.Handler, path string, header ...string) listPage[T] {
@@ -163,7 +164,8 @@ func TestListOrdersHTTP(t *testing.T) {
 	}
 }
 
-// GET /v1/skus/{sku}/movements: admin only, oldest first, cursor pages.
+// GET /v1/skus/{sku}/movements: admin only, in position order, cursor
+// pages (next_cursor absent on the last), each page's position.
 func TestSKUMovementsHTTP(t *testing.T) {
 	a := embeddedApp(t)
 	h := a.Handler()
@@ -179,6 +181,7 @@ func TestSKUMovementsHTTP(t *testing.T) {
 	type mv struct {
 		ID            int64     `json:"id"`
 		SKU           string    `json:"sku"`
+		Position      int64     `json:"position"`
 		Kind          string    `json:"kind"`
 		OnHandDelta   int64     `json:"on_hand_delta"`
 		ReservedDelta int64     `json:"reserved_delta"`
@@ -192,26 +195,25 @@ func TestSKUMovementsHTTP(t *testing.T) {
 		require.Less(t, pages, 4)
 		p := getPage[mv](t, h, path, auth...)
 		require.Len(t, p.Items, 1)
+		require.Equal(t, p.Items[0].Position, p.Position, "the page's position is its last movement's")
 		all = append(all, p.Items...)
 		if p.NextCursor == "" {
 			break
 		}
-		require.Equal(t, cursorOf(strconv.FormatInt(p.Items[0].ID, 10)), p.NextCursor)
+		require.Equal(t, cursorOf("p"+strconv.FormatInt(p.Items[0].Position, 10)), p.NextCursor)
 		path = "/v1/skus/DEMO-TSHIRT/movements?limit=1&cursor=" + p.NextCursor
 	}
 	require.Len(t, all, 4)
 	for i, m := range all {
 		require.False(t, m.CreatedAt.IsZero())
-		if i > 0 {
-			require.Greater(t, m.ID, all[i-1].ID)
-		}
+		require.Positive(t, m.ID)
 		all[i].ID, all[i].CreatedAt = 0, time.Time{}
 	}
 	require.Equal(t, []mv{
-		{SKU: "DEMO-TSHIRT", Kind: "SET", OnHandDelta: 100},
-		{SKU: "DEMO-TSHIRT", Kind: "RESTOCK", OnHandDelta: 5, Reason: "restock", Reference: "po-17"},
-		{SKU: "DEMO-TSHIRT", Kind: "RESERVE", ReservedDelta: 3, Reference: o.ID},
-		{SKU: "DEMO-TSHIRT", Kind: "RELEASE", ReservedDelta: -3, Reference: o.ID},
+		{SKU: "DEMO-TSHIRT", Position: 1, Kind: "SET", OnHandDelta: 100},
+		{SKU: "DEMO-TSHIRT", Position: 2, Kind: "RESTOCK", OnHandDelta: 5, Reason: "restock", Reference: "po-17"},
+		{SKU: "DEMO-TSHIRT", Position: 3, Kind: "RESERVE", ReservedDelta: 3, Reference: o.ID},
+		{SKU: "DEMO-TSHIRT", Position: 4, Kind: "RELEASE", ReservedDelta: -3, Reference: o.ID},
 	}, all)
 	require.Len(t, getPage[mv](t, h, "/v1/skus/DEMO-TSHIRT/movements", auth...).Items, 4)
 
@@ -223,6 +225,9 @@ func TestSKUMovementsHTTP(t *testing.T) {
 		{"/v1/skus/DEMO-TSHIRT/movements?cursor=" + cursorOf("abc"), "cursor is malformed"},
 		{"/v1/skus/DEMO-TSHIRT/movements?cursor=" + cursorOf("0"), "cursor is malformed"},
 		{"/v1/skus/DEMO-TSHIRT/movements?cursor=" + cursorOf("-5"), "cursor is malformed"},
+		{"/v1/skus/DEMO-TSHIRT/movements?cursor=" + cursorOf("2"), "cursor is malformed"}, // a cursor from before positions: a movement id
+		{"/v1/skus/DEMO-TSHIRT/movements?cursor=" + cursorOf("p0"), "cursor is malformed"},
+		{"/v1/skus/DEMO-TSHIRT/movements?cursor=" + cursorOf("px"), "cursor is malformed"},
 		{"/v1/skus/DEMO-TSHIRT/movements?limit=-1", "limit must be an integer between 1 and 500"},
 	} {
 		expect(t, h, "GET", c.path, "", 400, errBody("invalid_argument", c.msg), auth...)
@@ -230,4 +235,82 @@ func TestSKUMovementsHTTP(t *testing.T) {
 	code, body = call(t, h, "GET", "/v1/skus/-X/movements", "", auth...)
 	require.Equal(t, 400, code, body)
 	require.Contains(t, body, `"code":"invalid_argument"`)
+}
+
+// GET /v1/skus/{sku}/movements?after=: a follower (an audit export, an ERP)
+// polls with the position the last answer gave it, on every page, the last
+// one too, and gets each movement once, in order, as the history grows;
+// malformed or contradictory parameters are 400 invalid_argument, with
+// nothing changed.
+func TestSKUMovementsFollowHTTP(t *testing.T) {
+	a := embeddedApp(t)
+	h := a.Handler()
+	auth := []string{"Authorization", "Bearer " + a.Cfg.AdminToken}
+	ctx := context.Background()
+	type mv struct {
+		Position  int64  `json:"position"`
+		Kind      string `json:"kind"`
+		Reference string `json:"reference"`
+	}
+	var got []mv
+	var after int64
+	poll := func() []mv {
+		t.Helper()
+		var fresh []mv
+		for {
+			p := getPage[mv](t, h, "/v1/skus/DEMO-TSHIRT/movements?limit=2&after="+strconv.FormatInt(after, 10), auth...)
+			fresh = append(fresh, p.Items...)
+			if len(p.Items) > 0 {
+				require.Equal(t, p.Items[len(p.Items)-1].Position, p.Position)
+			} else {
+				require.Equal(t, after, p.Position, "an empty page gives back the after it was asked")
+			}
+			after = p.Position
+			if p.NextCursor == "" {
+				break
+			}
+		}
+		got = append(got, fresh...)
+		return fresh
+	}
+	require.Equal(t, []mv{{1, "SET", ""}}, poll())
+	require.Empty(t, poll())
+	_, err := a.Catalog.Adjust(ctx, "DEMO-TSHIRT", 5, "restock", "po-17")
+	require.NoError(t, err)
+	o, err := a.Orders.Create(ctx, "alice", "", []inventory.Line{{SKU: "DEMO-TSHIRT", Qty: 3}})
+	require.NoError(t, err)
+	require.Equal(t, []mv{{2, "RESTOCK", "po-17"}, {3, "RESERVE", o.ID}}, poll())
+	_, err = a.Orders.Cancel(ctx, o.ID)
+	require.NoError(t, err)
+	require.Equal(t, []mv{{4, "RELEASE", o.ID}}, poll())
+	require.Empty(t, poll())
+	require.Len(t, got, 4)
+
+	expect(t, h, "GET", "/v1/skus/DEMO-TSHIRT/movements?after=4", "", 200, `{"items":[],"position":4}`, auth...)
+	p := getPage[mv](t, h, "/v1/skus/DEMO-TSHIRT/movements?after=0", auth...)
+	require.Len(t, p.Items, 4, "after=0 is the whole history")
+	require.Equal(t, int64(4), p.Position)
+	require.Empty(t, p.NextCursor)
+
+	history := getPage[mv](t, h, "/v1/skus/DEMO-TSHIRT/movements", auth...)
+	before := state(t, h)
+	afterMsg := "after must be a movement position (an integer, 0 or above)"
+	for _, c := range []struct{ query, msg string }{
+		{"after=-1", afterMsg},
+		{"after=abc", afterMsg},
+		{"after=1.5", afterMsg},
+		{"after=99999999999999999999", afterMsg},
+		{"after=", "after must be given once, not empty"},
+		{"after=1&after=2", "after must be given once, not empty"},
+		{"after=5", "after 5 is beyond DEMO-TSHIRT's last movement (position 4)"},
+		{"after=1&cursor=" + cursorOf("p2"), "give after or cursor, not both"},
+		{"after=1&limit=0", "limit must be an integer between 1 and 500"},
+	} {
+		expect(t, h, "GET", "/v1/skus/DEMO-TSHIRT/movements?"+c.query, "", 400, errBody("invalid_argument", c.msg), auth...)
+	}
+	expect(t, h, "GET", "/v1/skus/NOPE/movements?after=1", "", 404, errBody("not_found", "unknown sku: NOPE"), auth...)
+	code, body := call(t, h, "GET", "/v1/skus/DEMO-TSHIRT/movements?after=1", "")
+	require.Equal(t, 401, code, body)
+	require.Equal(t, before, state(t, h), "nothing changed")
+	require.Equal(t, history, getPage[mv](t, h, "/v1/skus/DEMO-TSHIRT/movements", auth...), "the history neither")
 }

@@ -403,7 +403,7 @@ func (s *Server) getSKU(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	v, err := s.catalog.Get(c.Request().Context(), sku)
+	v, err := s.skuView(c.Request().Context(), sku)
 	if err != nil {
 		return err
 	}

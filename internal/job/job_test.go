@@ -12,7 +12,7 @@ import (
 
 	"github.com/acme/inventory/internal/job"
 	"github.com/acme/inventory/internal/lock"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 func TestBackoffDoublesWithinJitter(t *testing.T) {

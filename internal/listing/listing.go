@@ -6,7 +6,6 @@ package listing
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 
@@ -38,44 +37,62 @@ type Reader struct{ db *gorm.DB }
 // New is a Reader on db.
 func New(db *gorm.DB) *Reader { return &Reader{db: db} }
 
-// MovementPage is one page of a SKU's history, oldest first. Next is the
-// cursor of the following page (the last id on this one), 0 on the last page.
+// MovementPage is one page of a SKU's history, in position order. Next is
+// where to read on from, on every page, the last one too: the position of
+// the page's last movement, or the after it was read from when it is
+// empty. More says that more movements follow it already (the page is
+// full); a follower polls from Next whether or not.
 type MovementPage struct {
 	Items []arbiter.Movement
 	Next  int64
+	More  bool
 }
 
-// Movements returns sku's movements with an id above after, oldest first, at
-// most limit (0: DefaultPageSize). Ids are assigned when a movement is
-// inserted, not when it commits: a reader following the newest movements can
-// see an id before a lower one (a transaction still open) commits; a finished
-// change's movements are all there once its transaction committed.
+// Movements returns sku's movements with a position above after, in
+// position order, at most limit (0: DefaultPageSize). Positions are
+// numbered under the SKU's row lock as the changes commit (see
+// arbiter.Movement), so a reader that reads on from the last position it
+// has gets every movement once, in commit order, whatever commits late: a
+// movement still uncommitted when a page is read is numbered after every
+// movement that page could show.
 func (r *Reader) Movements(ctx context.Context, sku string, after int64, limit int) (*MovementPage, error) {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return nil, err
 	}
 	if after < 0 {
-		return nil, inventory.Invalidf("cursor must be a movement id")
+		return nil, inventory.Invalidf("after must be a movement position (0 or above)")
 	}
 	limit, err := pageLimit(limit)
 	if err != nil {
 		return nil, err
 	}
 	db := r.db.WithContext(ctx)
-	if ok, err := arbiter.SKUExists(db, sku); err != nil || !ok {
-		return nil, errors.Join(err, inventory.UnknownSKU(sku))
-	}
-	var ms []arbiter.Movement
-	if err := db.Where("sku = ? AND id > ?", sku, after).Order("id").Limit(limit + 1).Find(&ms).Error; err != nil {
+	// The SKU's last position, which the SKU's existence comes with: an
+	// after beyond it was never a position of this SKU (a movement id, a
+	// cursor of another SKU), and reading on from it would wait for ever.
+	var last []int64
+	if err := db.Model(&arbiter.SKU{}).Where("sku = ?", sku).Pluck("movement_position", &last).Error; err != nil {
 		return nil, err
 	}
-	p := &MovementPage{Items: ms}
+	if len(last) == 0 {
+		return nil, inventory.UnknownSKU(sku)
+	}
+	if after > last[0] {
+		return nil, inventory.Invalidf("after %d is beyond %s's last movement (position %d)", after, sku, last[0])
+	}
+	var ms []arbiter.Movement
+	if err := db.Where("sku = ? AND position > ?", sku, after).Order("position").Limit(limit + 1).Find(&ms).Error; err != nil {
+		return nil, err
+	}
+	p := &MovementPage{Items: ms, Next: after}
 	if ms == nil {
 		p.Items = []arbiter.Movement{}
 	}
 	if len(ms) > limit {
-		p.Items = ms[:limit]
-		p.Next = p.Items[limit-1].ID
+		p.Items, p.More = ms[:limit], true
+	}
+	if n := len(p.Items); n > 0 {
+		p.Next = p.Items[n-1].Position
 	}
 	return p, nil
 }

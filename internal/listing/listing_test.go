@@ -11,12 +11,13 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/listing"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // Seven movements read three at a time: 3, 3, 1, each page's cursor its last
-// id, no movement twice; and the reader's argument errors.
+// position (the last page's too), positions 1 to 7, no movement twice; and
+// the reader's argument errors.
 func TestMovementsPagination(t *testing.T) {
 	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
@@ -35,7 +36,7 @@ func TestMovementsPagination(t *testing.T) {
 	require.NoError(t, err)
 
 	var sizes []int
-	var deltas []int64
+	var deltas, positions []int64
 	seen := map[int64]bool{}
 	var after int64
 	for {
@@ -46,23 +47,30 @@ func TestMovementsPagination(t *testing.T) {
 			require.False(t, seen[m.ID], "movement %d twice", m.ID)
 			seen[m.ID] = true
 			deltas = append(deltas, m.OnHandDelta)
+			positions = append(positions, m.Position)
 		}
-		if p.Next == 0 {
+		require.Equal(t, p.Items[len(p.Items)-1].Position, p.Next)
+		after = p.Next
+		if !p.More {
 			break
 		}
-		require.Equal(t, p.Items[len(p.Items)-1].ID, p.Next)
-		after = p.Next
 	}
 	require.Equal(t, []int{3, 3, 1}, sizes)
 	require.Equal(t, []int64{10, 1, -1, 3, -1, 5, -1}, deltas)
+	require.Equal(t, []int64{1, 2, 3, 4, 5, 6, 7}, positions)
 
 	p, err := r.Listing.Movements(ctx, "PG", 0, 0)
 	require.NoError(t, err)
 	require.Len(t, p.Items, 7, "limit 0 is the default page")
-	require.Zero(t, p.Next)
-	p, err = r.Listing.Movements(ctx, "PG", p.Items[6].ID, 3)
+	require.Equal(t, &listing.MovementPage{Items: p.Items, Next: 7}, p)
+	p, err = r.Listing.Movements(ctx, "PG", 7, 3)
 	require.NoError(t, err)
-	require.Equal(t, &listing.MovementPage{Items: []arbiter.Movement{}}, p, "past the end: an empty page")
+	require.Equal(t, &listing.MovementPage{Items: []arbiter.Movement{}, Next: 7}, p, "past the end: an empty page, read on from where it was asked")
+	p, err = r.Listing.Movements(ctx, "PG", 6, 1)
+	require.NoError(t, err)
+	require.Equal(t, []int64{-1}, []int64{p.Items[0].OnHandDelta})
+	require.Equal(t, int64(7), p.Next)
+	require.False(t, p.More, "a full page with nothing after it")
 
 	for _, c := range []struct {
 		sku          string
@@ -73,7 +81,8 @@ func TestMovementsPagination(t *testing.T) {
 	}{
 		{"PG", 0, -1, inventory.ErrInvalidArgument, "limit must be between 1 and 500"},
 		{"PG", 0, 501, inventory.ErrInvalidArgument, "limit must be between 1 and 500"},
-		{"PG", -1, 3, inventory.ErrInvalidArgument, "cursor"},
+		{"PG", -1, 3, inventory.ErrInvalidArgument, "after must be a movement position"},
+		{"PG", 8, 3, inventory.ErrInvalidArgument, "after 8 is beyond PG's last movement (position 7)"},
 		{"-PG", 0, 3, inventory.ErrInvalidArgument, "sku must be"},
 		{"NOPE", 0, 3, inventory.ErrUnknownSKU, "NOPE"},
 	} {

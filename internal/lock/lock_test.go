@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/testenv"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )

@@ -15,11 +15,13 @@ import (
 	"github.com/acme/inventory/internal/lock"
 )
 
-// Realigner periodically realigns every SKU whose Redis value differs from
-// the database's, on one node at a time (a distributed lock): a Redis that
-// came back older, failed over to a lagging replica or kept units an
-// admission took and never recorded (its process died) is put right within
-// one interval, even if nobody buys the SKU.
+// Realigner periodically realigns every SKU and campaign pool whose Redis
+// value differs from the database's, on one node at a time (a distributed
+// lock): a Redis that came back older, failed over to a lagging replica or
+// kept units an admission took and never recorded (its process died) is
+// put right within one interval and the settle, even if nobody buys the
+// SKU; a pool only behind the database by admissions in flight is left
+// alone (see Reconciler.Realign).
 type Realigner struct {
 	rec      *Reconciler
 	locker   *lock.Locker
@@ -53,7 +55,8 @@ func (r *Realigner) Stop() { r.run.Stop() }
 
 func (r *Realigner) loop(ctx context.Context) {
 	lock := job.Lock{Locker: r.locker, Key: lock.RealignKey, TTL: r.interval, Log: r.log}
-	job.Periodic(ctx, lock, r.interval, 0, func(rctx context.Context) {
+	// A round may watch pools for the settle twice (SKUs, then campaigns).
+	job.Periodic(ctx, lock, r.interval, r.interval+2*r.rec.Settle(), func(rctx context.Context) {
 		skus, err := r.rec.Realign(rctx)
 		camps, cerr := r.rec.RealignCampaigns(rctx)
 		err = errors.Join(err, cerr)

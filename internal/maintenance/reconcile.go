@@ -4,11 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
+	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/acme/inventory/internal/arbiter"
+	"github.com/acme/inventory/internal/job"
 	"github.com/acme/inventory/stock"
 )
 
@@ -17,18 +18,43 @@ import (
 // the live reservations (through the arbiter). Anomalies it only reports:
 // they need an operator.
 type Reconciler struct {
-	db      *gorm.DB
-	stock   *stock.Store
-	log     *slog.Logger
-	dropped sync.Map // ids of the ended campaigns whose Redis keys this node deleted
+	db    *gorm.DB
+	stock *stock.Store
+	log   *slog.Logger
+	// settle is how long the realign watches a pool that is only behind the
+	// database before it moves it (see Realign), and wait how it waits.
+	settle time.Duration
+	wait   func(ctx context.Context, d time.Duration)
 }
+
+// DefaultSettle is the realign's settle when none is given: longer than an
+// admission stays in flight under the service's default request deadline
+// (1 s) and stock.FollowUpGrace.
+const DefaultSettle = 2 * time.Second
 
 func NewReconciler(db *gorm.DB, st *stock.Store, log *slog.Logger) *Reconciler {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Reconciler{db: db, stock: st, log: log}
+	return &Reconciler{db: db, stock: st, log: log, settle: DefaultSettle,
+		wait: func(ctx context.Context, d time.Duration) { job.Sleep(ctx, d, nil) }}
 }
+
+// WithSettle sets how long the realign watches a pool that is only behind
+// the database before it moves it: at least the longest an admission can
+// stay in flight (Redis took the units, the database has neither recorded
+// nor refused them, nor has the refusal given them back): the request
+// deadline and stock.FollowUpGrace. d <= 0 keeps DefaultSettle.
+func (c *Reconciler) WithSettle(d time.Duration) *Reconciler {
+	if d > 0 {
+		c.settle = d
+	}
+	return c
+}
+
+// Settle is how long the realign watches a pool that is only behind the
+// database before it moves it.
+func (c *Reconciler) Settle() time.Duration { return c.settle }
 
 // Report is one SKU where Redis and the database disagree, or where the
 // database disagrees with itself.
@@ -217,19 +243,42 @@ func (c *Reconciler) fixReserved(ctx context.Context, sku string) error {
 // restores the buyers' counts with the level. It returns the SKUs it
 // realigned. (It does not compare each buyer's count, which costs a row per
 // buyer: reconcile does.)
+//
+// It does not fight a live sale. An admission in flight (Redis took the
+// units; the database has not recorded them yet) leaves Redis behind the
+// database for a moment, and realigning then would count those units as
+// available again (each refused sale then asks for another realign). So a
+// SKU that is only behind, with the epoch the database numbered, is
+// realigned only when neither store moved while the realign watched it for
+// the settle (WithSettle: longer than an admission stays in flight): the
+// database's seq (every recorded sale, release or change bumps it) and
+// Redis's value and epoch (every admission and give-back moves them) stood
+// still, so nothing was in flight and the difference is real (units an
+// admission took whose process died, a give-back Redis lost). One that
+// moved is left for the next round. Whatever else differs (Redis ahead of
+// the database: in-flight admissions only ever put it behind; another
+// epoch; buyers' counts of another initialisation) is realigned at once.
+// While a SKU keeps selling, units hidden by a real drift stay hidden until
+// it stops: at the latest when Redis runs out, whose refusals move
+// nothing, so no buyer is refused for them longer than a round and the
+// settle.
 func (c *Reconciler) Realign(ctx context.Context) ([]string, error) {
 	var done []string
+	var behind []skuSample
 	err := c.eachSKU(ctx, func(rec arbiter.SKU, lv stock.Levels) error {
-		if !lv.Initialised {
-			return nil
-		}
-		if lv.Available == rec.Available() && lv.Epoch == rec.RedisEpoch && (lv.BuyersEpoch == 0 || lv.BuyersEpoch == lv.Epoch) {
+		switch drift(rec, lv) {
+		case aligned:
 			// The counts too, buyer by buyer: a Redis failed over to a
 			// replica that missed some of them keeps the right marks.
 			n, err := c.buyersDiffer(ctx, rec, lv)
 			if err != nil || n == 0 {
 				return err
 			}
+		case behindDB:
+			behind = append(behind, skuSample{rec, lv})
+			return nil
+		case notInRedis:
+			return nil
 		}
 		if err := c.stock.Realign(ctx, rec.SKU); err != nil {
 			return err
@@ -237,5 +286,82 @@ func (c *Reconciler) Realign(ctx context.Context) ([]string, error) {
 		done = append(done, rec.SKU)
 		return nil
 	})
+	if err != nil || len(behind) == 0 {
+		return done, err
+	}
+	still, err := c.stoodStill(ctx, behind)
+	for _, sku := range still {
+		if err := c.stock.Realign(ctx, sku); err != nil {
+			return done, err
+		}
+		done = append(done, sku)
+	}
 	return done, err
+}
+
+// How a pool's copy in Redis stands against the database (drift).
+type standing int
+
+const (
+	aligned    standing = iota // same value, same initialisation
+	notInRedis                 // Redis has none: its next use initialises it
+	behindDB                   // fewer units than the database, same initialisation: maybe admissions in flight
+	wrong                      // anything else: realigned at once
+)
+
+// drift says how sku's Redis levels lv stand against its record rec.
+func drift(rec arbiter.SKU, lv stock.Levels) standing {
+	switch {
+	case !lv.Initialised:
+		return notInRedis
+	case lv.Epoch != rec.RedisEpoch || lv.BuyersEpoch != 0 && lv.BuyersEpoch != lv.Epoch:
+		return wrong
+	case lv.Available == rec.Available():
+		return aligned
+	case lv.Available < rec.Available() && !lv.Unlimited:
+		return behindDB
+	}
+	return wrong
+}
+
+// skuSample is a SKU's record and Redis levels, read one after the other.
+type skuSample struct {
+	rec arbiter.SKU
+	lv  stock.Levels
+}
+
+// stoodStill waits the settle and reads the SKUs of before again, and
+// returns those neither of whose stores moved meanwhile (the same seq in
+// the database, the same value and epoch in Redis) and that are still
+// behind.
+func (c *Reconciler) stoodStill(ctx context.Context, before []skuSample) ([]string, error) {
+	c.wait(ctx, c.settle)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	skus := make([]string, len(before))
+	for i, b := range before {
+		skus[i] = b.rec.SKU
+	}
+	var recs []arbiter.SKU
+	if err := c.db.WithContext(ctx).Where("sku IN ?", skus).Find(&recs).Error; err != nil {
+		return nil, err
+	}
+	now := make(map[string]arbiter.SKU, len(recs))
+	for _, r := range recs {
+		now[r.SKU] = r
+	}
+	lvs, err := c.stock.LevelsOf(ctx, skus)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, b := range before {
+		rec, ok := now[b.rec.SKU]
+		if ok && rec.Seq == b.rec.Seq && lvs[i].Available == b.lv.Available && lvs[i].Epoch == b.lv.Epoch &&
+			drift(rec, lvs[i]) == behindDB {
+			out = append(out, rec.SKU)
+		}
+	}
+	return out, nil
 }

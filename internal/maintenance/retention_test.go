@@ -13,10 +13,10 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/maintenance"
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/internal/webhooks"
 	"github.com/acme/inventory/order"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // A year of history pruned: applied outbox rows and ledger rows older than
@@ -89,6 +89,7 @@ func TestRetentionPrunesFinishedHistory(t *testing.T) {
 	require.Len(t, page.Items, 1)
 	require.Equal(t, arbiter.MoveSet, page.Items[0].Kind)
 	require.Equal(t, arbiter.OpeningReason, page.Items[0].Reason)
+	require.EqualValues(t, 20, page.Items[0].Position, "at the position of the last movement it folds: a follower past it has all it sums")
 
 	// History goes on after the opening balance, and a second run folds the
 	// old opening balance with what aged since.
@@ -99,10 +100,17 @@ func TestRetentionPrunesFinishedHistory(t *testing.T) {
 	_, err = r.Orders.Cancel(ctx, o.ID)
 	require.NoError(t, err)
 	require.Equal(t, before, r.MovementSums(sku))
+	page, err = r.Listing.Movements(ctx, sku, 20, 10)
+	require.NoError(t, err)
+	require.Len(t, page.Items, 2)
+	require.Equal(t, []int64{21, 22}, []int64{page.Items[0].Position, page.Items[1].Position}, "numbered on after the balance")
 	_, err = ret.PruneOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), r.Count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ?`, sku))
 	require.Equal(t, before, r.MovementSums(sku))
+	page, err = r.Listing.Movements(ctx, sku, 0, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 22, page.Items[0].Position)
 
 	// Late duplicates of pruned operations: the reservations' states say
 	// they were applied; nothing changes and nothing is an anomaly.

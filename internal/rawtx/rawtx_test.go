@@ -9,7 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/acme/inventory/internal/rawtx"
-	"github.com/acme/inventory/internal/testenv"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // A transaction past GORM ends as GORM's Transaction ends one: committed

@@ -14,8 +14,8 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // The same operation published again (a redelivery, a duplicate send) changes

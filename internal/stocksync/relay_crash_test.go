@@ -9,7 +9,7 @@ import (
 
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/stocksync"
-	"github.com/acme/inventory/internal/testrig"
+	"github.com/acme/inventory/testkit/testrig"
 	"github.com/stretchr/testify/require"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/lock"
-	"github.com/acme/inventory/internal/testenv"
 	"github.com/acme/inventory/mq"
+	"github.com/acme/inventory/testkit/testenv"
 )
 
 // stores are the real database and Redis (for the relay's lock) a test

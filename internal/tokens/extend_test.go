@@ -12,8 +12,8 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/internal/tokens"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // reservation is token's row for sku (the client's token, without "t.").

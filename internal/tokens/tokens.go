@@ -142,17 +142,21 @@ func (s *Service) ReserveHold(ctx context.Context, sku string, qty int64, token 
 		ExpiresAt: now.Add(hold), CreatedAt: now, UpdatedAt: now}
 	fences, err := s.writer.Write(ctx, &groupcommit.Request{Rows: []arbiter.Reservation{row}})
 	if err != nil {
-		fctx, cancel := stock.FollowUp(ctx)
-		defer cancel()
-		if uerr := s.stock.Undo(fctx, sku, qty, adm, key); uerr != nil {
-			s.cfg.Logger.Warn("tokens: undoing an admission failed; the realign repairs it", "sku", sku, "err", uerr)
-		}
+		s.redis.Unwind(ctx, err, func(ctx context.Context) error {
+			return s.stock.Undo(ctx, sku, qty, adm, key) // the token forgotten with the units
+		}, func(ctx context.Context) error {
+			// Forgotten all the same, so the client's retry asks the
+			// database (the first answer, or a new reservation) rather than
+			// be told the first call is still in progress for the token's
+			// whole life in Redis.
+			return errors.Join(s.stock.ForgetToken(ctx, sku, key), s.stock.Realign(ctx, sku))
+		}, "sku", sku)
 		if arbiter.IsDuplicate(err) { // Redis forgot the token (a key loss): the database remembers
 			return s.replay(ctx, sku, qty, key)
 		}
 		return Held{}, s.redis.Refused(ctx, err, false)
 	}
-	s.redis.Settle(ctx, []inventory.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, fences, "", false)
+	s.redis.Settle(ctx, key, []inventory.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, fences, "", false)
 	return Held{Result: adm.Remaining, ExpiresAt: row.ExpiresAt}, nil
 }
 
@@ -360,20 +364,21 @@ func (s *Service) ReleaseExpired(ctx context.Context, limit int) (int, error) {
 	}
 	n := 0
 	for _, r := range rows {
-		var chs []inventory.Change
+		var rel arbiter.Freed
 		err := arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
 			// A commit or an extension that won first leaves nothing due.
-			rel, err := arbiter.In(tx).ReleaseDue(r.Token, r.SKU, now)
-			chs = rel.Changes
+			var err error
+			rel, err = arbiter.In(tx).ReleaseDue(r.Token, r.SKU, now)
 			return err
 		})
 		if err != nil {
 			return n, err
 		}
-		if len(chs) > 0 {
+		if len(rel.Changes) > 0 {
 			n++
 		}
-		s.redis.Apply(ctx, chs)
+		s.redis.Apply(ctx, rel.Changes)
+		s.redis.Ended(ctx, rel.Ended) // a campaign's pool: its end
 	}
 	return n, nil
 }

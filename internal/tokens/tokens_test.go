@@ -1,6 +1,6 @@
 package tokens_test
 
-// The token API on the real MariaDB and Redis (internal/testrig): a client's
+// The token API on the real MariaDB and Redis (testkit/testrig): a client's
 // own token names a raw reservation, which it reserves, commits or releases,
 // each exactly once however many calls race, and which the timeout sweep
 // releases when its hold ends.
@@ -18,9 +18,9 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/internal/tokens"
 	"github.com/acme/inventory/stock"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // rig is one node (testrig) with the readings these tests compare.

@@ -155,8 +155,8 @@ func (svc *Service) Put(ctx context.Context, id string, s Spec) (*View, error) {
 		if res.Error != nil || res.RowsAffected == 1 {
 			return res.Error
 		}
-		var head int64
-		if err := tx.Raw(`SELECT COALESCE(MAX(id), 0) FROM stock_events`).Scan(&head).Error; err != nil {
+		head, err := arbiter.EventsOf(tx).Head()
+		if err != nil {
 			return err
 		}
 		return tx.Create(&row{ID: id, URL: s.URL, Secret: s.Secret, Events: string(events), SKUs: string(skus),
@@ -223,13 +223,12 @@ func (svc *Service) view(ctx context.Context, r row) (*View, error) {
 	if err := r.filters(&v.Events, &v.SKUs); err != nil {
 		return nil, err
 	}
-	q := svc.db.WithContext(ctx).Table("stock_events").Where("id > ? AND type IN ?", r.DeliveredID, v.Events)
-	if len(v.SKUs) > 0 {
-		q = q.Where("sku IN ?", v.SKUs)
-	}
-	if err := q.Count(&v.Backlog).Error; err != nil {
+	backlog, err := arbiter.EventsOf(svc.db.WithContext(ctx)).
+		Count(arbiter.EventFilter{After: r.DeliveredID, Types: v.Events, SKUs: v.SKUs})
+	if err != nil {
 		return nil, err
 	}
+	v.Backlog = backlog
 	return v, nil
 }
 

@@ -397,13 +397,14 @@ func Backoff(lo, hi time.Duration, attempts int) time.Duration {
 	return job.Jitter(min(d, hi))
 }
 
-// Body is the body of e's delivery: its JSON object exactly as the replay
-// feed serves it (no HTML escaping, no trailing newline).
+// Body is the body of e's delivery: webhooks.Body, whose JSON object is
+// the one the replay feed serves for e (no HTML escaping, no trailing
+// newline).
 func Body(e arbiter.Event) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(e); err != nil {
+	if err := enc.Encode(webhooks.BodyOf(e)); err != nil {
 		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil

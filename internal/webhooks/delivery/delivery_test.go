@@ -28,10 +28,10 @@ import (
 	"github.com/acme/inventory/internal/events"
 	"github.com/acme/inventory/internal/lock"
 	"github.com/acme/inventory/internal/maintenance"
-	"github.com/acme/inventory/internal/testenv"
-	"github.com/acme/inventory/internal/testrig"
 	"github.com/acme/inventory/internal/webhooks"
 	"github.com/acme/inventory/internal/webhooks/delivery"
+	"github.com/acme/inventory/testkit/testenv"
+	"github.com/acme/inventory/testkit/testrig"
 )
 
 // secret signs the tests' deliveries; it must never show in a log line or

@@ -1,0 +1,698 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The history check: each SKU's history (every operation of the run that
+// took, gave back or read its stock) must be linearizable against the
+// sequential model of one SKU (skumodel.go), as Porcupine decides. What it
+// proves and what it relaxes is docs/SPEC.md section 6 and docs/faults.md
+// ("The history check").
+
+// histConfig is what the check needs to know of the run.
+type histConfig struct {
+	// Stale is how long before it was sent a refusal may reflect: the
+	// database gives back before Redis and the nodes' sold-out flags learn
+	// of it (section 6 of the spec). A refusal is judged as if it had been
+	// sent Stale earlier.
+	Stale time.Duration
+	// The holds' default lengths, for a hold whose answer was lost.
+	OrderHold, CampaignHold time.Duration
+	// Timeout bounds each SKU's check: one that does not end in time fails.
+	Timeout time.Duration
+	// Dir receives the visualization of a failing SKU's history.
+	Dir string
+	// Base is when the history began: the service's wall-clock times
+	// (deadlines, a campaign's end) are placed on the history's clock by it.
+	Base time.Time
+	// Name is the scenario's, for the visualization's file name.
+	Name string
+}
+
+// expirySlack is how much earlier than its deadline a timeout release may
+// be linearized: the deadline is the service's wall clock, the history the
+// driver's monotonic one, on one host.
+const expirySlack = 50 * time.Millisecond
+
+// HistVerdict is the history check's finding.
+type HistVerdict struct {
+	Result string // "yes", "NO", or "timeout"
+	SKU    string // the SKU that failed
+	Viz    string // the visualization of its smallest failing prefix
+	Saved  string // the history, written out when it failed
+	Ops    map[string]int
+	Took   map[string]time.Duration
+}
+
+func (h *HistVerdict) column() string {
+	switch {
+	case h == nil:
+		return "-"
+	case h.Result == "yes":
+		return "yes"
+	}
+	return h.Result + " " + h.SKU
+}
+
+func (h *HistVerdict) passed() bool { return h != nil && h.Result == "yes" }
+
+// line is the sizes and times of every SKU's check.
+func (h *HistVerdict) line() string {
+	var skus []string
+	for s := range h.Ops {
+		skus = append(skus, s)
+	}
+	sort.Strings(skus)
+	var parts []string
+	var total time.Duration
+	for _, s := range skus {
+		parts = append(parts, fmt.Sprintf("%s %d ops %s", s, h.Ops[s], h.Took[s].Round(time.Millisecond)))
+		total += h.Took[s]
+	}
+	out := fmt.Sprintf("history: %s; checked in %s", strings.Join(parts, ", "), total.Round(time.Millisecond))
+	if h.Viz != "" {
+		out += "; visualization: " + h.Viz
+	}
+	if h.Saved != "" {
+		out += "; history: " + h.Saved
+	}
+	return out
+}
+
+// orderInfo is what the history learnt of an order from its 201.
+type orderInfo struct {
+	id    string // its identity in the model
+	lines []line
+	user  string
+	camp  bool
+}
+
+// partition turns the run's operations into each SKU's inputs, with the
+// service's own background changes (timeouts, a campaign's end) added as
+// operations with open ends.
+func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
+	campSKU := map[string]string{}
+	for i := range ops {
+		if op := &ops[i]; op.Kind == opCampaign {
+			campSKU[op.Campaign] = op.SKU
+		}
+	}
+	ident := func(i int, op *histOp, sku string) string {
+		switch {
+		case op.Token != "":
+			return "t:" + sku + ":" + op.Token
+		case op.Key != "":
+			return "k:" + op.User + ":" + op.Key
+		case op.Out == outOK:
+			return "o:" + op.Order
+		}
+		return fmt.Sprintf("p:%d", i) // no answer: a hold nothing else can name
+	}
+	orders := map[string]orderInfo{}
+	for i := range ops {
+		op := &ops[i]
+		if op.Kind == opCreate && op.Out == outOK && op.Token == "" {
+			orders[op.Order] = orderInfo{id: ident(i, op, ""), lines: op.Lines, user: op.User, camp: op.Campaign != ""}
+		}
+	}
+	// deadline of each hold that may time out, and whether it was settled
+	// (paid, cancelled, committed, released) before it.
+	type hold struct {
+		deadline time.Duration
+		lines    []line
+		settled  time.Duration // the earliest return of an answer that settled it
+	}
+	holds := map[string]*hold{}
+	settle := func(id string, at time.Duration) {
+		if h := holds[id]; h != nil && (h.settled == 0 || at < h.settled) {
+			h.settled = at
+		}
+	}
+	ops = foldReplays(foldRetries(ops))
+	inflight := admitted(ops, campSKU, cfg.Stale)
+	out := map[string][]porcupine.Operation{}
+	add := func(sku string, op *histOp, in *skuInput, call, ret time.Duration) {
+		in.op = op
+		out[sku] = append(out[sku], porcupine.Operation{Input: in, Call: int64(call), Return: int64(ret)})
+	}
+	for i := range ops {
+		op := &ops[i]
+		call := op.Call
+		if op.Out == outRefused {
+			call = max(0, call-cfg.Stale) // judged as of up to Stale earlier
+		}
+		switch op.Kind {
+		case opRead:
+			if op.Out == outOK {
+				add(op.SKU, op, &skuInput{kind: opRead, out: outOK}, op.Call, op.Ret)
+			}
+		case opSet, opAdjust:
+			if op.Out != outRefused {
+				add(op.SKU, op, &skuInput{kind: op.Kind, out: op.Out, qty: op.N}, op.Call, op.Ret)
+			}
+		case opCampaign:
+			if op.Out != outRefused {
+				add(op.SKU, op, &skuInput{kind: opCampaign, out: op.Out, qty: op.N}, op.Call, op.Ret)
+				close := &histOp{Kind: opClose, Campaign: op.Campaign, SKU: op.SKU, Call: op.EndsAt.Sub(cfg.Base) - expirySlack, Ret: maxTime, Out: outUnknown}
+				add(op.SKU, close, &skuInput{kind: opClose, out: outUnknown}, close.Call, maxTime)
+			}
+		case opCreate:
+			lines := op.Lines
+			camp := op.Campaign != ""
+			if camp && len(lines) == 0 {
+				lines = []line{{campSKU[op.Campaign], 1}}
+			}
+			user := op.User
+			switch op.Out {
+			case outRefused:
+				limit := op.Code == "conflict" && op.Token == ""
+				switch {
+				case op.Code == "insufficient_stock":
+				case limit && (camp || isSeckill(op)):
+				case op.Code == "conflict" && op.Token != "":
+				default:
+					continue // refused for something the model does not judge (the buyer's token, the window, a key reused)
+				}
+				l, ok := refusedLine(op, lines)
+				if !ok {
+					continue
+				}
+				add(l.SKU, op, &skuInput{kind: opCreate, out: outRefused, id: ident(i, op, l.SKU), qty: l.Qty, user: user, camp: camp, limit: limit,
+					inflight: inflight[refusal{i, l.SKU}]}, call, op.Ret)
+				continue
+			}
+			for _, l := range lines {
+				id := ident(i, op, l.SKU)
+				add(l.SKU, op, &skuInput{kind: opCreate, out: op.Out, id: id, qty: l.Qty, user: user, camp: camp}, op.Call, op.Ret)
+				h := holds[id]
+				if h == nil {
+					h = &hold{}
+					holds[id] = h
+				}
+				h.lines = append(h.lines, l)
+				var deadline time.Duration
+				switch {
+				case op.Out == outOK && !op.ExpiresAt.IsZero():
+					deadline = op.ExpiresAt.Sub(cfg.Base)
+				default:
+					d := op.Hold
+					if d == 0 {
+						d = cfg.OrderHold
+						if camp {
+							d = cfg.CampaignHold
+						}
+					}
+					deadline = op.Call + d
+				}
+				if h.deadline == 0 || deadline < h.deadline {
+					h.deadline = deadline
+				}
+			}
+		case opPay, opCancel, opRefund, opOrder:
+			o, ok := orders[op.Order]
+			if !ok {
+				continue // an order the run never created (a probe): nothing to judge on any SKU
+			}
+			if op.Out == outRefused && !(op.Code == "conflict" && op.Kind != opPay) || op.Kind == opOrder && op.Out != outOK {
+				continue
+			}
+			if op.Kind == opOrder && op.Answer == "PENDING" {
+				// What a follower's PENDING read proves, that the timeout
+				// came after it, is its expiry's start (below); as an
+				// operation of its own it would only be one more to order.
+				continue
+			}
+			for _, l := range o.lines {
+				add(l.SKU, op, &skuInput{kind: op.Kind, out: op.Out, id: o.id, qty: l.Qty, user: o.user, camp: o.camp, lines: len(o.lines)}, call, op.Ret)
+			}
+			if op.Out == outOK && (op.Kind == opCancel || op.Kind == opPay && op.Answer == "PAID") {
+				settle(o.id, op.Ret)
+			}
+		case opCommit, opRelease:
+			if op.Out == outRefused && op.Code != "conflict" && op.Code != "not_found" {
+				continue
+			}
+			id := "t:" + op.SKU + ":" + op.Token
+			add(op.SKU, op, &skuInput{kind: op.Kind, out: op.Out, id: id}, call, op.Ret)
+			if op.Out == outOK {
+				settle(id, op.Ret)
+			}
+		}
+	}
+	// What the followers saw of each order: the last read that found it
+	// PENDING, the first that found it EXPIRED.
+	type seen struct{ pending, expired time.Duration }
+	follow := map[string]*seen{}
+	for i := range ops {
+		op := &ops[i]
+		o, ok := orders[op.Order]
+		if op.Kind != opOrder || op.Out != outOK || !ok {
+			continue
+		}
+		f := follow[o.id]
+		if f == nil {
+			f = &seen{}
+			follow[o.id] = f
+		}
+		switch op.Answer {
+		case "PENDING":
+			f.pending = max(f.pending, op.Call)
+		case "EXPIRED":
+			if f.expired == 0 || op.Ret < f.expired {
+				f.expired = op.Ret
+			}
+		}
+	}
+	for id, h := range holds {
+		if h.settled != 0 && h.settled < h.deadline-expirySlack {
+			continue // paid, cancelled or released before it could time out
+		}
+		// The timeout released it after its deadline and after a read
+		// found it still PENDING; before the first read that found it
+		// EXPIRED, or at any time (or never) if none did.
+		exp := &histOp{Kind: opExpire, Order: id, Call: h.deadline - expirySlack, Ret: maxTime, Out: outUnknown}
+		if f := follow[id]; f != nil {
+			exp.Call = max(exp.Call, f.pending)
+			if f.expired != 0 {
+				exp.Ret, exp.Out = f.expired, outOK
+			}
+		}
+		for _, l := range mergeLines(h.lines) {
+			add(l.SKU, exp, &skuInput{kind: opExpire, out: exp.Out, id: id}, exp.Call, exp.Ret)
+		}
+	}
+	for sku := range out {
+		lanes(out[sku])
+	}
+	return out
+}
+
+// foldRetries folds a request retried after an unknown outcome into the
+// attempt that was answered: the same create (Idempotency-Key or token),
+// payment (payment id) or token commit, answered alike however many
+// attempts took effect, sent again by
+// the same client once the earlier attempt went unanswered. It took effect
+// once, somewhere between the first attempt's sending and the answer, and
+// that is the one operation the check then judges; left apart, each
+// unanswered attempt is one more operation that may fall anywhere after it
+// was sent, for the search to try.
+func foldRetries(ops []histOp) []histOp {
+	type key struct {
+		kind                     opKind
+		user, id, token, payment string
+	}
+	keyOf := func(op *histOp) (key, bool) {
+		switch op.Kind {
+		case opCreate:
+			if op.Key == "" && op.Token == "" {
+				return key{}, false
+			}
+			return key{opCreate, op.User, op.Key, op.Token, ""}, true
+		case opPay:
+			return key{opPay, "", op.Order, "", op.PaymentID}, true
+		case opCommit:
+			return key{op.Kind, op.SKU, "", op.Token, ""}, true
+		}
+		// A cancel, refund or release retried is answered otherwise when
+		// the unanswered attempt took effect (409, or 0 released): those
+		// stay apart.
+		return key{}, false
+	}
+	ops = slices.Clone(ops)
+	pending := map[key][]int{} // unanswered attempts not yet folded
+	drop := make([]bool, len(ops))
+	order := make([]int, len(ops))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return ops[order[a]].Call < ops[order[b]].Call })
+	for _, i := range order {
+		op := &ops[i]
+		k, ok := keyOf(op)
+		if !ok {
+			continue
+		}
+		if op.Out == outUnknown {
+			pending[k] = append(pending[k], i)
+			continue
+		}
+		if op.Out != outOK {
+			continue
+		}
+		for _, j := range pending[k] {
+			if ops[j].Call < op.Call {
+				op.Call = min(op.Call, ops[j].Call)
+				drop[j] = true
+			}
+		}
+		delete(pending, k)
+	}
+	out := make([]histOp, 0, len(ops))
+	for i, op := range ops {
+		if !drop[i] {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// foldReplays keeps one operation for every group of payment callbacks
+// replayed with the same order and payment id and answered alike (a
+// provider's retries, the abuse scenario's thousand at once): sent at the
+// first one's call, known done by the first answer. The others are replays
+// that change nothing wherever they fall; kept, each would be one more way
+// to order the same no-op for the search to try.
+func foldReplays(ops []histOp) []histOp {
+	type key struct{ order, payment, answer string }
+	first := map[key]int{}
+	out := make([]histOp, 0, len(ops))
+	for _, op := range ops {
+		if op.Kind != opPay || op.Out != outOK {
+			out = append(out, op)
+			continue
+		}
+		k := key{op.Order, op.PaymentID, op.Answer}
+		if i, ok := first[k]; ok {
+			out[i].Call, out[i].Ret = min(out[i].Call, op.Call), min(out[i].Ret, op.Ret)
+			continue
+		}
+		first[k] = len(out)
+		out = append(out, op)
+	}
+	return out
+}
+
+// refusal names a refused create and the SKU it was refused on.
+type refusal struct {
+	op  int
+	sku string
+}
+
+// admitted is, for each refusal, the units of its SKU that other requests
+// in flight beside it may have held in Redis: Redis admits a request before
+// the database records it (or refuses it, for another line of a cart), so
+// while it is in flight its units are missing from what Redis offers, and a
+// refusal beside it can be right although the database had the stock. A
+// request counts if it was sent before the refusal was answered and
+// answered after the refusal's judged start (its call less stale). One
+// that Redis itself refused held nothing, but the answer does not tell the
+// two apart, so it counts too.
+func admitted(ops []histOp, campSKU map[string]string, stale time.Duration) map[refusal]int64 {
+	type req struct {
+		call, ret time.Duration
+		qty       int64
+		user      string
+	}
+	bySKU := map[string][]req{}
+	var refusals []refusal
+	linesOf := func(op *histOp) []line {
+		if op.Campaign != "" && len(op.Lines) == 0 {
+			return []line{{campSKU[op.Campaign], 1}}
+		}
+		return op.Lines
+	}
+	for i := range ops {
+		op := &ops[i]
+		if op.Kind != opCreate {
+			continue
+		}
+		for _, l := range linesOf(op) {
+			bySKU[l.SKU] = append(bySKU[l.SKU], req{op.Call, op.Ret, l.Qty, op.User})
+			if op.Out == outRefused {
+				refusals = append(refusals, refusal{i, l.SKU})
+			}
+		}
+	}
+	out := map[refusal]int64{}
+	for _, r := range refusals {
+		op := &ops[r.op]
+		from := op.Call - stale
+		var n int64
+		for _, o := range bySKU[r.sku] {
+			// A refusal for the buyer's limit counts only the buyer's own
+			// requests: Redis counts them against the limit as it admits.
+			if o.call < op.Ret && o.ret > from && !(o.call == op.Call && o.ret == op.Ret) && (op.Code != "conflict" || o.user == op.User) {
+				n += o.qty
+			}
+		}
+		out[r] = n
+	}
+	return out
+}
+
+func isSeckill(op *histOp) bool { return op.Key == "" && op.Token == "" && op.Campaign == "" }
+
+// refusedLine is the line a refusal names: the only one, or the one whose
+// SKU ends the message ("...: CART-2"); false when it cannot be told.
+func refusedLine(op *histOp, lines []line) (line, bool) {
+	if len(lines) == 1 {
+		return lines[0], true
+	}
+	for _, l := range lines {
+		if strings.HasSuffix(op.Msg, ": "+l.SKU) {
+			return l, true
+		}
+	}
+	return line{}, false
+}
+
+// lanes gives each operation a client id for the visualization: the first
+// lane free when it was sent.
+func lanes(ops []porcupine.Operation) {
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call < ops[j].Call })
+	var free []int64
+	for i := range ops {
+		lane := -1
+		for l, until := range free {
+			if until < ops[i].Call {
+				lane = l
+				break
+			}
+		}
+		if lane < 0 {
+			lane = len(free)
+			free = append(free, 0)
+		}
+		free[lane] = ops[i].Return
+		ops[i].ClientId = lane
+	}
+}
+
+// skuPorcupine is the model of one SKU as Porcupine takes it.
+var skuPorcupine = porcupine.Model{
+	Init: func() interface{} { return newModelSKU() },
+	Step: func(state, input, _ interface{}) (bool, interface{}) {
+		return step(state.(*modelSKU), input.(*skuInput))
+	},
+	Hash:  func(state interface{}) uint64 { return state.(*modelSKU).hash() },
+	Equal: func(a, b interface{}) bool { return a.(*modelSKU).equal(b.(*modelSKU)) },
+	DescribeOperation: func(input, _ interface{}) string {
+		return describeInput(input.(*skuInput))
+	},
+	DescribeState: func(state interface{}) string { return state.(*modelSKU).describe() },
+}
+
+func describeInput(in *skuInput) string {
+	op := in.op
+	var b strings.Builder
+	b.WriteString(op.Kind.String())
+	switch op.Kind {
+	case opRead:
+		fmt.Fprintf(&b, " → on_hand %d reserved %d available %d", op.Read.OnHand, op.Read.Reserved, op.Read.Available)
+		return b.String()
+	case opSet, opAdjust, opCampaign:
+		fmt.Fprintf(&b, " %d", in.qty)
+	default:
+		if in.id != "" {
+			fmt.Fprintf(&b, " %s", in.id)
+		}
+		if in.qty != 0 {
+			fmt.Fprintf(&b, " ×%d", in.qty)
+		}
+		if in.user != "" {
+			fmt.Fprintf(&b, " by %s", in.user)
+		}
+	}
+	switch op.Out {
+	case outUnknown:
+		b.WriteString(" → ?")
+	case outRefused:
+		fmt.Fprintf(&b, " → %d %s", op.Status, op.Code)
+	default:
+		if op.Answer != "" {
+			fmt.Fprintf(&b, " → %s", op.Answer)
+		} else if op.Kind == opCommit || op.Kind == opRelease {
+			fmt.Fprintf(&b, " → %d", op.N)
+		} else {
+			fmt.Fprintf(&b, " → %d", op.Status)
+		}
+	}
+	return b.String()
+}
+
+// checkHistory checks every SKU's history; on a violation it writes the
+// visualization of the failing SKU's smallest failing prefix into cfg.Dir.
+func checkHistory(ops []histOp, cfg histConfig) *HistVerdict {
+	v := &HistVerdict{Result: "yes", Ops: map[string]int{}, Took: map[string]time.Duration{}}
+	parts := partition(ops, cfg)
+	var skus []string
+	for sku := range parts {
+		skus = append(skus, sku)
+	}
+	sort.Strings(skus)
+	for _, sku := range skus {
+		h := parts[sku]
+		v.Ops[sku] = len(h)
+		t0 := time.Now()
+		res := checkSKU(h, cfg.Timeout)
+		v.Took[sku] = time.Since(t0)
+		if res == porcupine.Ok || v.Result != "yes" {
+			continue
+		}
+		v.SKU = sku
+		if res == porcupine.Unknown {
+			v.Result = "timeout"
+			continue
+		}
+		v.Result = "NO"
+		if cfg.Dir != "" {
+			v.Viz = visualize(sku, h, cfg)
+		}
+	}
+	return v
+}
+
+// checkSKU decides whether one SKU's history is linearizable. Refusals
+// change nothing, and in a sold-out burst they are most of the history and
+// all at once, which is what makes the search costly; so the rest is
+// checked first, and each refusal is judged against the linearization
+// found, anywhere the real-time order lets it go. A refusal that fits
+// nowhere there joins the searched operations (another linearization may
+// fit it), and the search runs again, until every refusal fits or the
+// search fails: it only ever fails on a history that cannot be linearized.
+func checkSKU(h []porcupine.Operation, timeout time.Duration) porcupine.CheckResult {
+	var searched, refusals []porcupine.Operation
+	for _, o := range h {
+		if o.Input.(*skuInput).out == outRefused {
+			refusals = append(refusals, o)
+		} else {
+			searched = append(searched, o)
+		}
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return porcupine.Unknown
+		}
+		res, info := porcupine.CheckOperationsVerbose(skuPorcupine, searched, left)
+		if res != porcupine.Ok {
+			return res
+		}
+		lins := info.PartialLinearizationsOperations()
+		if len(lins) != 1 || len(lins[0]) == 0 {
+			return porcupine.CheckOperationsTimeout(skuPorcupine, h, time.Until(deadline))
+		}
+		misfits := unfit(lins[0][0], refusals)
+		if len(misfits) == 0 {
+			return porcupine.Ok
+		}
+		searched = append(searched, misfits...)
+		refusals = slices.DeleteFunc(refusals, func(o porcupine.Operation) bool {
+			return slices.ContainsFunc(misfits, func(m porcupine.Operation) bool { return m.Input == o.Input })
+		})
+	}
+}
+
+// unfit is the refusals that hold in no state of the linearization lin
+// that their time allows them to be placed at: after every operation
+// answered before they were sent (less Stale), before every one sent after
+// they were answered.
+func unfit(lin []porcupine.Operation, refusals []porcupine.Operation) []porcupine.Operation {
+	var out []porcupine.Operation
+	states := make([]*modelSKU, len(lin)+1)
+	states[0] = newModelSKU()
+	for i, o := range lin {
+		_, next := step(states[i], o.Input.(*skuInput))
+		states[i+1] = next
+	}
+	for _, r := range refusals {
+		lo, hi := 0, len(lin)
+		for i, o := range lin {
+			if o.Return < r.Call {
+				lo = i + 1
+			}
+		}
+		for i := len(lin) - 1; i >= 0; i-- {
+			if lin[i].Call > r.Return {
+				hi = i
+			}
+		}
+		fits := false
+		for p := lo; p <= hi && !fits; p++ {
+			fits, _ = step(states[p], r.Input.(*skuInput))
+		}
+		if !fits {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// visualize writes the smallest prefix of h (by when operations were sent)
+// that is still not linearizable, as Porcupine's HTML, and returns its path.
+// A prefix keeps every operation sent before its last one; those not yet
+// answered then are cut: a refusal or read is dropped, any other operation
+// becomes one whose outcome is unknown. So a prefix that is not
+// linearizable shows a violation of the whole history.
+func visualize(sku string, h []porcupine.Operation, cfg histConfig) string {
+	sorted := append([]porcupine.Operation(nil), h...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Call < sorted[j].Call })
+	prefix := func(n int) []porcupine.Operation {
+		cut := sorted[n-1].Call
+		var out []porcupine.Operation
+		for _, o := range sorted[:n] {
+			in := o.Input.(*skuInput)
+			if o.Return > cut {
+				if in.out == outRefused || in.kind == opRead || in.kind == opOrder {
+					continue
+				}
+				open := *in
+				open.out = outUnknown
+				o.Input, o.Return = &open, int64(maxTime)
+			}
+			out = append(out, o)
+		}
+		return out
+	}
+	illegal := func(n int) bool { return checkSKU(prefix(n), cfg.Timeout/10) == porcupine.Illegal }
+	lo, hi := 1, len(sorted) // the whole history is illegal
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if illegal(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	ops := prefix(hi)
+	lanes(ops)
+	_, info := porcupine.CheckOperationsVerbose(skuPorcupine, ops, cfg.Timeout)
+	path := filepath.Join(cfg.Dir, "history-"+cfg.Name+"-"+sku+".html")
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return ""
+	}
+	if err := porcupine.VisualizePath(skuPorcupine, info, path); err != nil {
+		return ""
+	}
+	return path
+}

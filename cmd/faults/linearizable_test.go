@@ -1,0 +1,138 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Histories written by hand, each the smallest of its kind, judged by the
+// whole check (partition, model, Porcupine): what must pass passes, what a
+// client could catch the service at is a violation.
+
+var histBase = time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+func wall(n int) time.Time { return histBase.Add(ms(n)) }
+
+func set(sku string, stock int64, limit int64, call, ret int) histOp {
+	return histOp{Kind: opSet, SKU: sku, N: stock, Limit: limit, Call: ms(call), Ret: ms(ret), Out: outOK}
+}
+
+func read(sku string, onHand, reserved int64, call, ret int) histOp {
+	return histOp{Kind: opRead, SKU: sku, Read: skuRead{onHand, reserved, onHand - reserved}, Call: ms(call), Ret: ms(ret), Out: outOK}
+}
+
+func buy(order, user string, qty int64, call, ret int) histOp {
+	return histOp{Kind: opCreate, Order: order, User: user, Lines: []line{{"S", qty}}, Call: ms(call), Ret: ms(ret), Out: outOK, ExpiresAt: wall(ret + 3000)}
+}
+
+func refused(user string, qty int64, code string, call, ret int) histOp {
+	return histOp{Kind: opCreate, User: user, Lines: []line{{"S", qty}}, Call: ms(call), Ret: ms(ret), Out: outRefused, Status: 409, Code: code, Msg: "inventory: insufficient stock: S"}
+}
+
+func payOp(order string, call, ret int) histOp {
+	return histOp{Kind: opPay, Order: order, PaymentID: "p-" + order, Answer: "PAID", AnswerPaid: "p-" + order, Call: ms(call), Ret: ms(ret), Out: outOK}
+}
+
+func cancelOp(order string, call, ret int) histOp {
+	return histOp{Kind: opCancel, Order: order, Answer: "CANCELLED", Call: ms(call), Ret: ms(ret), Out: outOK}
+}
+
+func deduct(token string, qty int64, call, ret int) histOp {
+	return histOp{Kind: opCreate, Token: token, Lines: []line{{"S", qty}}, Call: ms(call), Ret: ms(ret), Out: outOK}
+}
+
+func release(token string, n int64, call, ret int) histOp {
+	return histOp{Kind: opRelease, SKU: "S", Token: token, N: n, Call: ms(call), Ret: ms(ret), Out: outOK}
+}
+
+func keyed(op histOp, key string) histOp { op.Key = key; return op }
+
+func unknown(op histOp) histOp { op.Out, op.Ret = outUnknown, maxTime; return op }
+
+func checkOps(t *testing.T, stale time.Duration, ops ...histOp) *HistVerdict {
+	t.Helper()
+	return checkHistory(ops, histConfig{Stale: stale, OrderHold: 3 * time.Second, CampaignHold: 10 * time.Second, Timeout: 10 * time.Second, Base: histBase})
+}
+
+func TestHistoryCheck(t *testing.T) {
+	cases := []struct {
+		name  string
+		stale time.Duration
+		ops   []histOp
+		want  string
+	}{
+		{"a read sees the reservation it follows", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), read("S", 10, 3, 4, 5)}, "yes"},
+		{"a read that misses a reservation answered before it", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), read("S", 10, 0, 4, 5)}, "NO"},
+		{"a read concurrent with the reservation may see either", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 6), read("S", 10, 0, 3, 4), read("S", 10, 3, 3, 5)}, "yes"},
+		{"a give-back shown twice", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), buy("o2", "u2", 3, 2, 3), cancelOp("o1", 4, 5),
+			read("S", 10, 0, 6, 7), read("S", 10, 3, 8, 9)}, "NO"},
+		{"a sale applied in the background: on_hand and reserved drop together, once", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 2, 2, 3), payOp("o1", 4, 5),
+			read("S", 10, 2, 6, 7), read("S", 8, 0, 8, 9)}, "yes"},
+		{"an applied sale that comes undone", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 2, 2, 3), payOp("o1", 4, 5),
+			read("S", 8, 0, 6, 7), read("S", 10, 2, 8, 9)}, "NO"},
+		{"a refusal when the stock was gone", 0, []histOp{
+			set("S", 1, 0, 0, 1), buy("o1", "u1", 1, 2, 3), refused("u2", 1, "insufficient_stock", 4, 5)}, "yes"},
+		{"a refusal while the database had the stock for the whole request", 0, []histOp{
+			set("S", 2, 0, 0, 1), buy("o1", "u1", 1, 2, 3), refused("u2", 1, "insufficient_stock", 4, 5)}, "NO"},
+		{"a refusal up to Stale after the last unit came back", ms(100), []histOp{
+			set("S", 1, 0, 0, 1), buy("o1", "u1", 1, 2, 3), cancelOp("o1", 4, 5), refused("u2", 1, "insufficient_stock", 50, 60)}, "yes"},
+		{"a refusal past Stale after the last unit came back", ms(100), []histOp{
+			set("S", 1, 0, 0, 1), buy("o1", "u1", 1, 2, 3), cancelOp("o1", 4, 5), refused("u2", 1, "insufficient_stock", 200, 210)}, "NO"},
+		{"the per-user limit", 0, []histOp{
+			set("S", 10, 1, 0, 1), buy("o1", "u1", 1, 2, 3), refused("u1", 1, "conflict", 4, 5), buy("o2", "u2", 1, 6, 7)}, "yes"},
+		{"a second unit past the limit", 0, []histOp{
+			set("S", 10, 1, 0, 1), buy("o1", "u1", 1, 2, 3), buy("o2", "u1", 1, 4, 5)}, "NO"},
+		{"a unit given back frees the limit", 0, []histOp{
+			set("S", 10, 1, 0, 1), buy("o1", "u1", 1, 2, 3), cancelOp("o1", 4, 5), buy("o2", "u1", 1, 6, 7)}, "yes"},
+		{"an unknown outcome that took effect", 0, []histOp{
+			set("S", 10, 0, 0, 1), unknown(buy("", "u1", 3, 2, 3)), read("S", 10, 3, 40, 50), read("S", 10, 3, 60, 70)}, "yes"},
+		{"an unknown outcome that did not", 0, []histOp{
+			set("S", 10, 0, 0, 1), unknown(buy("", "u1", 3, 2, 3)), read("S", 10, 0, 40, 50)}, "yes"},
+		{"a hold released by the timeout, after its deadline", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), read("S", 10, 3, 2000, 2001), read("S", 10, 0, 3100, 3101)}, "yes"},
+		{"a hold released before its deadline", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), read("S", 10, 0, 2000, 2001)}, "NO"},
+		{"a token released by an unanswered attempt, then answered 0 by its retry", 0, []histOp{
+			set("S", 10, 0, 0, 1), deduct("t1", 2, 2, 3), unknown(release("t1", 0, 4, 5)), release("t1", 0, 6, 7), read("S", 10, 0, 8, 9)}, "yes"},
+		{"a token released twice", 0, []histOp{
+			set("S", 10, 0, 0, 1), deduct("t1", 2, 2, 3), release("t1", 2, 4, 5), release("t1", 2, 6, 7)}, "NO"},
+		{"a keyed order retried after an unanswered attempt is one order", 0, []histOp{
+			set("S", 10, 0, 0, 1), unknown(keyed(buy("", "u1", 2, 2, 3), "k1")), keyed(buy("o1", "u1", 2, 4, 5), "k1"), read("S", 10, 2, 6, 7)}, "yes"},
+		{"a keyed order retried cannot take twice", 0, []histOp{
+			set("S", 10, 0, 0, 1), unknown(keyed(buy("", "u1", 2, 2, 3), "k1")), keyed(buy("o1", "u1", 2, 4, 5), "k1"), read("S", 10, 4, 6, 7)}, "NO"},
+		{"a hold paid before its deadline never times out", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), payOp("o1", 4, 5), read("S", 10, 0, 4000, 4001)}, "NO"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := checkOps(t, c.stale, c.ops...)
+			assert.Equal(t, c.want, v.Result, v.line())
+			if c.want == "NO" {
+				assert.Equal(t, "S", v.SKU)
+			}
+		})
+	}
+}
+
+// A violation is written out as Porcupine's visualization of the smallest
+// failing prefix.
+func TestHistoryVisualization(t *testing.T) {
+	dir := t.TempDir()
+	ops := []histOp{set("S", 10, 0, 0, 1), read("S", 10, 0, 2, 3), buy("o1", "u1", 3, 4, 5), read("S", 10, 3, 6, 7),
+		read("S", 10, 0, 8, 9), read("S", 10, 0, 10, 11), read("S", 10, 0, 12, 13)}
+	v := checkHistory(ops, histConfig{Timeout: 10 * time.Second, OrderHold: 3 * time.Second, Base: histBase, Dir: dir, Name: "unit"})
+	require.Equal(t, "NO", v.Result)
+	require.FileExists(t, v.Viz)
+	assert.Contains(t, v.line(), v.Viz)
+}

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+)
+
+// resolveUnknowns settles, once the run has settled, what the database can
+// tell of the operations whose answer never came: a create, cancel or
+// adjust that left no trace in the database never took effect and is
+// dropped; one that did is certain, at some time after it was sent (its
+// end stays open), and a create learns its order and deadline. What the
+// database cannot tell stays unknown. Each unknown operation the search
+// need not place is one way fewer to order the history.
+func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Time) ([]histOp, error) {
+	known := map[string]bool{} // orders some answer named
+	keyed := map[[2]string]bool{}
+	tokens := map[[2]string]bool{}
+	cancelled := map[string]bool{}
+	for i := range ops {
+		op := &ops[i]
+		if op.Out != outOK {
+			continue
+		}
+		switch {
+		case op.Kind == opCreate && op.Token != "":
+			tokens[[2]string{op.Lines[0].SKU, op.Token}] = true
+		case op.Kind == opCreate:
+			known[op.Order] = true
+			if op.Key != "" {
+				keyed[[2]string{op.User, op.Key}] = true
+			}
+		case op.Kind == opCancel:
+			cancelled[op.Order] = true
+		}
+	}
+	// A seckill buy names no key: its order is the buyer's one no answer
+	// named, if the buyer has exactly one such order and one such buy.
+	unknownBuys := map[string]int{}
+	for i := range ops {
+		if op := &ops[i]; op.Kind == opCreate && op.Out == outUnknown && isSeckill(op) {
+			unknownBuys[op.User]++
+		}
+	}
+	out := make([]histOp, 0, len(ops))
+	for _, op := range ops {
+		if op.Out != outUnknown {
+			out = append(out, op)
+			continue
+		}
+		keep, err := resolve(ctx, db, &op, base, known, keyed, tokens, cancelled, unknownBuys)
+		if err != nil {
+			return nil, err
+		}
+		if keep {
+			out = append(out, op)
+		}
+	}
+	return out, nil
+}
+
+// resolve settles one unknown operation; false drops it.
+func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known map[string]bool, keyed, tokens map[[2]string]bool, cancelled map[string]bool, unknownBuys map[string]int) (bool, error) {
+	// A create the database has is certain: it took effect after the
+	// node stamped the order's created_at (its clock, on this host, before
+	// the commit), at a time the answer never told.
+	certain := func(order string, expires, created time.Time) {
+		op.Out, op.Order, op.ExpiresAt = outOK, order, expires
+		if at := created.Sub(base) - expirySlack; at > op.Call {
+			op.Call = at
+		}
+	}
+	switch op.Kind {
+	case opCreate:
+		switch {
+		case op.Token != "":
+			if len(op.Lines) != 1 || tokens[[2]string{op.Lines[0].SKU, op.Token}] {
+				return true, nil // a replay of an answered deduct, or a request the check cannot name
+			}
+			var qty int64
+			err := db.QueryRowContext(ctx, `SELECT qty FROM stock_reservations WHERE token = ? AND sku = ?`, "t."+op.Token, op.Lines[0].SKU).Scan(&qty)
+			if errors.Is(err, sql.ErrNoRows) || err == nil && qty == 0 {
+				return false, nil // never reserved (or only released: a tombstone)
+			}
+			if err == nil && qty == op.Lines[0].Qty {
+				op.Out = outOK
+			}
+			return true, err
+		case op.Key != "":
+			if keyed[[2]string{op.User, op.Key}] {
+				return true, nil // answered by another attempt
+			}
+			var id string
+			var expires, created time.Time
+			err := db.QueryRowContext(ctx, `SELECT id, expires_at, created_at FROM orders WHERE user_id = ? AND idempotency_key = ?`, op.User, op.Key).Scan(&id, &expires, &created)
+			if errors.Is(err, sql.ErrNoRows) {
+				return false, nil
+			}
+			if err == nil {
+				certain(id, expires, created)
+			}
+			return true, err
+		case isSeckill(op):
+			rows, err := db.QueryContext(ctx, `SELECT id, expires_at, created_at FROM orders WHERE user_id = ?`, op.User)
+			if err != nil {
+				return true, err
+			}
+			defer rows.Close()
+			var ids []string
+			var deadline, created []time.Time
+			for rows.Next() {
+				var id string
+				var expires, at time.Time
+				if err := rows.Scan(&id, &expires, &at); err != nil {
+					return true, err
+				}
+				if !known[id] {
+					ids, deadline, created = append(ids, id), append(deadline, expires), append(created, at)
+				}
+			}
+			switch {
+			case len(ids) == 0:
+				return false, rows.Err() // every order of the buyer was answered: this buy took nothing
+			case len(ids) == 1 && unknownBuys[op.User] == 1:
+				certain(ids[0], deadline[0], created[0])
+			}
+			return true, rows.Err()
+		}
+	case opCancel:
+		if cancelled[op.Order] {
+			return true, nil
+		}
+		var status string
+		err := db.QueryRowContext(ctx, `SELECT status FROM orders WHERE id = ?`, op.Order).Scan(&status)
+		if err == nil && status != "CANCELLED" && status != "REFUND_REQUIRED" && status != "REFUNDED" {
+			return false, nil // the order ended otherwise: the cancel found it not PENDING
+		}
+		return true, err
+	case opPay:
+		// The order names the payment that paid it (or that must be
+		// refunded): any other changed nothing.
+		var status string
+		var paidBy sql.NullString
+		err := db.QueryRowContext(ctx, `SELECT status, payment_id FROM orders WHERE id = ?`, op.Order).Scan(&status, &paidBy)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && paidBy.String != op.PaymentID {
+			return false, nil
+		}
+		if err == nil {
+			op.Out, op.AnswerPaid = outOK, op.PaymentID
+			op.Answer = "PAID"
+			if status == "REFUND_REQUIRED" {
+				op.Answer = status
+			}
+		}
+		return true, err
+	case opAdjust:
+		if op.Ref == "" {
+			return true, nil
+		}
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM stock_adjustments WHERE reference = ?`, op.Ref).Scan(&n)
+		if err == nil && n == 0 {
+			return false, nil
+		}
+		if err == nil {
+			op.Out = outOK
+		}
+		return true, err
+	}
+	return true, nil
+}
