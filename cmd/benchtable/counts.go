@@ -106,9 +106,9 @@ func countsBench(ctx context.Context, rdb *redis.Client, dsnBase string) {
 			args = append(args, s, 100)
 			moves = append(moves, s, opened)
 		}
-		must(exec1(db, "INSERT INTO skus (sku, on_hand) VALUES "+strings.TrimSuffix(strings.Repeat("(?, ?), ", len(part)), ", "), args...))
-		must(exec1(db, "INSERT INTO stock_movements (sku, kind, on_hand_delta, reserved_delta, reason, created_at) VALUES "+
-			strings.TrimSuffix(strings.Repeat("(?, 'SET', 100, 0, 'opening balance', ?), ", len(part)), ", "), moves...))
+		must(exec1(db, "INSERT INTO skus (sku, on_hand, movement_position) VALUES "+strings.TrimSuffix(strings.Repeat("(?, ?, 1), ", len(part)), ", "), args...))
+		must(exec1(db, "INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta, reason, created_at) VALUES "+
+			strings.TrimSuffix(strings.Repeat("(?, 1, 'SET', 100, 0, 'opening balance', ?), ", len(part)), ", "), moves...))
 	}
 	must(exec1(db, "UPDATE stock_movements SET created_at = ? WHERE sku = 'FLASH'", opened))
 	base := "http://" + a.Addr()
