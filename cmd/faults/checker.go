@@ -112,6 +112,9 @@ func check(ctx context.Context, db *sql.DB, outbox arbiter.Outbox, redisAvailabl
 			v.problem("restock %s of %d %s acknowledged, not recorded", r.Ref, r.Delta, r.SKU)
 		}
 	}
+	if err := checkCount(ctx, db, w.count, skus, v); err != nil {
+		return err
+	}
 	if err := scan(ctx, db, `SELECT sku, on_hand, reserved FROM skus`, func(r *sql.Rows) error {
 		var sku string
 		var onHand, reserved int64
@@ -303,9 +306,10 @@ func check(ctx context.Context, db *sql.DB, outbox arbiter.Outbox, redisAvailabl
 	}
 
 	// An operation applied twice leaves two movements for one cause: an
-	// order or token is sold, refunded or released at most once per SKU.
+	// order or token is sold, refunded or released at most once per SKU, a
+	// count's line applied once.
 	if err := scan(ctx, db, `SELECT sku, kind, reference, COUNT(*) FROM stock_movements
-		WHERE kind IN ('SALE', 'REFUND', 'RELEASE') GROUP BY sku, kind, reference HAVING COUNT(*) > 1`, func(r *sql.Rows) error {
+		WHERE kind IN ('SALE', 'REFUND', 'RELEASE', 'COUNT') GROUP BY sku, kind, reference HAVING COUNT(*) > 1`, func(r *sql.Rows) error {
 		var sku, kind, ref string
 		var n int64
 		if err := r.Scan(&sku, &kind, &ref, &n); err != nil {

@@ -208,6 +208,9 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 			return nil, fmt.Errorf("%s: %w", sc.Name, err)
 		}
 	}
+	if err := r.settleCountShortages(ctx, v); err != nil { // counts.go
+		return nil, fmt.Errorf("%s: count: %w", sc.Name, err)
+	}
 	v.Drift, err = r.settle(ctx)
 	if err != nil {
 		return nil, err

@@ -35,6 +35,7 @@ type Witness struct {
 	restocks []restock
 	refused  map[string]int // abuse probes that must be refused, by kind, that were not
 	camp     *campaignSeen  // a campaign run's buys and polls (campaign.go)
+	count    *countSeen     // the run's stock count, once posted (counts.go)
 }
 
 type orderSeen struct {
@@ -160,6 +161,7 @@ func (wl *Workload) Run(ctx context.Context) {
 		spawn(campaignBuyers, wl.campaignBuyer)
 	}
 	spawn(2, wl.reader)
+	spawn(1, wl.counter) // last: every other actor's random stream stays what it was without it
 }
 
 func (wl *Workload) Wait() { wl.wg.Wait(); wl.late.Wait() }
