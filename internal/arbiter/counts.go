@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -34,14 +35,22 @@ import (
 // movement that counts while holding the row lock.
 //
 // The read is split so the row lock is held briefly even on a SKU selling
-// thousands of units since T: ReadRebase sums, without any lock, the
-// movements since T it sees, noting the highest id it saw per SKU; then
-// ApplyCount, holding the lock, looks up each SKU's last movement and
-// adds, for the few with one past what was seen, the movements with a
-// higher id. No movement is missed between them: a SKU's movements are
-// inserted under its row lock, so when ReadRebase ran, only the lock's
-// holder could have had uncommitted ones, inserted after (ids above)
-// every committed one.
+// thousands of units since T: ReadRebase sums, without any lock and in
+// one snapshot, the movements since T it sees, noting the SKU's
+// movement_position in that snapshot (the position of the last movement
+// it saw); then ApplyCount, holding the lock, compares it with the locked
+// row's and adds, for the few SKUs that moved since, the movements at
+// higher positions. No movement is missed between them: a SKU's movements
+// are numbered under its row lock, in commit order, so when ReadRebase
+// ran, only the lock's holder could have had uncommitted ones, numbered
+// after every committed one.
+//
+// Both read a SKU's movements by the (sku, position) key the history's
+// pages use, a short range per SKU, and not by id: a key on (sku, id)
+// would cost every movement's INSERT, every sale's, one more index entry.
+// The movements since T are a range of positions too (see rebaseMargin):
+// ReadRebase walks each SKU's movements back from its newest until one
+// stamped before T less rebaseMargin, and sums those after it.
 //
 // A COUNT movement is a correction as of its own count's counted_at, not
 // of when it was written, and a SKU takes only counts later than the
@@ -177,51 +186,18 @@ const OpCount Op = "COUNT"
 // shortage anomaly's token.
 func CountReference(id string, line int64) string { return fmt.Sprintf("count:%s:%d", id, line) }
 
-// clockSlack is how far apart two nodes' clocks may be for MovementsFrom's
-// bound to hold (never for the rebase's exactness, which wants them
-// together).
+// clockSlack is how far apart two nodes' clocks may be for rebaseMargin
+// to hold (never for the rebase's exactness, which wants them together).
 const clockSlack = time.Minute
-
-// MovementsFrom is an id below which no movement was written at or after
-// t (less a minute for the nodes' clocks): the first id whose created_at
-// is at or after it, found by bisecting the ids (movements are numbered in
-// the order they are written, each stamped as it is written), a few dozen
-// primary-key reads whatever the table's size. ReadRebase reads from it,
-// so a count reads the movements since its counted_at and not the SKU's
-// whole history.
-func MovementsFrom(db *gorm.DB, t time.Time) (int64, error) {
-	t = t.Add(-clockSlack).UTC()
-	var bounds struct{ Lo, Hi sql.NullInt64 }
-	if err := db.Raw(`SELECT MIN(id) AS lo, MAX(id) AS hi FROM stock_movements`).Scan(&bounds).Error; err != nil {
-		return 0, err
-	}
-	if !bounds.Lo.Valid {
-		return 0, nil
-	}
-	lo, hi := bounds.Lo.Int64, bounds.Hi.Int64+1 // the answer is in [lo, hi]
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		var at []time.Time
-		if err := db.Raw(`SELECT created_at FROM stock_movements WHERE id >= ? ORDER BY id LIMIT 1`, mid).
-			Scan(&at).Error; err != nil {
-			return 0, err
-		}
-		if len(at) == 0 || !at[0].Before(t) {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	return lo, nil
-}
 
 // Rebase is what ReadRebase read of a SKU outside its row lock.
 type Rebase struct {
 	// After sums the on_hand deltas of the SKU's movements created at or
-	// after counted_at (COUNT ones aside) up to id Seen.
+	// after counted_at (COUNT ones aside) up to position Seen.
 	After int64
-	// Seen is the highest movement id of the SKU the read saw (from - 1
-	// when none from on): ApplyCount adds what came after it.
+	// Seen is the SKU's movement_position in the read's snapshot, the
+	// position of the last movement it saw (0: none, or no such SKU):
+	// ApplyCount adds what came after it.
 	Seen int64
 	// Set says an admin's put set the SKU's on_hand at or after
 	// counted_at: a statement of the level later than the count's, which
@@ -246,10 +222,27 @@ type Rebase struct {
 // its request's deadline; MariaDB ends an idle one in 5 s).
 const settleAfter = time.Minute
 
+// rebaseMargin is how far before counted_at a read of a SKU's movements
+// back from its newest may stop: every movement at a lower position than
+// one stamped before T less rebaseMargin was stamped before T. A lower
+// position committed before the later movement's transaction took the
+// SKU's row lock (positions are numbered under it, in commit order), and
+// that transaction committed within settleAfter of its own stamp (the
+// assumption a settled line rests on); the two stamps come from clocks at
+// most clockSlack apart. A movement's created_at is stamped inside its
+// transaction before it commits, so it is not monotonic in position: the
+// margin is what makes the stop safe.
+const rebaseMargin = settleAfter + clockSlack
+
 // ReadRebase reads, for each of skus, without locking anything and in one
 // snapshot (a read-only repeatable-read transaction): its record, its
-// movements since at (from MovementsFrom on), and unshipped(at).
-func ReadRebase(db *gorm.DB, skus []string, at time.Time, from int64) (map[string]Rebase, error) {
+// movements since at, and unshipped(at). A SKU's movements are read as
+// two short ranges of (sku, position): its record's statement walks them
+// back from the newest until one stamped before at less rebaseMargin (a
+// subquery per SKU, ORDER BY position DESC LIMIT 1 on the key: it stops
+// at the first it finds), and a second statement sums, for the SKUs with
+// movements past that one, those created at or after at.
+func ReadRebase(db *gorm.DB, skus []string, at time.Time) (map[string]Rebase, error) {
 	at = at.UTC()
 	out := make(map[string]Rebase, len(skus))
 	if len(skus) == 0 {
@@ -257,10 +250,11 @@ func ReadRebase(db *gorm.DB, skus []string, at time.Time, from int64) (map[strin
 	}
 	settled := at.Before(time.Now().Add(-settleAfter))
 	for _, sku := range skus {
-		out[sku] = Rebase{Seen: from - 1, Settled: settled}
+		out[sku] = Rebase{Settled: settled}
 	}
+	dialect := db.Dialector.Name()
 	var opts []*sql.TxOptions
-	if db.Dialector.Name() != "sqlite" { // the embedded SQLite has one connection, and one writer
+	if dialect != "sqlite" { // the embedded SQLite has one connection, and one writer
 		opts = append(opts, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	}
 	return out, db.Transaction(func(tx *gorm.DB) error {
@@ -277,38 +271,46 @@ func ReadRebase(db *gorm.DB, skus []string, at time.Time, from int64) (map[strin
 			}
 			return errors.Join(rows.Err(), rows.Close())
 		}
+		after := map[string]int64{} // the SKUs with movements past their stop: the stop's position (0: none)
 		if err := each(func(rows *sql.Rows) error {
 			var sku string
 			var counted sql.NullTime
+			var stop sql.NullInt64
 			r := Rebase{Exists: true}
-			if err := rows.Scan(&sku, &r.OnHand, &r.Reserved, &counted); err != nil {
+			if err := rows.Scan(&sku, &r.OnHand, &r.Reserved, &counted, &r.Seen, &stop); err != nil {
 				return err
 			}
 			if counted.Valid {
 				t := counted.Time.UTC()
 				r.CountedAt = &t
 			}
-			r.Seen, r.Settled = from-1, settled
+			r.Settled = settled
 			out[sku] = r
+			if stop.Int64 < r.Seen {
+				after[sku] = stop.Int64
+			}
 			return nil
-		}, inList(`SELECT sku, on_hand, reserved, counted_at FROM skus WHERE sku IN ?`, len(skus)), anys(skus)...); err != nil {
+		}, inList(`SELECT s.sku, s.on_hand, s.reserved, s.counted_at, s.movement_position,
+			(SELECT m.position FROM stock_movements AS m`+movementsBySKU(dialect)+`
+				WHERE m.sku = s.sku AND m.created_at < ? ORDER BY m.position DESC LIMIT 1)
+			FROM skus AS s WHERE s.sku IN ?`, len(skus)), append([]any{at.Add(-rebaseMargin)}, anys(skus)...)...); err != nil {
 			return err
 		}
-		if err := each(func(rows *sql.Rows) error {
-			var sku string
-			var after, seen, set int64
-			if err := rows.Scan(&sku, &after, &seen, &set); err != nil {
+		if len(after) > 0 {
+			q, args := movementSums(dialect, after, at)
+			if err := each(func(rows *sql.Rows) error {
+				var sku string
+				var sum, set int64
+				if err := rows.Scan(&sku, &sum, &set); err != nil {
+					return err
+				}
+				r := out[sku]
+				r.After, r.Set = sum, set == 1
+				out[sku] = r
+				return nil
+			}, q, args...); err != nil {
 				return err
 			}
-			r := out[sku]
-			r.After, r.Seen, r.Set = after, seen, set == 1
-			out[sku] = r
-			return nil
-		}, inList(`SELECT sku, SUM(CASE WHEN created_at >= ? AND kind <> ? THEN on_hand_delta ELSE 0 END), MAX(id),
-			MAX(CASE WHEN created_at >= ? AND kind = ? THEN 1 ELSE 0 END)
-			FROM stock_movements`+movementsBySKU(db.Dialector.Name())+` WHERE sku IN ? AND id >= ? GROUP BY sku`, len(skus)),
-			append([]any{at, MoveCount, at, MoveSet}, anys(skus, from)...)...); err != nil {
-			return err
 		}
 		return each(func(rows *sql.Rows) error {
 			var sku string
@@ -426,16 +428,12 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 		return ok && lv.OnHand != inventory.Unlimited && (lv.CountedAt == nil || lv.CountedAt.Before(at)) && !b.Rebase[l.SKU].Set
 	}
 	// The movements committed since ReadRebase, read for the SKUs that
-	// have any (their last movement is past what it saw).
-	var applying []string
+	// have any: the locked row's movement_position is past what it saw.
+	var changed []string
 	for _, l := range b.Lines {
-		if applies(l) {
-			applying = append(applying, l.SKU)
+		if applies(l) && levels[l.SKU].MovementPosition > b.Rebase[l.SKU].Seen {
+			changed = append(changed, l.SKU)
 		}
-	}
-	changed, err := a.movedSince(applying, b.Rebase)
-	if err != nil {
-		return out, err
 	}
 	since, err := a.movementsSince(changed, b.Rebase, at)
 	if err != nil {
@@ -565,51 +563,21 @@ func (a Arbiter) lockCountLevels(skus []string) (map[string]countLevel, error) {
 	return out, err
 }
 
-// movedSince is those of skus with a movement past what ReadRebase saw
-// (its Seen): the last movement of each, one step of the (sku, id) index
-// per SKU. Run under the SKUs' row locks: then nothing of theirs is
-// uncommitted.
-func (a Arbiter) movedSince(skus []string, rb map[string]Rebase) ([]string, error) {
-	if len(skus) == 0 {
-		return nil, nil
-	}
-	var out []string
-	err := a.query(func(rs *sql.Rows) error {
-		var sku string
-		var last int64
-		if err := rs.Scan(&sku, &last); err != nil {
-			return err
-		}
-		if last > rb[sku].Seen {
-			out = append(out, sku)
-		}
-		return nil
-	}, inList(`SELECT sku, MAX(id) FROM stock_movements`+movementsBySKU(a.dialect)+` WHERE sku IN ? GROUP BY sku`, len(skus)), anys(skus)...)
-	return out, err
-}
-
 // movementsSince sums, per SKU, the on_hand deltas of the movements since
-// at (COUNT ones aside) that ReadRebase did not see, those above its Seen,
+// at (COUNT ones aside) that ReadRebase did not see, those past its Seen,
 // and says whether one of them is a put's (SET). One statement, a short
-// range of the (sku, id) index per SKU; run under the SKUs' row locks.
+// range of (sku, position) per SKU; run under the SKUs' row locks (then
+// nothing of theirs is uncommitted).
 func (a Arbiter) movementsSince(skus []string, rb map[string]Rebase, at time.Time) (map[string]Rebase, error) {
 	out := make(map[string]Rebase, len(skus))
 	if len(skus) == 0 {
 		return out, nil
 	}
-	var b strings.Builder
-	args := make([]any, 0, 3+2*len(skus))
-	args = append(args, MoveCount, MoveSet, at)
-	b.WriteString(`SELECT sku, COALESCE(SUM(CASE WHEN kind <> ? THEN on_hand_delta ELSE 0 END), 0), MAX(CASE WHEN kind = ? THEN 1 ELSE 0 END)
-		FROM stock_movements` + movementsBySKU(a.dialect) + ` WHERE created_at >= ? AND (`)
-	for i, sku := range skus {
-		if i > 0 {
-			b.WriteString(" OR ")
-		}
-		b.WriteString("(sku = ? AND id > ?)")
-		args = append(args, sku, rb[sku].Seen)
+	after := make(map[string]int64, len(skus))
+	for _, sku := range skus {
+		after[sku] = rb[sku].Seen
 	}
-	b.WriteString(") GROUP BY sku")
+	q, args := movementSums(a.dialect, after, at)
 	err := a.query(func(rs *sql.Rows) error {
 		var sku string
 		var sum, set int64
@@ -618,19 +586,57 @@ func (a Arbiter) movementsSince(skus []string, rb map[string]Rebase, at time.Tim
 		}
 		out[sku] = Rebase{After: sum, Set: set == 1}
 		return nil
-	}, b.String(), args...)
+	}, q, args...)
 	return out, err
 }
 
+// movementSums is the statement that sums, for each SKU of after, its
+// movements past position after[sku] created at or after at: per SKU, the
+// on_hand deltas (COUNT movements aside) and whether one is a put's (SET,
+// 1 or 0). Each SKU's movements are one range of (sku, position), read
+// from past that position on. MySQL is given the ranges as one OR (its
+// range optimizer reads each); SQLite, whose expression tree would be as
+// deep as the SKUs are many (a batch's thousand is past its limit of
+// 1,000), joins the list of SKUs to the key, a range per SKU in turn.
+func movementSums(dialect string, after map[string]int64, at time.Time) (string, []any) {
+	skus := slices.Sorted(maps.Keys(after))
+	sums := `COALESCE(SUM(CASE WHEN m.kind <> ? THEN m.on_hand_delta ELSE 0 END), 0), MAX(CASE WHEN m.kind = ? THEN 1 ELSE 0 END)`
+	var b strings.Builder
+	args := make([]any, 0, 3+2*len(skus))
+	if dialect == "sqlite" {
+		b.WriteString(`WITH f (sku, lo) AS (VALUES `)
+		for i, sku := range skus {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?)")
+			args = append(args, sku, after[sku])
+		}
+		b.WriteString(`) SELECT m.sku, ` + sums + ` FROM f CROSS JOIN stock_movements AS m` + movementsBySKU(dialect) +
+			` WHERE m.sku = f.sku AND m.position > f.lo AND m.created_at >= ? GROUP BY m.sku`)
+		return b.String(), append(args, MoveCount, MoveSet, at)
+	}
+	args = append(args, MoveCount, MoveSet, at)
+	b.WriteString(`SELECT m.sku, ` + sums + ` FROM stock_movements AS m` + movementsBySKU(dialect) + ` WHERE m.created_at >= ? AND (`)
+	for i, sku := range skus {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(m.sku = ? AND m.position > ?)")
+		args = append(args, sku, after[sku])
+	}
+	b.WriteString(") GROUP BY m.sku")
+	return b.String(), args
+}
+
 // movementsBySKU has a read of some SKUs' recent movements use the (sku,
-// id) index, a short range per SKU: the optimizer would walk the primary
-// key from the lowest id asked, every SKU's movements since (in a sale,
-// tens of thousands of the hot SKU's for every batch of a count).
+// position) key, a short range per SKU: the optimizer could otherwise
+// walk the primary key, every SKU's movements, or another key.
 func movementsBySKU(dialect string) string {
 	if dialect == "sqlite" {
-		return ` INDEXED BY stock_movements_sku`
+		return ` INDEXED BY stock_movements_sku_position`
 	}
-	return ` FORCE INDEX (stock_movements_sku)`
+	return ` FORCE INDEX (stock_movements_sku_position)`
 }
 
 // countUpdate is what one UPDATE writes of each SKU a count's lines

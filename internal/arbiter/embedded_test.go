@@ -44,5 +44,6 @@ func TestEmbeddedContract(t *testing.T) {
 		TestCampaignEventsRaceAcrossZero,
 		TestCampaignSaleCrossingNothingCostsNoStatement,
 		TestReservePastGORMSendsWhatGORMSent,
+		TestCountRebaseReadsShortRanges,
 	)
 }

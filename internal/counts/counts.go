@@ -368,10 +368,6 @@ func bodyHash(r Request) string {
 // It returns the lines of the batches it applied, by their first line
 // (those an earlier or concurrent run applied are read for the answer).
 func (s *Service) applyLines(ctx context.Context, r Request) (map[int64][]arbiter.CountedLine, error) {
-	from, err := arbiter.MovementsFrom(s.db.WithContext(ctx), r.CountedAt)
-	if err != nil {
-		return nil, err
-	}
 	var mu sync.Mutex
 	out := map[int64][]arbiter.CountedLine{}
 	g, gctx := errgroup.WithContext(ctx)
@@ -380,7 +376,7 @@ func (s *Service) applyLines(ctx context.Context, r Request) (map[int64][]arbite
 		part := r.Lines[start:min(len(r.Lines), start+arbiter.CountBatchLines)]
 		first := r.Offset + int64(start) + 1
 		g.Go(func() error {
-			lines, err := s.applyBatch(gctx, r, part, first, from)
+			lines, err := s.applyBatch(gctx, r, part, first)
 			if lines != nil {
 				mu.Lock()
 				out[first] = lines
@@ -394,7 +390,7 @@ func (s *Service) applyLines(ctx context.Context, r Request) (map[int64][]arbite
 
 // applyBatch applies part, the request's lines numbered from first, and
 // returns them as applied (nil: applied before).
-func (s *Service) applyBatch(ctx context.Context, r Request, part []Line, first, from int64) ([]arbiter.CountedLine, error) {
+func (s *Service) applyBatch(ctx context.Context, r Request, part []Line, first int64) ([]arbiter.CountedLine, error) {
 	done, err := linesDone(s.db.WithContext(ctx), r.CountID, first, first)
 	if err != nil || done > 0 {
 		return nil, err
@@ -405,7 +401,7 @@ func (s *Service) applyBatch(ctx context.Context, r Request, part []Line, first,
 		b.Lines[i] = arbiter.CountLine{Line: first + int64(i), SKU: l.SKU, Counted: l.Counted, Unshipped: l.Unshipped}
 		skus[i] = l.SKU
 	}
-	if b.Rebase, err = arbiter.ReadRebase(s.db.WithContext(ctx), skus, r.CountedAt, from); err != nil {
+	if b.Rebase, err = arbiter.ReadRebase(s.db.WithContext(ctx), skus, r.CountedAt); err != nil {
 		return nil, err
 	}
 	var applied arbiter.CountApplied
