@@ -280,12 +280,14 @@ func buyerOf(h http.Header) string {
 // savedHistory is a run's history as written beside its logs, so a check
 // can be replayed without the run (go test -run TestReplayHistory).
 type savedHistory struct {
-	Base time.Time
-	Ops  []histOp
+	Base    time.Time
+	Stale   time.Duration // the scenario's allowance for refusals
+	Ops     []histOp
+	Commits []commit
 }
 
-func writeHistory(path string, ops []histOp, base time.Time) error {
-	b, err := json.Marshal(savedHistory{base, ops})
+func writeHistory(path string, h savedHistory) error {
+	b, err := json.Marshal(h)
 	if err != nil {
 		return err
 	}
