@@ -124,8 +124,8 @@ func commitWindows(h []porcupine.Operation, commits []commit) []porcupine.Operat
 			}
 			k := key{kind, in.ref}
 			c, ok := first[k]
-			if !ok || taken[k] {
-				continue
+			if !ok || taken[k] || max(o.Call, int64(c.At-expirySlack)) >= o.Return {
+				continue // a stamp after the answer: the numbering says nothing here
 			}
 			taken[k] = true
 			ns = append(ns, numbered{i, c.Position, c.At})
