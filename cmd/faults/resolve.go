@@ -19,6 +19,7 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Ti
 	keyed := map[[2]string]bool{}
 	tokens := map[[2]string]bool{}
 	cancelled := map[string]bool{}
+	refunded := map[string]bool{} // orders a refund was answered for
 	for i := range ops {
 		op := &ops[i]
 		if op.Out != outOK {
@@ -34,6 +35,8 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Ti
 			}
 		case op.Kind == opCancel:
 			cancelled[op.Order] = true
+		case op.Kind == opRefund:
+			refunded[op.Order] = true
 		}
 	}
 	// A seckill buy names no key: its order is the buyer's one no answer
@@ -50,7 +53,7 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Ti
 			out = append(out, op)
 			continue
 		}
-		keep, err := resolve(ctx, db, &op, base, known, keyed, tokens, cancelled, unknownBuys)
+		keep, err := resolve(ctx, db, &op, base, known, keyed, tokens, cancelled, refunded, unknownBuys)
 		if err != nil {
 			return nil, err
 		}
@@ -62,7 +65,7 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Ti
 }
 
 // resolve settles one unknown operation; false drops it.
-func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known map[string]bool, keyed, tokens map[[2]string]bool, cancelled map[string]bool, unknownBuys map[string]int) (bool, error) {
+func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known map[string]bool, keyed, tokens map[[2]string]bool, cancelled, refunded map[string]bool, unknownBuys map[string]int) (bool, error) {
 	// A create the database has is certain: it took effect after the
 	// node stamped the order's created_at (its clock, on this host, before
 	// the commit), at a time the answer never told.
@@ -136,6 +139,19 @@ func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known 
 		err := db.QueryRowContext(ctx, `SELECT status FROM orders WHERE id = ?`, op.Order).Scan(&status)
 		if err == nil && status != "CANCELLED" && status != "REFUND_REQUIRED" && status != "REFUNDED" {
 			return false, nil // the order ended otherwise: the cancel found it not PENDING
+		}
+		return true, err
+	case opRefund:
+		// A refund is done once: a second is refused (409). So one answered
+		// done was the refund, and an unanswered one beside it did nothing;
+		// with none answered, the order's status tells whether one took.
+		if refunded[op.Order] {
+			return false, nil
+		}
+		var status string
+		err := db.QueryRowContext(ctx, `SELECT status FROM orders WHERE id = ?`, op.Order).Scan(&status)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && status != "REFUNDED" {
+			return false, nil
 		}
 		return true, err
 	case opPay:
