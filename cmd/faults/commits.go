@@ -114,12 +114,24 @@ func commitWindows(h []porcupine.Operation, commits []commit) []porcupine.Operat
 		at  time.Duration
 	}
 	var ns []numbered
-	taken := map[key]bool{} // one operation per movement: the one done (a cancel and the timeout both name an order's RELEASE)
-	for pass := 0; pass < 2; pass++ {
+	// One operation per movement: the one answered done first, then one
+	// whose answer was lost, the timeout last (a cancel and the timeout
+	// both name an order's RELEASE; an order cancelled is not expired).
+	taken := map[key]bool{}
+	passOf := func(in *skuInput) int {
+		switch {
+		case in.out == outOK:
+			return 0
+		case in.kind != opExpire:
+			return 1
+		}
+		return 2
+	}
+	for pass := 0; pass < 3; pass++ {
 		for i, o := range out {
 			in := o.Input.(*skuInput)
 			kind := movementOf(in)
-			if kind == "" || (pass == 0) != (in.out == outOK) {
+			if kind == "" || passOf(in) != pass {
 				continue
 			}
 			k := key{kind, in.ref}

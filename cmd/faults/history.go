@@ -116,7 +116,7 @@ func (h *History) record(method, path string, body any, header http.Header, star
 		return
 	}
 	op, ok := classify(method, path, body, header)
-	if !ok || neverSent(a.Err) {
+	if !ok || neverSent(a.Err) && !a.wrote {
 		return
 	}
 	op.Call, op.Ret, op.Status = h.since(start), h.since(end), a.Status

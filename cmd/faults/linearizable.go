@@ -150,6 +150,14 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 		in.op = op
 		out[sku] = append(out[sku], porcupine.Operation{Input: in, Call: int64(call), Return: int64(ret)})
 	}
+	// An unanswered cancel did what it did while its hold was held: once
+	// an answer showed the hold settled, it can only have been a no-op.
+	type placed struct {
+		sku string
+		i   int
+		id  string
+	}
+	var lostCancels []placed
 	for i := range ops {
 		op := &ops[i]
 		call := op.Call
@@ -239,6 +247,9 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 			}
 			for _, l := range o.lines {
 				add(l.SKU, op, &skuInput{kind: op.Kind, out: op.Out, id: o.id, qty: l.Qty, user: o.user, camp: o.camp, lines: len(o.lines), ref: op.Order}, call, op.Ret)
+				if op.Kind == opCancel && op.Out == outUnknown {
+					lostCancels = append(lostCancels, placed{l.SKU, len(out[l.SKU]) - 1, o.id})
+				}
 			}
 			// These answers say the hold had left HELD by the time they
 			// came: a cancel done or refused for the order's state, a
@@ -257,6 +268,20 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 				settle(id, op.Ret)
 			}
 		}
+	}
+	noop := map[*skuInput]bool{}
+	for _, c := range lostCancels {
+		h, o := holds[c.id], &out[c.sku][c.i]
+		switch {
+		case h == nil || h.settled == 0:
+		case o.Call >= int64(h.settled):
+			noop[o.Input.(*skuInput)] = true // sent once the hold was settled
+		default:
+			o.Return = min(o.Return, int64(h.settled))
+		}
+	}
+	for sku := range out {
+		out[sku] = slices.DeleteFunc(out[sku], func(o porcupine.Operation) bool { return noop[o.Input.(*skuInput)] })
 	}
 	// What the followers saw of each order: the last read that found it
 	// PENDING, the first that found it EXPIRED.
