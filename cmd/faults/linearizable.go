@@ -158,6 +158,15 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 		id  string
 	}
 	var lostCancels []placed
+	// A cancel or refund is done once: repeated, it is refused. So one
+	// answered done was the one, and an unanswered one of the same order
+	// did nothing, whenever it was sent.
+	done := map[[2]string]bool{}
+	for i := range ops {
+		if op := &ops[i]; (op.Kind == opCancel || op.Kind == opRefund) && op.Out == outOK {
+			done[[2]string{op.Kind.String(), op.Order}] = true
+		}
+	}
 	for i := range ops {
 		op := &ops[i]
 		call := op.Call
@@ -237,6 +246,9 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 				continue // an order the run never created (a probe): nothing to judge on any SKU
 			}
 			if op.Out == outRefused && !(op.Code == "conflict" && op.Kind != opPay) || op.Kind == opOrder && op.Out != outOK {
+				continue
+			}
+			if op.Out == outUnknown && done[[2]string{op.Kind.String(), op.Order}] {
 				continue
 			}
 			if op.Kind == opOrder && op.Answer == "PENDING" {

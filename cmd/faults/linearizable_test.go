@@ -127,6 +127,12 @@ func TestHistoryCheck(t *testing.T) {
 		{"an unanswered cancel cannot give back a paid hold", 0, []histOp{
 			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), payOp("o1", 4, 5), unknown(cancelOp("o1", 6, 7)),
 			read("S", 10, 0, 8, 9)}, "NO"},
+		{"an unanswered cancel beside one answered done did nothing", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), buy("o2", "u2", 3, 2, 3), unknown(cancelOp("o1", 4, 5)),
+			cancelOp("o1", 6, 7), read("S", 10, 6, 5, 6), read("S", 10, 3, 8, 9)}, "yes"},
+		{"a give-back before the answered cancel was sent", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), buy("o2", "u2", 3, 2, 3), unknown(cancelOp("o1", 4, 5)),
+			read("S", 10, 3, 5, 6), cancelOp("o1", 7, 8)}, "NO"},
 		{"a read while a burst of holds is in flight sees some of them", 0, []histOp{
 			set("S", 10, 0, 0, 1), buy("o1", "u1", 1, 2, 400), buy("o2", "u2", 1, 3, 401), buy("o3", "u3", 1, 4, 402),
 			buy("o4", "u4", 1, 5, 403), read("S", 10, 1, 300, 301), read("S", 10, 3, 350, 351), read("S", 10, 4, 500, 501)}, "yes"},

@@ -142,11 +142,10 @@ func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known 
 		}
 		return true, err
 	case opRefund:
-		// A refund is done once: a second is refused (409). So one answered
-		// done was the refund, and an unanswered one beside it did nothing;
-		// with none answered, the order's status tells whether one took.
+		// With none answered done (partition drops the rest: a refund is
+		// done once), the order's status tells whether one took.
 		if refunded[op.Order] {
-			return false, nil
+			return true, nil
 		}
 		var status string
 		err := db.QueryRowContext(ctx, `SELECT status FROM orders WHERE id = ?`, op.Order).Scan(&status)
