@@ -61,10 +61,6 @@ func TestFaults(t *testing.T) {
 			// may be busy.
 			assert.True(t, v.ZerosPassed(), "%s: %v (notes: %v); replay: go run ./cmd/faults -seed %d -scenarios %s", v.line(), v.Problems, v.Notes, seed, sc.Name)
 			assert.Greater(t, v.Ops, int64(500), "the workload ran")
-			if why, open := historyOpen[sc.Name]; open {
-				t.Logf("%s: history %s, not asserted here yet: %s", sc.Name, v.History.column(), why)
-				return
-			}
 			assert.Equal(t, "yes", v.History.Result, "%s: the history must be linearizable: %s", sc.Name, v.History.line())
 		})
 	}
@@ -102,14 +98,6 @@ func TestFaults(t *testing.T) {
 		_, err := runScenario(ctx, lab, calm, seed, 6*time.Second, logf)
 		require.NoError(t, err)
 	})
-}
-
-// historyOpen names the quick scenarios whose history check make test
-// does not assert yet, and why; make faults fails on them all the same
-// (docs/faults.md, "The history check").
-var historyOpen = map[string]string{
-	"kill-inventoryd":   "a read of a cart SKU shows units reserved that no answered or settled operation explains (run of 2026-11-28, seed 20261128); under study",
-	"mariadb-blackhole": "the search does not end within 60 s on histories of 13,000 operations with 1,800 unanswered creates",
 }
 
 func checkerCountsEachBrokenPromise(t *testing.T, ctx context.Context, r *Run) {
