@@ -195,7 +195,7 @@ var scenarios = append([]Scenario{
 		r.note("%d SIGKILLs of a random instance mid-checkout and mid-payment, each restarted within 1 s", kills+more)
 		return err
 	}},
-	{Name: "broker-stop", Instances: 2, MinDuration: 50 * time.Second, Fault: func(ctx context.Context, r *Run) error {
+	{Name: "broker-stop", Stale: redisStale, Instances: 2, MinDuration: 50 * time.Second, Fault: func(ctx context.Context, r *Run) error {
 		r.at(ctx, 0.15)
 		if err := r.lab.mq.StopBroker(); err != nil {
 			return err
