@@ -150,8 +150,9 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 		in.op = op
 		out[sku] = append(out[sku], porcupine.Operation{Input: in, Call: int64(call), Return: int64(ret)})
 	}
-	// An unanswered cancel did what it did while its hold was held: once
-	// an answer showed the hold settled, it can only have been a no-op.
+	// An unanswered cancel (or token release) did what it did while its
+	// hold was held: once an answer showed the hold settled, it can only
+	// have been a no-op.
 	type placed struct {
 		sku string
 		i   int
@@ -276,6 +277,9 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 			}
 			id := "t:" + op.SKU + ":" + op.Token
 			add(op.SKU, op, &skuInput{kind: op.Kind, out: op.Out, id: id, ref: "token:" + op.Token}, call, op.Ret)
+			if op.Kind == opRelease && op.Out == outUnknown {
+				lostCancels = append(lostCancels, placed{op.SKU, len(out[op.SKU]) - 1, id})
+			}
 			if op.Out == outOK {
 				settle(id, op.Ret)
 			}

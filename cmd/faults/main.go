@@ -202,12 +202,18 @@ func prepare(ctx context.Context, keep bool, logf func(string, ...any)) (*Lab, e
 // given (a faultbugs build carries the deliberate bugs the history check
 // must catch: internal/testbugs).
 func buildInventoryd(ctx context.Context, dir, name string, tags ...string) (string, error) {
+	return buildCommand(ctx, dir, name, "./cmd/inventoryd", tags...)
+}
+
+// buildCommand builds the command pkg (a path from the module's root) as
+// dir/name.
+func buildCommand(ctx context.Context, dir, name, pkg string, tags ...string) (string, error) {
 	bin := filepath.Join(dir, name)
 	args := []string{"build", "-o", bin}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
-	build := exec.CommandContext(ctx, "go", append(args, "./cmd/inventoryd")...)
+	build := exec.CommandContext(ctx, "go", append(args, pkg)...)
 	var err error
 	if build.Dir, err = servers.ModuleRoot(); err != nil {
 		return "", err

@@ -57,6 +57,15 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Ti
 		if err != nil {
 			return nil, err
 		}
+		if keep && op.Kind == opCreate && op.Token != "" && op.Out == outOK {
+			// Certain, and a deduct with the same token is the same
+			// hold: the first attempt sent stands for every attempt.
+			k := [2]string{op.Lines[0].SKU, op.Token}
+			if tokens[k] {
+				continue
+			}
+			tokens[k] = true
+		}
 		if keep {
 			out = append(out, op)
 		}
