@@ -15,14 +15,14 @@ import (
 // The history check: each SKU's history (every operation of the run that
 // took, gave back or read its stock) must be linearizable against the
 // sequential model of one SKU (skumodel.go), as Porcupine decides. What it
-// proves and what it relaxes is docs/SPEC.md section 6 and docs/faults.md
+// proves and what it relaxes is docs/faults.md
 // ("The history check").
 
 // histConfig is what the check needs to know of the run.
 type histConfig struct {
 	// Stale is how long before it was sent a refusal may reflect: the
 	// database gives back before Redis and the nodes' sold-out flags learn
-	// of it (section 6 of the spec). A refusal is judged as if it had been
+	// of it (docs/faults.md, "What the check proves and what it relaxes"). A refusal is judged as if it had been
 	// sent Stale earlier.
 	Stale time.Duration
 	// The holds' default lengths, for a hold whose answer was lost.
@@ -158,7 +158,7 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 		i   int
 		id  string
 	}
-	var lostCancels []placed
+	var lostGiveBacks []placed
 	// A cancel or refund is done once: repeated, it is refused. So one
 	// answered done was the one, and an unanswered one of the same order
 	// did nothing, whenever it was sent.
@@ -261,7 +261,7 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 			for _, l := range o.lines {
 				add(l.SKU, op, &skuInput{kind: op.Kind, out: op.Out, id: o.id, qty: l.Qty, user: o.user, camp: o.camp, lines: len(o.lines), ref: op.Order}, call, op.Ret)
 				if op.Kind == opCancel && op.Out == outUnknown {
-					lostCancels = append(lostCancels, placed{l.SKU, len(out[l.SKU]) - 1, o.id})
+					lostGiveBacks = append(lostGiveBacks, placed{l.SKU, len(out[l.SKU]) - 1, o.id})
 				}
 			}
 			// These answers say the hold had left HELD by the time they
@@ -278,7 +278,7 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 			id := "t:" + op.SKU + ":" + op.Token
 			add(op.SKU, op, &skuInput{kind: op.Kind, out: op.Out, id: id, ref: "token:" + op.Token}, call, op.Ret)
 			if op.Kind == opRelease && op.Out == outUnknown {
-				lostCancels = append(lostCancels, placed{op.SKU, len(out[op.SKU]) - 1, id})
+				lostGiveBacks = append(lostGiveBacks, placed{op.SKU, len(out[op.SKU]) - 1, id})
 			}
 			if op.Out == outOK {
 				settle(id, op.Ret)
@@ -286,7 +286,7 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 		}
 	}
 	noop := map[*skuInput]bool{}
-	for _, c := range lostCancels {
+	for _, c := range lostGiveBacks {
 		h, o := holds[c.id], &out[c.sku][c.i]
 		switch {
 		case h == nil || h.settled == 0:

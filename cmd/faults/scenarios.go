@@ -32,7 +32,7 @@ type Scenario struct {
 	MinDuration time.Duration
 	// Stale is how long before it was sent a refusal may reflect the
 	// database in the history check, where the fault leaves Redis or the
-	// nodes' sold-out flags behind it (docs/SPEC.md section 6); 0 is
+	// nodes' sold-out flags behind it (docs/faults.md, the history check); 0 is
 	// strictStale.
 	Stale time.Duration
 	// Env is added to every instance's environment.
