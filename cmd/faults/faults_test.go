@@ -64,10 +64,6 @@ func TestFaults(t *testing.T) {
 			// may be busy.
 			assert.True(t, v.ZerosPassed(), "%s: %v (notes: %v); replay: go run ./cmd/faults -seed %d -scenarios %s", v.line(), v.Problems, v.Notes, seed, sc.Name)
 			assert.Greater(t, v.Ops, int64(500), "the workload ran")
-			if why, open := historyOpen[sc.Name]; open {
-				t.Logf("%s: history %s, not asserted here yet: %s", sc.Name, v.History.column(), why)
-				return
-			}
 			assert.Equal(t, "yes", historyResult(t, lab, v), "%s: the history must be linearizable: %s", sc.Name, v.History.line())
 		})
 	}
@@ -106,14 +102,6 @@ func TestFaults(t *testing.T) {
 		_, err := runScenario(ctx, lab, calm, seed, 6*time.Second, logf)
 		require.NoError(t, err)
 	})
-}
-
-// historyOpen names the quick scenarios whose history check make test
-// does not assert yet, and why; make faults fails on them all the same
-// (docs/faults.md, "The history check").
-var historyOpen = map[string]string{
-	"mariadb-blackhole": "under make test's load, TOK's check (token releases retried through the blackhole, each left open) " +
-		"ran out of its 60 s even without -race (run of 2026-11-28 15:12); make faults' run of 14:55 checked it in 2 ms",
 }
 
 // historyResult is the history check's verdict on v's run. This test's

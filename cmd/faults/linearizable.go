@@ -15,14 +15,14 @@ import (
 // The history check: each SKU's history (every operation of the run that
 // took, gave back or read its stock) must be linearizable against the
 // sequential model of one SKU (skumodel.go), as Porcupine decides. What it
-// proves and what it relaxes is docs/faults.md
-// ("The history check").
+// proves and what it relaxes is docs/SPEC.md section 6; how it is checked,
+// docs/faults.md ("The history check").
 
 // histConfig is what the check needs to know of the run.
 type histConfig struct {
 	// Stale is how long before it was sent a refusal may reflect: the
 	// database gives back before Redis and the nodes' sold-out flags learn
-	// of it (docs/faults.md, "What the check proves and what it relaxes"). A refusal is judged as if it had been
+	// of it (docs/SPEC.md section 6). A refusal is judged as if it had been
 	// sent Stale earlier.
 	Stale time.Duration
 	// The holds' default lengths, for a hold whose answer was lost.
@@ -377,27 +377,39 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 // that is the one operation the check then judges; left apart, each
 // unanswered attempt is one more operation that may fall anywhere after it
 // was sent, for the search to try.
+//
+// Attempts that all went unanswered (a client retrying through a dead
+// database) are one open operation sent when the first was, for every
+// request whose effect is the same whichever attempt has it and nothing
+// when repeated: the above, and a cancel, refund or token release (a
+// second finds the hold no longer held). Any attempt's effect, at any time
+// after it was sent, is the first attempt's at that time; left apart, n
+// open attempts are 2^n subsets for the search to try (mariadb-blackhole's
+// token retries of 2026-11-28 ran the check out of time).
 func foldRetries(ops []histOp) []histOp {
 	type key struct {
 		kind                     opKind
 		user, id, token, payment string
 	}
-	keyOf := func(op *histOp) (key, bool) {
+	// answered: whether an answered attempt may stand for the unanswered
+	// ones before it.
+	keyOf := func(op *histOp) (k key, answered, ok bool) {
 		switch op.Kind {
 		case opCreate:
 			if op.Key == "" && op.Token == "" {
-				return key{}, false
+				return key{}, false, false
 			}
-			return key{opCreate, op.User, op.Key, op.Token, ""}, true
+			return key{opCreate, op.User, op.Key, op.Token, ""}, true, true
 		case opPay:
-			return key{opPay, "", op.Order, "", op.PaymentID}, true
+			return key{opPay, "", op.Order, "", op.PaymentID}, true, true
 		case opCommit:
-			return key{op.Kind, op.SKU, "", op.Token, ""}, true
+			return key{op.Kind, op.SKU, "", op.Token, ""}, true, true
+		case opCancel, opRefund:
+			return key{op.Kind, "", op.Order, "", ""}, false, true
+		case opRelease:
+			return key{op.Kind, op.SKU, "", op.Token, ""}, false, true
 		}
-		// A cancel, refund or release retried is answered otherwise when
-		// the unanswered attempt took effect (409, or 0 released): those
-		// stay apart.
-		return key{}, false
+		return key{}, false, false
 	}
 	ops = slices.Clone(ops)
 	pending := map[key][]int{} // unanswered attempts not yet folded
@@ -409,12 +421,20 @@ func foldRetries(ops []histOp) []histOp {
 	sort.SliceStable(order, func(a, b int) bool { return ops[order[a]].Call < ops[order[b]].Call })
 	for _, i := range order {
 		op := &ops[i]
-		k, ok := keyOf(op)
+		k, answered, ok := keyOf(op)
 		if !ok {
 			continue
 		}
 		if op.Out == outUnknown {
 			pending[k] = append(pending[k], i)
+			continue
+		}
+		if !answered {
+			// A cancel, refund or release retried is answered otherwise
+			// when the unanswered attempt took effect (409, or 0
+			// released): the attempts before it stay apart.
+			foldUnanswered(pending[k], drop)
+			delete(pending, k)
 			continue
 		}
 		if op.Out != outOK {
@@ -428,6 +448,9 @@ func foldRetries(ops []histOp) []histOp {
 			}
 		}
 		delete(pending, k)
+	}
+	for _, p := range pending {
+		foldUnanswered(p, drop)
 	}
 	out := make([]histOp, 0, len(ops))
 	for i, op := range ops {
@@ -821,4 +844,12 @@ func visualize(sku string, h []porcupine.Operation, cfg histConfig) string {
 		return ""
 	}
 	return path
+}
+
+// foldUnanswered keeps the first of unanswered attempts (in the order they
+// were sent) and drops the rest.
+func foldUnanswered(attempts []int, drop []bool) {
+	for _, j := range attempts[min(1, len(attempts)):] {
+		drop[j] = true
+	}
 }

@@ -167,6 +167,27 @@ func TestFoldRetries(t *testing.T) {
 	assert.Equal(t, "k2", got[1].Key)
 }
 
+// Attempts that all went unanswered are one open operation sent when the
+// first was; before an answered cancel, refund or release (answered 409 or
+// 0 released when an unanswered one took effect) they fold among
+// themselves and the answer stays apart.
+func TestFoldUnansweredRetries(t *testing.T) {
+	ops := []histOp{
+		unknown(release("t1", 0, 5, 6)), unknown(release("t1", 0, 1, 2)), unknown(release("t1", 0, 9, 10)),
+		unknown(cancelOp("o1", 3, 4)), unknown(cancelOp("o1", 7, 8)), cancelOp("o1", 11, 12), unknown(cancelOp("o1", 13, 14)),
+		unknown(release("t2", 0, 20, 21)),
+	}
+	got := foldRetries(ops)
+	var calls []time.Duration
+	for _, op := range got {
+		calls = append(calls, op.Call)
+	}
+	assert.Equal(t, []time.Duration{ms(1), ms(3), ms(11), ms(13), ms(20)}, calls)
+	assert.Equal(t, []outcome{outUnknown, outUnknown, outOK, outUnknown, outUnknown},
+		[]outcome{got[0].Out, got[1].Out, got[2].Out, got[3].Out, got[4].Out})
+	assert.Equal(t, maxTime, got[0].Ret)
+}
+
 // A violation is written out as Porcupine's visualization of the smallest
 // failing prefix.
 func TestHistoryVisualization(t *testing.T) {
