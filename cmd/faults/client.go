@@ -8,11 +8,13 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/acme/inventory/internal/httpapi"
@@ -49,6 +51,12 @@ type Answer struct {
 	Body   map[string]any
 	Header http.Header
 	Err    error
+	// wrote: some attempt wrote the request on a connection. net/http
+	// sends a replayable request (a GET, or a POST with an
+	// Idempotency-Key) again on a new connection when a kept-alive one
+	// fails before the answer, so Err may be the second dial's although
+	// the first attempt reached the service.
+	wrote bool
 }
 
 func (a Answer) str(key string) string { s, _ := a.Body[key].(string); return s }
@@ -242,7 +250,9 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, body any, 
 	default:
 		raw, _ = json.Marshal(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(raw))
+	var wrote atomic.Bool
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), method, base+path, bytes.NewReader(raw))
 	if err != nil {
 		return Answer{Err: err}
 	}
@@ -261,8 +271,8 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, body any, 
 			c.stats.cut(method, path, start)
 		}
 		// Cut or not, the request may have reached the service.
-		c.hist.record(method, path, raw, header, start, time.Now(), Answer{Err: err})
-		return Answer{Err: err}
+		c.hist.record(method, path, raw, header, start, time.Now(), Answer{Err: err, wrote: wrote.Load()})
+		return Answer{Err: err, wrote: wrote.Load()}
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)

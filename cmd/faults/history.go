@@ -116,7 +116,7 @@ func (h *History) record(method, path string, body any, header http.Header, star
 		return
 	}
 	op, ok := classify(method, path, body, header)
-	if !ok || neverSent(a.Err) {
+	if !ok || neverSent(a.Err) && !a.wrote {
 		return
 	}
 	op.Call, op.Ret, op.Status = h.since(start), h.since(end), a.Status
@@ -280,12 +280,14 @@ func buyerOf(h http.Header) string {
 // savedHistory is a run's history as written beside its logs, so a check
 // can be replayed without the run (go test -run TestReplayHistory).
 type savedHistory struct {
-	Base time.Time
-	Ops  []histOp
+	Base    time.Time
+	Stale   time.Duration // the scenario's allowance for refusals
+	Ops     []histOp
+	Commits []commit
 }
 
-func writeHistory(path string, ops []histOp, base time.Time) error {
-	b, err := json.Marshal(savedHistory{base, ops})
+func writeHistory(path string, h savedHistory) error {
+	b, err := json.Marshal(h)
 	if err != nil {
 		return err
 	}

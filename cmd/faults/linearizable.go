@@ -15,14 +15,14 @@ import (
 // The history check: each SKU's history (every operation of the run that
 // took, gave back or read its stock) must be linearizable against the
 // sequential model of one SKU (skumodel.go), as Porcupine decides. What it
-// proves and what it relaxes is docs/SPEC.md section 6 and docs/faults.md
-// ("The history check").
+// proves and what it relaxes is docs/SPEC.md section 6; how it is checked,
+// docs/faults.md ("The history check").
 
 // histConfig is what the check needs to know of the run.
 type histConfig struct {
 	// Stale is how long before it was sent a refusal may reflect: the
 	// database gives back before Redis and the nodes' sold-out flags learn
-	// of it (section 6 of the spec). A refusal is judged as if it had been
+	// of it (docs/SPEC.md section 6). A refusal is judged as if it had been
 	// sent Stale earlier.
 	Stale time.Duration
 	// The holds' default lengths, for a hold whose answer was lost.
@@ -36,6 +36,10 @@ type histConfig struct {
 	Base time.Time
 	// Name is the scenario's, for the visualization's file name.
 	Name string
+	// Commits are the database's movements of the history's changes
+	// (commits.go): where they are, the search tries the windows they
+	// imply first.
+	Commits []commit
 }
 
 // expirySlack is how much earlier than its deadline a timeout release may
@@ -124,12 +128,14 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 			orders[op.Order] = orderInfo{id: ident(i, op, ""), lines: op.Lines, user: op.User, camp: op.Campaign != ""}
 		}
 	}
-	// deadline of each hold that may time out, and whether it was settled
-	// (paid, cancelled, committed, released) before it.
+	// deadline of each hold that may time out, and when an answer first
+	// showed it no longer held (paid, cancelled, committed, released,
+	// expired).
 	type hold struct {
 		deadline time.Duration
 		lines    []line
-		settled  time.Duration // the earliest return of an answer that settled it
+		settled  time.Duration // the earliest return of an answer that showed it settled
+		ref      string        // its movements' reference
 	}
 	holds := map[string]*hold{}
 	settle := func(id string, at time.Duration) {
@@ -144,6 +150,24 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 		in.op = op
 		out[sku] = append(out[sku], porcupine.Operation{Input: in, Call: int64(call), Return: int64(ret)})
 	}
+	// An unanswered cancel (or token release) did what it did while its
+	// hold was held: once an answer showed the hold settled, it can only
+	// have been a no-op.
+	type placed struct {
+		sku string
+		i   int
+		id  string
+	}
+	var lostGiveBacks []placed
+	// A cancel or refund is done once: repeated, it is refused. So one
+	// answered done was the one, and an unanswered one of the same order
+	// did nothing, whenever it was sent.
+	done := map[[2]string]bool{}
+	for i := range ops {
+		if op := &ops[i]; (op.Kind == opCancel || op.Kind == opRefund) && op.Out == outOK {
+			done[[2]string{op.Kind.String(), op.Order}] = true
+		}
+	}
 	for i := range ops {
 		op := &ops[i]
 		call := op.Call
@@ -157,7 +181,7 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 			}
 		case opSet, opAdjust:
 			if op.Out != outRefused {
-				add(op.SKU, op, &skuInput{kind: op.Kind, out: op.Out, qty: op.N}, op.Call, op.Ret)
+				add(op.SKU, op, &skuInput{kind: op.Kind, out: op.Out, qty: op.N, ref: op.Ref}, op.Call, op.Ret)
 			}
 		case opCampaign:
 			if op.Out != outRefused {
@@ -192,13 +216,13 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 			}
 			for _, l := range lines {
 				id := ident(i, op, l.SKU)
-				add(l.SKU, op, &skuInput{kind: opCreate, out: op.Out, id: id, qty: l.Qty, user: user, camp: camp}, op.Call, op.Ret)
+				add(l.SKU, op, &skuInput{kind: opCreate, out: op.Out, id: id, qty: l.Qty, user: user, camp: camp, ref: holdRef(op)}, op.Call, op.Ret)
 				h := holds[id]
 				if h == nil {
 					h = &hold{}
 					holds[id] = h
 				}
-				h.lines = append(h.lines, l)
+				h.lines, h.ref = append(h.lines, l), holdRef(op)
 				var deadline time.Duration
 				switch {
 				case op.Out == outOK && !op.ExpiresAt.IsZero():
@@ -225,6 +249,9 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 			if op.Out == outRefused && !(op.Code == "conflict" && op.Kind != opPay) || op.Kind == opOrder && op.Out != outOK {
 				continue
 			}
+			if op.Out == outUnknown && done[[2]string{op.Kind.String(), op.Order}] {
+				continue
+			}
 			if op.Kind == opOrder && op.Answer == "PENDING" {
 				// What a follower's PENDING read proves, that the timeout
 				// came after it, is its expiry's start (below); as an
@@ -232,9 +259,16 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 				continue
 			}
 			for _, l := range o.lines {
-				add(l.SKU, op, &skuInput{kind: op.Kind, out: op.Out, id: o.id, qty: l.Qty, user: o.user, camp: o.camp, lines: len(o.lines)}, call, op.Ret)
+				add(l.SKU, op, &skuInput{kind: op.Kind, out: op.Out, id: o.id, qty: l.Qty, user: o.user, camp: o.camp, lines: len(o.lines), ref: op.Order}, call, op.Ret)
+				if op.Kind == opCancel && op.Out == outUnknown {
+					lostGiveBacks = append(lostGiveBacks, placed{l.SKU, len(out[l.SKU]) - 1, o.id})
+				}
 			}
-			if op.Out == outOK && (op.Kind == opCancel || op.Kind == opPay && op.Answer == "PAID") {
+			// These answers say the hold had left HELD by the time they
+			// came: a cancel done or refused for the order's state, a
+			// payment or refund done, a read of it (PENDING reads are
+			// skipped above).
+			if op.Out == outOK || op.Out == outRefused && op.Kind == opCancel {
 				settle(o.id, op.Ret)
 			}
 		case opCommit, opRelease:
@@ -242,11 +276,28 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 				continue
 			}
 			id := "t:" + op.SKU + ":" + op.Token
-			add(op.SKU, op, &skuInput{kind: op.Kind, out: op.Out, id: id}, call, op.Ret)
+			add(op.SKU, op, &skuInput{kind: op.Kind, out: op.Out, id: id, ref: "token:" + op.Token}, call, op.Ret)
+			if op.Kind == opRelease && op.Out == outUnknown {
+				lostGiveBacks = append(lostGiveBacks, placed{op.SKU, len(out[op.SKU]) - 1, id})
+			}
 			if op.Out == outOK {
 				settle(id, op.Ret)
 			}
 		}
+	}
+	noop := map[*skuInput]bool{}
+	for _, c := range lostGiveBacks {
+		h, o := holds[c.id], &out[c.sku][c.i]
+		switch {
+		case h == nil || h.settled == 0:
+		case o.Call >= int64(h.settled):
+			noop[o.Input.(*skuInput)] = true // sent once the hold was settled
+		default:
+			o.Return = min(o.Return, int64(h.settled))
+		}
+	}
+	for sku := range out {
+		out[sku] = slices.DeleteFunc(out[sku], func(o porcupine.Operation) bool { return noop[o.Input.(*skuInput)] })
 	}
 	// What the followers saw of each order: the last read that found it
 	// PENDING, the first that found it EXPIRED.
@@ -272,22 +323,43 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 			}
 		}
 	}
+	released := map[[2]string]bool{} // SKU, reference: a give-back the database recorded
+	for _, c := range cfg.Commits {
+		if c.Kind == "RELEASE" {
+			released[[2]string{c.SKU, c.Ref}] = true
+		}
+	}
 	for id, h := range holds {
 		if h.settled != 0 && h.settled < h.deadline-expirySlack {
 			continue // paid, cancelled or released before it could time out
 		}
 		// The timeout released it after its deadline and after a read
 		// found it still PENDING; before the first read that found it
-		// EXPIRED, or at any time (or never) if none did.
+		// EXPIRED. With none, it may never have: a payment, cancel or
+		// commit came first. Then it is a no-op once that settled the hold,
+		// so it is placed no later than the first answer showing the hold
+		// settled (after it there is nothing left for it to do), or at any
+		// time if none did.
 		exp := &histOp{Kind: opExpire, Order: id, Call: h.deadline - expirySlack, Ret: maxTime, Out: outUnknown}
+		if h.settled != 0 {
+			exp.Ret = h.settled
+		}
 		if f := follow[id]; f != nil {
 			exp.Call = max(exp.Call, f.pending)
 			if f.expired != 0 {
 				exp.Ret, exp.Out = f.expired, outOK
 			}
 		}
+		if exp.Call >= exp.Ret {
+			continue // settled before the timeout could act (a PENDING read came late)
+		}
 		for _, l := range mergeLines(h.lines) {
-			add(l.SKU, exp, &skuInput{kind: opExpire, out: exp.Out, id: id}, exp.Call, exp.Ret)
+			if exp.Out == outUnknown && cfg.Commits != nil && h.ref != "" && !released[[2]string{l.SKU, h.ref}] {
+				// The database has no give-back of the hold: the timeout
+				// never released it, and the search need not try it.
+				continue
+			}
+			add(l.SKU, exp, &skuInput{kind: opExpire, out: exp.Out, id: id, ref: h.ref}, exp.Call, exp.Ret)
 		}
 	}
 	for sku := range out {
@@ -305,27 +377,39 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 // that is the one operation the check then judges; left apart, each
 // unanswered attempt is one more operation that may fall anywhere after it
 // was sent, for the search to try.
+//
+// Attempts that all went unanswered (a client retrying through a dead
+// database) are one open operation sent when the first was, for every
+// request whose effect is the same whichever attempt has it and nothing
+// when repeated: the above, and a cancel, refund or token release (a
+// second finds the hold no longer held). Any attempt's effect, at any time
+// after it was sent, is the first attempt's at that time; left apart, n
+// open attempts are 2^n subsets for the search to try (mariadb-blackhole's
+// token retries of 2026-11-28 ran the check out of time).
 func foldRetries(ops []histOp) []histOp {
 	type key struct {
 		kind                     opKind
 		user, id, token, payment string
 	}
-	keyOf := func(op *histOp) (key, bool) {
+	// answered: whether an answered attempt may stand for the unanswered
+	// ones before it.
+	keyOf := func(op *histOp) (k key, answered, ok bool) {
 		switch op.Kind {
 		case opCreate:
 			if op.Key == "" && op.Token == "" {
-				return key{}, false
+				return key{}, false, false
 			}
-			return key{opCreate, op.User, op.Key, op.Token, ""}, true
+			return key{opCreate, op.User, op.Key, op.Token, ""}, true, true
 		case opPay:
-			return key{opPay, "", op.Order, "", op.PaymentID}, true
+			return key{opPay, "", op.Order, "", op.PaymentID}, true, true
 		case opCommit:
-			return key{op.Kind, op.SKU, "", op.Token, ""}, true
+			return key{op.Kind, op.SKU, "", op.Token, ""}, true, true
+		case opCancel, opRefund:
+			return key{op.Kind, "", op.Order, "", ""}, false, true
+		case opRelease:
+			return key{op.Kind, op.SKU, "", op.Token, ""}, false, true
 		}
-		// A cancel, refund or release retried is answered otherwise when
-		// the unanswered attempt took effect (409, or 0 released): those
-		// stay apart.
-		return key{}, false
+		return key{}, false, false
 	}
 	ops = slices.Clone(ops)
 	pending := map[key][]int{} // unanswered attempts not yet folded
@@ -337,7 +421,7 @@ func foldRetries(ops []histOp) []histOp {
 	sort.SliceStable(order, func(a, b int) bool { return ops[order[a]].Call < ops[order[b]].Call })
 	for _, i := range order {
 		op := &ops[i]
-		k, ok := keyOf(op)
+		k, answered, ok := keyOf(op)
 		if !ok {
 			continue
 		}
@@ -345,16 +429,28 @@ func foldRetries(ops []histOp) []histOp {
 			pending[k] = append(pending[k], i)
 			continue
 		}
+		if !answered {
+			// A cancel, refund or release retried is answered otherwise
+			// when the unanswered attempt took effect (409, or 0
+			// released): the attempts before it stay apart.
+			foldUnanswered(pending[k], drop)
+			delete(pending, k)
+			continue
+		}
 		if op.Out != outOK {
 			continue
 		}
+		sent := op.Call
 		for _, j := range pending[k] {
-			if ops[j].Call < op.Call {
+			if ops[j].Call < sent {
 				op.Call = min(op.Call, ops[j].Call)
 				drop[j] = true
 			}
 		}
 		delete(pending, k)
+	}
+	for _, p := range pending {
+		foldUnanswered(p, drop)
 	}
 	out := make([]histOp, 0, len(ops))
 	for i, op := range ops {
@@ -544,6 +640,10 @@ func describeInput(in *skuInput) string {
 func checkHistory(ops []histOp, cfg histConfig) *HistVerdict {
 	v := &HistVerdict{Result: "yes", Ops: map[string]int{}, Took: map[string]time.Duration{}}
 	parts := partition(ops, cfg)
+	commits := map[string][]commit{}
+	for _, c := range cfg.Commits {
+		commits[c.SKU] = append(commits[c.SKU], c)
+	}
 	var skus []string
 	for sku := range parts {
 		skus = append(skus, sku)
@@ -553,7 +653,7 @@ func checkHistory(ops []histOp, cfg histConfig) *HistVerdict {
 		h := parts[sku]
 		v.Ops[sku] = len(h)
 		t0 := time.Now()
-		res := checkSKU(h, cfg.Timeout)
+		res := checkSKU(h, commitWindows(h, commits[sku]), cfg.Timeout)
 		v.Took[sku] = time.Since(t0)
 		if res == porcupine.Ok || v.Result != "yes" {
 			continue
@@ -571,15 +671,28 @@ func checkHistory(ops []histOp, cfg histConfig) *HistVerdict {
 	return v
 }
 
-// checkSKU decides whether one SKU's history is linearizable. Refusals
-// change nothing, and in a sold-out burst they are most of the history and
-// all at once, which is what makes the search costly; so the rest is
-// checked first, and each refusal is judged against the linearization
-// found, anywhere the real-time order lets it go. A refusal that fits
-// nowhere there joins the searched operations (another linearization may
-// fit it), and the search runs again, until every refusal fits or the
-// search fails: it only ever fails on a history that cannot be linearized.
-func checkSKU(h []porcupine.Operation, timeout time.Duration) porcupine.CheckResult {
+// checkSKU decides whether one SKU's history h is linearizable. It first
+// searches cut, the same history with the windows its commits imply
+// (commits.go), where the search is quick: a linearization found there is
+// one of h. Only when none is found is h itself searched, and only that
+// search can say the history is not linearizable.
+func checkSKU(h, cut []porcupine.Operation, timeout time.Duration) porcupine.CheckResult {
+	deadline := time.Now().Add(timeout)
+	if cut != nil && search(cut, timeout/4) == porcupine.Ok {
+		return porcupine.Ok
+	}
+	return search(h, time.Until(deadline))
+}
+
+// search decides whether h is linearizable. Refusals change nothing, and
+// in a sold-out burst they are most of the history and all at once, which
+// is what makes the search costly; so the rest is searched first, and the
+// refusals are then placed into the linearization found (fit). A refusal
+// that fits nowhere there joins the searched operations (another
+// linearization may fit it), and the search runs again, until everything
+// fits or the search fails: a pass is always a whole linearization, and a
+// failure is always the search's own, on operations of the history.
+func search(h []porcupine.Operation, timeout time.Duration) porcupine.CheckResult {
 	var searched, refusals []porcupine.Operation
 	for _, o := range h {
 		if o.Input.(*skuInput).out == outRefused {
@@ -602,7 +715,7 @@ func checkSKU(h []porcupine.Operation, timeout time.Duration) porcupine.CheckRes
 		if len(lins) != 1 || len(lins[0]) == 0 {
 			return porcupine.CheckOperationsTimeout(skuPorcupine, h, time.Until(deadline))
 		}
-		misfits := unfit(lins[0][0], refusals)
+		misfits := fit(lins[0][0], refusals)
 		if len(misfits) == 0 {
 			return porcupine.Ok
 		}
@@ -613,19 +726,20 @@ func checkSKU(h []porcupine.Operation, timeout time.Duration) porcupine.CheckRes
 	}
 }
 
-// unfit is the refusals that hold in no state of the linearization lin
-// that their time allows them to be placed at: after every operation
-// answered before they were sent (less Stale), before every one sent after
-// they were answered.
-func unfit(lin []porcupine.Operation, refusals []porcupine.Operation) []porcupine.Operation {
-	var out []porcupine.Operation
-	states := make([]*modelSKU, len(lin)+1)
-	states[0] = newModelSKU()
-	for i, o := range lin {
-		_, next := step(states[i], o.Input.(*skuInput))
-		states[i+1] = next
+// fit places the refusals into the linearization lin of the other
+// operations, and returns those it could not place. Each may go after
+// every operation of lin answered before it was sent and before every one
+// sent after it was answered, and after every refusal placed before it
+// that was sent after it was answered; it is placed at the first such
+// point where the model accepts it. A refusal changes nothing, so lin
+// with the refusals placed is a linearization of them all.
+func fit(lin []porcupine.Operation, extra []porcupine.Operation) []porcupine.Operation {
+	type item struct {
+		op     porcupine.Operation
+		lo, hi int
 	}
-	for _, r := range refusals {
+	items := make([]item, len(extra))
+	for k, r := range extra {
 		lo, hi := 0, len(lin)
 		for i, o := range lin {
 			if o.Return < r.Call {
@@ -637,15 +751,50 @@ func unfit(lin []porcupine.Operation, refusals []porcupine.Operation) []porcupin
 				hi = i
 			}
 		}
-		fits := false
-		for p := lo; p <= hi && !fits; p++ {
-			fits, _ = step(states[p], r.Input.(*skuInput))
-		}
-		if !fits {
-			out = append(out, r)
-		}
+		items[k] = item{r, lo, hi}
 	}
-	return out
+	sort.SliceStable(items, func(a, b int) bool {
+		if items[a].lo != items[b].lo {
+			return items[a].lo < items[b].lo
+		}
+		return items[a].op.Call < items[b].op.Call
+	})
+	var misfits []porcupine.Operation
+	var waiting []item
+	maxCall := int64(-1 << 63) // of what was placed: a later placement must not have been answered before it
+	cur := newModelSKU()
+	next := 0
+	for p := 0; p <= len(lin); p++ {
+		for next < len(items) && items[next].lo <= p {
+			waiting = append(waiting, items[next])
+			next++
+		}
+		sort.SliceStable(waiting, func(a, b int) bool { return waiting[a].op.Call < waiting[b].op.Call })
+		kept := waiting[:0]
+		for _, w := range waiting {
+			if w.op.Return >= maxCall {
+				if ok, _ := step(cur, w.op.Input.(*skuInput)); ok {
+					maxCall = max(maxCall, w.op.Call)
+					continue
+				}
+			}
+			if w.hi <= p || w.op.Return < maxCall {
+				misfits = append(misfits, w.op)
+				continue
+			}
+			kept = append(kept, w)
+		}
+		waiting = kept
+		if p == len(lin) {
+			break
+		}
+		_, cur = step(cur, lin[p].Input.(*skuInput))
+		maxCall = max(maxCall, lin[p].Call)
+	}
+	for _, w := range waiting {
+		misfits = append(misfits, w.op)
+	}
+	return misfits
 }
 
 // visualize writes the smallest prefix of h (by when operations were sent)
@@ -674,7 +823,7 @@ func visualize(sku string, h []porcupine.Operation, cfg histConfig) string {
 		}
 		return out
 	}
-	illegal := func(n int) bool { return checkSKU(prefix(n), cfg.Timeout/10) == porcupine.Illegal }
+	illegal := func(n int) bool { return checkSKU(prefix(n), nil, cfg.Timeout/10) == porcupine.Illegal }
 	lo, hi := 1, len(sorted) // the whole history is illegal
 	for lo < hi {
 		mid := (lo + hi) / 2
@@ -695,4 +844,12 @@ func visualize(sku string, h []porcupine.Operation, cfg histConfig) string {
 		return ""
 	}
 	return path
+}
+
+// foldUnanswered keeps the first of unanswered attempts (in the order they
+// were sent) and drops the rest.
+func foldUnanswered(attempts []int, drop []bool) {
+	for _, j := range attempts[min(1, len(attempts)):] {
+		drop[j] = true
+	}
 }

@@ -113,6 +113,32 @@ func TestHistoryCheck(t *testing.T) {
 			set("S", 10, 0, 0, 1), unknown(keyed(buy("", "u1", 2, 2, 3), "k1")), keyed(buy("o1", "u1", 2, 4, 5), "k1"), read("S", 10, 4, 6, 7)}, "NO"},
 		{"a hold paid before its deadline never times out", 0, []histOp{
 			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), payOp("o1", 4, 5), read("S", 10, 0, 4000, 4001)}, "NO"},
+		{"a hold paid past its deadline before the timeout ran: the timeout is a no-op", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), read("S", 10, 3, 3010, 3011), payOp("o1", 3100, 3110),
+			read("S", 7, 0, 4000, 4001), read("S", 7, 0, 9000, 9001)}, "yes"},
+		{"a hold paid past its deadline and also given back", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), payOp("o1", 3100, 3110), read("S", 7, 0, 4000, 4001),
+			read("S", 10, 0, 9000, 9001)}, "NO"},
+		{"an unanswered cancel that took effect", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), unknown(cancelOp("o1", 4, 5)), read("S", 10, 0, 6, 7)}, "yes"},
+		{"an unanswered cancel beside a payment that was answered PAID changed nothing", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), unknown(cancelOp("o1", 4, 5)), payOp("o1", 6, 7),
+			read("S", 7, 0, 8, 9)}, "yes"},
+		{"an unanswered cancel cannot give back a paid hold", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), payOp("o1", 4, 5), unknown(cancelOp("o1", 6, 7)),
+			read("S", 10, 0, 8, 9)}, "NO"},
+		{"an unanswered cancel beside one answered done did nothing", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), buy("o2", "u2", 3, 2, 3), unknown(cancelOp("o1", 4, 5)),
+			cancelOp("o1", 6, 7), read("S", 10, 6, 5, 6), read("S", 10, 3, 8, 9)}, "yes"},
+		{"a give-back before the answered cancel was sent", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), buy("o2", "u2", 3, 2, 3), unknown(cancelOp("o1", 4, 5)),
+			read("S", 10, 3, 5, 6), cancelOp("o1", 7, 8)}, "NO"},
+		{"a read while a burst of holds is in flight sees some of them", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 1, 2, 400), buy("o2", "u2", 1, 3, 401), buy("o3", "u3", 1, 4, 402),
+			buy("o4", "u4", 1, 5, 403), read("S", 10, 1, 300, 301), read("S", 10, 3, 350, 351), read("S", 10, 4, 500, 501)}, "yes"},
+		{"a read while a burst is in flight sees fewer than an earlier read", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 1, 2, 400), buy("o2", "u2", 1, 3, 401), buy("o3", "u3", 1, 4, 402),
+			read("S", 10, 2, 300, 301), read("S", 10, 1, 350, 351)}, "NO"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -123,6 +149,43 @@ func TestHistoryCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Attempts of one keyed create left unanswered before the attempt that was
+// answered are one operation, sent when the first was.
+func TestFoldRetries(t *testing.T) {
+	ops := []histOp{
+		unknown(keyed(buy("", "u1", 2, 2, 3), "k1")), unknown(keyed(buy("", "u1", 2, 10, 11), "k1")),
+		unknown(keyed(buy("", "u1", 2, 20, 21), "k1")), keyed(buy("o1", "u1", 2, 30, 31), "k1"),
+		unknown(keyed(buy("", "u1", 2, 40, 41), "k2")),
+	}
+	got := foldRetries(ops)
+	require.Len(t, got, 2)
+	assert.Equal(t, "o1", got[0].Order)
+	assert.Equal(t, ms(2), got[0].Call)
+	assert.Equal(t, ms(31), got[0].Ret)
+	assert.Equal(t, "k2", got[1].Key)
+}
+
+// Attempts that all went unanswered are one open operation sent when the
+// first was; before an answered cancel, refund or release (answered 409 or
+// 0 released when an unanswered one took effect) they fold among
+// themselves and the answer stays apart.
+func TestFoldUnansweredRetries(t *testing.T) {
+	ops := []histOp{
+		unknown(release("t1", 0, 5, 6)), unknown(release("t1", 0, 1, 2)), unknown(release("t1", 0, 9, 10)),
+		unknown(cancelOp("o1", 3, 4)), unknown(cancelOp("o1", 7, 8)), cancelOp("o1", 11, 12), unknown(cancelOp("o1", 13, 14)),
+		unknown(release("t2", 0, 20, 21)),
+	}
+	got := foldRetries(ops)
+	var calls []time.Duration
+	for _, op := range got {
+		calls = append(calls, op.Call)
+	}
+	assert.Equal(t, []time.Duration{ms(1), ms(3), ms(11), ms(13), ms(20)}, calls)
+	assert.Equal(t, []outcome{outUnknown, outUnknown, outOK, outUnknown, outUnknown},
+		[]outcome{got[0].Out, got[1].Out, got[2].Out, got[3].Out, got[4].Out})
+	assert.Equal(t, maxTime, got[0].Ret)
 }
 
 // A violation is written out as Porcupine's visualization of the smallest

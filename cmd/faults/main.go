@@ -18,6 +18,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -43,8 +44,8 @@ func main() {
 	duration := flag.Duration("duration", 20*time.Second, "workload duration per scenario")
 	out := flag.String("out", "bench-results/faults.md", "where to write the table (empty: nowhere)")
 	keep := flag.Bool("keep", false, "keep the run directory (logs of every process)")
-	replay := flag.String("replay", "", "check a history a kept run wrote (its history.json) instead of running; -stale sets its refusals' allowance")
-	stale := flag.Duration("stale", strictStale, "with -replay: how far a refusal may lag a give-back")
+	replay := flag.String("replay", "", "check a history a kept run wrote (its history.json) instead of running")
+	stale := flag.Duration("stale", 0, "with -replay: how far a refusal may lag a give-back (default: the run's own)")
 	flag.Parse()
 	if *replay != "" {
 		if err := replayHistory(*replay, *stale, os.Stdout); err != nil {
@@ -89,8 +90,11 @@ func replayHistory(path string, stale time.Duration, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if stale == 0 {
+		stale = cmp.Or(h.Stale, strictStale)
+	}
 	v := checkHistory(h.Ops, histConfig{Stale: stale, OrderHold: orderTTL, CampaignHold: campaignHold, Timeout: historyTimeout,
-		Base: h.Base, Dir: filepath.Dir(path), Name: "replay"})
+		Base: h.Base, Dir: filepath.Dir(path), Name: "replay", Commits: h.Commits})
 	fmt.Fprintf(w, "linearizable: %s\n%s\n", v.column(), v.line())
 	if !v.passed() {
 		return fmt.Errorf("the history is not linearizable (%s)", v.column())
@@ -198,12 +202,18 @@ func prepare(ctx context.Context, keep bool, logf func(string, ...any)) (*Lab, e
 // given (a faultbugs build carries the deliberate bugs the history check
 // must catch: internal/testbugs).
 func buildInventoryd(ctx context.Context, dir, name string, tags ...string) (string, error) {
+	return buildCommand(ctx, dir, name, "./cmd/inventoryd", tags...)
+}
+
+// buildCommand builds the command pkg (a path from the module's root) as
+// dir/name.
+func buildCommand(ctx context.Context, dir, name, pkg string, tags ...string) (string, error) {
 	bin := filepath.Join(dir, name)
 	args := []string{"build", "-o", bin}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
-	build := exec.CommandContext(ctx, "go", append(args, "./cmd/inventoryd")...)
+	build := exec.CommandContext(ctx, "go", append(args, pkg)...)
 	var err error
 	if build.Dir, err = servers.ModuleRoot(); err != nil {
 		return "", err

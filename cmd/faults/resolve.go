@@ -19,6 +19,7 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Ti
 	keyed := map[[2]string]bool{}
 	tokens := map[[2]string]bool{}
 	cancelled := map[string]bool{}
+	refunded := map[string]bool{} // orders a refund was answered for
 	for i := range ops {
 		op := &ops[i]
 		if op.Out != outOK {
@@ -34,6 +35,8 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Ti
 			}
 		case op.Kind == opCancel:
 			cancelled[op.Order] = true
+		case op.Kind == opRefund:
+			refunded[op.Order] = true
 		}
 	}
 	// A seckill buy names no key: its order is the buyer's one no answer
@@ -50,9 +53,18 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Ti
 			out = append(out, op)
 			continue
 		}
-		keep, err := resolve(ctx, db, &op, base, known, keyed, tokens, cancelled, unknownBuys)
+		keep, err := resolve(ctx, db, &op, base, known, keyed, tokens, cancelled, refunded, unknownBuys)
 		if err != nil {
 			return nil, err
+		}
+		if keep && op.Kind == opCreate && op.Token != "" && op.Out == outOK {
+			// Certain, and a deduct with the same token is the same
+			// hold: the first attempt sent stands for every attempt.
+			k := [2]string{op.Lines[0].SKU, op.Token}
+			if tokens[k] {
+				continue
+			}
+			tokens[k] = true
 		}
 		if keep {
 			out = append(out, op)
@@ -62,7 +74,7 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Ti
 }
 
 // resolve settles one unknown operation; false drops it.
-func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known map[string]bool, keyed, tokens map[[2]string]bool, cancelled map[string]bool, unknownBuys map[string]int) (bool, error) {
+func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known map[string]bool, keyed, tokens map[[2]string]bool, cancelled, refunded map[string]bool, unknownBuys map[string]int) (bool, error) {
 	// A create the database has is certain: it took effect after the
 	// node stamped the order's created_at (its clock, on this host, before
 	// the commit), at a time the answer never told.
@@ -136,6 +148,18 @@ func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known 
 		err := db.QueryRowContext(ctx, `SELECT status FROM orders WHERE id = ?`, op.Order).Scan(&status)
 		if err == nil && status != "CANCELLED" && status != "REFUND_REQUIRED" && status != "REFUNDED" {
 			return false, nil // the order ended otherwise: the cancel found it not PENDING
+		}
+		return true, err
+	case opRefund:
+		// With none answered done (partition drops the rest: a refund is
+		// done once), the order's status tells whether one took.
+		if refunded[op.Order] {
+			return true, nil
+		}
+		var status string
+		err := db.QueryRowContext(ctx, `SELECT status FROM orders WHERE id = ?`, op.Order).Scan(&status)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && status != "REFUNDED" {
+			return false, nil
 		}
 		return true, err
 	case opPay:

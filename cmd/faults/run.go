@@ -278,15 +278,20 @@ func (r *Run) checkHistory(ctx context.Context, v *Verdict) error {
 	if err != nil {
 		return err
 	}
-	if err := writeHistory(filepath.Join(r.dir, "history.json"), ops, r.hist.base); err != nil {
+	commits, err := loadCommits(ctx, r.db, r.hist.base)
+	if err != nil {
+		return err
+	}
+	h := savedHistory{Base: r.hist.base, Stale: stale, Ops: ops, Commits: commits}
+	if err := writeHistory(filepath.Join(r.dir, "history.json"), h); err != nil {
 		r.logf("%s: writing the history: %v", r.sc.Name, err)
 	}
 	v.History = checkHistory(ops, histConfig{Stale: stale, OrderHold: orderTTL, CampaignHold: campaignHold,
-		Timeout: historyTimeout, Dir: r.lab.vizDir, Base: r.hist.base, Name: r.sc.Name})
+		Timeout: historyTimeout, Dir: r.lab.vizDir, Base: r.hist.base, Name: r.sc.Name, Commits: commits})
 	if !v.History.passed() {
 		// Kept beside the visualization, to be replayed (-replay).
 		saved := filepath.Join(r.lab.vizDir, "history-"+r.sc.Name+".json")
-		if err := writeHistory(saved, ops, r.hist.base); err == nil {
+		if err := writeHistory(saved, h); err == nil {
 			v.History.Saved = saved
 		}
 	}

@@ -32,7 +32,7 @@ type Scenario struct {
 	MinDuration time.Duration
 	// Stale is how long before it was sent a refusal may reflect the
 	// database in the history check, where the fault leaves Redis or the
-	// nodes' sold-out flags behind it (docs/SPEC.md section 6); 0 is
+	// nodes' sold-out flags behind it (docs/faults.md, the history check); 0 is
 	// strictStale.
 	Stale time.Duration
 	// Env is added to every instance's environment.
@@ -195,7 +195,7 @@ var scenarios = append([]Scenario{
 		r.note("%d SIGKILLs of a random instance mid-checkout and mid-payment, each restarted within 1 s", kills+more)
 		return err
 	}},
-	{Name: "broker-stop", Instances: 2, MinDuration: 50 * time.Second, Fault: func(ctx context.Context, r *Run) error {
+	{Name: "broker-stop", Stale: redisStale, Instances: 2, MinDuration: 50 * time.Second, Fault: func(ctx context.Context, r *Run) error {
 		r.at(ctx, 0.15)
 		if err := r.lab.mq.StopBroker(); err != nil {
 			return err

@@ -206,6 +206,10 @@ type skuInput struct {
 	// lines is how many SKUs the order has: a late payment is refused
 	// (REFUND_REQUIRED) if any one of them lacks the stock.
 	lines int
+	// ref is the reference the database's movements of its change carry
+	// (an order id, "token:" + a token, an adjust's reference), by which
+	// its commit is found (commits.go).
+	ref string
 }
 
 // step is the model's transition: whether the operation could have

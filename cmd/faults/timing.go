@@ -399,8 +399,8 @@ func linkScenarios() []Scenario {
 	var out []Scenario
 	for _, link := range []string{"mariadb", "redis", "broker"} {
 		// A refusal may lag a give-back for as long as the link holds
-		// the answers Redis waits for (the history check, docs/SPEC.md
-		// section 6): the broker's link holds none of them.
+		// the answers Redis waits for (docs/faults.md, the history
+		// check): the broker's link holds none of them.
 		stale, slowStale := time.Duration(0), time.Duration(0)
 		if link != "broker" {
 			stale, slowStale = darkFor+redisStale, redisStale

@@ -253,7 +253,11 @@ func (a Arbiter) Extend(token, sku string, now, until, earliest time.Time, key s
 }
 
 func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
-	q := a.tx.Model(&Reservation{}).Where("token = ?", token) // by primary key; the state is checked below
+	// By primary key, locked: a campaign's pool changes its qty while it is
+	// HELD (buyers' give-backs join it), so the qty given back must be the
+	// one the update below releases, not a snapshot read before a
+	// give-back committed (that unit would be stranded in reserved).
+	q := a.tx.Model(&Reservation{}).Clauses(clause.Locking{Strength: "UPDATE"}).Where("token = ?", token)
 	if sku != "" {
 		q = q.Where("sku = ?", sku)
 	}

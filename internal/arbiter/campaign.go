@@ -223,10 +223,11 @@ func (a Arbiter) movePool(id, sku string, delta int64, created bool) ([]inventor
 	return Changes(map[string]int64{sku: delta}, fences, -1), nil
 }
 
-// pool reads campaign id's pool row.
+// pool reads campaign id's pool row under a lock: its qty moves with every
+// sale and give-back, and the caller decides on it.
 func (a Arbiter) pool(id string) (Reservation, error) {
 	var rows []Reservation
-	if err := a.tx.Where("token = ?", CampaignToken(id)).Find(&rows).Error; err != nil {
+	if err := a.tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("token = ?", CampaignToken(id)).Find(&rows).Error; err != nil {
 		return Reservation{}, err
 	}
 	if len(rows) != 1 {

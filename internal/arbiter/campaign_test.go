@@ -255,3 +255,91 @@ func TestCampaignCountsReadTheIndexAlone(t *testing.T) {
 	require.Equal(t, "stock_reservations_campaign", plan[0].Key, "%+v", plan[0])
 	require.Contains(t, strings.Split(plan[0].Extra, "; "), "Using index", "read from the index alone: %+v", plan[0])
 }
+
+// A campaign's pool released by the sweep (its window over) while a
+// buyer's hold of the campaign is given back into it: the buyer's unit
+// either joins the pool before the release reads it, and the release gives
+// it back to the SKU with the rest, or finds the pool released and goes to
+// the SKU itself. Here the buyer's give-back comes between the release's
+// read of the pool and its update: a release that read a snapshot and gave
+// back what it read stranded the unit (reserved stayed 1 above the live
+// holds for ever, the make faults campaign scenario's lost unit of
+// 2026-11-28); the release's read now locks the pool, so the give-back
+// waits and finds it released.
+func TestCampaignPoolReleaseRacesAGiveBack(t *testing.T) {
+	s := newStmts(t)
+	sku, id := testenv.Unique("PRACE"), testenv.Unique("c")
+	s.put(sku, 20, 0)
+	c := campaign(id, sku, 5, 0, time.Now().Add(-time.Minute))
+	require.NoError(t, s.putCampaign(c))
+	_, err := s.reserve(sale(id+"-a", sku, id, 1, "u-a"))
+	require.NoError(t, err)
+	s.RequireQty(sku, 20, 5)
+
+	pool := arbiter.CampaignToken(id)
+	giveBack := s.atRead(pool, func() error {
+		return s.in(func(a arbiter.Arbiter) error { _, err := a.Release(id+"-a", ""); return err })
+	})
+	require.NoError(t, s.in(func(a arbiter.Arbiter) error {
+		_, err := a.ReleaseDue(pool, sku, c.EndsAt.Add(time.Second))
+		return err
+	}))
+	require.NoError(t, giveBack())
+	s.RequireQty(sku, 20, 0)
+	require.Equal(t, int64(0), s.Live(sku))
+	require.Equal(t, [2]int64{20, 0}, s.MovementSums(sku))
+	require.Equal(t, arbiter.CampaignCounts{Left: 4, Ended: true}, s.counts(id), "the release read the pool first: the buyer's unit went to the SKU")
+	require.EqualValues(t, 1, s.Count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ? AND kind = 'RELEASE' AND reserved_delta = -4`, sku))
+	require.EqualValues(t, 1, s.Count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ? AND kind = 'RELEASE' AND reserved_delta = -1`, sku))
+}
+
+// atRead runs fn on its own goroutine the first time a transaction reads
+// a row of stock_reservations whose first argument is token, and lets
+// that transaction go on once fn returned or is waiting in the database
+// (a statement of fn's naming token in progress: a lock the reader holds).
+// The returned function waits for fn's result.
+func (s *stmts) atRead(token string, fn func() error) func() error {
+	s.T.Helper()
+	var once sync.Once
+	done := make(chan error, 1)
+	name := "at-read-" + token
+	require.NoError(s.T, s.DB.Callback().Query().After("gorm:query").Register(name, func(db *gorm.DB) {
+		if !strings.Contains(db.Statement.SQL.String(), "stock_reservations") || len(db.Statement.Vars) == 0 || db.Statement.Vars[0] != token {
+			return
+		}
+		once.Do(func() {
+			go func() { done <- fn() }()
+			require.Eventually(s.T, func() bool {
+				return len(done) > 0 || s.Count(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
+					WHERE DB = DATABASE() AND COMMAND = 'Query' AND INFO LIKE ?`, "%"+token+"%") > 0
+			}, time.Minute, 5*time.Millisecond)
+		})
+	}))
+	s.T.Cleanup(func() { _ = s.DB.Callback().Query().Remove(name) })
+	return func() error { return <-done }
+}
+
+// A campaign's allotment shrunk to what its pool held when read, while a
+// buyer takes a unit from the pool: the shrink must not take the pool below
+// zero (the pool is read under a lock, and the SKU's row, which both lock,
+// orders them), and every unit is where the records say.
+func TestCampaignShrinkRacesASale(t *testing.T) {
+	s := newStmts(t)
+	sku, id := testenv.Unique("SRACE"), testenv.Unique("c")
+	s.put(sku, 20, 0)
+	c := campaign(id, sku, 5, 0, time.Now().Add(-time.Minute))
+	require.NoError(t, s.putCampaign(c))
+	_, err := s.reserve(sale(id+"-a", sku, id, 1, "u-a"))
+	require.NoError(t, err)
+
+	pool := arbiter.CampaignToken(id)
+	buy := s.atRead(pool, func() error { _, err := s.reserve(sale(id+"-b", sku, id, 1, "u-b")); return err })
+	c.Allotment = 1 // what is sold and held when the shrink reads the pool
+	require.NoError(t, s.putCampaign(c))
+	var refused arbiter.CampaignRefusedError
+	require.ErrorAs(t, buy(), &refused, "the shrink emptied the pool first; the buyer finds it sold out")
+	require.Equal(t, arbiter.CampaignCounts{Held: 1, Left: 0}, s.counts(id))
+	s.RequireQty(sku, 20, 1)
+	require.Equal(t, s.Live(sku), int64(1))
+	require.Equal(t, [2]int64{20, 1}, s.MovementSums(sku))
+}
