@@ -3,7 +3,9 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
+	"time"
 
 	_ "github.com/glebarez/go-sqlite"
 	_ "github.com/go-sql-driver/mysql"
@@ -377,6 +379,8 @@ func TestMovementKindCount(t *testing.T) {
 		require.NoError(t, err, "%s", c.d)
 		_, err = c.db.Exec(`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta) VALUES ('A', 2, 'NOPE', 1, 0)`)
 		require.Error(t, err, "%s: the CHECK still refuses other kinds", c.d)
+		_, err = migrations.Down(ctx, c.db, c.d) // 42
+		require.NoError(t, err)
 		_, err = migrations.Down(ctx, c.db, c.d) // 41
 		require.NoError(t, err)
 		_, err = migrations.Down(ctx, c.db, c.d) // 40
@@ -389,5 +393,66 @@ func TestMovementKindCount(t *testing.T) {
 		require.Equal(t, "CORRECTION", kind, "%s: down turns a count's movements into corrections", c.d)
 		_, err = c.db.Exec(`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta) VALUES ('A', 2, 'COUNT', 1, 0)`)
 		require.Error(t, err, "%s: down refuses COUNT again", c.d)
+	}
+}
+
+// Migration 42 records on each SKU's row its last movement that changed
+// on_hand, a count's aside (a SET always counts): its position and its
+// created_at, on both databases; a SKU with none has 0 and NULL. Down
+// drops them.
+func TestOnHandPositionMigration(t *testing.T) {
+	ctx := context.Background()
+	mdb, mp := migratedTo(t, 41)
+	sdb, err := sql.Open("sqlite", "file:"+t.TempDir()+"/m.db")
+	require.NoError(t, err)
+	defer sdb.Close()
+	sp, err := migrations.Provider(sdb, migrations.SQLite)
+	require.NoError(t, err)
+	_, err = sp.UpTo(ctx, 41)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		db *sql.DB
+		p  *goose.Provider
+	}{{mdb, mp}, {sdb, sp}} {
+		for _, q := range []string{
+			`INSERT INTO skus (sku, on_hand, reserved, movement_position) VALUES
+				('A', 9, 1, 6), ('B', 5, 0, 2), ('C', 0, 0, 1), ('EMPTY', 0, 0, 0)`,
+			`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta, created_at) VALUES
+				('A', 1, 'SET', 5, 0, '2026-01-01 00:00:01'), ('A', 2, 'RESTOCK', 3, 0, '2026-01-01 00:00:02'),
+				('A', 3, 'SALE', -1, -1, '2026-01-01 00:00:03'), ('A', 4, 'RESERVE', 0, 2, '2026-01-01 00:00:04'),
+				('A', 5, 'COUNT', 2, 0, '2026-01-01 00:00:05'), ('A', 6, 'RELEASE', 0, -1, '2026-01-01 00:00:06'),
+				('B', 1, 'SET', 5, 0, '2026-01-02 00:00:01'), ('B', 2, 'CORRECTION', 0, 0, '2026-01-02 00:00:02'),
+				('C', 1, 'SET', 0, 0, '2026-01-03 00:00:01')`,
+		} {
+			_, err := c.db.Exec(q)
+			require.NoError(t, err, q)
+		}
+		_, err := c.p.UpTo(ctx, 42)
+		require.NoError(t, err)
+		got := map[string]string{}
+		rows, err := c.db.Query(`SELECT sku, on_hand_position, on_hand_moved_at FROM skus`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var sku string
+			var pos int64
+			var at sql.NullTime
+			require.NoError(t, rows.Scan(&sku, &pos, &at))
+			got[sku] = fmt.Sprint(pos, " NULL")
+			if at.Valid {
+				got[sku] = fmt.Sprint(pos, " ", at.Time.UTC().Format(time.DateTime))
+			}
+		}
+		require.NoError(t, rows.Err())
+		require.NoError(t, rows.Close())
+		require.Equal(t, map[string]string{
+			"A":     "3 2026-01-01 00:00:03", // the sale: the count's and the reservations' movements aside
+			"B":     "1 2026-01-02 00:00:01", // a correction of reserved only does not count
+			"C":     "1 2026-01-03 00:00:01", // a put counts, whatever it moved
+			"EMPTY": "0 NULL",
+		}, got)
+		_, err = c.p.DownTo(ctx, 41)
+		require.NoError(t, err)
+		_, err = c.db.Exec(`SELECT on_hand_position FROM skus`)
+		require.Error(t, err, "down drops the columns")
 	}
 }

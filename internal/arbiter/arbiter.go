@@ -490,7 +490,7 @@ func (a Arbiter) Settle(skus []string, bySKU map[string][]StockMessage) (Deliver
 				shipping.add(res, sm.Op)
 			}
 		}
-		if err := a.settleSKU(sku, oh, sold, back, deducted, returned); err != nil {
+		if err := a.settleSKU(sku, oh, sold, back, deducted, returned, now); err != nil {
 			return d, err
 		}
 		last[sku] += int64(len(sold) + len(back)) // a movement each, counted by settleSKU's UPDATE
@@ -545,8 +545,13 @@ func (a Arbiter) reservationsOf(sku string, msgs []StockMessage) (map[string]Res
 // and the restored ones RESTORED (each conditionally, from the state read
 // under the row lock), on_hand and reserved lose what was deducted, on_hand
 // gains what was restored (an unlimited SKU's on_hand stays -1), and its
-// movement_position counts a movement per reservation.
-func (a Arbiter) settleSKU(sku string, onHand int64, sold, back []string, deducted, returned int64) error {
+// movement_position counts a movement per reservation. A limited SKU's
+// movements, stamped at, all move on_hand: the last is the SKU's last
+// change of on_hand (on_hand_position and on_hand_moved_at, what a count's
+// rebase starts from, counts.go), set before movement_position's term so
+// that MySQL (which assigns left to right) and SQLite both add to the old
+// value.
+func (a Arbiter) settleSKU(sku string, onHand int64, sold, back []string, deducted, returned int64, at time.Time) error {
 	for _, step := range []struct {
 		tokens   []string
 		from, to ResState
@@ -571,7 +576,8 @@ func (a Arbiter) settleSKU(sku string, onHand int64, sold, back []string, deduct
 			deducted, count, sku).Error
 	}
 	return a.tx.Exec(`UPDATE skus SET on_hand = on_hand - ? + ?, reserved = reserved - ?, seq = seq + ?, level_dirty = 1,
-		movement_position = movement_position + ? WHERE sku = ?`, deducted, returned, deducted, min(returned, 1), count, sku).Error
+		on_hand_position = movement_position + ?, on_hand_moved_at = ?, movement_position = movement_position + ? WHERE sku = ?`,
+		deducted, returned, deducted, min(returned, 1), count, at, count, sku).Error
 }
 
 // appliedMovement is the movement of one applied operation, as settleSKU
@@ -616,9 +622,13 @@ func (a Arbiter) Set(sku string, s Settings, ifMatch []string) error {
 			return err
 		}
 		if !exists {
+			// The SET movement is the SKU's first change of on_hand, and
+			// its row says so (see settleSKU) with the movement's stamp.
+			now := time.Now().UTC().Truncate(time.Microsecond)
+			set.CreatedAt = now
 			if err := a.tx.Exec(`INSERT INTO skus (sku, on_hand, per_user_limit, low_stock_threshold, event_flags, level_dirty,
-				movement_position) VALUES (?, ?, ?, ?, ?, 1, 1)`, sku, s.OnHand, s.PerUserLimit, s.LowStockThreshold,
-				thresholdFlags(s.OnHand, 0, s.LowStockThreshold)).Error; err != nil {
+				movement_position, on_hand_position, on_hand_moved_at) VALUES (?, ?, ?, ?, ?, 1, 1, 1, ?)`, sku, s.OnHand, s.PerUserLimit,
+				s.LowStockThreshold, thresholdFlags(s.OnHand, 0, s.LowStockThreshold), now).Error; err != nil {
 				if IsDuplicate(err) {
 					return fmt.Errorf("%w: %w", errInsertRaced, err)
 				}
@@ -639,12 +649,19 @@ func (a Arbiter) Set(sku string, s Settings, ifMatch []string) error {
 	}
 	set.OnHandDelta = s.OnHand - cur[0].OnHand
 	var count int64 // the SET movement, when on_hand moves
+	args := []any{s.OnHand, s.OnHand, s.PerUserLimit, s.LowStockThreshold}
+	moved := ""
 	if set.OnHandDelta != 0 {
 		count = 1
+		// The SKU's last change of on_hand (see settleSKU), stamped under
+		// the row lock as the movement is, before movement_position's term.
+		set.CreatedAt = time.Now().UTC().Truncate(time.Microsecond)
+		moved = "on_hand_position = movement_position + 1, on_hand_moved_at = ?, "
+		args = append(args, set.CreatedAt)
 	}
 	if err := a.tx.Exec(`UPDATE skus SET level_dirty = CASE WHEN on_hand = ? THEN level_dirty ELSE 1 END,
-		on_hand = ?, per_user_limit = ?, low_stock_threshold = ?, seq = seq + 1, movement_position = movement_position + ? WHERE sku = ?`,
-		s.OnHand, s.OnHand, s.PerUserLimit, s.LowStockThreshold, count, sku).Error; err != nil {
+		on_hand = ?, per_user_limit = ?, low_stock_threshold = ?, seq = seq + 1, `+moved+`movement_position = movement_position + ?
+		WHERE sku = ?`, append(args, count, sku)...).Error; err != nil {
 		return err
 	}
 	_, last, err := a.levelsAfter([]string{sku})
@@ -672,9 +689,14 @@ func (a Arbiter) Restock(sku string, delta int64, reason, reference string, ifMa
 			return nil, false, err
 		}
 	}
-	res := a.tx.Exec(`UPDATE skus SET on_hand = on_hand + ?, seq = seq + 1, level_dirty = 1, movement_position = movement_position + 1
+	// The movement is the SKU's last change of on_hand (see settleSKU): the
+	// row takes the movement's stamp, taken as the UPDATE that moves
+	// on_hand (and waits for the row lock) is sent.
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	res := a.tx.Exec(`UPDATE skus SET on_hand = on_hand + ?, seq = seq + 1, level_dirty = 1,
+		on_hand_position = movement_position + 1, on_hand_moved_at = ?, movement_position = movement_position + 1
 		WHERE sku = ? AND on_hand <> -1 AND on_hand + ? >= reserved AND on_hand + ? <= ?`,
-		delta, sku, delta, delta, int64(MaxStock))
+		delta, now, sku, delta, delta, int64(MaxStock))
 	if res.Error != nil {
 		return nil, false, res.Error
 	}
@@ -689,7 +711,7 @@ func (a Arbiter) Restock(sku string, delta int64, reason, reference string, ifMa
 	if err != nil {
 		return nil, false, err
 	}
-	return m, false, a.moved([]Movement{{SKU: sku, Kind: kind, OnHandDelta: delta, Reason: reason, Reference: reference}}, last)
+	return m, false, a.moved([]Movement{{SKU: sku, Kind: kind, OnHandDelta: delta, Reason: reason, Reference: reference, CreatedAt: now}}, last)
 }
 
 // lockSKU reads sku's row under its lock (an empty slice: no such SKU) and

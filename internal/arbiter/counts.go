@@ -39,18 +39,35 @@ import (
 // one snapshot, the movements since T it sees, noting the SKU's
 // movement_position in that snapshot (the position of the last movement
 // it saw); then ApplyCount, holding the lock, compares it with the locked
-// row's and adds, for the few SKUs that moved since, the movements at
-// higher positions. No movement is missed between them: a SKU's movements
-// are numbered under its row lock, in commit order, so when ReadRebase
-// ran, only the lock's holder could have had uncommitted ones, numbered
-// after every committed one.
+// row's last change of on_hand (below) and adds, for the few SKUs whose
+// on_hand moved since, the movements at higher positions. No movement is
+// missed between them: a SKU's movements are numbered under its row lock,
+// in commit order, so when ReadRebase ran, only the lock's holder could
+// have had uncommitted ones, numbered after every committed one.
 //
 // Both read a SKU's movements by the (sku, position) key the history's
 // pages use, a short range per SKU, and not by id: a key on (sku, id)
 // would cost every movement's INSERT, every sale's, one more index entry.
-// The movements since T are a range of positions too (see rebaseMargin):
-// ReadRebase walks each SKU's movements back from its newest until one
-// stamped before T less rebaseMargin, and sums those after it.
+// And both read only up to the SKU's last movement that changed on_hand,
+// a count's aside (a put's SET always counts): the SKU's row says which
+// (on_hand_position) and its stamp (on_hand_moved_at, the movement's own
+// created_at), set by the UPDATE of every change of on_hand but a count's
+// (Set, Restock, settleSKU), under the row lock, in the transaction that
+// writes the movement. The movements past it are reservations and
+// releases (and COUNT movements, a reconcile's correction of reserved, an
+// unlimited SKU's sales), which change nothing the rebase sums: a hot SKU
+// in a seckill writes tens of thousands of them since T, and the rebase
+// reads none of them. The movements since T up to it are a range of
+// positions too (see rebaseMargin): ReadRebase walks each SKU's movements
+// back from that one until one stamped before T less rebaseMargin, and
+// sums those after it; when that one was itself stamped before T less
+// rebaseMargin (then it and every one below it were stamped before T), it
+// reads no movement of the SKU at all. Under the lock, ApplyCount reads
+// movements only for a SKU whose on_hand_position is past what ReadRebase
+// saw. (A retention
+// fold's opening balance may sit above on_hand_position, at the position
+// of the last movement it folded: it was stamped before the retention
+// horizon, older than any count's T, CountHorizon.)
 //
 // A COUNT movement is a correction as of its own count's counted_at, not
 // of when it was written, and a SKU takes only counts later than the
@@ -193,11 +210,13 @@ const clockSlack = time.Minute
 // Rebase is what ReadRebase read of a SKU outside its row lock.
 type Rebase struct {
 	// After sums the on_hand deltas of the SKU's movements created at or
-	// after counted_at (COUNT ones aside) up to position Seen.
+	// after counted_at (COUNT ones aside) up to position Seen (those past
+	// its last change of on_hand change nothing, and are not read).
 	After int64
 	// Seen is the SKU's movement_position in the read's snapshot, the
 	// position of the last movement it saw (0: none, or no such SKU):
-	// ApplyCount adds what came after it.
+	// ApplyCount adds what came after it, when the SKU's on_hand moved
+	// since.
 	Seen int64
 	// Set says an admin's put set the SKU's on_hand at or after
 	// counted_at: a statement of the level later than the count's, which
@@ -223,7 +242,8 @@ type Rebase struct {
 const settleAfter = time.Minute
 
 // rebaseMargin is how far before counted_at a read of a SKU's movements
-// back from its newest may stop: every movement at a lower position than
+// back from its last change of on_hand may stop (and when that change
+// itself is older, need not start): every movement at a lower position than
 // one stamped before T less rebaseMargin was stamped before T. A lower
 // position committed before the later movement's transaction took the
 // SKU's row lock (positions are numbered under it, in commit order), and
@@ -237,11 +257,16 @@ const rebaseMargin = settleAfter + clockSlack
 // ReadRebase reads, for each of skus, without locking anything and in one
 // snapshot (a read-only repeatable-read transaction): its record, its
 // movements since at, and unshipped(at). A SKU's movements are read as
-// two short ranges of (sku, position): its record's statement walks them
-// back from the newest until one stamped before at less rebaseMargin (a
-// subquery per SKU, ORDER BY position DESC LIMIT 1 on the key: it stops
-// at the first it finds), and a second statement sums, for the SKUs with
-// movements past that one, those created at or after at.
+// two short ranges of (sku, position) below its last change of on_hand
+// (on_hand_position), and only for a SKU whose last change of on_hand was
+// stamped at or after at less rebaseMargin (on_hand_moved_at): one
+// statement walks each such SKU's movements back from that position until
+// one stamped before at less rebaseMargin (ORDER BY position DESC LIMIT 1
+// on the key: it stops at the first it finds), and a second sums, for the
+// SKUs with movements past that one, those created at or after at. The
+// record's statement reads no movement: a subquery there, correlated with
+// the SKU, would be read by MariaDB from the SKU's newest movement down
+// (its access by the key's sku alone), not from on_hand_position.
 func ReadRebase(db *gorm.DB, skus []string, at time.Time) (map[string]Rebase, error) {
 	at = at.UTC()
 	out := make(map[string]Rebase, len(skus))
@@ -249,6 +274,7 @@ func ReadRebase(db *gorm.DB, skus []string, at time.Time) (map[string]Rebase, er
 		return out, nil
 	}
 	settled := at.Before(time.Now().Add(-settleAfter))
+	stop := at.Add(-rebaseMargin) // a movement stamped before it is one to stop at
 	for _, sku := range skus {
 		out[sku] = Rebase{Settled: settled}
 	}
@@ -271,13 +297,13 @@ func ReadRebase(db *gorm.DB, skus []string, at time.Time) (map[string]Rebase, er
 			}
 			return errors.Join(rows.Err(), rows.Close())
 		}
-		after := map[string]int64{} // the SKUs with movements past their stop: the stop's position (0: none)
+		walk := map[string]int64{} // the SKUs whose last change of on_hand is recent: its position
 		if err := each(func(rows *sql.Rows) error {
 			var sku string
-			var counted sql.NullTime
-			var stop sql.NullInt64
+			var counted, moved sql.NullTime
+			var last int64
 			r := Rebase{Exists: true}
-			if err := rows.Scan(&sku, &r.OnHand, &r.Reserved, &counted, &r.Seen, &stop); err != nil {
+			if err := rows.Scan(&sku, &r.OnHand, &r.Reserved, &counted, &r.Seen, &last, &moved); err != nil {
 				return err
 			}
 			if counted.Valid {
@@ -286,18 +312,39 @@ func ReadRebase(db *gorm.DB, skus []string, at time.Time) (map[string]Rebase, er
 			}
 			r.Settled = settled
 			out[sku] = r
-			if stop.Int64 < r.Seen {
-				after[sku] = stop.Int64
+			if last > 0 && !(moved.Valid && moved.Time.Before(stop)) {
+				walk[sku] = last
 			}
 			return nil
-		}, inList(`SELECT s.sku, s.on_hand, s.reserved, s.counted_at, s.movement_position,
-			(SELECT m.position FROM stock_movements AS m`+movementsBySKU(dialect)+`
-				WHERE m.sku = s.sku AND m.created_at < ? ORDER BY m.position DESC LIMIT 1)
-			FROM skus AS s WHERE s.sku IN ?`, len(skus)), append([]any{at.Add(-rebaseMargin)}, anys(skus)...)...); err != nil {
+		}, inList(`SELECT sku, on_hand, reserved, counted_at, movement_position, on_hand_position, on_hand_moved_at
+			FROM skus WHERE sku IN ?`, len(skus)), anys(skus)...); err != nil {
 			return err
 		}
-		if len(after) > 0 {
-			q, args := movementSums(dialect, after, at)
+		// The SKUs with movements past their stop (0 when none was found),
+		// to sum up to their last change of on_hand.
+		spans := map[string]span{}
+		if len(walk) > 0 {
+			stops := map[string]int64{}
+			q, args := movementStops(dialect, walk, stop)
+			if err := each(func(rows *sql.Rows) error {
+				var sku string
+				var p sql.NullInt64
+				if err := rows.Scan(&sku, &p); err != nil {
+					return err
+				}
+				stops[sku] = p.Int64
+				return nil
+			}, q, args...); err != nil {
+				return err
+			}
+			for sku, last := range walk {
+				if stops[sku] < last {
+					spans[sku] = span{stops[sku], last}
+				}
+			}
+		}
+		if len(spans) > 0 {
+			q, args := movementSums(dialect, spans, at)
 			if err := each(func(rows *sql.Rows) error {
 				var sku string
 				var sum, set int64
@@ -381,7 +428,8 @@ type CountApplied struct {
 // and what its fence and events need.
 type countLevel struct {
 	levelRow
-	CountedAt *time.Time
+	CountedAt      *time.Time
+	OnHandPosition int64 // the position of its last change of on_hand (see ReadRebase)
 }
 
 // ApplyCount applies batch b unless it was applied, under its SKUs' row
@@ -427,15 +475,17 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 		lv, ok := levels[l.SKU]
 		return ok && lv.OnHand != inventory.Unlimited && (lv.CountedAt == nil || lv.CountedAt.Before(at)) && !b.Rebase[l.SKU].Set
 	}
-	// The movements committed since ReadRebase, read for the SKUs that
-	// have any: the locked row's movement_position is past what it saw.
-	var changed []string
+	// The movements committed since ReadRebase, read for the SKUs whose
+	// on_hand moved since: the locked row's last change of on_hand is past
+	// what the read saw (reservations and releases since change nothing
+	// the rebase sums).
+	changed := map[string]span{}
 	for _, l := range b.Lines {
-		if applies(l) && levels[l.SKU].MovementPosition > b.Rebase[l.SKU].Seen {
-			changed = append(changed, l.SKU)
+		if lv := levels[l.SKU]; applies(l) && lv.OnHandPosition > b.Rebase[l.SKU].Seen {
+			changed[l.SKU] = span{b.Rebase[l.SKU].Seen, lv.OnHandPosition}
 		}
 	}
-	since, err := a.movementsSince(changed, b.Rebase, at)
+	since, err := a.movementsSince(changed, at)
 	if err != nil {
 		return out, err
 	}
@@ -540,8 +590,8 @@ func (a Arbiter) lockCountLevels(skus []string) (map[string]countLevel, error) {
 	if len(skus) == 0 {
 		return map[string]countLevel{}, nil
 	}
-	q := `SELECT sku, on_hand, reserved, seq, redis_epoch, low_stock_threshold, event_flags, event_seq, movement_position, counted_at
-		FROM skus WHERE sku IN ? ORDER BY sku`
+	q := `SELECT sku, on_hand, reserved, seq, redis_epoch, low_stock_threshold, event_flags, event_seq, movement_position, counted_at,
+		on_hand_position FROM skus WHERE sku IN ? ORDER BY sku`
 	if a.dialect != "sqlite" {
 		q += ` FOR UPDATE`
 	}
@@ -550,7 +600,7 @@ func (a Arbiter) lockCountLevels(skus []string) (map[string]countLevel, error) {
 		var lv countLevel
 		var counted sql.NullTime
 		if err := rs.Scan(&lv.SKU, &lv.OnHand, &lv.Reserved, &lv.Seq, &lv.RedisEpoch, &lv.LowStockThreshold,
-			&lv.EventFlags, &lv.EventSeq, &lv.MovementPosition, &counted); err != nil {
+			&lv.EventFlags, &lv.EventSeq, &lv.MovementPosition, &counted, &lv.OnHandPosition); err != nil {
 			return err
 		}
 		if counted.Valid {
@@ -563,21 +613,18 @@ func (a Arbiter) lockCountLevels(skus []string) (map[string]countLevel, error) {
 	return out, err
 }
 
-// movementsSince sums, per SKU, the on_hand deltas of the movements since
-// at (COUNT ones aside) that ReadRebase did not see, those past its Seen,
-// and says whether one of them is a put's (SET). One statement, a short
-// range of (sku, position) per SKU; run under the SKUs' row locks (then
-// nothing of theirs is uncommitted).
-func (a Arbiter) movementsSince(skus []string, rb map[string]Rebase, at time.Time) (map[string]Rebase, error) {
-	out := make(map[string]Rebase, len(skus))
-	if len(skus) == 0 {
+// movementsSince sums, per SKU of spans, the on_hand deltas of the
+// movements since at (COUNT ones aside) that ReadRebase did not see, those
+// past its Seen up to the locked row's last change of on_hand, and says
+// whether one of them is a put's (SET). One statement, a short range of
+// (sku, position) per SKU; run under the SKUs' row locks (then nothing of
+// theirs is uncommitted).
+func (a Arbiter) movementsSince(spans map[string]span, at time.Time) (map[string]Rebase, error) {
+	out := make(map[string]Rebase, len(spans))
+	if len(spans) == 0 {
 		return out, nil
 	}
-	after := make(map[string]int64, len(skus))
-	for _, sku := range skus {
-		after[sku] = rb[sku].Seen
-	}
-	q, args := movementSums(a.dialect, after, at)
+	q, args := movementSums(a.dialect, spans, at)
 	err := a.query(func(rs *sql.Rows) error {
 		var sku string
 		var sum, set int64
@@ -590,30 +637,34 @@ func (a Arbiter) movementsSince(skus []string, rb map[string]Rebase, at time.Tim
 	return out, err
 }
 
-// movementSums is the statement that sums, for each SKU of after, its
-// movements past position after[sku] created at or after at: per SKU, the
-// on_hand deltas (COUNT movements aside) and whether one is a put's (SET,
-// 1 or 0). Each SKU's movements are one range of (sku, position), read
-// from past that position on. MySQL is given the ranges as one OR (its
-// range optimizer reads each); SQLite, whose expression tree would be as
-// deep as the SKUs are many (a batch's thousand is past its limit of
-// 1,000), joins the list of SKUs to the key, a range per SKU in turn.
-func movementSums(dialect string, after map[string]int64, at time.Time) (string, []any) {
-	skus := slices.Sorted(maps.Keys(after))
+// span is a range of a SKU's movement positions: past after, up to and
+// including last.
+type span struct{ after, last int64 }
+
+// movementSums is the statement that sums, for each SKU of spans, its
+// movements in its span created at or after at: per SKU, the on_hand
+// deltas (COUNT movements aside) and whether one is a put's (SET, 1 or
+// 0). Each SKU's movements are one range of (sku, position). MySQL is
+// given the ranges as one OR (its range optimizer reads each); SQLite,
+// whose expression tree would be as deep as the SKUs are many (a batch's
+// thousand is past its limit of 1,000), joins the list of SKUs to the key,
+// a range per SKU in turn.
+func movementSums(dialect string, spans map[string]span, at time.Time) (string, []any) {
+	skus := slices.Sorted(maps.Keys(spans))
 	sums := `COALESCE(SUM(CASE WHEN m.kind <> ? THEN m.on_hand_delta ELSE 0 END), 0), MAX(CASE WHEN m.kind = ? THEN 1 ELSE 0 END)`
 	var b strings.Builder
-	args := make([]any, 0, 3+2*len(skus))
+	args := make([]any, 0, 3+3*len(skus))
 	if dialect == "sqlite" {
-		b.WriteString(`WITH f (sku, lo) AS (VALUES `)
+		b.WriteString(`WITH f (sku, lo, hi) AS (VALUES `)
 		for i, sku := range skus {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?)")
-			args = append(args, sku, after[sku])
+			b.WriteString("(?, ?, ?)")
+			args = append(args, sku, spans[sku].after, spans[sku].last)
 		}
 		b.WriteString(`) SELECT m.sku, ` + sums + ` FROM f CROSS JOIN stock_movements AS m` + movementsBySKU(dialect) +
-			` WHERE m.sku = f.sku AND m.position > f.lo AND m.created_at >= ? GROUP BY m.sku`)
+			` WHERE m.sku = f.sku AND m.position > f.lo AND m.position <= f.hi AND m.created_at >= ? GROUP BY m.sku`)
 		return b.String(), append(args, MoveCount, MoveSet, at)
 	}
 	args = append(args, MoveCount, MoveSet, at)
@@ -622,10 +673,51 @@ func movementSums(dialect string, after map[string]int64, at time.Time) (string,
 		if i > 0 {
 			b.WriteString(" OR ")
 		}
-		b.WriteString("(m.sku = ? AND m.position > ?)")
-		args = append(args, sku, after[sku])
+		b.WriteString("(m.sku = ? AND m.position > ? AND m.position <= ?)")
+		args = append(args, sku, spans[sku].after, spans[sku].last)
 	}
 	b.WriteString(") GROUP BY m.sku")
+	return b.String(), args
+}
+
+// movementStops is the statement that finds, for each SKU of from, the
+// last of its movements at or below position from[sku] stamped before
+// stop: a row (sku, position) per SKU, the position NULL or the row absent
+// when there is none. Each SKU's is one read of (sku, position) back from
+// from[sku], stopping at the first it finds. MySQL is given a SELECT per
+// SKU, every bound a constant (a subquery correlated with a list of SKUs
+// reads the key by sku alone, from the SKU's newest movement down);
+// SQLite, whose compound SELECT takes 500 at most, a subquery correlated
+// with the list of SKUs, which it reads as a range of the key.
+func movementStops(dialect string, from map[string]int64, stop time.Time) (string, []any) {
+	skus := slices.Sorted(maps.Keys(from))
+	var b strings.Builder
+	args := make([]any, 0, 1+3*len(skus))
+	if dialect == "sqlite" {
+		b.WriteString(`WITH f (sku, hi) AS (VALUES `)
+		for i, sku := range skus {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?)")
+			args = append(args, sku, from[sku])
+		}
+		b.WriteString(`) SELECT f.sku, (SELECT m.position FROM stock_movements AS m` + movementsBySKU(dialect) +
+			` WHERE m.sku = f.sku AND m.position <= f.hi AND m.created_at < ? ORDER BY m.position DESC LIMIT 1) FROM f`)
+		return b.String(), append(args, stop)
+	}
+	one := `SELECT m.sku, m.position FROM stock_movements AS m` + movementsBySKU(dialect) +
+		` WHERE m.sku = ? AND m.position <= ? AND m.created_at < ? ORDER BY m.position DESC LIMIT 1`
+	if len(skus) == 1 {
+		return one, []any{skus[0], from[skus[0]], stop}
+	}
+	for i, sku := range skus {
+		if i > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		b.WriteString("(" + one + ")")
+		args = append(args, sku, from[sku], stop)
+	}
 	return b.String(), args
 }
 

@@ -45,5 +45,6 @@ func TestEmbeddedContract(t *testing.T) {
 		TestCampaignSaleCrossingNothingCostsNoStatement,
 		TestReservePastGORMSendsWhatGORMSent,
 		TestCountRebaseReadsShortRanges,
+		TestCountRebaseReadsNoReservation,
 	)
 }

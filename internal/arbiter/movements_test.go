@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
@@ -65,6 +66,33 @@ func requireSums(t *testing.T, r *testrig.Rig, cat *catalog.Catalog, sku string)
 	}
 	rec := r.SKU(sku)
 	require.Equal(t, [2]int64{rec.OnHand, rec.Reserved}, [2]int64{onHand, reserved}, "%s: the movements sum to [on_hand, reserved]", sku)
+	requireLastOnHandChange(t, r.DB, sku)
+}
+
+// requireLastOnHandChange asserts the SKU's row names its last movement
+// that changed on_hand, a count's aside (a SET always counts), by position
+// and created_at (0 and NULL: none): what a count's rebase starts from.
+func requireLastOnHandChange(t *testing.T, db *gorm.DB, sku string) {
+	t.Helper()
+	type change struct {
+		Position int64
+		At       *time.Time
+	}
+	var row, last []change
+	require.NoError(t, db.Raw(`SELECT on_hand_position AS position, on_hand_moved_at AS at FROM skus WHERE sku = ?`, sku).Scan(&row).Error)
+	require.NoError(t, db.Raw(`SELECT position, created_at AS at FROM stock_movements
+		WHERE sku = ? AND kind <> 'COUNT' AND (on_hand_delta <> 0 OR kind = 'SET') ORDER BY position DESC LIMIT 1`, sku).Scan(&last).Error)
+	require.Len(t, row, 1, sku)
+	if len(last) == 0 {
+		last = []change{{}}
+	}
+	require.Equal(t, last[0].Position, row[0].Position, "%s: the row's last change of on_hand", sku)
+	if last[0].At == nil {
+		require.Nil(t, row[0].At, sku)
+		return
+	}
+	require.NotNil(t, row[0].At, sku)
+	require.True(t, last[0].At.Equal(*row[0].At), "%s: the row stamps its last change of on_hand %s, the movement %s", sku, *row[0].At, *last[0].At)
 }
 
 // A SKU's whole life, each change one movement in order, with the sums equal
