@@ -92,7 +92,9 @@ func countsBench(ctx context.Context, rdb *redis.Client, dsnBase string) {
 	// The warehouse's SKUs, seeded in bulk (creating 50,000 through the
 	// API is the catalog's measure, not this one's), each with its opening
 	// balance as retention leaves one; the catalog existed an hour before
-	// the sale (the hot SKU's put too), as a warehouse's does.
+	// the sale (the hot SKU's put too), as a warehouse's does. The rows
+	// name that balance (the put) as their last change of on_hand, as the
+	// arbiter writes them.
 	n := *countLines - 1
 	skus := make([]string, n)
 	for i := range skus {
@@ -101,16 +103,18 @@ func countsBench(ctx context.Context, rdb *redis.Client, dsnBase string) {
 	opened := time.Now().UTC().Add(-time.Hour)
 	for start := 0; start < n; start += 1000 {
 		part := skus[start:min(n, start+1000)]
-		args, moves := make([]any, 0, 2*len(part)), make([]any, 0, 2*len(part))
+		args, moves := make([]any, 0, 3*len(part)), make([]any, 0, 2*len(part))
 		for _, s := range part {
-			args = append(args, s, 100)
+			args = append(args, s, 100, opened)
 			moves = append(moves, s, opened)
 		}
-		must(exec1(db, "INSERT INTO skus (sku, on_hand, movement_position) VALUES "+strings.TrimSuffix(strings.Repeat("(?, ?, 1), ", len(part)), ", "), args...))
+		must(exec1(db, "INSERT INTO skus (sku, on_hand, movement_position, on_hand_position, on_hand_moved_at) VALUES "+
+			strings.TrimSuffix(strings.Repeat("(?, ?, 1, 1, ?), ", len(part)), ", "), args...))
 		must(exec1(db, "INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta, reason, created_at) VALUES "+
 			strings.TrimSuffix(strings.Repeat("(?, 1, 'SET', 100, 0, 'opening balance', ?), ", len(part)), ", "), moves...))
 	}
 	must(exec1(db, "UPDATE stock_movements SET created_at = ? WHERE sku = 'FLASH'", opened))
+	must(exec1(db, "UPDATE skus SET on_hand_moved_at = ? WHERE sku = 'FLASH'", opened))
 	base := "http://" + a.Addr()
 	var batch int
 	// Warm up: the hot SKU's Redis copy, the connections, the caches.
