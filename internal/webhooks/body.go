@@ -20,10 +20,15 @@ type Body struct {
 	OnHand     int64     `json:"on_hand"`
 	Reserved   int64     `json:"reserved"`
 	Available  int64     `json:"available"` // -1: unlimited
+	// Short and CountID are a sku.shortage's: the units a stock count
+	// could not take, and the count.
+	Short   *int64  `json:"short,omitempty"`
+	CountID *string `json:"count_id,omitempty"`
 }
 
 // BodyOf is the body of e's delivery.
 func BodyOf(e arbiter.Event) Body {
 	return Body{ID: e.ID, Type: e.Type, SKU: e.SKU, Seq: e.Seq, CampaignID: e.CampaignID,
-		OccurredAt: e.OccurredAt, OnHand: e.OnHand, Reserved: e.Reserved, Available: e.Available}
+		OccurredAt: e.OccurredAt, OnHand: e.OnHand, Reserved: e.Reserved, Available: e.Available,
+		Short: e.Short, CountID: e.CountID}
 }
