@@ -15,14 +15,14 @@ import (
 // The history check: each SKU's history (every operation of the run that
 // took, gave back or read its stock) must be linearizable against the
 // sequential model of one SKU (skumodel.go), as Porcupine decides. What it
-// proves and what it relaxes is docs/SPEC.md section 6; how it is checked,
-// docs/faults.md ("The history check").
+// proves and what it relaxes, and how it is checked: docs/faults.md ("The
+// history check").
 
 // histConfig is what the check needs to know of the run.
 type histConfig struct {
 	// Stale is how long before it was sent a refusal may reflect: the
 	// database gives back before Redis and the nodes' sold-out flags learn
-	// of it (docs/SPEC.md section 6). A refusal is judged as if it had been
+	// of it (docs/faults.md, "What the check proves and what it relaxes"). A refusal is judged as if it had been
 	// sent Stale earlier.
 	Stale time.Duration
 	// The holds' default lengths, for a hold whose answer was lost.

@@ -301,7 +301,7 @@ func (r *Run) checkHistory(ctx context.Context, v *Verdict) error {
 // strictStale is how far a refusal may lag a give-back in a scenario with
 // no fault that leaves Redis behind the database: the give-back reaches
 // Redis, and the sold-out flags of every node, a moment after the
-// database's commit (docs/SPEC.md section 6).
+// database's commit (docs/faults.md, "What the check proves and what it relaxes").
 const strictStale = 250 * time.Millisecond
 
 // historyTimeout bounds each SKU's check: one that does not end in time

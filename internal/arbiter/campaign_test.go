@@ -268,12 +268,7 @@ func TestCampaignCountsReadTheIndexAlone(t *testing.T) {
 // waits and finds it released.
 func TestCampaignPoolReleaseRacesAGiveBack(t *testing.T) {
 	s := newStmts(t)
-	sku, id := testenv.Unique("PRACE"), testenv.Unique("c")
-	s.put(sku, 20, 0)
-	c := campaign(id, sku, 5, 0, time.Now().Add(-time.Minute))
-	require.NoError(t, s.putCampaign(c))
-	_, err := s.reserve(sale(id+"-a", sku, id, 1, "u-a"))
-	require.NoError(t, err)
+	sku, id, c := s.liveCampaignSold("PRACE")
 	s.RequireQty(sku, 20, 5)
 
 	pool := arbiter.CampaignToken(id)
@@ -291,6 +286,20 @@ func TestCampaignPoolReleaseRacesAGiveBack(t *testing.T) {
 	require.Equal(t, arbiter.CampaignCounts{Left: 4, Ended: true}, s.counts(id), "the release read the pool first: the buyer's unit went to the SKU")
 	require.EqualValues(t, 1, s.Count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ? AND kind = 'RELEASE' AND reserved_delta = -4`, sku))
 	require.EqualValues(t, 1, s.Count(`SELECT COUNT(*) FROM stock_movements WHERE sku = ? AND kind = 'RELEASE' AND reserved_delta = -1`, sku))
+}
+
+// liveCampaignSold is a live campaign (its id, and SKU named from prefix)
+// with an allotment of 5 out of 20 units, one of them sold to u-a (order
+// id-a, HELD).
+func (s *stmts) liveCampaignSold(prefix string) (sku, id string, c arbiter.Campaign) {
+	s.T.Helper()
+	sku, id = testenv.Unique(prefix), testenv.Unique("c")
+	s.put(sku, 20, 0)
+	c = campaign(id, sku, 5, 0, time.Now().Add(-time.Minute))
+	require.NoError(s.T, s.putCampaign(c))
+	_, err := s.reserve(sale(id+"-a", sku, id, 1, "u-a"))
+	require.NoError(s.T, err)
+	return sku, id, c
 }
 
 // atRead runs fn on its own goroutine the first time a transaction reads
@@ -325,12 +334,7 @@ func (s *stmts) atRead(token string, fn func() error) func() error {
 // orders them), and every unit is where the records say.
 func TestCampaignShrinkRacesASale(t *testing.T) {
 	s := newStmts(t)
-	sku, id := testenv.Unique("SRACE"), testenv.Unique("c")
-	s.put(sku, 20, 0)
-	c := campaign(id, sku, 5, 0, time.Now().Add(-time.Minute))
-	require.NoError(t, s.putCampaign(c))
-	_, err := s.reserve(sale(id+"-a", sku, id, 1, "u-a"))
-	require.NoError(t, err)
+	sku, id, c := s.liveCampaignSold("SRACE")
 
 	pool := arbiter.CampaignToken(id)
 	buy := s.atRead(pool, func() error { _, err := s.reserve(sale(id+"-b", sku, id, 1, "u-b")); return err })
