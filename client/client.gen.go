@@ -544,11 +544,13 @@ type CountProgress struct {
 // CountResult Example: {"count_id":"night-2025-01-02","counted_at":"2025-01-02T02:00:00Z","lines":[{"applied":-7,"correction":-7,"counted":95,"line":1,"on_hand":90,"on_hand_then":100,"outcome":"corrected","short":0,"sku":"DEMO-TSHIRT","unshipped":2,"unshipped_from":"shipped"},{"applied":0,"correction":0,"counted":3,"error":{"code":"not_found","message":"unknown sku: NOPE (nothing applied)"},"line":2,"outcome":"unknown","short":0,"sku":"NOPE","status":404,"unshipped":0,"unshipped_from":"shipped"}],"offset":0,"totals":{"applied":2,"corrected":1,"short":0,"superseded":0,"unchanged":0,"units_added":0,"units_removed":3,"units_short":0,"unknown":1,"unlimited":0}}
 type CountResult struct {
 	// CountId the client's name for a count (a count sheet, a file); every request of one count carries it
-	CountId   CountID     `json:"count_id"`
-	CountedAt time.Time   `json:"counted_at"`
-	Lines     []CountLine `json:"lines"`
-	Offset    int64       `json:"offset"`
-	Totals    CountTotals `json:"totals"`
+	CountId   CountID   `json:"count_id"`
+	CountedAt time.Time `json:"counted_at"`
+
+	// Lines the lines that changed a SKU or applied nothing, in line order: every outcome but unchanged (a line that found what the stock says is counted in totals.unchanged only)
+	Lines  []CountLine `json:"lines"`
+	Offset int64       `json:"offset"`
+	Totals CountTotals `json:"totals"`
 }
 
 // CountTotals defines model for CountTotals.
@@ -2136,7 +2138,9 @@ type ClientInterface interface {
 	// a request cut short (its deadline is 2 minutes) is finished by its
 	// replay. An unknown SKU is a line's 404 and the other lines apply;
 	// bad input (a negative or non-integer count, a SKU twice, a bad SKU)
-	// is 400 and applies nothing. The body may be up to 4 MiB.
+	// is 400 and applies nothing. The body may be up to 4 MiB. The answer
+	// has the request's totals by outcome and lists the lines that changed
+	// a SKU or applied nothing (an unchanged line is in the totals only).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2167,7 +2171,9 @@ type ClientInterface interface {
 	// a request cut short (its deadline is 2 minutes) is finished by its
 	// replay. An unknown SKU is a line's 404 and the other lines apply;
 	// bad input (a negative or non-integer count, a SKU twice, a bad SKU)
-	// is 400 and applies nothing. The body may be up to 4 MiB.
+	// is 400 and applies nothing. The body may be up to 4 MiB. The answer
+	// has the request's totals by outcome and lists the lines that changed
+	// a SKU or applied nothing (an unchanged line is in the totals only).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3145,7 +3151,9 @@ func (c *Client) CommitStock(ctx context.Context, params *CommitStockParams, bod
 // a request cut short (its deadline is 2 minutes) is finished by its
 // replay. An unknown SKU is a line's 404 and the other lines apply;
 // bad input (a negative or non-integer count, a SKU twice, a bad SKU)
-// is 400 and applies nothing. The body may be up to 4 MiB.
+// is 400 and applies nothing. The body may be up to 4 MiB. The answer
+// has the request's totals by outcome and lists the lines that changed
+// a SKU or applied nothing (an unchanged line is in the totals only).
 //
 // Takes any type of body and a specified content type.
 //
@@ -3186,7 +3194,9 @@ func (c *Client) ApplyCountWithBody(ctx context.Context, params *ApplyCountParam
 // a request cut short (its deadline is 2 minutes) is finished by its
 // replay. An unknown SKU is a line's 404 and the other lines apply;
 // bad input (a negative or non-integer count, a SKU twice, a bad SKU)
-// is 400 and applies nothing. The body may be up to 4 MiB.
+// is 400 and applies nothing. The body may be up to 4 MiB. The answer
+// has the request's totals by outcome and lists the lines that changed
+// a SKU or applied nothing (an unchanged line is in the totals only).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6127,7 +6137,9 @@ type ClientWithResponsesInterface interface {
 	// a request cut short (its deadline is 2 minutes) is finished by its
 	// replay. An unknown SKU is a line's 404 and the other lines apply;
 	// bad input (a negative or non-integer count, a SKU twice, a bad SKU)
-	// is 400 and applies nothing. The body may be up to 4 MiB.
+	// is 400 and applies nothing. The body may be up to 4 MiB. The answer
+	// has the request's totals by outcome and lists the lines that changed
+	// a SKU or applied nothing (an unchanged line is in the totals only).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6158,7 +6170,9 @@ type ClientWithResponsesInterface interface {
 	// a request cut short (its deadline is 2 minutes) is finished by its
 	// replay. An unknown SKU is a line's 404 and the other lines apply;
 	// bad input (a negative or non-integer count, a SKU twice, a bad SKU)
-	// is 400 and applies nothing. The body may be up to 4 MiB.
+	// is 400 and applies nothing. The body may be up to 4 MiB. The answer
+	// has the request's totals by outcome and lists the lines that changed
+	// a SKU or applied nothing (an unchanged line is in the totals only).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11082,7 +11096,9 @@ func (c *ClientWithResponses) CommitStockWithResponse(ctx context.Context, param
 // a request cut short (its deadline is 2 minutes) is finished by its
 // replay. An unknown SKU is a line's 404 and the other lines apply;
 // bad input (a negative or non-integer count, a SKU twice, a bad SKU)
-// is 400 and applies nothing. The body may be up to 4 MiB.
+// is 400 and applies nothing. The body may be up to 4 MiB. The answer
+// has the request's totals by outcome and lists the lines that changed
+// a SKU or applied nothing (an unchanged line is in the totals only).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11119,7 +11135,9 @@ func (c *ClientWithResponses) ApplyCountWithBodyWithResponse(ctx context.Context
 // a request cut short (its deadline is 2 minutes) is finished by its
 // replay. An unknown SKU is a line's 404 and the other lines apply;
 // bad input (a negative or non-integer count, a SKU twice, a bad SKU)
-// is 400 and applies nothing. The body may be up to 4 MiB.
+// is 400 and applies nothing. The body may be up to 4 MiB. The answer
+// has the request's totals by outcome and lists the lines that changed
+// a SKU or applied nothing (an unchanged line is in the totals only).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -172,7 +172,8 @@ func (t *CountTotals) Sum(u CountTotals) {
 }
 
 // CountBatchRecord is a batch of a count as applied (stock_count_batches):
-// its lines (Outcomes, JSON) and their totals.
+// its lines' totals, and (Outcomes, JSON) the lines a request's answer
+// lists, every one but the unchanged (see CountOutcome).
 type CountBatchRecord struct {
 	CountID   string `gorm:"primaryKey;column:count_id"`
 	FirstLine int64  `gorm:"primaryKey;column:first_line"`
@@ -184,13 +185,36 @@ type CountBatchRecord struct {
 
 func (CountBatchRecord) TableName() string { return "stock_count_batches" }
 
-// Decode is the batch's lines.
-func (r CountBatchRecord) Decode() ([]CountedLine, error) {
-	var out []CountedLine
-	if err := json.Unmarshal(r.Outcomes, &out); err != nil {
+// CountOutcome is a batch as a request's answer shows it: how many lines
+// it has, their totals by outcome, and the lines that changed a SKU or
+// were not applied (Lines: every outcome but CountUnchanged, in line
+// order). A count mostly confirms the stock; an unchanged line is a
+// number in the totals, so neither the answer nor the record carries it.
+type CountOutcome struct {
+	LineCount int64
+	CountTotals
+	Lines []CountedLine
+}
+
+// OutcomeOf is the outcome of a batch whose lines are lines.
+func OutcomeOf(lines []CountedLine) *CountOutcome {
+	o := &CountOutcome{LineCount: int64(len(lines)), Lines: []CountedLine{}}
+	for _, l := range lines {
+		o.Add(l)
+		if l.Outcome != CountUnchanged {
+			o.Lines = append(o.Lines, l)
+		}
+	}
+	return o
+}
+
+// Decode is the batch's outcome.
+func (r CountBatchRecord) Decode() (*CountOutcome, error) {
+	o := &CountOutcome{LineCount: r.LineCount, CountTotals: r.CountTotals}
+	if err := json.Unmarshal(r.Outcomes, &o.Lines); err != nil {
 		return nil, fmt.Errorf("count %s: the batch from line %d does not decode: %w", r.CountID, r.FirstLine, err)
 	}
-	return out, nil
+	return o, nil
 }
 
 var countBatchColumns = []string{"count_id", "first_line", "line_count", "corrected", "unchanged", "short", "unknown",
@@ -567,7 +591,7 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 	if err := a.announce(rows); err != nil {
 		return out, err
 	}
-	if rec.Outcomes, err = json.Marshal(lines); err != nil {
+	if rec.Outcomes, err = json.Marshal(OutcomeOf(lines).Lines); err != nil {
 		return out, err
 	}
 	if err := a.insertBatchRecord(rec); err != nil {

@@ -133,7 +133,11 @@ type Totals struct {
 	UnitsShort   int64 `json:"units_short"`
 }
 
-// Result answers a request: its lines' outcomes and their totals.
+// Result answers a request: the totals of its lines by outcome, and the
+// lines that changed a SKU or were not applied (every outcome but
+// unchanged): a count mostly confirms the stock, and a line that found
+// what the stock says is a number in the totals, not 200 bytes of answer
+// (nor of the batch's record, which answers a replay).
 type Result struct {
 	CountID   string       `json:"count_id"`
 	CountedAt time.Time    `json:"counted_at"`
@@ -433,11 +437,15 @@ func (s *Service) follow(ctx context.Context, chs []inventory.Change) {
 // answer is the request's lines as applied: those this run applied
 // (applied, by their batch's first line), and the others' records.
 func (s *Service) answer(ctx context.Context, r Request, applied map[int64][]arbiter.CountedLine) (*Result, error) {
-	batches := make([][]arbiter.CountedLine, 0, (len(r.Lines)+arbiter.CountBatchLines-1)/arbiter.CountBatchLines)
+	batches := make([]*arbiter.CountOutcome, 0, (len(r.Lines)+arbiter.CountBatchLines-1)/arbiter.CountBatchLines)
 	for start := 0; start < len(r.Lines); start += arbiter.CountBatchLines {
-		batches = append(batches, applied[r.Offset+int64(start)+1])
+		var b *arbiter.CountOutcome
+		if lines, ok := applied[r.Offset+int64(start)+1]; ok {
+			b = arbiter.OutcomeOf(lines)
+		}
+		batches = append(batches, b)
 	}
-	if slices.ContainsFunc(batches, func(b []arbiter.CountedLine) bool { return b == nil }) { // applied before: their records
+	if slices.Contains(batches, nil) { // applied before: their records
 		var recs []arbiter.CountBatchRecord
 		if err := s.db.WithContext(ctx).Where("count_id = ? AND first_line BETWEEN ? AND ?", r.CountID, r.Offset+1, r.Offset+int64(len(r.Lines))).
 			Find(&recs).Error; err != nil {
@@ -448,24 +456,24 @@ func (s *Service) answer(ctx context.Context, r Request, applied map[int64][]arb
 			if i < 0 || i >= len(batches) || batches[i] != nil {
 				continue
 			}
-			lines, err := rec.Decode()
-			if err != nil {
+			var err error
+			if batches[i], err = rec.Decode(); err != nil {
 				return nil, err
 			}
-			batches[i] = lines
 		}
 	}
-	res := &Result{CountID: r.CountID, CountedAt: r.CountedAt, Offset: r.Offset, Lines: make([]LineResult, 0, len(r.Lines))}
-	for _, lines := range batches {
-		var t arbiter.CountTotals
-		for _, l := range lines {
+	res := &Result{CountID: r.CountID, CountedAt: r.CountedAt, Offset: r.Offset, Lines: []LineResult{}}
+	for _, b := range batches {
+		if b == nil {
+			return nil, fmt.Errorf("counts: a batch of count %s from line %d is not applied", r.CountID, r.Offset+1)
+		}
+		for _, l := range b.Lines {
 			res.Lines = append(res.Lines, lineResult(l))
-			t.Add(l)
 		}
-		res.Totals.add(t, int64(len(lines)))
+		res.Totals.add(b.CountTotals, b.LineCount)
 	}
-	if len(res.Lines) != len(r.Lines) {
-		return nil, fmt.Errorf("counts: %d of the %d lines of count %s from %d are applied", len(res.Lines), len(r.Lines), r.CountID, r.Offset+1)
+	if res.Totals.Applied != int64(len(r.Lines)) {
+		return nil, fmt.Errorf("counts: %d of the %d lines of count %s from %d are applied", res.Totals.Applied, len(r.Lines), r.CountID, r.Offset+1)
 	}
 	return res, nil
 }

@@ -212,8 +212,8 @@ func TestCountReplayedAndConflicting(t *testing.T) {
 	page2, err := f.counts.Apply(f.ctx, counts.Request{CountID: "c-1", CountedAt: at, Offset: 3,
 		Lines: []counts.Line{{SKU: c, Counted: 4}}})
 	require.NoError(t, err)
-	require.EqualValues(t, 4, page2.Lines[0].Line)
-	require.Equal(t, arbiter.CountUnchanged, page2.Lines[0].Outcome)
+	require.Equal(t, counts.Totals{Applied: 1, Unchanged: 1}, page2.Totals)
+	require.Empty(t, page2.Lines, "an unchanged line is in the totals only")
 	p, err := f.counts.Get(f.ctx, "c-1")
 	require.NoError(t, err)
 	require.True(t, p.Done)
@@ -371,7 +371,8 @@ func TestCountSuperseded(t *testing.T) {
 	f.settle(o)
 	res, err = f.counts.Apply(f.ctx, counts.Request{CountID: "later", CountedAt: later, Lines: []counts.Line{{SKU: sku, Counted: 8}}})
 	require.NoError(t, err)
-	require.Equal(t, arbiter.CountUnchanged, res.Lines[0].Outcome, "the first count's correction is part of on_hand at the second's counted_at")
+	require.Equal(t, counts.Totals{Applied: 1, Unchanged: 1}, res.Totals, "the first count's correction is part of on_hand at the second's counted_at")
+	require.Empty(t, res.Lines)
 	f.RequireQty(sku, 6, 0)
 }
 
@@ -399,17 +400,22 @@ func TestCountSettledLinesTakeNoLock(t *testing.T) {
 	var n int64
 	require.NoError(t, tx.Raw(`SELECT on_hand FROM skus WHERE sku = ? FOR UPDATE`, same).Scan(&n).Error)
 	ctx, cancel := context.WithTimeout(f.ctx, 5*time.Second)
-	res, err := f.counts.Apply(ctx, counts.Request{CountID: "settled", CountedAt: at, Lines: []counts.Line{
-		{SKU: same, Counted: 50}, {SKU: off, Counted: 47}, {SKU: "NO-SUCH", Counted: 1}}})
+	req := counts.Request{CountID: "settled", CountedAt: at, Lines: []counts.Line{
+		{SKU: same, Counted: 50}, {SKU: off, Counted: 47}, {SKU: "NO-SUCH", Counted: 1}}}
+	res, err := f.counts.Apply(ctx, req)
 	cancel()
 	require.NoError(t, tx.Rollback().Error)
 	require.NoError(t, err, "SAME's line took no lock")
-	require.Equal(t, arbiter.CountUnchanged, res.Lines[0].Outcome)
-	require.Equal(t, int64(50), *res.Lines[0].OnHandThen)
-	require.Equal(t, int64(46), *res.Lines[0].OnHand)
-	require.Equal(t, arbiter.CountCorrected, res.Lines[1].Outcome)
-	require.EqualValues(t, -3, res.Lines[1].Applied)
-	require.Equal(t, arbiter.CountUnknown, res.Lines[2].Outcome)
+	require.Equal(t, counts.Totals{Applied: 3, Corrected: 1, Unchanged: 1, Unknown: 1, UnitsRemoved: 3}, res.Totals)
+	require.Len(t, res.Lines, 2, "SAME's line is unchanged: in the totals only")
+	require.Equal(t, arbiter.CountCorrected, res.Lines[0].Outcome)
+	require.EqualValues(t, 2, res.Lines[0].Line)
+	require.EqualValues(t, -3, res.Lines[0].Applied)
+	require.Equal(t, arbiter.CountUnknown, res.Lines[1].Outcome)
+	require.EqualValues(t, 3, res.Lines[1].Line)
+	again, err := f.counts.Apply(f.ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, res, again, "a replay is answered from the batch's record as the first time")
 	f.RequireQty(same, 46, 0)
 	f.RequireQty(off, 47, 0)
 	f.CheckInvariant(off)

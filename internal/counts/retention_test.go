@@ -45,11 +45,12 @@ func TestRetentionKeepsWhatRebasingNeeds(t *testing.T) {
 	require.EqualValues(t, 2, p.Shipping)
 	require.EqualValues(t, 1, f.Count(`SELECT COUNT(*) FROM stock_shipping WHERE sku = ? AND token = ?`, sku, onShelf.ReservationToken))
 	res, err := f.counts.Apply(f.ctx, counts.Request{CountID: "after-retention", CountedAt: instant(),
-		Lines: []counts.Line{{SKU: sku, Counted: 100 - 2 + 0}}})
+		Lines: []counts.Line{{SKU: sku, Counted: 100 - 2 - 1}}})
 	require.NoError(t, err)
 	require.EqualValues(t, 3, res.Lines[0].Unshipped)
-	require.Equal(t, arbiter.CountUnchanged, res.Lines[0].Outcome, "98 on the shelf: 95 in on_hand and 3 sold, not shipped")
-	f.RequireQty(sku, 95, 0)
+	require.Equal(t, arbiter.CountCorrected, res.Lines[0].Outcome, "97 on the shelf: 95 in on_hand and 3 sold, not shipped, less one missing")
+	require.EqualValues(t, -1, res.Lines[0].Applied)
+	f.RequireQty(sku, 94, 0)
 
 	// How far back a count may reach: the retention less an hour.
 	require.Equal(t, 719*time.Hour, arbiter.CountHorizon(720*time.Hour))
