@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -482,7 +483,14 @@ type CountApplied struct {
 type countLevel struct {
 	levelRow
 	CountedAt      *time.Time
-	OnHandPosition int64 // the position of its last change of on_hand (see ReadRebase)
+	OnHandPosition int64      // the position of its last change of on_hand (see ReadRebase)
+	LevelAt        *time.Time // its last sku.level_changed
+}
+
+// levelDue says whether a SKU whose last sku.level_changed was at last
+// may have another at now (levelEvery apart).
+func levelDue(last *time.Time, now time.Time) bool {
+	return last == nil || !last.After(now.Add(-levelEvery))
 }
 
 // ApplyCount applies batch b unless it was applied, under its SKUs' row
@@ -512,7 +520,7 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 		}
 	}
 	slices.Sort(skus)
-	levels, err := a.lockCountLevels(skus)
+	locked, err := a.lockCountLevels(skus)
 	if err != nil {
 		return out, err
 	}
@@ -525,7 +533,7 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 		if _, ok := decided[l.Line]; ok {
 			return false
 		}
-		lv, ok := levels[l.SKU]
+		lv, ok := locked[l.SKU]
 		return ok && lv.OnHand != inventory.Unlimited && (lv.CountedAt == nil || lv.CountedAt.Before(at)) && !b.Rebase[l.SKU].Set
 	}
 	// The movements committed since ReadRebase, read for the SKUs whose
@@ -534,7 +542,7 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 	// the rebase sums).
 	changed := map[string]span{}
 	for _, l := range b.Lines {
-		if lv := levels[l.SKU]; applies(l) && lv.OnHandPosition > b.Rebase[l.SKU].Seen {
+		if lv := locked[l.SKU]; applies(l) && lv.OnHandPosition > b.Rebase[l.SKU].Seen {
 			changed[l.SKU] = span{b.Rebase[l.SKU].Seen, lv.OnHandPosition}
 		}
 	}
@@ -548,7 +556,8 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 	var moves []Movement
 	var shortages []CountedLine
 	var rows []levelRow // the SKUs whose available moved, as the batch leaves them
-	update := countUpdate{}
+	var levels []any    // their sku.level_changed events (eventColumns)
+	update := countUpdate{now: now}
 	for i, l := range b.Lines {
 		if row, ok := decided[l.Line]; ok {
 			lines[i] = row
@@ -561,7 +570,7 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 		if l.Unshipped != nil {
 			row.Unshipped, row.UnshippedGiven = *l.Unshipped, true
 		}
-		lv, ok := levels[l.SKU]
+		lv, ok := locked[l.SKU]
 		switch {
 		case !ok:
 			row.Outcome = CountUnknown
@@ -582,8 +591,13 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 			}
 			after := lv.OnHand + row.Applied
 			row.OnHand = &after
+			// A line that moved on_hand announces the SKU's levels
+			// itself (sku.level_changed, under the row lock it holds)
+			// unless one went out within levelEvery: then the events job
+			// does, as for a sale.
+			announced := row.Applied != 0 && levelDue(lv.LevelAt, now)
 			if row.Applied != 0 || row.Short > 0 {
-				update.add(l.SKU, row.Applied, row.Short > 0)
+				update.add(l.SKU, row.Applied, row.Short > 0, announced)
 			}
 			if row.Applied != 0 {
 				moves = append(moves, Movement{SKU: l.SKU, Kind: MoveCount, OnHandDelta: row.Applied,
@@ -592,6 +606,10 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 				r.Seq, r.OnHand, r.MovementPosition = r.Seq+1, after, r.MovementPosition+1
 				if row.Short > 0 {
 					r.EventSeq++ // the sku.shortage's
+				}
+				if announced {
+					r.EventSeq++
+					levels = append(levels, EventLevelChanged, r.SKU, r.EventSeq, nil, now, r.OnHand, r.Reserved, r.available())
 				}
 				rows = append(rows, r)
 			}
@@ -612,7 +630,10 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 	if err := a.moved(moves, last); err != nil {
 		return out, err
 	}
-	if err := a.recordShortages(b.CountID, at, shortages, levels, now); err != nil {
+	if err := a.recordShortages(b.CountID, at, shortages, locked, now); err != nil {
+		return out, err
+	}
+	if err := a.insertRows("stock_events", eventColumns, levels); err != nil { // after the shortages: their seqs come first
 		return out, err
 	}
 	// The row's levels are known: the threshold events without reading
@@ -644,21 +665,25 @@ func (a Arbiter) lockCountLevels(skus []string) (map[string]countLevel, error) {
 		return map[string]countLevel{}, nil
 	}
 	q := `SELECT sku, on_hand, reserved, seq, redis_epoch, low_stock_threshold, event_flags, event_seq, movement_position, counted_at,
-		on_hand_position FROM skus WHERE sku IN ? ORDER BY sku`
+		on_hand_position, level_at FROM skus WHERE sku IN ? ORDER BY sku`
 	if a.dialect != "sqlite" {
 		q += ` FOR UPDATE`
 	}
 	out := make(map[string]countLevel, len(skus))
 	err := a.query(func(rs *sql.Rows) error {
 		var lv countLevel
-		var counted sql.NullTime
+		var counted, levelAt sql.NullTime
 		if err := rs.Scan(&lv.SKU, &lv.OnHand, &lv.Reserved, &lv.Seq, &lv.RedisEpoch, &lv.LowStockThreshold,
-			&lv.EventFlags, &lv.EventSeq, &lv.MovementPosition, &counted, &lv.OnHandPosition); err != nil {
+			&lv.EventFlags, &lv.EventSeq, &lv.MovementPosition, &counted, &lv.OnHandPosition, &levelAt); err != nil {
 			return err
 		}
 		if counted.Valid {
 			t := counted.Time.UTC()
 			lv.CountedAt = &t
+		}
+		if levelAt.Valid {
+			t := levelAt.Time.UTC()
+			lv.LevelAt = &t
 		}
 		out[lv.SKU] = lv
 		return nil
@@ -785,28 +810,33 @@ func movementsBySKU(dialect string) string {
 }
 
 // countUpdate is what one UPDATE writes of each SKU a count's lines
-// applied to: the on_hand delta, and whether a shortage is announced.
+// applied to: the on_hand delta, whether a shortage is announced, and
+// whether the count announces its levels (sku.level_changed at now).
 type countUpdate struct {
-	skus  []string
-	delta map[string]int64
-	short map[string]bool
+	now       time.Time
+	skus      []string
+	delta     map[string]int64
+	short     map[string]bool
+	announced map[string]bool
 }
 
-func (u *countUpdate) add(sku string, delta int64, short bool) {
+func (u *countUpdate) add(sku string, delta int64, short, announced bool) {
 	if u.delta == nil {
-		u.delta, u.short = map[string]int64{}, map[string]bool{}
+		u.delta, u.short, u.announced = map[string]int64{}, map[string]bool{}, map[string]bool{}
 	}
 	u.skus = append(u.skus, sku)
-	u.delta[sku], u.short[sku] = delta, short
+	u.delta[sku], u.short[sku], u.announced[sku] = delta, short, announced
 }
 
 // updateCounted writes the SKUs a batch's lines moved (or found short) in
 // one UPDATE: on_hand moves by each line's applied units (the CHECK keeps
 // it at or above reserved, as the computation did), counted_at becomes at
 // (so an earlier count is superseded), and a SKU whose available moved
-// takes a seq (Redis's fence), is marked for sku.level_changed and counts
-// its COUNT movement in movement_position (ApplyCount numbers it); a
-// shortage takes the next event seq. Every row is changed (counted_at moves forward), so the
+// takes a seq (Redis's fence), counts its COUNT movement in
+// movement_position (ApplyCount numbers it) and either takes the event seq
+// of the sku.level_changed ApplyCount writes (level_at now, no longer
+// marked) or is marked for the events job's; a shortage takes an event seq
+// too. Every row is changed (counted_at moves forward), so the
 // number of rows changed says whether each SKU was as locked. On MySQL
 // the SKUs' values are a derived table joined on the primary key (a
 // CASE per column costs a comparison per SKU per row: two thirds of a
@@ -844,42 +874,54 @@ func (u countUpdate) joinUpdate(at time.Time) (string, []any) {
 		Delta int64  `json:"d"`
 		Moved int    `json:"m"`
 		Short int    `json:"x"`
+		Level int    `json:"l"`
 	}
 	values := make([]value, len(u.skus))
 	for i, sku := range u.skus {
-		values[i] = value{sku, u.delta[sku], b2i(u.delta[sku] != 0), b2i(u.short[sku])}
+		values[i] = value{sku, u.delta[sku], b2i(u.delta[sku] != 0), b2i(u.short[sku]), b2i(u.announced[sku])}
 	}
 	b, _ := json.Marshal(values) // strings and integers always marshal
 	return `UPDATE JSON_TABLE(?, '$[*]' COLUMNS (sku VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.s',
-		d BIGINT PATH '$.d', moved INT PATH '$.m', short INT PATH '$.x')) c STRAIGHT_JOIN skus s FORCE INDEX (PRIMARY) ON s.sku = c.sku
+		d BIGINT PATH '$.d', moved INT PATH '$.m', short INT PATH '$.x', announced INT PATH '$.l')) c
+		STRAIGHT_JOIN skus s FORCE INDEX (PRIMARY) ON s.sku = c.sku
 		SET s.on_hand = s.on_hand + c.d, s.counted_at = ?, s.seq = s.seq + c.moved,
 		s.movement_position = s.movement_position + c.moved,
-		s.level_dirty = CASE WHEN c.moved = 1 THEN 1 ELSE s.level_dirty END, s.event_seq = s.event_seq + c.short
-		WHERE s.on_hand <> -1 AND (s.counted_at IS NULL OR s.counted_at < ?)`, []any{string(b), at, at}
+		s.level_dirty = CASE WHEN c.announced = 1 THEN 0 WHEN c.moved = 1 THEN 1 ELSE s.level_dirty END,
+		s.level_at = CASE WHEN c.announced = 1 THEN ? ELSE s.level_at END,
+		s.event_seq = s.event_seq + c.short + c.announced
+		WHERE s.on_hand <> -1 AND (s.counted_at IS NULL OR s.counted_at < ?)`, []any{string(b), at, u.now, at}
 }
 
 // caseUpdate is updateCounted's UPDATE on SQLite: a CASE per column.
 func (u countUpdate) caseUpdate(at time.Time) (string, []any) {
-	var onHand, seq, short strings.Builder
-	var ohArgs, seqArgs, shortArgs []any
+	var onHand, seq, dirty, short strings.Builder
+	var ohArgs, seqArgs, shortArgs, announced []any
 	for _, sku := range u.skus {
 		onHand.WriteString(" WHEN ? THEN ?")
 		ohArgs = append(ohArgs, sku, u.delta[sku])
 		if u.delta[sku] != 0 {
 			seq.WriteString(" WHEN ? THEN 1")
+			dirty.WriteString(" WHEN ? THEN " + strconv.Itoa(1-b2i(u.announced[sku])))
 			seqArgs = append(seqArgs, sku)
 		}
-		if u.short[sku] {
-			short.WriteString(" WHEN ? THEN 1")
+		if n := b2i(u.short[sku]) + b2i(u.announced[sku]); n > 0 {
+			short.WriteString(" WHEN ? THEN " + strconv.Itoa(n))
 			shortArgs = append(shortArgs, sku)
+		}
+		if u.announced[sku] {
+			announced = append(announced, sku)
 		}
 	}
 	q := `UPDATE skus SET on_hand = on_hand + CASE sku` + onHand.String() + ` ELSE 0 END, counted_at = ?`
 	args := append(ohArgs, at)
 	if len(seqArgs) > 0 {
 		q += `, seq = seq + CASE sku` + seq.String() + ` ELSE 0 END, movement_position = movement_position + CASE sku` + seq.String() +
-			` ELSE 0 END, level_dirty = CASE sku` + seq.String() + ` ELSE level_dirty END`
+			` ELSE 0 END, level_dirty = CASE sku` + dirty.String() + ` ELSE level_dirty END`
 		args = append(append(append(args, seqArgs...), seqArgs...), seqArgs...)
+	}
+	if len(announced) > 0 {
+		q += `, level_at = CASE WHEN sku IN (` + strings.TrimSuffix(strings.Repeat("?,", len(announced)), ",") + `) THEN ? ELSE level_at END`
+		args = append(append(args, announced...), u.now)
 	}
 	if len(shortArgs) > 0 {
 		q += `, event_seq = event_seq + CASE sku` + short.String() + ` ELSE 0 END`

@@ -378,7 +378,8 @@ func TestCountSuperseded(t *testing.T) {
 
 // The embedded default (SQLite, miniredis) passes the same counts.
 func TestEmbeddedContract(t *testing.T) {
-	testrig.RunEmbedded(t, TestCountReplayedAndConflicting, TestCountRefusesBadInput, TestCountSuperseded, TestCountRebasedDuringSeckill)
+	testrig.RunEmbedded(t, TestCountReplayedAndConflicting, TestCountRefusesBadInput, TestCountSuperseded, TestCountRebasedDuringSeckill,
+		TestCountAnnouncesTheLevelsItMoved)
 }
 
 // A count read a minute or more after its counted_at answers the lines
@@ -419,4 +420,66 @@ func TestCountSettledLinesTakeNoLock(t *testing.T) {
 	f.RequireQty(same, 46, 0)
 	f.RequireQty(off, 47, 0)
 	f.CheckInvariant(off)
+}
+
+// A count announces the levels of the SKUs it moved itself, in its
+// transaction (sku.level_changed after its sku.shortage, before the
+// threshold events, in seq order), and leaves a SKU announced within the
+// last second to the events job, as a sale does.
+func TestCountAnnouncesTheLevelsItMoved(t *testing.T) {
+	f := newFixture(t, counts.Config{})
+	sku := f.PutSKU("LVL", 10, 0)
+	f.order(sku, 4)
+	type event struct {
+		Type                      string
+		Seq, OnHand, Reserved, Av int64
+		Short                     *int64
+	}
+	events := func() []event {
+		var out []event
+		rows, err := f.DB.Raw(`SELECT type, seq, on_hand, reserved, available, short FROM stock_events WHERE sku = ? ORDER BY row_id`, sku).Rows()
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var e event
+			require.NoError(t, rows.Scan(&e.Type, &e.Seq, &e.OnHand, &e.Reserved, &e.Av, &e.Short))
+			out = append(out, e)
+		}
+		return out
+	}
+	dirty := func() (bool, bool) {
+		var d int64
+		var at *time.Time
+		require.NoError(t, f.DB.Raw(`SELECT level_dirty, level_at FROM skus WHERE sku = ?`, sku).Row().Scan(&d, &at))
+		return d == 1, at != nil
+	}
+	before := events()
+	var seq int64
+	require.NoError(t, f.DB.Raw(`SELECT event_seq FROM skus WHERE sku = ?`, sku).Scan(&seq).Error)
+
+	// 2 counted, 4 held: on_hand goes to 4, 2 short.
+	res, err := f.counts.Apply(f.ctx, counts.Request{CountID: "lvl-1", CountedAt: instant(), Lines: []counts.Line{{SKU: sku, Counted: 2}}})
+	require.NoError(t, err)
+	require.Equal(t, arbiter.CountShort, res.Lines[0].Outcome)
+	got := events()[len(before):]
+	require.Equal(t, []event{
+		{Type: arbiter.EventShortage, Seq: seq + 1, OnHand: 4, Reserved: 4, Av: 0, Short: ptr[int64](2)},
+		{Type: arbiter.EventLevelChanged, Seq: seq + 2, OnHand: 4, Reserved: 4, Av: 0},
+		{Type: arbiter.EventSoldOut, Seq: seq + 3, OnHand: 4, Reserved: 4, Av: 0},
+	}, got)
+	isDirty, announced := dirty()
+	require.False(t, isDirty, "announced: nothing left for the events job")
+	require.True(t, announced)
+
+	// Within the second: the events job announces it, no sooner.
+	res, err = f.counts.Apply(f.ctx, counts.Request{CountID: "lvl-2", CountedAt: instant(), Lines: []counts.Line{{SKU: sku, Counted: 5}}})
+	require.NoError(t, err)
+	require.Equal(t, arbiter.CountCorrected, res.Lines[0].Outcome)
+	got = events()[len(before)+3:]
+	require.Equal(t, []event{{Type: arbiter.EventBackInStock, Seq: seq + 4, OnHand: 5, Reserved: 4, Av: 1}}, got)
+	isDirty, _ = dirty()
+	require.True(t, isDirty, "marked for the events job")
+	var n int64
+	require.NoError(t, f.DB.Raw(`SELECT event_seq FROM skus WHERE sku = ?`, sku).Scan(&n).Error)
+	require.Equal(t, seq+4, n, "the SKU's event seq is its last event's")
 }
