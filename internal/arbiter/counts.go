@@ -197,8 +197,8 @@ type CountOutcome struct {
 	Lines []CountedLine
 }
 
-// OutcomeOf is the outcome of a batch whose lines are lines.
-func OutcomeOf(lines []CountedLine) *CountOutcome {
+// outcomeOf is the outcome of a batch whose lines are lines.
+func outcomeOf(lines []CountedLine) *CountOutcome {
 	o := &CountOutcome{LineCount: int64(len(lines)), Lines: []CountedLine{}}
 	for _, l := range lines {
 		o.Add(l)
@@ -475,6 +475,7 @@ type CountBatch struct {
 // and the changes of available for Redis.
 type CountApplied struct {
 	Lines   []CountedLine
+	Outcome *CountOutcome // the batch as its record and a request's answer show it
 	Changes []inventory.Change
 }
 
@@ -561,7 +562,6 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 	for i, l := range b.Lines {
 		if row, ok := decided[l.Line]; ok {
 			lines[i] = row
-			rec.CountTotals.Add(row)
 			continue
 		}
 		row := CountedLine{Line: l.Line, SKU: l.SKU, Counted: l.Counted}
@@ -618,7 +618,6 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 			}
 		}
 		lines[i] = row
-		rec.CountTotals.Add(row)
 	}
 	if err := a.updateCounted(update, at); err != nil {
 		return out, err
@@ -641,7 +640,9 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 	if err := a.announce(rows); err != nil {
 		return out, err
 	}
-	if rec.Outcomes, err = json.Marshal(OutcomeOf(lines).Lines); err != nil {
+	outcome := outcomeOf(lines)
+	rec.CountTotals = outcome.CountTotals
+	if rec.Outcomes, err = json.Marshal(outcome.Lines); err != nil {
 		return out, err
 	}
 	if err := a.insertBatchRecord(rec); err != nil {
@@ -654,7 +655,7 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 	for _, m := range moves {
 		moved[m.SKU] = m.OnHandDelta
 	}
-	out.Lines, out.Changes = lines, Changes(moved, fences, 1)
+	out.Lines, out.Outcome, out.Changes = lines, outcome, Changes(moved, fences, 1)
 	return out, nil
 }
 
@@ -810,22 +811,24 @@ func movementsBySKU(dialect string) string {
 }
 
 // countUpdate is what one UPDATE writes of each SKU a count's lines
-// applied to: the on_hand delta, whether a shortage is announced, and
-// whether the count announces its levels (sku.level_changed at now).
+// applied to (skuCount), at now.
 type countUpdate struct {
-	now       time.Time
-	skus      []string
-	delta     map[string]int64
-	short     map[string]bool
-	announced map[string]bool
+	now  time.Time
+	skus []skuCount
+}
+
+// skuCount is one SKU's part of a countUpdate: the on_hand delta, whether
+// a shortage is announced, and whether the count announces its levels
+// (sku.level_changed at now).
+type skuCount struct {
+	SKU       string `json:"s"`
+	Delta     int64  `json:"d"`
+	Short     bool   `json:"-"`
+	Announced bool   `json:"-"`
 }
 
 func (u *countUpdate) add(sku string, delta int64, short, announced bool) {
-	if u.delta == nil {
-		u.delta, u.short, u.announced = map[string]int64{}, map[string]bool{}, map[string]bool{}
-	}
-	u.skus = append(u.skus, sku)
-	u.delta[sku], u.short[sku], u.announced[sku] = delta, short, announced
+	u.skus = append(u.skus, skuCount{SKU: sku, Delta: delta, Short: short, Announced: announced})
 }
 
 // updateCounted writes the SKUs a batch's lines moved (or found short) in
@@ -870,15 +873,14 @@ func (a Arbiter) updateCounted(u countUpdate, at time.Time) error {
 // and materialise.
 func (u countUpdate) joinUpdate(at time.Time) (string, []any) {
 	type value struct {
-		SKU   string `json:"s"`
-		Delta int64  `json:"d"`
-		Moved int    `json:"m"`
-		Short int    `json:"x"`
-		Level int    `json:"l"`
+		skuCount
+		Moved int `json:"m"`
+		Short int `json:"x"`
+		Level int `json:"l"`
 	}
 	values := make([]value, len(u.skus))
-	for i, sku := range u.skus {
-		values[i] = value{sku, u.delta[sku], b2i(u.delta[sku] != 0), b2i(u.short[sku]), b2i(u.announced[sku])}
+	for i, c := range u.skus {
+		values[i] = value{c, b2i(c.Delta != 0), b2i(c.Short), b2i(c.Announced)}
 	}
 	b, _ := json.Marshal(values) // strings and integers always marshal
 	return `UPDATE JSON_TABLE(?, '$[*]' COLUMNS (sku VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.s',
@@ -895,22 +897,23 @@ func (u countUpdate) joinUpdate(at time.Time) (string, []any) {
 // caseUpdate is updateCounted's UPDATE on SQLite: a CASE per column.
 func (u countUpdate) caseUpdate(at time.Time) (string, []any) {
 	var onHand, seq, dirty, short strings.Builder
-	var ohArgs, seqArgs, shortArgs, announced []any
-	for _, sku := range u.skus {
+	var ohArgs, seqArgs, shortArgs, announced, skus []any
+	for _, c := range u.skus {
 		onHand.WriteString(" WHEN ? THEN ?")
-		ohArgs = append(ohArgs, sku, u.delta[sku])
-		if u.delta[sku] != 0 {
+		ohArgs = append(ohArgs, c.SKU, c.Delta)
+		if c.Delta != 0 {
 			seq.WriteString(" WHEN ? THEN 1")
-			dirty.WriteString(" WHEN ? THEN " + strconv.Itoa(1-b2i(u.announced[sku])))
-			seqArgs = append(seqArgs, sku)
+			dirty.WriteString(" WHEN ? THEN " + strconv.Itoa(1-b2i(c.Announced)))
+			seqArgs = append(seqArgs, c.SKU)
 		}
-		if n := b2i(u.short[sku]) + b2i(u.announced[sku]); n > 0 {
+		if n := b2i(c.Short) + b2i(c.Announced); n > 0 {
 			short.WriteString(" WHEN ? THEN " + strconv.Itoa(n))
-			shortArgs = append(shortArgs, sku)
+			shortArgs = append(shortArgs, c.SKU)
 		}
-		if u.announced[sku] {
-			announced = append(announced, sku)
+		if c.Announced {
+			announced = append(announced, c.SKU)
 		}
+		skus = append(skus, c.SKU)
 	}
 	q := `UPDATE skus SET on_hand = on_hand + CASE sku` + onHand.String() + ` ELSE 0 END, counted_at = ?`
 	args := append(ohArgs, at)
@@ -928,7 +931,7 @@ func (u countUpdate) caseUpdate(at time.Time) (string, []any) {
 		args = append(args, shortArgs...)
 	}
 	q = inList(q+` WHERE sku IN ? AND on_hand <> -1 AND (counted_at IS NULL OR counted_at < ?)`, len(u.skus))
-	return q, append(append(args, anys(u.skus)...), at)
+	return q, append(append(args, skus...), at)
 }
 
 func b2i(b bool) int {

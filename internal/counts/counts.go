@@ -216,7 +216,7 @@ func (s *Service) Apply(ctx context.Context, r Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var applied map[int64][]arbiter.CountedLine
+	var applied map[int64]*arbiter.CountOutcome
 	if !complete {
 		if tooOld != nil {
 			return nil, tooOld // a page begun, then left until past the horizon
@@ -369,21 +369,21 @@ func bodyHash(r Request) string {
 // commit's flush), which another batch fills. A batch applied before (a
 // replay resuming) costs one read.
 //
-// It returns the lines of the batches it applied, by their first line
+// It returns the outcomes of the batches it applied, by their first line
 // (those an earlier or concurrent run applied are read for the answer).
-func (s *Service) applyLines(ctx context.Context, r Request) (map[int64][]arbiter.CountedLine, error) {
+func (s *Service) applyLines(ctx context.Context, r Request) (map[int64]*arbiter.CountOutcome, error) {
 	var mu sync.Mutex
-	out := map[int64][]arbiter.CountedLine{}
+	out := map[int64]*arbiter.CountOutcome{}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.cfg.Parallel)
 	for start := 0; start < len(r.Lines); start += arbiter.CountBatchLines {
 		part := r.Lines[start:min(len(r.Lines), start+arbiter.CountBatchLines)]
 		first := r.Offset + int64(start) + 1
 		g.Go(func() error {
-			lines, err := s.applyBatch(gctx, r, part, first)
-			if lines != nil {
+			outcome, err := s.applyBatch(gctx, r, part, first)
+			if outcome != nil {
 				mu.Lock()
-				out[first] = lines
+				out[first] = outcome
 				mu.Unlock()
 			}
 			return err
@@ -393,8 +393,8 @@ func (s *Service) applyLines(ctx context.Context, r Request) (map[int64][]arbite
 }
 
 // applyBatch applies part, the request's lines numbered from first, and
-// returns them as applied (nil: applied before).
-func (s *Service) applyBatch(ctx context.Context, r Request, part []Line, first int64) ([]arbiter.CountedLine, error) {
+// returns its outcome (nil: applied before).
+func (s *Service) applyBatch(ctx context.Context, r Request, part []Line, first int64) (*arbiter.CountOutcome, error) {
 	done, err := linesDone(s.db.WithContext(ctx), r.CountID, first, first)
 	if err != nil || done > 0 {
 		return nil, err
@@ -417,7 +417,7 @@ func (s *Service) applyBatch(ctx context.Context, r Request, part []Line, first 
 		return nil, err
 	}
 	s.follow(ctx, applied.Changes)
-	return applied.Lines, nil
+	return applied.Outcome, nil
 }
 
 // follow brings a batch's committed changes into Redis (fenced: each
@@ -436,14 +436,10 @@ func (s *Service) follow(ctx context.Context, chs []inventory.Change) {
 
 // answer is the request's lines as applied: those this run applied
 // (applied, by their batch's first line), and the others' records.
-func (s *Service) answer(ctx context.Context, r Request, applied map[int64][]arbiter.CountedLine) (*Result, error) {
+func (s *Service) answer(ctx context.Context, r Request, applied map[int64]*arbiter.CountOutcome) (*Result, error) {
 	batches := make([]*arbiter.CountOutcome, 0, (len(r.Lines)+arbiter.CountBatchLines-1)/arbiter.CountBatchLines)
 	for start := 0; start < len(r.Lines); start += arbiter.CountBatchLines {
-		var b *arbiter.CountOutcome
-		if lines, ok := applied[r.Offset+int64(start)+1]; ok {
-			b = arbiter.OutcomeOf(lines)
-		}
-		batches = append(batches, b)
+		batches = append(batches, applied[r.Offset+int64(start)+1])
 	}
 	if slices.Contains(batches, nil) { // applied before: their records
 		var recs []arbiter.CountBatchRecord
