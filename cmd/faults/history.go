@@ -284,6 +284,7 @@ type savedHistory struct {
 	Stale   time.Duration // the scenario's allowance for refusals
 	Ops     []histOp
 	Commits []commit
+	Never   []histOp // the creates the database never took (histConfig.Never)
 }
 
 func writeHistory(path string, h savedHistory) error {

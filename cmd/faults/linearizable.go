@@ -40,6 +40,14 @@ type histConfig struct {
 	// (commits.go): where they are, the search tries the windows they
 	// imply first.
 	Commits []commit
+	// Never are the creates whose answer never came and that the database
+	// never took (resolve.go): they changed nothing the model knows, but
+	// their admissions may hold units and the buyer's count in Redis (the
+	// node died between the admission and the write) until the realign
+	// gives them back, which it does only once the SKU stands still. Each
+	// counts as in flight beside every refusal after it was sent
+	// (admitted).
+	Never []histOp
 }
 
 // expirySlack is how much earlier than its deadline a timeout release may
@@ -144,7 +152,7 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 		}
 	}
 	ops = foldReplays(foldRetries(ops))
-	inflight := admitted(ops, campSKU, cfg.Stale)
+	inflight := admitted(ops, cfg.Never, campSKU, cfg.Stale)
 	out := map[string][]porcupine.Operation{}
 	add := func(sku string, op *histOp, in *skuInput, call, ret time.Duration) {
 		in.op = op
@@ -501,8 +509,10 @@ type refusal struct {
 // request counts if it was sent before the refusal was answered and
 // answered after the refusal's judged start (its call less stale). One
 // that Redis itself refused held nothing, but the answer does not tell the
-// two apart, so it counts too.
-func admitted(ops []histOp, campSKU map[string]string, stale time.Duration) map[refusal]int64 {
+// two apart, so it counts too. A create the database never took (never)
+// was never answered: its admission, if Redis made one, holds until the
+// realign, so it counts beside every refusal sent after it.
+func admitted(ops, never []histOp, campSKU map[string]string, stale time.Duration) map[refusal]int64 {
 	type req struct {
 		call, ret time.Duration
 		qty       int64
@@ -526,6 +536,12 @@ func admitted(ops []histOp, campSKU map[string]string, stale time.Duration) map[
 			if op.Out == outRefused {
 				refusals = append(refusals, refusal{i, l.SKU})
 			}
+		}
+	}
+	for i := range never {
+		op := &never[i]
+		for _, l := range linesOf(op) {
+			bySKU[l.SKU] = append(bySKU[l.SKU], req{op.Call, maxTime, l.Qty, op.User})
 		}
 	}
 	out := map[refusal]int64{}

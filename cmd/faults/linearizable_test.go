@@ -199,3 +199,28 @@ func TestHistoryVisualization(t *testing.T) {
 	require.FileExists(t, v.Viz)
 	assert.Contains(t, v.line(), v.Viz)
 }
+
+// A seckill whose node died after Redis admitted it and before the
+// database recorded it leaves the buyer's count taken in Redis until the
+// realign; the database has nothing of it, so resolveUnknowns drops it
+// from the history (kill-inventoryd, 2026-11-28: a buyer with one unit
+// refused for a limit of 2 seconds later, and the check ran out of time
+// refuting it). Kept apart as never taken, it is counted beside the
+// refusals after it, and only those.
+func TestNeverTakenAdmissionHoldsItsBuyersCount(t *testing.T) {
+	limit := refused("u1", 1, "conflict", 3000, 3001)
+	ops := []histOp{set("S", 10, 2, 0, 1), buy("o1", "u1", 1, 2, 3), limit}
+	lost := unknown(buy("", "u1", 1, 100, 101))
+	check := func(never ...histOp) string {
+		return checkHistory(ops, histConfig{Stale: 250 * time.Millisecond, OrderHold: 3 * time.Second, Timeout: 10 * time.Second,
+			Base: histBase, Never: never}).Result
+	}
+	assert.Equal(t, "NO", check(), "one unit bought of a limit of 2: nothing explains the refusal")
+	assert.Equal(t, "yes", check(lost), "the lost admission holds the buyer's second unit in Redis")
+	other := lost
+	other.User = "u2"
+	assert.Equal(t, "NO", check(other), "another buyer's lost admission counts nothing against u1")
+	late := lost
+	late.Call = ms(3002)
+	assert.Equal(t, "NO", check(late), "sent after the refusal was answered: it held nothing then")
+}

@@ -94,7 +94,7 @@ func replayHistory(path string, stale time.Duration, w io.Writer) error {
 		stale = cmp.Or(h.Stale, strictStale)
 	}
 	v := checkHistory(h.Ops, histConfig{Stale: stale, OrderHold: orderTTL, CampaignHold: campaignHold, Timeout: historyTimeout,
-		Base: h.Base, Dir: filepath.Dir(path), Name: "replay", Commits: h.Commits})
+		Base: h.Base, Dir: filepath.Dir(path), Name: "replay", Commits: h.Commits, Never: h.Never})
 	fmt.Fprintf(w, "linearizable: %s\n%s\n", v.column(), v.line())
 	if !v.passed() {
 		return fmt.Errorf("the history is not linearizable (%s)", v.column())

@@ -14,7 +14,12 @@ import (
 // end stays open), and a create learns its order and deadline. What the
 // database cannot tell stays unknown. Each unknown operation the search
 // need not place is one way fewer to order the history.
-func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Time) ([]histOp, error) {
+//
+// The creates dropped are returned apart (never): the database never
+// took them, but Redis may have admitted them before their node died, and
+// their units and buyers' counts then stay taken in Redis until the
+// realign gives them back (histConfig.Never).
+func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Time) (kept, never []histOp, err error) {
 	known := map[string]bool{} // orders some answer named
 	keyed := map[[2]string]bool{}
 	tokens := map[[2]string]bool{}
@@ -55,7 +60,10 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Ti
 		}
 		keep, err := resolve(ctx, db, &op, base, known, keyed, tokens, cancelled, refunded, unknownBuys)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if !keep && op.Kind == opCreate {
+			never = append(never, op)
 		}
 		if keep && op.Kind == opCreate && op.Token != "" && op.Out == outOK {
 			// Certain, and a deduct with the same token is the same
@@ -70,7 +78,7 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Ti
 			out = append(out, op)
 		}
 	}
-	return out, nil
+	return out, never, nil
 }
 
 // resolve settles one unknown operation; false drops it.

@@ -274,7 +274,7 @@ func (r *Run) checkHistory(ctx context.Context, v *Verdict) error {
 	if stale == 0 {
 		stale = strictStale
 	}
-	ops, err := resolveUnknowns(ctx, r.db, r.hist.snapshot(), r.hist.base)
+	ops, never, err := resolveUnknowns(ctx, r.db, r.hist.snapshot(), r.hist.base)
 	if err != nil {
 		return err
 	}
@@ -282,12 +282,12 @@ func (r *Run) checkHistory(ctx context.Context, v *Verdict) error {
 	if err != nil {
 		return err
 	}
-	h := savedHistory{Base: r.hist.base, Stale: stale, Ops: ops, Commits: commits}
+	h := savedHistory{Base: r.hist.base, Stale: stale, Ops: ops, Commits: commits, Never: never}
 	if err := writeHistory(filepath.Join(r.dir, "history.json"), h); err != nil {
 		r.logf("%s: writing the history: %v", r.sc.Name, err)
 	}
 	v.History = checkHistory(ops, histConfig{Stale: stale, OrderHold: orderTTL, CampaignHold: campaignHold,
-		Timeout: historyTimeout, Dir: r.lab.vizDir, Base: r.hist.base, Name: r.sc.Name, Commits: commits})
+		Timeout: historyTimeout, Dir: r.lab.vizDir, Base: r.hist.base, Name: r.sc.Name, Commits: commits, Never: never})
 	if !v.History.passed() {
 		// Kept beside the visualization, to be replayed (-replay).
 		saved := filepath.Join(r.lab.vizDir, "history-"+r.sc.Name+".json")
