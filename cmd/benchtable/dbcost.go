@@ -440,11 +440,43 @@ func dbCost(ctx context.Context, dsnBase string) string {
 	b.WriteString("\nEach variant writes the statements named with the columns the service's group commit writes; " +
 		"\"alone\" rows include their commit (BEGIN, the INSERT, COMMIT), so the parts do not add up to the sale.\n")
 	b.WriteString(costTargets(vs, perSale, ratios))
+	b.WriteString(serverState(ctx, db))
 	for _, n := range notes {
 		b.WriteString("\n- " + n)
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// serverState is the database server's state that a sale's cost depends
+// on beyond the statements (issue 43: a shared server that kept every
+// run's tables past its buffer pool measured half again more per sale
+// than a fresh one): the buffer pool, and the InnoDB data it holds for
+// this run and for every schema, so two runs' tables can be compared.
+func serverState(ctx context.Context, db *sql.DB) string {
+	var pool, free, total, dirty int64
+	var version string
+	q := func(dst any, query string) {
+		if err := db.QueryRowContext(ctx, query).Scan(dst); err != nil {
+			must(fmt.Errorf("benchtable: the server's state: %s: %w", query, err))
+		}
+	}
+	status := func(dst *int64, name string) {
+		q(dst, "SELECT variable_value FROM information_schema.global_status WHERE variable_name = '"+name+"'")
+	}
+	q(&version, `SELECT VERSION()`)
+	q(&pool, `SELECT @@innodb_buffer_pool_size`)
+	status(&free, "INNODB_BUFFER_POOL_PAGES_FREE")
+	status(&total, "INNODB_BUFFER_POOL_PAGES_TOTAL")
+	status(&dirty, "INNODB_BUFFER_POOL_PAGES_DIRTY")
+	var here, all, schemas int64
+	q(&here, `SELECT COALESCE(SUM(data_length + index_length), 0) FROM information_schema.tables WHERE table_schema = DATABASE() AND engine = 'InnoDB'`)
+	q(&all, `SELECT COALESCE(SUM(data_length + index_length), 0) FROM information_schema.tables WHERE engine = 'InnoDB'`)
+	q(&schemas, `SELECT COUNT(DISTINCT table_schema) FROM information_schema.tables WHERE engine = 'InnoDB'`)
+	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+	return fmt.Sprintf("\nThe server after the rounds: %s; buffer pool %.0f MiB (%d of %d pages free, %d dirty); "+
+		"InnoDB tables %.1f MiB in this run's schema, %.1f MiB in all %d schemas (information_schema's estimates).\n",
+		version, mib(pool), free, total, dirty, mib(here), mib(all), schemas)
 }
 
 // Issue 33's target for the database's cost of a durable sale.

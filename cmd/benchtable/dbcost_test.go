@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -148,5 +149,31 @@ func TestCostTargetsDividesByTheSameRoundsFloor(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in\n%s", want, got)
 		}
+	}
+}
+
+// The server's state printed beside the dbcost table names the buffer pool
+// the server runs with and how much InnoDB data this run's schema holds.
+func TestServerStateNamesThePoolAndTheTables(t *testing.T) {
+	ctx := context.Background()
+	db, err := testenv.MySQL(t).DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := costSchema(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	var pool int64
+	if err := db.QueryRowContext(ctx, `SELECT @@innodb_buffer_pool_size`).Scan(&pool); err != nil {
+		t.Fatal(err)
+	}
+	got := serverState(ctx, db)
+	want := fmt.Sprintf("buffer pool %.0f MiB (", float64(pool)/(1<<20))
+	if !strings.Contains(got, want) || !strings.Contains(got, "MiB in this run's schema") {
+		t.Fatalf("serverState = %q, want it to name %q and this schema's tables", got, want)
+	}
+	var here float64
+	if _, err := fmt.Sscanf(got[strings.Index(got, "InnoDB tables ")+len("InnoDB tables "):], "%f", &here); err != nil || here <= 0 {
+		t.Fatalf("this schema's tables: %v MiB (%v) in %q; the cost schema has tables", here, err, got)
 	}
 }
