@@ -19,6 +19,7 @@ import (
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/followup"
 	"github.com/acme/inventory/internal/groupcommit"
+	"github.com/acme/inventory/internal/sale"
 	"github.com/acme/inventory/stock"
 )
 
@@ -63,6 +64,8 @@ type Service struct {
 	stock  *stock.Store
 	cfg    Config
 	redis  followup.Redis
+	sales  sale.Pipeline
+	limits limits
 	orders *groupcommit.Writer
 	owned  bool // orders is the Service's own (Close closes it)
 
@@ -119,6 +122,8 @@ func NewService(db *gorm.DB, st *stock.Store, cfg Config) *Service {
 	if s.orders == nil {
 		s.orders, s.owned = groupcommit.New(db), true
 	}
+	s.sales = sale.Pipeline{Writer: s.orders, Redis: s.redis}
+	s.limits = limits{db: db, now: cfg.Now, m: &sync.Map{}}
 	return s
 }
 
@@ -170,113 +175,41 @@ func (s *Service) find(tx *gorm.DB, forUpdate bool, where string, args ...any) (
 	return &o, nil
 }
 
-// Create reserves every line and writes the order in the same database
-// transaction as its reservations: Redis admits each line (a sold-out request
-// never reaches the database), the database arbitrates. With an idempotency
-// key, a retry returns the same order (and a different body with the same
-// key conflicts). Order ids are random, never derived from request fields.
-// The order holds its units for the default hold (CreateHold asks for
-// another).
-func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []inventory.Line) (*Order, error) {
-	return s.CreateHold(ctx, userID, idemKey, lines, 0)
-}
+// Kind is what a buy takes its units from.
+type Kind int
 
-// CreateHold is Create with the order holding its units for hold (0: the
-// default), within the service's Holds. A replay answers the first order
-// whatever hold it asks for.
-func (s *Service) CreateHold(ctx context.Context, userID, idemKey string, lines []inventory.Line, hold time.Duration) (*Order, error) {
-	if err := ValidateID("user_id", userID); err != nil {
-		return nil, err
-	}
-	hold, err := s.Holds().For(hold)
-	if err != nil {
-		return nil, err
-	}
-	if err := inventory.ValidateIdempotencyKey(idemKey); err != nil {
-		return nil, err
-	}
-	lines, err = s.stock.NormaliseCart(lines)
-	if err != nil {
-		return nil, err
-	}
-	if idemKey != "" {
-		if o, err := s.byIdempotencyKey(ctx, userID, idemKey); err == nil {
-			return sameOrder(o, lines)
-		} else if !errors.Is(err, inventory.ErrNotFound) {
-			return nil, err
-		}
-	}
+const (
+	// Cart: each line's SKU. Redis counts no buyer; a SKU with a per-user
+	// limit is counted by the database as it records the order.
+	Cart Kind = iota
+	// Seckill: one unit of one SKU, counted against the SKU's per-user
+	// limit (if it has one) by the same Redis call that admits it. The
+	// route takes no Idempotency-Key.
+	Seckill
+	// CampaignBuy: one unit of a campaign's pool, within its window and
+	// its per-user limit.
+	CampaignBuy
+)
 
-	adm, err := s.stock.AdmitCart(ctx, lines)
-	if err != nil {
-		return nil, err
-	}
-	o, err := s.record(ctx, userID, idemKey, lines, adm, hold, false)
-	if err != nil {
-		s.redis.Unwind(ctx, err, func(ctx context.Context) error {
-			s.stock.UndoCart(ctx, lines, adm) // logs what it could not undo
-			return nil
-		}, func(ctx context.Context) error {
-			var errs []error
-			for _, l := range lines {
-				errs = append(errs, s.stock.Realign(ctx, l.SKU))
-			}
-			return errors.Join(errs...)
-		})
-		if arbiter.IsDuplicate(err) && idemKey != "" { // a concurrent retry wrote it first
-			winner, gerr := s.byIdempotencyKey(ctx, userID, idemKey)
-			if gerr != nil {
-				return nil, gerr
-			}
-			return sameOrder(winner, lines)
-		}
-		return nil, s.redis.Refused(ctx, err, false)
-	}
-	return o, nil
-}
-
-// Seckill places a one-unit order of sku for userID, as Create does, with
-// a per-user limit (limit > 0) counted in Redis by the same script call that
-// admits the unit: one Redis round trip per sale. The database counts the
-// limit again as it records the order (the Redis count is a pre-filter).
-func (s *Service) Seckill(ctx context.Context, userID, sku string, limit int64) (*Order, error) {
-	return s.SeckillHold(ctx, userID, sku, limit, 0)
-}
-
-// SeckillHold is Seckill with the order holding its unit for hold (0: the
-// default), within the service's Holds.
-func (s *Service) SeckillHold(ctx context.Context, userID, sku string, limit int64, hold time.Duration) (*Order, error) {
-	if limit <= 0 {
-		return s.CreateHold(ctx, userID, "", []inventory.Line{{SKU: sku, Qty: 1}}, hold)
-	}
-	if err := ValidateID("user_id", userID); err != nil {
-		return nil, err
-	}
-	hold, err := s.Holds().For(hold)
-	if err != nil {
-		return nil, err
-	}
-	lines, err := s.stock.NormaliseCart([]inventory.Line{{SKU: sku, Qty: 1}})
-	if err != nil {
-		return nil, err
-	}
-	adm, err := s.stock.AdmitBuyer(ctx, sku, 1, stock.Buyer{User: userID, Limit: limit})
-	if errors.Is(err, inventory.ErrOverLimit) {
-		return nil, arbiter.OverLimitError{SKU: sku, User: userID, Limit: limit}
-	}
-	if err != nil {
-		return nil, err
-	}
-	o, err := s.record(ctx, userID, "", lines, []stock.Admission{adm}, hold, true)
-	if err != nil {
-		s.redis.Unwind(ctx, err, func(ctx context.Context) error {
-			return s.stock.UndoBuyer(ctx, sku, 1, adm, userID)
-		}, func(ctx context.Context) error {
-			return s.stock.Realign(ctx, sku) // the buyers' counts with it
-		}, "sku", sku)
-		return nil, s.redis.Refused(ctx, err, true)
-	}
-	return o, nil
+// Buy is one request to buy, of any kind: the one entry point (Service.Buy)
+// validates it once, admits it in Redis as its kind does, and writes it
+// through the pipeline every kind shares (internal/sale).
+type Buy struct {
+	Kind Kind
+	User string
+	// Key is the Idempotency-Key ("" none): a retry with it answers the
+	// first order, and a different body with it conflicts.
+	Key string
+	// Lines are a cart's lines, or a seckill's one line (its SKU, qty 1).
+	Lines []inventory.Line
+	// Campaign is a campaign buy's campaign.
+	Campaign CampaignSale
+	// Hold is how long the order holds its units (0: the default, or the
+	// campaign's own), within the service's Holds.
+	Hold time.Duration
+	// Now is the node's clock for a campaign buy: Redis checks the window
+	// against it (the database's clock decides as it records the sale).
+	Now time.Time
 }
 
 // CampaignSale is what a campaign buy needs of its campaign: which pool,
@@ -288,116 +221,174 @@ type CampaignSale struct {
 	Hold    time.Duration
 }
 
-// BuyCampaign places a one-unit order of campaign c for userID at now (the
-// node's clock, which Redis checks the window against; the database's clock
-// decides as it records the sale): Redis admits from the campaign's pool
-// (a request outside the window or past the buyer's limit is refused there
-// and never reaches the database), then the database records the order and
-// moves the unit from the pool to it. With an idempotency key, a retry
-// answers the same order. Errors: inventory.ErrNotStarted, ErrEnded,
-// ErrInsufficientStock, ErrConflict (the buyer's limit, or a key reused),
-// ErrNotFound, ErrUnavailable.
+// Buy places an order for b: Redis admits its units (a sold-out request
+// never reaches the database), then the database records the order with
+// its reservations in one commit through the group commit, and
+// arbitrates. A seckill's per-user limit is the SKU's, read here (cached
+// a few seconds: the database counts the limit again as it records the
+// sale, so the Redis count is only its pre-filter). Order ids are random,
+// never derived from request fields. Errors: inventory.ErrInvalidArgument,
+// ErrInsufficientStock, ErrConflict (a buyer's limit, a key reused with
+// another body), ErrNotStarted and ErrEnded (a campaign's window),
+// ErrNotFound, ErrUnknownSKU, ErrUnavailable.
+func (s *Service) Buy(ctx context.Context, b Buy) (*Order, error) {
+	return s.buy(ctx, b, s.limits.of)
+}
+
+// Create is Buy of a cart for the default hold.
+func (s *Service) Create(ctx context.Context, userID, idemKey string, lines []inventory.Line) (*Order, error) {
+	return s.CreateHold(ctx, userID, idemKey, lines, 0)
+}
+
+// CreateHold is Buy of a cart. A replay answers the first order whatever
+// hold it asks for.
+func (s *Service) CreateHold(ctx context.Context, userID, idemKey string, lines []inventory.Line, hold time.Duration) (*Order, error) {
+	return s.Buy(ctx, Buy{Kind: Cart, User: userID, Key: idemKey, Lines: lines, Hold: hold})
+}
+
+// Seckill is SeckillHold for the default hold.
+func (s *Service) Seckill(ctx context.Context, userID, sku string, limit int64) (*Order, error) {
+	return s.SeckillHold(ctx, userID, sku, limit, 0)
+}
+
+// SeckillHold is Buy of a seckill under the per-user limit the caller
+// read (limit > 0; 0: none), instead of the SKU's as Buy reads it: for
+// tests and tools that set the limit they buy under.
+func (s *Service) SeckillHold(ctx context.Context, userID, sku string, limit int64, hold time.Duration) (*Order, error) {
+	return s.buy(ctx, Buy{Kind: Seckill, User: userID, Lines: []inventory.Line{{SKU: sku, Qty: 1}}, Hold: hold},
+		func(context.Context, string) (int64, error) { return limit, nil })
+}
+
+// BuyCampaign is Buy of one unit of campaign c at now.
 func (s *Service) BuyCampaign(ctx context.Context, userID, idemKey string, c CampaignSale, now time.Time) (*Order, error) {
-	if err := ValidateID("user_id", userID); err != nil {
+	return s.Buy(ctx, Buy{Kind: CampaignBuy, User: userID, Key: idemKey, Campaign: c, Now: now})
+}
+
+// buy is Buy with a seckill's limit read by limit.
+func (s *Service) buy(ctx context.Context, b Buy, limit func(ctx context.Context, sku string) (int64, error)) (*Order, error) {
+	if err := ValidateID("user_id", b.User); err != nil {
 		return nil, err
 	}
-	if err := inventory.ValidateIdempotencyKey(idemKey); err != nil {
+	if err := inventory.ValidateIdempotencyKey(b.Key); err != nil {
 		return nil, err
 	}
-	hold, err := s.Holds().For(c.Hold)
+	hold := b.Hold
+	if b.Kind == CampaignBuy && hold == 0 {
+		hold = b.Campaign.Hold
+	}
+	hold, err := s.Holds().For(hold)
 	if err != nil {
 		return nil, err
 	}
-	lines := []inventory.Line{{SKU: c.SKU, Qty: 1}}
-	if idemKey != "" {
-		if o, err := s.byIdempotencyKey(ctx, userID, idemKey); err == nil {
+	lines := b.Lines
+	switch b.Kind {
+	case CampaignBuy:
+		lines = []inventory.Line{{SKU: b.Campaign.SKU, Qty: 1}}
+	case Seckill:
+		if len(lines) != 1 || lines[0].Qty != 1 {
+			return nil, inventory.Invalidf("a seckill buys one unit of one SKU")
+		}
+		if b.Key != "" {
+			return nil, inventory.Invalidf("a seckill takes no Idempotency-Key")
+		}
+		fallthrough
+	default:
+		if lines, err = s.stock.NormaliseCart(lines); err != nil {
+			return nil, err
+		}
+	}
+	if b.Key != "" {
+		if o, err := s.byIdempotencyKey(ctx, b.User, b.Key); err == nil {
 			return sameOrder(o, lines)
 		} else if !errors.Is(err, inventory.ErrNotFound) {
 			return nil, err
 		}
 	}
-	pool := stock.Campaign{ID: c.ID, SKU: c.SKU}
-	var buyer *stock.Buyer
-	if c.Limit > 0 {
-		buyer = &stock.Buyer{User: userID, Limit: c.Limit}
-	}
-	adm, err := s.stock.AdmitCampaign(ctx, pool, 1, buyer, now)
-	if errors.Is(err, inventory.ErrOverLimit) {
-		return nil, fmt.Errorf("%w: buyer %s reached the limit of %d in campaign %s", inventory.ErrConflict, userID, c.Limit, c.ID)
-	}
-	if err != nil {
-		return nil, err
-	}
-	o, err := s.recordFrom(ctx, userID, idemKey, lines, []int64{adm.Remaining}, hold, &c.ID, func(token string, fences map[string]arbiter.Fence) {
-		s.redis.SettleCampaign(ctx, token, pool, 1, adm, fences[arbiter.CampaignToken(c.ID)], buyer)
-	})
-	if err != nil {
-		s.redis.Unwind(ctx, err, func(ctx context.Context) error {
-			uerr := s.stock.UndoCampaign(ctx, pool, 1, adm, buyer)
-			if uerr == nil {
-				return nil
-			}
-			// The unit is hidden in Redis (buyers would be told sold out)
-			// until a realign: this one, not the periodic one, which comes
-			// later than a campaign sells out.
-			s.cfg.Logger.Warn("undoing a campaign admission failed; realigning", "campaign", c.ID, "err", uerr)
-			return s.stock.RealignCampaign(ctx, pool)
-		}, func(ctx context.Context) error {
-			return s.stock.RealignCampaign(ctx, pool)
-		}, "campaign", c.ID)
-		if arbiter.IsDuplicate(err) && idemKey != "" {
-			winner, gerr := s.byIdempotencyKey(ctx, userID, idemKey)
-			if gerr != nil {
-				return nil, gerr
-			}
-			return sameOrder(winner, lines)
+	var adm sale.Admitted
+	var results []int64 // what Redis had left after admitting each line
+	var campaign *string
+	switch b.Kind {
+	case CampaignBuy:
+		c := b.Campaign
+		pool := stock.Campaign{ID: c.ID, SKU: c.SKU}
+		var buyer *stock.Buyer
+		if c.Limit > 0 {
+			buyer = &stock.Buyer{User: b.User, Limit: c.Limit}
 		}
-		return nil, s.redis.RefusedCampaign(ctx, pool, err)
+		a, err := s.stock.AdmitCampaign(ctx, pool, 1, buyer, b.Now)
+		if errors.Is(err, inventory.ErrOverLimit) {
+			return nil, fmt.Errorf("%w: buyer %s reached the limit of %d in campaign %s", inventory.ErrConflict, b.User, c.Limit, c.ID)
+		}
+		if err != nil {
+			return nil, err
+		}
+		adm, results, campaign = sale.Campaign{Pool: pool, Qty: 1, Adm: a, Buyer: buyer}, []int64{a.Remaining}, &c.ID
+	case Seckill:
+		sku := lines[0].SKU
+		l, err := limit(ctx, sku)
+		if err != nil {
+			return nil, err
+		}
+		if l > 0 {
+			a, err := s.stock.AdmitBuyer(ctx, sku, 1, stock.Buyer{User: b.User, Limit: l})
+			if errors.Is(err, inventory.ErrOverLimit) {
+				return nil, arbiter.OverLimitError{SKU: sku, User: b.User, Limit: l}
+			}
+			if err != nil {
+				return nil, err
+			}
+			adm, results = sale.Buyer{Line: lines[0], Adm: a, Buyer: b.User}, []int64{a.Remaining}
+			break
+		}
+		fallthrough // no limit: admitted as a cart of one line
+	default:
+		a, err := s.stock.AdmitCart(ctx, lines)
+		if err != nil {
+			return nil, err
+		}
+		adm = sale.Lines{Lines: lines, Adm: a, Buyer: b.User}
+		for _, x := range a {
+			results = append(results, x.Remaining)
+		}
 	}
-	return o, nil
+	return s.write(ctx, b, lines, results, hold, campaign, adm)
 }
 
-// record writes the order of lines admitted as adm for userID, holding
-// them for hold (with its reservations, through the group commit) and
-// settles Redis with what the database recorded (counted: adm counted
-// userID's units against the per-user limit). On error nothing was
-// written; the caller undoes adm.
-func (s *Service) record(ctx context.Context, userID, idemKey string, lines []inventory.Line, adm []stock.Admission, hold time.Duration, counted bool) (*Order, error) {
-	results := make([]int64, len(adm))
-	for i, a := range adm {
-		results[i] = a.Remaining
-	}
-	return s.recordFrom(ctx, userID, idemKey, lines, results, hold, nil, func(token string, fences map[string]arbiter.Fence) {
-		s.redis.Settle(ctx, token, lines, adm, fences, userID, counted)
-	})
-}
-
-// recordFrom is record, the lines drawn from campaign's pool (nil: from
-// their SKUs), results[i] what Redis had left after admitting lines[i],
-// settle bringing Redis to what the database recorded under the order's
-// reservation token.
-func (s *Service) recordFrom(ctx context.Context, userID, idemKey string, lines []inventory.Line, results []int64, hold time.Duration,
-	campaign *string, settle func(token string, fences map[string]arbiter.Fence)) (*Order, error) {
+// write records the order of lines that adm admitted for b, holding them
+// for hold (its reservations drawn from campaign's pool; nil: from their
+// SKUs), through the pipeline every buy shares: on success Redis is
+// settled to what the database recorded; on failure the pipeline puts
+// Redis right, and a duplicate of b's key answers the first order.
+func (s *Service) write(ctx context.Context, b Buy, lines []inventory.Line, results []int64, hold time.Duration,
+	campaign *string, adm sale.Admitted) (*Order, error) {
 	id := uuid.Must(uuid.NewV7()).String()
 	now := s.now()
-	o := &Order{ID: id, UserID: userID, Status: Pending, ReservationToken: id, ExpiresAt: now.Add(hold), CreatedAt: now, UpdatedAt: now}
-	if idemKey != "" {
-		o.IdempotencyKey = &idemKey
+	o := &Order{ID: id, UserID: b.User, Status: Pending, ReservationToken: id, ExpiresAt: now.Add(hold), CreatedAt: now, UpdatedAt: now}
+	if b.Key != "" {
+		o.IdempotencyKey = &b.Key
 	}
-	req := &groupcommit.Request{Record: orderRecord(o), Buyer: userID}
+	req := &groupcommit.Request{Record: orderRecord(o), Buyer: b.User}
 	for i, l := range lines {
 		o.Items = append(o.Items, Item{OrderID: id, SKU: l.SKU, Qty: l.Qty})
 		req.Rows = append(req.Rows, arbiter.Reservation{Token: id, SKU: l.SKU, OrderID: &o.ID, Qty: l.Qty, State: arbiter.Held,
 			Result: results[i], ExpiresAt: o.ExpiresAt, CreatedAt: now, UpdatedAt: now, CampaignID: campaign})
 	}
-	fences, err := s.orders.Write(ctx, req)
-	if err != nil {
-		return nil, err
+	sl := sale.Sale[*Order]{Token: id, Request: req, Admitted: adm,
+		Written: func(map[string]arbiter.Fence) *Order {
+			s.cfg.OnCreated(ctx, o)
+			s.count(Pending)
+			return o
+		}}
+	if b.Key != "" {
+		sl.Duplicate = func(ctx context.Context) (*Order, error) { // a concurrent retry wrote it first
+			winner, err := s.byIdempotencyKey(ctx, b.User, b.Key)
+			if err != nil {
+				return nil, err
+			}
+			return sameOrder(winner, lines)
+		}
 	}
-	settle(o.ReservationToken, fences)
-	s.cfg.OnCreated(ctx, o)
-	s.count(Pending)
-	return o, nil
+	return sale.Write(ctx, s.sales, sl)
 }
 
 func (s *Service) byIdempotencyKey(ctx context.Context, userID, key string) (*Order, error) {

@@ -26,7 +26,6 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/breaker"
 	"github.com/acme/inventory/internal/campaign"
 	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/counts"
@@ -92,7 +91,6 @@ type Server struct {
 	counts   *counts.Service
 	onPut    func()
 	soldOut  *SoldOut
-	limits   sync.Map // sku -> cachedLimit
 	// soldOutBodies holds, per SKU, the encoded answer to a purchase the
 	// sold-out flag refuses: the cheapest answer the service gives, so it is
 	// written as bytes, not rebuilt per request.
@@ -103,11 +101,6 @@ type Server struct {
 	countdowns   sync.Map // campaign id -> *countdown (see pollAnswer)
 	log          *slog.Logger
 	e            *echo.Echo
-}
-
-type cachedLimit struct {
-	limit int64
-	until time.Time
 }
 
 // Services are the domain services the routes call.
@@ -363,7 +356,7 @@ func (s *Server) putSKU(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s.limits.Delete(sku)
+	s.orders.LimitChanged(sku)
 	return skuAnswer(c, v)
 }
 
@@ -793,12 +786,8 @@ func (s *Server) seckill(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	limit, err := s.limit(ctx, sku)
-	if err != nil {
-		return err
-	}
-	o, err := s.orders.SeckillHold(ctx, user, sku, limit, hold)
+	o, err := s.orders.Buy(c.Request().Context(), order.Buy{Kind: order.Seckill, User: user,
+		Lines: []inventory.Line{{SKU: sku, Qty: 1}}, Hold: hold})
 	s.cfg.Metrics.deduction(err, 0)
 	if err != nil {
 		if errors.Is(err, inventory.ErrInsufficientStock) {
@@ -807,25 +796,4 @@ func (s *Server) seckill(c echo.Context) error {
 		return err
 	}
 	return created(c, o)
-}
-
-// limit is sku's per-user limit, cached for a few seconds so the hot path
-// does not read the database per request.
-func (s *Server) limit(ctx context.Context, sku string) (int64, error) {
-	now := s.cfg.Now()
-	if v, ok := s.limits.Load(sku); ok && now.Before(v.(cachedLimit).until) {
-		return v.(cachedLimit).limit, nil
-	}
-	l, err := s.catalog.Limit(ctx, sku)
-	if v, ok := s.limits.Load(sku); ok && breaker.Unreachable(err) {
-		// The database is out of reach: the last limit read stands, so a
-		// sold-out SKU is still answered 409 by Redis (and nothing can be
-		// recorded meanwhile anyway).
-		return v.(cachedLimit).limit, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	s.limits.Store(sku, cachedLimit{limit: l, until: now.Add(5 * time.Second)})
-	return l, nil
 }

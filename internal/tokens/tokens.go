@@ -19,6 +19,7 @@ import (
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/followup"
 	"github.com/acme/inventory/internal/groupcommit"
+	"github.com/acme/inventory/internal/sale"
 	"github.com/acme/inventory/stock"
 )
 
@@ -54,11 +55,11 @@ const tokenMargin = time.Minute
 
 // Service runs the token API.
 type Service struct {
-	db     *gorm.DB
-	stock  *stock.Store
-	redis  followup.Redis
-	writer *groupcommit.Writer
-	cfg    Config
+	db    *gorm.DB
+	stock *stock.Store
+	redis followup.Redis
+	sales sale.Pipeline
+	cfg   Config
 }
 
 // New is the token API on db and st, recording reservations through w.
@@ -78,7 +79,8 @@ func New(db *gorm.DB, st *stock.Store, w *groupcommit.Writer, cfg Config) *Servi
 	if cfg.OnOutbox == nil {
 		cfg.OnOutbox = func() {}
 	}
-	return &Service{db: db, stock: st, redis: followup.Redis{Stock: st, Log: cfg.Logger}, writer: w, cfg: cfg}
+	f := followup.Redis{Stock: st, Log: cfg.Logger}
+	return &Service{db: db, stock: st, redis: f, sales: sale.Pipeline{Writer: w, Redis: f}, cfg: cfg}
 }
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Microsecond) }
@@ -140,24 +142,17 @@ func (s *Service) ReserveHold(ctx context.Context, sku string, qty int64, token 
 	now := s.now()
 	row := arbiter.Reservation{Token: key, SKU: sku, Qty: qty, State: arbiter.Held, Result: adm.Remaining,
 		ExpiresAt: now.Add(hold), CreatedAt: now, UpdatedAt: now}
-	fences, err := s.writer.Write(ctx, &groupcommit.Request{Rows: []arbiter.Reservation{row}})
-	if err != nil {
-		s.redis.Unwind(ctx, err, func(ctx context.Context) error {
-			return s.stock.Undo(ctx, sku, qty, adm, key) // the token forgotten with the units
-		}, func(ctx context.Context) error {
-			// Forgotten all the same, so the client's retry asks the
-			// database (the first answer, or a new reservation) rather than
-			// be told the first call is still in progress for the token's
-			// whole life in Redis.
-			return errors.Join(s.stock.ForgetToken(ctx, sku, key), s.stock.Realign(ctx, sku))
-		}, "sku", sku)
-		if arbiter.IsDuplicate(err) { // Redis forgot the token (a key loss): the database remembers
-			return s.replay(ctx, sku, qty, key)
-		}
-		return Held{}, s.redis.Refused(ctx, err, false)
-	}
-	s.redis.Settle(ctx, key, []inventory.Line{{SKU: sku, Qty: qty}}, []stock.Admission{adm}, fences, "", false)
-	return Held{Result: adm.Remaining, ExpiresAt: row.ExpiresAt}, nil
+	line := inventory.Line{SKU: sku, Qty: qty}
+	return sale.Write(ctx, s.sales, sale.Sale[Held]{Token: key, Request: &groupcommit.Request{Rows: []arbiter.Reservation{row}},
+		// Given back or of unknown outcome, Redis forgets the token with
+		// the units, so the client's retry asks the database (the first
+		// answer, or a new reservation) rather than be told the first call
+		// is still in progress for the token's whole life in Redis.
+		Admitted: sale.Lines{Lines: []inventory.Line{line}, Adm: []stock.Admission{adm}, Token: key},
+		Written:  func(map[string]arbiter.Fence) Held { return Held{Result: adm.Remaining, ExpiresAt: row.ExpiresAt} },
+		// Redis forgot the token (a key loss): the database remembers.
+		Duplicate: func(ctx context.Context) (Held, error) { return s.replay(ctx, sku, qty, key) },
+	})
 }
 
 // replay answers a token seen before from its database row.
