@@ -596,7 +596,7 @@ type ExtendSeconds = int64
 // most INVENTORY_MAX_HOLD (default 7200). Omitted: the order TTL.
 type HoldSeconds = int64
 
-// ID 1-64 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit (order ids, user ids, payment ids).
+// ID 1-64 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit (user ids, payment ids).
 type ID = string
 
 // Item defines model for Item.
@@ -678,8 +678,8 @@ type Order struct {
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
 
-	// Id 1-64 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit (order ids, user ids, payment ids).
-	Id ID `json:"id"`
+	// Id 1-40 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit; the service names orders with UUIDv7s.
+	Id OrderID `json:"id"`
 
 	// Items one line per SKU (repeated SKUs merged), sorted by SKU
 	Items []Item `json:"items"`
@@ -687,7 +687,7 @@ type Order struct {
 	// PaidAt present once a payment was recorded
 	PaidAt *time.Time `json:"paid_at,omitempty"`
 
-	// PaymentId 1-64 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit (order ids, user ids, payment ids).
+	// PaymentId 1-64 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit (user ids, payment ids).
 	PaymentId *ID `json:"payment_id,omitempty"`
 
 	// ShippedAt present once the order's lines left the warehouse (POST /v1/orders/{id}/ship)
@@ -700,7 +700,7 @@ type Order struct {
 	Status    OrderStatus `json:"status"`
 	UpdatedAt time.Time   `json:"updated_at"`
 
-	// UserId 1-64 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit (order ids, user ids, payment ids).
+	// UserId 1-64 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit (user ids, payment ids).
 	UserId ID `json:"user_id"`
 }
 
@@ -709,6 +709,9 @@ type Order struct {
 // CANCELLED -> REFUND_REQUIRED (payment after the buyer cancelled);
 // REFUND_REQUIRED -> REFUNDED.
 type OrderStatus string
+
+// OrderID 1-40 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit; the service names orders with UUIDv7s.
+type OrderID = string
 
 // OrderPage defines model for OrderPage.
 type OrderPage struct {
@@ -916,8 +919,8 @@ type IfMatch = string
 // Limit defines model for limit.
 type Limit = int
 
-// OrderId 1-64 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit (order ids, user ids, payment ids).
-type OrderId = ID
+// OrderId 1-40 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit; the service names orders with UUIDv7s.
+type OrderId = OrderID
 
 // RequestId defines model for requestId.
 type RequestId = string
@@ -1214,8 +1217,8 @@ type ShipOrderParams struct {
 
 // PaymentCallbackJSONBody defines parameters for PaymentCallback.
 type PaymentCallbackJSONBody struct {
-	// OrderId 1-64 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit (order ids, user ids, payment ids).
-	OrderId ID `json:"order_id"`
+	// OrderId 1-40 characters of A-Z a-z 0-9 . _ : -, starting with a letter or digit; the service names orders with UUIDv7s.
+	OrderId OrderID `json:"order_id"`
 
 	// PaymentId the ID pattern (checked for SUCCESS)
 	PaymentId string                        `json:"payment_id"`

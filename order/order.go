@@ -77,19 +77,3 @@ func (o *Order) Lines() []inventory.Line {
 
 // Statuses are every order status.
 var Statuses = []Status{Pending, Paid, Cancelled, Expired, Refunded, RefundRequired}
-
-// ValidateID checks an order id or a user id (what names it in the
-// error): 1-64 characters of A-Z a-z 0-9 . _ : -, starting with a letter
-// or digit. Every buy checks its buyer's: a loop, not a regular
-// expression.
-func ValidateID(what, v string) error {
-	ok := len(v) >= 1 && len(v) <= 64
-	for i := 0; ok && i < len(v); i++ {
-		b := v[i]
-		ok = 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || i > 0 && (b == '.' || b == '_' || b == ':' || b == '-')
-	}
-	if !ok {
-		return inventory.Invalidf("%s must be 1-64 characters of A-Z a-z 0-9 . _ : -", what)
-	}
-	return nil
-}

@@ -146,7 +146,7 @@ func (s *Service) Holds() inventory.Holds {
 
 // Get returns the order with its items.
 func (s *Service) Get(ctx context.Context, id string) (*Order, error) {
-	if err := ValidateID("order id", id); err != nil {
+	if err := inventory.ValidateOrderID("order id", id); err != nil {
 		return nil, err
 	}
 	return s.get(s.db.WithContext(ctx), id, false)
@@ -266,7 +266,7 @@ func (s *Service) BuyCampaign(ctx context.Context, userID, idemKey string, c Cam
 
 // buy is Buy with a seckill's limit read by limit.
 func (s *Service) buy(ctx context.Context, b Buy, limit func(ctx context.Context, sku string) (int64, error)) (*Order, error) {
-	if err := ValidateID("user_id", b.User); err != nil {
+	if err := inventory.ValidateUserID(b.User); err != nil {
 		return nil, err
 	}
 	if err := inventory.ValidateIdempotencyKey(b.Key); err != nil {
@@ -440,7 +440,7 @@ func (s *Service) Expire(ctx context.Context, id string) (bool, error) {
 // transaction: the conditional transition picks one winner, so a cancel and
 // a timeout racing on two nodes give the units back once.
 func (s *Service) close(ctx context.Context, id string, to Status, cond func(*gorm.DB) *gorm.DB) (*Order, error) {
-	if err := ValidateID("order id", id); err != nil {
+	if err := inventory.ValidateOrderID("order id", id); err != nil {
 		return nil, err
 	}
 	var won bool
@@ -494,11 +494,11 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 // ErrInvalidArgument, ErrNotFound, ErrForbidden (another buyer's order),
 // ErrConflict (not PENDING, past its deadline, past the maximum).
 func (s *Service) Extend(ctx context.Context, id, userID, idemKey string, by time.Duration) (*Order, error) {
-	if err := ValidateID("order id", id); err != nil {
+	if err := inventory.ValidateOrderID("order id", id); err != nil {
 		return nil, err
 	}
 	if userID != "" {
-		if err := ValidateID("user_id", userID); err != nil {
+		if err := inventory.ValidateUserID(userID); err != nil {
 			return nil, err
 		}
 	}
@@ -579,10 +579,10 @@ func (s *Service) whyNotExtended(o *Order, userID, idemKey string, now, until ti
 // REFUND_REQUIRED; a CANCELLED order (the buyer cancelled) becomes
 // REFUND_REQUIRED.
 func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error) {
-	if err := ValidateID("order id", id); err != nil {
+	if err := inventory.ValidateOrderID("order id", id); err != nil {
 		return nil, err
 	}
-	if err := ValidateID("payment_id", paymentID); err != nil {
+	if err := inventory.ValidatePaymentID(paymentID); err != nil {
 		return nil, err
 	}
 	var chs []inventory.Change
@@ -739,7 +739,7 @@ func (s *Service) markPaid(tx *gorm.DB, o *Order, paymentID, token string) (*Ord
 // applies them, after their deduction. A REFUND_REQUIRED order (it never took
 // stock) just becomes REFUNDED.
 func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
-	if err := ValidateID("order id", id); err != nil {
+	if err := inventory.ValidateOrderID("order id", id); err != nil {
 		return nil, err
 	}
 	o, err := s.inTx(ctx, func(tx *gorm.DB) (*Order, error) {

@@ -21,7 +21,7 @@ import (
 // shipped_at is this node's clock, as the stock movements' created_at
 // (not Config.Now): a count compares the two.
 func (s *Service) Ship(ctx context.Context, id string) (*Order, error) {
-	if err := ValidateID("order id", id); err != nil {
+	if err := inventory.ValidateOrderID("order id", id); err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)

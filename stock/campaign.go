@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"time"
@@ -76,17 +75,12 @@ const CampaignKeysLinger = time.Hour
 // without Config.InitCampaign.
 var errNoCampaigns = errors.New("stock: campaigns need Config.InitCampaign")
 
-// campaignIDPattern is a SKU's alphabet: no colon and no brace, so a
-// campaign's keys are neither another campaign's nor a token's, and keep the
-// SKU's hash tag.
-var campaignIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
 func (s *Store) validateCampaign(c Campaign) error {
 	if s.cfg.InitCampaign == nil {
 		return errNoCampaigns
 	}
-	if !campaignIDPattern.MatchString(c.ID) {
-		return inventory.Invalidf("campaign id must be 1-64 characters of A-Z a-z 0-9 . _ -, got %q", inventory.Truncate(c.ID))
+	if err := inventory.ValidateCampaignID(c.ID); err != nil {
+		return err
 	}
 	return inventory.ValidateSKU(c.SKU)
 }
@@ -99,7 +93,7 @@ func (s *Store) validateCampaignQty(c Campaign, qty int64) error {
 }
 
 func validateBuyer(b Buyer) error {
-	if err := inventory.ValidateToken(b.User); err != nil {
+	if err := inventory.ValidateUserID(b.User); err != nil {
 		return err
 	}
 	if b.Limit <= 0 {

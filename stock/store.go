@@ -211,7 +211,7 @@ func (s *Store) AdmitBuyer(ctx context.Context, sku string, qty int64, b Buyer) 
 	if err := s.validate(sku, qty); err != nil {
 		return Admission{}, err
 	}
-	if err := inventory.ValidateToken(b.User); err != nil {
+	if err := inventory.ValidateUserID(b.User); err != nil {
 		return Admission{}, err
 	}
 	if b.Limit <= 0 {
@@ -398,7 +398,7 @@ func (s *Store) UndoBuyer(ctx context.Context, sku string, qty int64, adm Admiss
 	if err := s.validate(sku, qty); err != nil {
 		return err
 	}
-	if err := inventory.ValidateToken(user); err != nil {
+	if err := inventory.ValidateUserID(user); err != nil {
 		return err
 	}
 	return s.undo(ctx, sku, qty, append(admitKeys(sku, ""), buyersKey(sku)), []any{qty, adm.Epoch, user})

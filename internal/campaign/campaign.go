@@ -152,27 +152,11 @@ func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Micro
 // in no SKU).
 func SoldOutKey(id string) string { return "c:" + id }
 
-// ValidateID checks a campaign id: 1-60 characters of a SKU's alphabet,
-// starting with a letter or digit (its Redis keys carry no colon or brace),
-// short enough that "c:" + id names its quota. Every buy checks it, before
-// the opening too: a loop, not a regular expression.
-func ValidateID(id string) error {
-	ok := len(id) >= 1 && len(id) <= 60
-	for i := 0; ok && i < len(id); i++ {
-		b := id[i]
-		ok = 'a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || i > 0 && (b == '.' || b == '_' || b == '-')
-	}
-	if !ok {
-		return inventory.Invalidf("campaign id must be 1-60 characters of A-Z a-z 0-9 . _ -, got %q", inventory.Truncate(id))
-	}
-	return nil
-}
-
 // maxWindow bounds a campaign's window: a flash sale, not a catalog.
 const maxWindow = 90 * 24 * time.Hour
 
 func (s *Service) validate(id string, spec Spec, now time.Time) error {
-	if err := ValidateID(id); err != nil {
+	if err := inventory.ValidateCampaignID(id); err != nil {
 		return err
 	}
 	if err := inventory.ValidateSKU(spec.SKU); err != nil {
@@ -253,7 +237,7 @@ func (s *Service) forget(id string) {
 // Get is campaign id's view, at most Staleness old (its state and now as
 // of the answer; see Staleness for how a node keeps it so).
 func (s *Service) Get(ctx context.Context, id string) (View, error) {
-	if err := ValidateID(id); err != nil {
+	if err := inventory.ValidateCampaignID(id); err != nil {
 		return View{}, err
 	}
 	c, ok := s.cached(id)
@@ -399,7 +383,7 @@ func (s *Service) stated(v View) View {
 // End ends campaign id now: its window closes and the unsold rest returns
 // to the SKU in one movement. Ending an ended campaign changes nothing.
 func (s *Service) End(ctx context.Context, id string) (View, error) {
-	if err := ValidateID(id); err != nil {
+	if err := inventory.ValidateCampaignID(id); err != nil {
 		return View{}, err
 	}
 	var freed arbiter.Freed
@@ -494,7 +478,7 @@ func (s *Service) defined(id string, gen uint64, t time.Time) {
 func (s *Service) Buy(ctx context.Context, id, userID, idemKey string) (*order.Order, error) {
 	// Checked before the window, as the sale would check them: a bad
 	// request gets its own answer, before the opening too.
-	if err := order.ValidateID("user_id", userID); err != nil {
+	if err := inventory.ValidateUserID(userID); err != nil {
 		return nil, err
 	}
 	if err := inventory.ValidateIdempotencyKey(idemKey); err != nil {

@@ -24,7 +24,7 @@ func campaignParam(c echo.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return id, campaign.ValidateID(id)
+	return id, inventory.ValidateCampaignID(id)
 }
 
 // putCampaign creates or changes a campaign (admin; If-Match like SKUs).

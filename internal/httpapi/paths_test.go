@@ -42,7 +42,7 @@ func TestPathParametersDecodedOnce(t *testing.T) {
 	badSKU := func(name string) string {
 		return errBody("invalid_argument", fmt.Sprintf("sku must be 1-64 characters of A-Z a-z 0-9 . _ -, got %q", name))
 	}
-	badID := errBody("invalid_argument", "order id must be 1-64 characters of A-Z a-z 0-9 . _ : -")
+	badID := errBody("invalid_argument", "order id must be 1-40 characters of A-Z a-z 0-9 . _ : -")
 
 	// Spellings of a name: the same name, or refused.
 	same := func(name string) []string {
@@ -204,4 +204,21 @@ func FuzzPathAddressesItsOneDecoding(f *testing.F) {
 			}
 		}
 	})
+}
+
+// An order id is at most 40 characters, as orders.id stores it: a longer
+// one names no order that could exist and is refused as malformed (it was
+// a 404 once, when the order layer's rule allowed 64); one of 40 that names
+// no order is a 404.
+func TestOrderIDLongerThanItsColumnIsMalformed(t *testing.T) {
+	a := embeddedApp(t)
+	h := storefront(t, a)
+	admin := []string{"Authorization", "Bearer " + a.Cfg.AdminToken}
+	badID := errBody("invalid_argument", "order id must be 1-40 characters of A-Z a-z 0-9 . _ : -")
+	for _, n := range []int{41, 64, 65} {
+		expect(t, h, "GET", "/v1/orders/"+strings.Repeat("a", n), "", 400, badID)
+		expect(t, h, "POST", "/v1/orders/"+strings.Repeat("a", n)+"/refund", "", 400, badID, admin...)
+	}
+	code, body := call(t, h, "GET", "/v1/orders/"+strings.Repeat("a", 40), "")
+	require.Equal(t, 404, code, body)
 }

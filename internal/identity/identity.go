@@ -11,13 +11,14 @@ package identity
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/acme/inventory"
 )
 
 // Header carries the buyer's token.
@@ -26,9 +27,6 @@ const Header = "X-Buyer-Token"
 // ErrInvalid: the buyer token is missing, malformed, expired, or not signed
 // with the configured key.
 var ErrInvalid = errors.New("invalid buyer token")
-
-// subjectPattern is what a user id may be (the order package's id rule).
-var subjectPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
 
 // The defaults of Options: the audience a buyer token must name (this
 // service), the issuer it must come from (the storefront), and the longest
@@ -212,7 +210,7 @@ func (v *Verifier) verify(token string) (string, time.Time, error) {
 	if claims.ExpiresAt.Sub(v.now()) > v.maxTTL+v.leeway {
 		return "", time.Time{}, fmt.Errorf("%w: its exp is more than %s ahead; sign buyer tokens for less", ErrInvalid, shortDuration(v.maxTTL))
 	}
-	if !subjectPattern.MatchString(claims.Subject) {
+	if inventory.ValidateUserID(claims.Subject) != nil {
 		return "", time.Time{}, fmt.Errorf("%w: its sub must be a user id (1-64 characters of A-Z a-z 0-9 . _ : -)", ErrInvalid)
 	}
 	return claims.Subject, claims.ExpiresAt.Time, nil

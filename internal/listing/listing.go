@@ -188,7 +188,7 @@ type OrderPage struct {
 // orders are read in one more query.
 func (r *Reader) Orders(ctx context.Context, q OrderQuery) (*OrderPage, error) {
 	if q.UserID != "" {
-		if err := order.ValidateID("user_id", q.UserID); err != nil {
+		if err := inventory.ValidateUserID(q.UserID); err != nil {
 			return nil, err
 		}
 	}
@@ -198,7 +198,7 @@ func (r *Reader) Orders(ctx context.Context, q OrderQuery) (*OrderPage, error) {
 	if !q.CreatedFrom.IsZero() && !q.CreatedTo.IsZero() && !q.CreatedFrom.Before(q.CreatedTo) {
 		return nil, inventory.Invalidf("created_from must be before created_to")
 	}
-	if q.After != "" && order.ValidateID("cursor", q.After) != nil {
+	if q.After != "" && inventory.ValidateOrderID("cursor", q.After) != nil {
 		return nil, inventory.Invalidf("cursor must name an order")
 	}
 	limit, err := pageLimit(q.Limit)
