@@ -333,6 +333,42 @@ func arbitrate(ctx context.Context, _ *costRig, tx costTx, ids []string, _ time.
 	return errors.Join(rows.Err(), rows.Close())
 }
 
+// arbitrateFolded is arbitrate with the hot row's statements folded
+// (issue 43, item 6), as a writer could send them: the limit the batch's
+// quotas were counted under is checked by the UPDATE itself
+// (per_user_limit = the limit the writer last read with a fence; a SKU
+// whose limit changed refuses the batch, which then reads the limits as
+// arbitrate does), and the fence is read from the user variables the
+// UPDATE set, not from the row: one statement on the table, one that
+// reads no table.
+func arbitrateFolded(ctx context.Context, _ *costRig, tx costTx, ids []string, _ time.Time) error {
+	res, err := tx.ExecContext(ctx, `UPDATE skus SET reserved = reserved + ?, seq = (@seq := seq + 1),
+		movement_position = (@position := movement_position + ?), redis_epoch = (@epoch := redis_epoch)
+		WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?) AND per_user_limit = ?`, len(ids), len(ids), "FLASH", len(ids), 0)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("the hot row refused %d", len(ids))
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT @seq, @epoch, @position`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var seq, epoch, position int64
+		if err := rows.Scan(&seq, &epoch, &position); err != nil {
+			_ = rows.Close()
+			return err
+		}
+		if seq <= 0 || position <= 0 {
+			_ = rows.Close()
+			return fmt.Errorf("the fence read from the UPDATE's variables: seq %d, position %d", seq, position)
+		}
+	}
+	return errors.Join(rows.Err(), rows.Close())
+}
+
 // costVariants: each row's index entries are its primary key and the
 // secondary indexes of its table (orders 7, order_items 1, reservations 4
 // since migration 25's stock_reservations_campaign, movements 2; the
@@ -382,6 +418,15 @@ func costVariants() []costVariant {
 			steps: []costStep{designSales("d5_lean", true, false), arbitrate}, mode: ownConn},
 		{name: "probe, not a product design: one row per sale, 16-byte ids, PRIMARY and (sku, res_state) only (no listing, no sweep index)", rows: 1, entries: 2, trips: 6,
 			steps: []costStep{designSales("d6_probe", true, false), arbitrate}, mode: ownConn},
+
+		// The hot row's statements folded (arbitrateFolded): the limits
+		// read checked by the UPDATE, the fence read from its variables.
+		{name: "the hot row alone, folded (UPDATE checking the limit, the fence from its variables)", rows: 0, entries: 0, trips: 4,
+			steps: []costStep{arbitrateFolded}},
+		{name: "bound, folded: the floor's row and the hot row's folded statements in one commit, prepared on each writer's connection", rows: 1, entries: 1, trips: 5,
+			steps: []costStep{insertFloor, arbitrateFolded}, mode: ownConn},
+		{name: "probe, folded: the probe's one row (two index entries) and the hot row's folded statements", rows: 1, entries: 2, trips: 5,
+			steps: []costStep{designSales("d6_probe", true, false), arbitrateFolded}, mode: ownConn},
 	}
 }
 
