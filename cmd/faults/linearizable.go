@@ -735,11 +735,50 @@ func search(h []porcupine.Operation, timeout time.Duration) porcupine.CheckResul
 		if len(misfits) == 0 {
 			return porcupine.Ok
 		}
+		for _, m := range misfits {
+			if overLimitImpossible(h, m) {
+				return porcupine.Illegal // no search can place it: say so now, not after the whole search
+			}
+		}
 		searched = append(searched, misfits...)
 		refusals = slices.DeleteFunc(refusals, func(o porcupine.Operation) bool {
 			return slices.ContainsFunc(misfits, func(m porcupine.Operation) bool { return m.Input == o.Input })
 		})
 	}
+}
+
+// overLimitImpossible says whether r, a refusal for the buyer's per-user
+// limit, fits nowhere in h whatever the order: in the model a buyer's
+// count only grows by the units of the buyer's own holds (a late payment
+// counts again only what the timeout gave back), so it never exceeds the
+// units of the buyer's creates sent before r was answered; and the limit
+// in force is one a put (or the campaign) set before then. When that
+// count, with what was in flight beside r and r's own units, stays within
+// the smallest such limit, r is wrong in every linearization. Without this
+// the search refutes such a refusal only by trying every order of the
+// operations around it, which a busy history does not allow in its time.
+func overLimitImpossible(h []porcupine.Operation, r porcupine.Operation) bool {
+	rin := r.Input.(*skuInput)
+	if rin.kind != opCreate || rin.out != outRefused || !rin.limit || rin.user == "" {
+		return false
+	}
+	var units int64
+	least := int64(-1) // the smallest positive limit set before r was answered
+	for _, o := range h {
+		in := o.Input.(*skuInput)
+		if o.Call >= r.Return || in.out == outRefused {
+			continue
+		}
+		switch {
+		case in.kind == opCreate && in.user == rin.user:
+			units += in.qty // a campaign's too: paid late, it counts against the SKU's limit
+		case in.kind == opSet && !rin.camp, in.kind == opCampaign && rin.camp:
+			if l := in.op.Limit; l > 0 && (least < 0 || l < least) {
+				least = l
+			}
+		}
+	}
+	return least < 0 || units+rin.inflight+rin.qty <= least
 }
 
 // fit places the refusals into the linearization lin of the other

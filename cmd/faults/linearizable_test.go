@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -223,4 +224,40 @@ func TestNeverTakenAdmissionHoldsItsBuyersCount(t *testing.T) {
 	late := lost
 	late.Call = ms(3002)
 	assert.Equal(t, "NO", check(late), "sent after the refusal was answered: it held nothing then")
+}
+
+// A refusal for the buyer's limit that no order of the history can explain
+// is refuted at once (overLimitImpossible), not by a search through every
+// order of the operations around it; one that some order explains is not.
+func TestOverLimitRefusalNothingExplains(t *testing.T) {
+	refusal := func(call, ret int) histOp { return refused("u1", 1, "conflict", call, ret) }
+	cases := []struct {
+		name string
+		ops  []histOp
+		want bool
+	}{
+		{"one unit bought of a limit of 2", []histOp{set("S", 10, 2, 0, 1), buy("o1", "u1", 1, 2, 3), refusal(3000, 3001)}, true},
+		{"no limit set", []histOp{set("S", 10, 0, 0, 1), buy("o1", "u1", 1, 2, 3), refusal(3000, 3001)}, true},
+		{"two units bought of a limit of 2", []histOp{set("S", 10, 2, 0, 1), buy("o1", "u1", 1, 2, 3), buy("o2", "u1", 1, 4, 5), refusal(3000, 3001)}, false},
+		{"a second buy still in flight", []histOp{set("S", 10, 2, 0, 1), buy("o1", "u1", 1, 2, 3), buy("o2", "u1", 1, 2999, 3002), refusal(3000, 3001)}, false},
+		{"an unanswered buy of the buyer", []histOp{set("S", 10, 2, 0, 1), buy("o1", "u1", 1, 2, 3), unknown(buy("", "u1", 1, 10, 11)), refusal(3000, 3001)}, false},
+		{"a limit of 1, raised to 2 while the refusal was in flight", []histOp{set("S", 10, 1, 0, 1), buy("o1", "u1", 1, 2, 3), set("S", 10, 2, 5, 4000), refusal(3000, 3001)}, false},
+		{"another buyer's units", []histOp{set("S", 10, 2, 0, 1), buy("o1", "u1", 1, 2, 3), buy("o2", "u2", 1, 4, 5), refusal(3000, 3001)}, true},
+	}
+	for _, c := range cases {
+		parts := partition(c.ops, histConfig{Stale: 250 * time.Millisecond, OrderHold: 3 * time.Second, Base: histBase})
+		var r porcupine.Operation
+		for _, o := range parts["S"] {
+			if o.Input.(*skuInput).out == outRefused {
+				r = o
+			}
+		}
+		require.NotNil(t, r.Input, c.name)
+		assert.Equal(t, c.want, overLimitImpossible(parts["S"], r), c.name)
+		want := "yes"
+		if c.want {
+			want = "NO"
+		}
+		assert.Equal(t, want, checkOps(t, 250*time.Millisecond, c.ops...).Result, c.name)
+	}
 }
