@@ -153,6 +153,7 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 	}
 	ops = foldReplays(foldRetries(ops))
 	inflight := admitted(ops, cfg.Never, campSKU, cfg.Stale)
+	unanswered := unansweredTokens(ops, cfg.Never)
 	out := map[string][]porcupine.Operation{}
 	add := func(sku string, op *histOp, in *skuInput, call, ret time.Duration) {
 		in.op = op
@@ -210,6 +211,8 @@ func partition(ops []histOp, cfg histConfig) map[string][]porcupine.Operation {
 				switch {
 				case op.Code == "insufficient_stock":
 				case limit && (camp || isSeckill(op)):
+				case op.Code == "conflict" && op.Token != "" && strings.HasSuffix(op.Msg, tokenInProgress) && pendingToken(op, unanswered):
+					continue // "in progress; retry": an earlier attempt went unanswered, as the answer says
 				case op.Code == "conflict" && op.Token != "":
 				default:
 					continue // refused for something the model does not judge (the buyer's token, the window, a key reused)
@@ -493,6 +496,40 @@ func foldReplays(ops []histOp) []histOp {
 		out = append(out, op)
 	}
 	return out
+}
+
+// tokenInProgress ends the token API's answer to a deduct whose token
+// Redis remembers and the database does not have: another attempt of it
+// is still writing, or its node died after Redis admitted it (the token
+// stays remembered until its key expires).
+const tokenInProgress = "a reservation with this token is in progress; retry"
+
+// unansweredTokens is, for each SKU and token, when the first deduct of
+// it that went unanswered (whether or not the database took it) was sent.
+func unansweredTokens(ops, never []histOp) map[[2]string]time.Duration {
+	out := map[[2]string]time.Duration{}
+	for _, list := range [][]histOp{ops, never} {
+		for _, op := range list {
+			if op.Kind != opCreate || op.Token == "" || op.Out != outUnknown || len(op.Lines) != 1 {
+				continue
+			}
+			k := [2]string{op.Lines[0].SKU, op.Token}
+			if at, ok := out[k]; !ok || op.Call < at {
+				out[k] = op.Call
+			}
+		}
+	}
+	return out
+}
+
+// pendingToken: a deduct refused as in progress had an attempt of its
+// token sent before it that went unanswered, which the answer names.
+func pendingToken(op *histOp, unanswered map[[2]string]time.Duration) bool {
+	if len(op.Lines) != 1 {
+		return false
+	}
+	at, ok := unanswered[[2]string{op.Lines[0].SKU, op.Token}]
+	return ok && at < op.Ret
 }
 
 // refusal names a refused create and the SKU it was refused on.

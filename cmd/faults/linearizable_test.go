@@ -261,3 +261,27 @@ func TestOverLimitRefusalNothingExplains(t *testing.T) {
 		assert.Equal(t, want, checkOps(t, 250*time.Millisecond, c.ops...).Result, c.name)
 	}
 }
+
+// A deduct whose node died after Redis admitted it leaves its token
+// remembered in Redis and unknown to the database: the client's retry is
+// answered 409 "in progress; retry" (kill-inventoryd, 2026-11-29). With
+// that earlier attempt unanswered (kept as never taken, or still unknown)
+// the answer is what the service promises; with none, it is a violation.
+func TestTokenInProgressNeedsAnUnansweredAttempt(t *testing.T) {
+	retry := deduct("t1", 1, 3000, 3001)
+	retry.Out, retry.Status, retry.Code, retry.Msg = outRefused, 409, "conflict", "inventory: conflict: "+tokenInProgress
+	first := unknown(deduct("t1", 1, 100, 101))
+	check := func(never []histOp, ops ...histOp) string {
+		return checkHistory(append([]histOp{set("S", 10, 0, 0, 1)}, ops...), histConfig{Stale: 250 * time.Millisecond,
+			OrderHold: 3 * time.Second, Timeout: 10 * time.Second, Base: histBase, Never: never}).Result
+	}
+	assert.Equal(t, "NO", check(nil, retry), "no earlier attempt: nothing is in progress")
+	assert.Equal(t, "yes", check([]histOp{first}, retry), "the first attempt died after Redis admitted it")
+	assert.Equal(t, "yes", check(nil, first, retry), "the first attempt's outcome is unknown")
+	other := first
+	other.Token = "t2"
+	assert.Equal(t, "NO", check([]histOp{other}, retry), "another token's attempt is not this one's")
+	late := first
+	late.Call = ms(3002)
+	assert.Equal(t, "NO", check([]histOp{late}, retry), "sent after the refusal was answered")
+}
