@@ -193,6 +193,7 @@ func main() {
 		table := dbCost(ctx, *mysqlDSN)
 		prog.finish()
 		fmt.Print(table)
+		must(os.MkdirAll(dirOf(*out), 0o755))
 		must(os.WriteFile(strings.TrimSuffix(*out, ".md")+"-dbcost.md", []byte(table), 0o644))
 		return
 	case "sync":
