@@ -29,6 +29,19 @@ func (c countingTx) QueryContext(ctx context.Context, query string, args ...any)
 	return c.costTx.QueryContext(ctx, query, args...)
 }
 
+// costDB is a test database with dbcost's schema.
+func costDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := testenv.MySQL(t).DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := costSchema(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
 // Each dbcost variant's rows, index entries and round trips per commit are
 // what it writes and sends: one group commit of each on a migrated
 // database, the rows every table gained, each times the table's indexes
@@ -36,13 +49,7 @@ func (c countingTx) QueryContext(ctx context.Context, query string, args ...any)
 // anyone remembering to), and the statements between BEGIN and COMMIT.
 func TestCostVariantsCountWhatTheyWrite(t *testing.T) {
 	ctx := context.Background()
-	db, err := testenv.MySQL(t).DB()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := costSchema(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := costDB(t)
 	indexes := map[string]int{}
 	rows, err := db.QueryContext(ctx, `SELECT t.table_name, COUNT(DISTINCT s.index_name)
 		FROM information_schema.tables t LEFT JOIN information_schema.statistics s
@@ -156,13 +163,7 @@ func TestCostTargetsDividesByTheSameRoundsFloor(t *testing.T) {
 // the server runs with and how much InnoDB data this run's schema holds.
 func TestServerStateNamesThePoolAndTheTables(t *testing.T) {
 	ctx := context.Background()
-	db, err := testenv.MySQL(t).DB()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := costSchema(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := costDB(t)
 	var pool int64
 	if err := db.QueryRowContext(ctx, `SELECT @@innodb_buffer_pool_size`).Scan(&pool); err != nil {
 		t.Fatal(err)

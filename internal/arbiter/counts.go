@@ -470,12 +470,12 @@ type CountBatch struct {
 	Rebase    map[string]Rebase
 }
 
-// CountApplied is what ApplyCount did: the batch's lines as applied (nil
-// when an earlier or concurrent run had applied it: its record has them),
-// and the changes of available for Redis.
+// CountApplied is what ApplyCount did: the batch's outcome, as its record
+// and a request's answer show it (nil when an earlier or concurrent run
+// had applied it: its record has it), and the changes of available for
+// Redis.
 type CountApplied struct {
-	Lines   []CountedLine
-	Outcome *CountOutcome // the batch as its record and a request's answer show it
+	Outcome *CountOutcome
 	Changes []inventory.Change
 }
 
@@ -655,7 +655,7 @@ func (a Arbiter) ApplyCount(b CountBatch) (CountApplied, error) {
 	for _, m := range moves {
 		moved[m.SKU] = m.OnHandDelta
 	}
-	out.Lines, out.Outcome, out.Changes = lines, outcome, Changes(moved, fences, 1)
+	out.Outcome, out.Changes = outcome, Changes(moved, fences, 1)
 	return out, nil
 }
 

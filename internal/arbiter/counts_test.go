@@ -229,7 +229,7 @@ func TestCountRebaseReadsNoReservation(t *testing.T) {
 		if n >= 0 {
 			t.Logf("ApplyCount read %d index entries", n)
 		}
-		return out.Lines[0], n
+		return out.Outcome.Lines[0], n
 	}
 	// Reservations committed since ReadRebase: under the lock, nothing of
 	// theirs is read. (The count announces the SKU's levels: the first

@@ -186,15 +186,3 @@ func (c *Catalog) Get(ctx context.Context, sku string) (*SKUView, error) {
 	}
 	return viewOf(rec, lv.Available), nil
 }
-
-// Limit returns sku's per-user limit (0: none).
-func (c *Catalog) Limit(ctx context.Context, sku string) (int64, error) {
-	var limits []int64
-	if err := c.db.WithContext(ctx).Model(&arbiter.SKU{}).Where("sku = ?", sku).Pluck("per_user_limit", &limits).Error; err != nil {
-		return 0, err
-	}
-	if len(limits) == 0 {
-		return 0, inventory.UnknownSKU(sku)
-	}
-	return limits[0], nil
-}

@@ -95,11 +95,11 @@ func (l Lines) Settle(ctx context.Context, f followup.Redis, token string, fence
 }
 
 func (l Lines) Undo(ctx context.Context, f followup.Redis) error {
-	if l.Token != "" {
-		return f.Stock.Undo(ctx, l.Lines[0].SKU, l.Lines[0].Qty, l.Adm[0], l.Token) // the token forgotten with the units
+	var errs []error
+	for i, ln := range l.Lines {
+		errs = append(errs, f.Stock.Undo(ctx, ln.SKU, ln.Qty, l.Adm[i], l.Token)) // a token forgotten with its units
 	}
-	f.Stock.UndoCart(ctx, l.Lines, l.Adm) // logs what it could not undo
-	return nil
+	return errors.Join(errs...)
 }
 
 func (l Lines) Realign(ctx context.Context, f followup.Redis) error {
