@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,6 +50,10 @@ func deduct(token string, qty int64, call, ret int) histOp {
 
 func release(token string, n int64, call, ret int) histOp {
 	return histOp{Kind: opRelease, SKU: "S", Token: token, N: n, Call: ms(call), Ret: ms(ret), Out: outOK}
+}
+
+func statusRead(order, status string, call, ret int) histOp {
+	return histOp{Kind: opOrder, Order: order, Answer: status, Call: ms(call), Ret: ms(ret), Out: outOK}
 }
 
 func keyed(op histOp, key string) histOp { op.Key = key; return op }
@@ -112,6 +117,10 @@ func TestHistoryCheck(t *testing.T) {
 			set("S", 10, 0, 0, 1), unknown(keyed(buy("", "u1", 2, 2, 3), "k1")), keyed(buy("o1", "u1", 2, 4, 5), "k1"), read("S", 10, 2, 6, 7)}, "yes"},
 		{"a keyed order retried cannot take twice", 0, []histOp{
 			set("S", 10, 0, 0, 1), unknown(keyed(buy("", "u1", 2, 2, 3), "k1")), keyed(buy("o1", "u1", 2, 4, 5), "k1"), read("S", 10, 4, 6, 7)}, "NO"},
+		{"an order's status read after its cancel sees it", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), cancelOp("o1", 4, 5), statusRead("o1", "CANCELLED", 6, 7)}, "yes"},
+		{"an order's status read that misses the payment answered before it", 0, []histOp{
+			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), payOp("o1", 4, 5), statusRead("o1", "CANCELLED", 6, 7)}, "NO"},
 		{"a hold paid before its deadline never times out", 0, []histOp{
 			set("S", 10, 0, 0, 1), buy("o1", "u1", 3, 2, 3), payOp("o1", 4, 5), read("S", 10, 0, 4000, 4001)}, "NO"},
 		{"a hold paid past its deadline before the timeout ran: the timeout is a no-op", 0, []histOp{
@@ -284,4 +293,29 @@ func TestTokenInProgressNeedsAnUnansweredAttempt(t *testing.T) {
 	late := first
 	late.Call = ms(3002)
 	assert.Equal(t, "NO", check([]histOp{late}, retry), "sent after the refusal was answered")
+}
+
+// TestStatusReadsBesideAViolationAreNotSearched: an order's status read
+// changes nothing, so the search leaves it out and places it afterwards,
+// as a refusal. Searched with the rest, each status read in flight beside
+// a stock read that cannot be placed doubles what the search must try
+// before it can say no (a mariadb-blackhole history of 2026-11-29 had
+// twenty beside one read after the heal, and its check ran out of its
+// minute): here twenty-four beside a read that nothing explains is a
+// violation found at once, not a timeout.
+func TestStatusReadsBesideAViolationAreNotSearched(t *testing.T) {
+	ops := []histOp{set("S", 100, 0, 0, 1)}
+	for i := range 24 {
+		order := fmt.Sprintf("o%d", i)
+		ops = append(ops, buy(order, fmt.Sprintf("u%d", i), 1, 10+i, 11+i), payOp(order, 40+i, 41+i))
+	}
+	for i := range 24 {
+		ops = append(ops, statusRead(fmt.Sprintf("o%d", i), "PAID", 100+i, 200))
+	}
+	ops = append(ops, read("S", 100, 3, 100, 200)) // 24 taken before it was sent: 3 is nowhere
+	v := checkOps(t, 0, ops...)
+	assert.Equal(t, "NO", v.Result, v.line())
+
+	ops[len(ops)-1] = read("S", 100, 24, 100, 200) // or 76 sold and applied: either is fine
+	assert.Equal(t, "yes", checkOps(t, 0, ops...).Result)
 }
