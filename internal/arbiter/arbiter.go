@@ -33,7 +33,8 @@ type Arbiter struct {
 	tx      *gorm.DB // nil on a Direct's
 	c       Conn
 	ctx     context.Context
-	dialect string // the database's: "mysql", "sqlite"
+	dialect string      // the database's: "mysql", "sqlite"
+	known   *LimitCache // per-user limits a writer read before (nil: read them)
 }
 
 // In is the arbiter of the transaction tx: every change it makes commits or
@@ -72,7 +73,7 @@ type Hold struct {
 // available units, and it counts against the campaign's per-user limit,
 // not the SKU's. Its fence is keyed by CampaignToken(id).
 func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
-	limits, err := a.limits(holds)
+	limits, checked, err := a.limits(holds)
 	if err != nil {
 		return nil, err
 	}
@@ -102,30 +103,25 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 		return nil, err
 	}
 	if err := a.takeQuotas(take, limits); err != nil {
+		var over OverLimitError
+		if errors.As(err, &over) {
+			if limit, ok := checked[over.SKU]; ok { // counted under a limit known before: is it still the one?
+				if stale := a.stillLimit(over.SKU, limit); stale != nil {
+					return nil, stale
+				}
+			}
+		}
 		return nil, err
 	}
 	moves := reservationMovements(plain, MoveReserve, 1)
 	count := movementCounts(moves)
 	skus := sortedKeys(want)
-	for _, sku := range skus {
-		n, err := a.exec(`UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1, movement_position = movement_position + ?
-			WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?)`, want[sku], count[sku], sku, want[sku])
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			if ok, err := a.skuExists(sku); err != nil || !ok {
-				return nil, errors.Join(err, inventory.UnknownSKU(sku))
-			}
-			return nil, RefusedError{sku}
-		}
-	}
 	// The movements are numbered from the SKUs' rows as the UPDATEs left
 	// them, under their locks, as every other change's: a SKU's positions
 	// are then the order its changes committed in, and its history replays
 	// through the levels it really had (a reservation waiting behind a
 	// release is numbered after it).
-	fences, last, err := a.levelsAfter(skus)
+	fences, last, err := a.takeStock(skus, want, count, checked)
 	if err != nil {
 		return nil, err
 	}
@@ -152,8 +148,11 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 }
 
 // limits reads the per-user limits of the SKUs that holds with a buyer
-// name; SKUs without a limit are absent. One read, only when a buyer counts.
-func (a Arbiter) limits(holds []Hold) (map[string]int64, error) {
+// name; SKUs without a limit are absent. One read, only when a buyer counts
+// and the arbiter's LimitCache (if any) does not hold the SKU's limit;
+// checked are the limits taken from the cache, which the SKUs' UPDATEs
+// then check (takeStock).
+func (a Arbiter) limits(holds []Hold) (limits, checked map[string]int64, err error) {
 	var skus, campaigns []string
 	for _, h := range holds {
 		switch {
@@ -164,14 +163,32 @@ func (a Arbiter) limits(holds []Hold) (map[string]int64, error) {
 			skus = append(skus, h.Row.SKU)
 		}
 	}
-	limits, err := a.campaignLimits(campaigns)
+	limits, err = a.campaignLimits(campaigns)
 	if err != nil || len(skus) == 0 {
-		return limits, err
+		return limits, nil, err
 	}
 	slices.Sort(skus)
 	skus = slices.Compact(skus)
 	if limits == nil {
 		limits = map[string]int64{}
+	}
+	var missed []string
+	for _, sku := range skus {
+		limit, ok := a.known.Get(sku)
+		switch {
+		case !ok:
+			missed = append(missed, sku)
+			continue
+		case checked == nil:
+			checked = map[string]int64{}
+		}
+		checked[sku] = limit
+		if limit > 0 {
+			limits[sku] = limit
+		}
+	}
+	if len(missed) == 0 {
+		return limits, checked, nil
 	}
 	if err := a.query(func(rows *sql.Rows) error {
 		var sku string
@@ -179,12 +196,107 @@ func (a Arbiter) limits(holds []Hold) (map[string]int64, error) {
 		if err := rows.Scan(&sku, &limit); err != nil {
 			return err
 		}
-		limits[sku] = limit
+		a.known.set(sku, limit)
+		if limit > 0 {
+			limits[sku] = limit
+		}
 		return nil
-	}, inList(`SELECT sku, per_user_limit FROM skus WHERE sku IN ? AND per_user_limit > 0`, len(skus)), anys(skus)...); err != nil {
-		return nil, err
+	}, inList(`SELECT sku, per_user_limit FROM skus WHERE sku IN ?`, len(missed)), anys(missed)...); err != nil {
+		return nil, nil, err
 	}
-	return limits, nil
+	return limits, checked, nil
+}
+
+// takeStock is the SKUs' conditional UPDATEs (in sorted order: concurrent
+// writers never deadlock on them), each taking want of on_hand - reserved
+// and numbering count movements, and checking the limit of checked; it
+// returns the SKUs' fences and positions as the UPDATEs left them, and
+// writes the threshold events they crossed. On MySQL each UPDATE keeps
+// what the fences and events need in user variables, read back in one
+// statement that reads no table (the SKUs' rows are not read again);
+// SQLite reads the rows (levelsAfter).
+func (a Arbiter) takeStock(skus []string, want, count, checked map[string]int64) (map[string]Fence, positions, error) {
+	vars := a.dialect != "sqlite"
+	for i, sku := range skus {
+		q := `UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1, movement_position = movement_position + ?`
+		if vars {
+			q = fmt.Sprintf(`UPDATE skus SET reserved = (@r%[1]d := reserved + ?), seq = (@s%[1]d := seq + 1), level_dirty = 1,
+			movement_position = (@p%[1]d := movement_position + ?), redis_epoch = (@e%[1]d := redis_epoch), on_hand = (@o%[1]d := on_hand),
+			low_stock_threshold = (@t%[1]d := low_stock_threshold), event_flags = (@f%[1]d := event_flags), event_seq = (@q%[1]d := event_seq)`, i)
+		}
+		q += ` WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?)`
+		args := []any{want[sku], count[sku], sku, want[sku]}
+		limit, check := checked[sku]
+		if check {
+			q += ` AND per_user_limit = ?`
+			args = append(args, limit)
+		}
+		n, err := a.exec(q, args...)
+		if err != nil {
+			return nil, nil, err
+		}
+		if n == 0 {
+			return nil, nil, a.whyRefused(sku, limit, check)
+		}
+	}
+	if !vars || len(skus) == 0 { // no SKU: a batch of campaign sales only, no read
+		return a.levelsAfter(skus)
+	}
+	cols := make([]string, 0, 8*len(skus))
+	for i := range skus {
+		for _, v := range []string{"s", "e", "o", "r", "t", "f", "q", "p"} {
+			cols = append(cols, fmt.Sprintf("@%s%d", v, i))
+		}
+	}
+	rows := make([]levelRow, len(skus))
+	if err := a.query(func(rs *sql.Rows) error {
+		dest := make([]any, 0, len(cols))
+		for i, sku := range skus {
+			r := &rows[i]
+			r.SKU = sku
+			dest = append(dest, &r.Seq, &r.RedisEpoch, &r.OnHand, &r.Reserved, &r.LowStockThreshold, &r.EventFlags, &r.EventSeq, &r.MovementPosition)
+		}
+		return rs.Scan(dest...)
+	}, `SELECT `+strings.Join(cols, ", ")); err != nil {
+		return nil, nil, err
+	}
+	return a.levels(rows)
+}
+
+// whyRefused is the error of a SKU's UPDATE that changed nothing: no such
+// SKU, a limit other than the one checked (the cache learns it; the
+// transaction runs again), or not enough stock.
+func (a Arbiter) whyRefused(sku string, checked int64, check bool) error {
+	limit, found, err := a.limitNow(sku)
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		return inventory.UnknownSKU(sku)
+	case check && limit != checked:
+		a.known.set(sku, limit)
+		return limitChanged(sku, checked, limit)
+	}
+	return RefusedError{sku}
+}
+
+// stillLimit is nil when sku's per-user limit is known (a buyer's quota
+// refused under it is refused), or the retryable error of a limit that
+// changed since it was read (the cache learns it).
+func (a Arbiter) stillLimit(sku string, known int64) error {
+	limit, found, err := a.limitNow(sku)
+	if err != nil || !found || limit == known {
+		return err
+	}
+	a.known.set(sku, limit)
+	return limitChanged(sku, known, limit)
+}
+
+// limitNow reads sku's per-user limit; found is false for no such SKU.
+func (a Arbiter) limitNow(sku string) (limit int64, found bool, err error) {
+	err = a.query(func(rs *sql.Rows) error { found = true; return rs.Scan(&limit) },
+		`SELECT per_user_limit FROM skus WHERE sku = ?`, sku)
+	return limit, found, err
 }
 
 // takeQuotas counts each buyer's units, conditionally: OverLimitError when a

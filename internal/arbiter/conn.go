@@ -56,6 +56,10 @@ func OnConn(ctx context.Context, c Conn, dialect string) Direct {
 	return Direct{Arbiter{c: c, ctx: ctx, dialect: dialect}}
 }
 
+// WithLimits has Reserve take the SKUs' per-user limits from c when it
+// holds them and keep there those it reads (LimitCache).
+func (d Direct) WithLimits(c *LimitCache) Direct { d.a.known = c; return d }
+
 // Reserve is Arbiter.Reserve on the transaction.
 func (d Direct) Reserve(holds []Hold) (map[string]Fence, error) { return d.a.Reserve(holds) }
 

@@ -172,6 +172,12 @@ func (a Arbiter) levelsAfter(skus []string) (map[string]Fence, positions, error)
 	}, inList(levelsSelect, len(skus)), anys(skus)...); err != nil {
 		return nil, nil, err
 	}
+	return a.levels(rows)
+}
+
+// levels is the fences and positions of rows, SKUs as this transaction's
+// change left them, after it wrote the threshold events they crossed.
+func (a Arbiter) levels(rows []levelRow) (map[string]Fence, positions, error) {
 	out := make(map[string]Fence, len(rows))
 	last := make(positions, len(rows))
 	for _, r := range rows {

@@ -3,6 +3,7 @@ package arbiter_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -322,7 +323,7 @@ func TestEventsHistoryOrderBehindALock(t *testing.T) {
 	require.Eventually(t, func() bool { // (INNODB_TRX is a cache, seldom fresh: the process list is)
 		var waiting int64
 		err := s.DB.Raw(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
-			WHERE db = DATABASE() AND info LIKE 'UPDATE skus SET reserved = reserved +%'`).Scan(&waiting).Error
+			WHERE db = DATABASE() AND info LIKE 'UPDATE skus SET reserved = (@r0 := reserved +%'`).Scan(&waiting).Error
 		return err == nil && waiting > 0
 	}, 10*time.Second, 20*time.Millisecond, "the reservation waits for the row lock")
 	_, err = arbiter.In(tx).Release("a", sku)
@@ -333,4 +334,40 @@ func TestEventsHistoryOrderBehindALock(t *testing.T) {
 	require.Equal(t, []string{"SET +1 +0", "RESERVE +0 +1", "RELEASE +0 -1", "RESERVE +0 +1"}, s.moves(sku))
 	require.Equal(t, []ev{{arbiter.EventSoldOut, 1, 1, 0}, {arbiter.EventBackInStock, 1, 0, 1}, {arbiter.EventSoldOut, 1, 1, 0}},
 		s.events(sku, 0))
+}
+
+// A cart's reservation on several SKUs: each SKU's fence, its movements'
+// positions and its threshold events come from that SKU's own UPDATE (on
+// MySQL the UPDATEs leave them in user variables, one set per SKU, read
+// back in one statement), never from another's: the SKUs are given
+// different seqs, epochs, positions and thresholds first, and only the
+// second crosses one.
+func TestReserveOfACartFencesEachSKUByItsOwnRow(t *testing.T) {
+	s := newStmts(t)
+	a, b, c := testenv.Unique("FEA"), testenv.Unique("FEB"), testenv.Unique("FEC")
+	s.put(a, 100, 0)
+	s.put(b, 3, 0)
+	s.put(c, 50, 0)
+	for i := range 3 { // a moves ahead of the others
+		_, err := s.reserve(hold(fmt.Sprintf("pre-%d", i), a, 1))
+		require.NoError(t, err)
+	}
+	fences, err := s.reserve(hold("cart", c, 2), hold("cart", a, 5), hold("cart", b, 3))
+	require.NoError(t, err)
+	for _, sku := range []string{a, b, c} {
+		var row struct {
+			Seq, RedisEpoch, MovementPosition int64
+		}
+		require.NoError(t, s.DB.Raw(`SELECT seq, redis_epoch, movement_position FROM skus WHERE sku = ?`, sku).Scan(&row).Error)
+		require.Equal(t, arbiter.Fence{Seq: row.Seq, Epoch: row.RedisEpoch}, fences[sku], sku)
+		var last int64
+		require.NoError(t, s.DB.Raw(`SELECT MAX(position) FROM stock_movements WHERE sku = ?`, sku).Scan(&last).Error)
+		require.Equal(t, row.MovementPosition, last, "%s: its movements numbered up to its own position", sku)
+		var reserve int64
+		require.NoError(t, s.DB.Raw(`SELECT position FROM stock_movements WHERE sku = ? AND kind = 'RESERVE' AND reference = 'cart'`, sku).Scan(&reserve).Error)
+		require.Equal(t, last, reserve, "%s: the cart's RESERVE is its last movement", sku)
+	}
+	require.Equal(t, []ev{}, s.events(a, 0))
+	require.Equal(t, []ev{{arbiter.EventSoldOut, 3, 3, 0}}, s.events(b, 0), "b alone sold out")
+	require.Equal(t, []ev{}, s.events(c, 0))
 }

@@ -421,7 +421,7 @@ func TestMovementsFollowerAcrossLateCommits(t *testing.T) {
 	require.Eventually(t, func() bool { // (INNODB_TRX is a cache, seldom fresh: the process list is)
 		var waiting int64
 		err := s.DB.Raw(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
-			WHERE db = DATABASE() AND info LIKE 'UPDATE skus SET reserved = reserved +%'`).Scan(&waiting).Error
+			WHERE db = DATABASE() AND info LIKE 'UPDATE skus SET reserved = (@r0 := reserved +%'`).Scan(&waiting).Error
 		return err == nil && waiting > 0
 	}, 10*time.Second, 20*time.Millisecond, "the second change waits for the row lock")
 	require.Empty(t, kinds(f.poll()), "neither committed")

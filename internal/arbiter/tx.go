@@ -53,7 +53,7 @@ func Transact(ctx context.Context, db *gorm.DB, fn func(tx *gorm.DB) error) erro
 func Retryable(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205 || me.Number == 1020) ||
-		errors.Is(err, errInsertRaced)
+		errors.Is(err, errInsertRaced) || errors.Is(err, errLimitChanged)
 }
 
 // errInsertRaced is an insert refused because a transaction that read no

@@ -78,6 +78,11 @@ type Writer struct {
 	own    []*writerDB // all of them
 	closed bool
 
+	// limits are the SKUs' per-user limits as the writers last read them:
+	// a batch's UPDATE checks the one it counted under instead of reading
+	// it (arbiter.LimitCache).
+	limits *arbiter.LimitCache
+
 	stats CommitStats
 }
 
@@ -133,7 +138,7 @@ type Record struct {
 // New is the group commit on db. On MySQL and MariaDB its writers have
 // connections of their own (see writerDB); Close closes them.
 func New(db *gorm.DB) *Writer {
-	b := &Writer{db: db}
+	b := &Writer{db: db, limits: arbiter.NewLimitCache(limitsKept)}
 	b.q = batchq.New(queueConfig(), b.writeBatch)
 	if db == nil || db.Dialector == nil || db.Dialector.Name() != "mysql" {
 		return b // SQLite (make run): its one connection, as text
@@ -249,6 +254,10 @@ func (b *Writer) writeBatch(ctx context.Context, batch []*Request) bool {
 	return ok
 }
 
+// limitsKept is how many SKUs' per-user limits the writers keep (the
+// SKUs bought most recently; one another's read again costs a statement).
+const limitsKept = 100_000
+
 // maxMinLeft caps the time left a request needs to be taken into a batch,
 // so a request that arrives with most of its deadline left is always taken
 // however slow recent commits were: shedding what cannot be written in
@@ -290,7 +299,7 @@ func (b *Writer) commit(ctx context.Context, w *writerDB, batch []*Request) (fen
 	lost := false
 	err = rawtx.Run(ctx, db, func(tx *rawtx.Tx) error {
 		var err error
-		fences, err = writeTx(tx, batch)
+		fences, err = writeTx(tx, batch, b.limits)
 		wrote = err == nil
 		if wrote && loseCommit() {
 			lost = true
@@ -306,9 +315,9 @@ func (b *Writer) commit(ctx context.Context, w *writerDB, batch []*Request) (fen
 
 // writeTx inserts the batch's records (one multi-row INSERT per table),
 // then has the arbiter record the reservations (each counting against its
-// buyer), every statement sent on tx past GORM.
-func writeTx(tx *rawtx.Tx, batch []*Request) (map[string]arbiter.Fence, error) {
-	a := arbiter.OnConn(tx.Context(), tx, tx.Dialect())
+// buyer, under the limits known), every statement sent on tx past GORM.
+func writeTx(tx *rawtx.Tx, batch []*Request, known *arbiter.LimitCache) (map[string]arbiter.Fence, error) {
+	a := arbiter.OnConn(tx.Context(), tx, tx.Dialect()).WithLimits(known)
 	var tables []*Record // per table, the batch's records as one
 	var holds []arbiter.Hold
 	for _, r := range batch {

@@ -460,7 +460,8 @@ func TestBatcherWritersPrepareOnceUnderTheBreaker(t *testing.T) {
 	}
 	st := b.PreparedStats()
 	require.Equal(t, warm.Prepares, st.Prepares, "later batches prepare nothing")
-	require.Equal(t, 5*warm.Executions, st.Executions, "each batch executes as many prepared statements")
+	// The first batch alone reads the SKU's limit (the writers keep it).
+	require.Equal(t, 5*(warm.Executions-1)+1, st.Executions, "each batch executes as many prepared statements")
 	require.Equal(t, warm.Statements, st.Statements)
 	require.Zero(t, st.Texts)
 	r.requireQty("P", 1_000_000, 50)
@@ -515,6 +516,7 @@ func TestEmbeddedContract(t *testing.T) {
 	defer func() { embedded = false }()
 	t.Run("RefusesPerRequest", TestBatcherRefusesPerRequest)
 	t.Run("DuplicateInABatchIsTranslated", TestBatcherDuplicateInABatchIsTranslated)
+	t.Run("ChecksTheLimitItKnows", TestBatcherChecksTheLimitItKnows)
 }
 
 // A duplicate in a batch, past GORM: the batch's transaction fails on the
@@ -539,4 +541,81 @@ func TestBatcherDuplicateInABatchIsTranslated(t *testing.T) {
 	require.False(t, batch[1].unknown)
 	require.EqualValues(t, 3, r.count(`SELECT COUNT(*) FROM orders`))
 	r.requireQty("T", 100, 3)
+}
+
+// The writers keep each SKU's per-user limit as they last read it and do
+// not read it again: the batch's UPDATE checks the limit its quotas were
+// counted under. A limit lowered under them (a PUT of the SKU from
+// another node) refuses the batch counted under the old one, which runs
+// again under the new one; a limit raised under them lets buyers take
+// what the new limit allows. Raced by many buyers, no buyer ever holds
+// more than the limit in force when the buy committed.
+func TestBatcherChecksTheLimitItKnows(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.addSKU("L", 1000)
+	require.NoError(t, r.db.Exec(`UPDATE skus SET per_user_limit = 3 WHERE sku = 'L'`).Error)
+	b := testBatcher(t, r.db)
+	expires := time.Now().UTC().Truncate(time.Microsecond).Add(time.Minute)
+
+	// The first buy reads the limit (3) and keeps it.
+	_, err := b.Write(ctx, orderWrite("a1", "u1", expires, "L"))
+	require.NoError(t, err)
+	known, ok := b.limits.Get("L")
+	require.True(t, ok)
+	require.EqualValues(t, 3, known)
+
+	// Lowered to 1 behind the writers' back: u1 holds 1 already, so under
+	// the old limit a second unit would pass; under the one in force it
+	// must not.
+	require.NoError(t, r.db.Exec(`UPDATE skus SET per_user_limit = 1 WHERE sku = 'L'`).Error)
+	_, err = b.Write(ctx, orderWrite("a2", "u1", expires, "L"))
+	var over arbiter.OverLimitError
+	require.ErrorAs(t, err, &over)
+	require.EqualValues(t, 1, over.Limit)
+	r.requireQty("L", 1000, 1)
+	require.EqualValues(t, 1, r.count(`SELECT qty FROM buyer_quotas WHERE sku = 'L' AND user_id = 'u1'`))
+	known, _ = b.limits.Get("L")
+	require.EqualValues(t, 1, known, "the writers learned the limit in force")
+
+	// Raised to 4 behind their back: u1's second unit is refused under the
+	// limit the writers know (1) and taken under the one in force.
+	require.NoError(t, r.db.Exec(`UPDATE skus SET per_user_limit = 4 WHERE sku = 'L'`).Error)
+	_, err = b.Write(ctx, orderWrite("a3", "u1", expires, "L"))
+	require.NoError(t, err, "a limit raised is a limit in force")
+	require.EqualValues(t, 2, r.count(`SELECT qty FROM buyer_quotas WHERE sku = 'L' AND user_id = 'u1'`))
+	known, _ = b.limits.Get("L")
+	require.EqualValues(t, 4, known)
+
+	// Lowered to 3 and raised to 4 again, then buyers race: each of 20
+	// buyers tries 6 single units; whatever the writers knew when, each
+	// ends with exactly 4 (u1: 2 + 2).
+	require.NoError(t, r.db.Exec(`UPDATE skus SET per_user_limit = 3 WHERE sku = 'L'`).Error)
+	_, err = b.Write(ctx, orderWrite("a4", "u1", expires, "L"))
+	require.NoError(t, err)
+	require.NoError(t, r.db.Exec(`UPDATE skus SET per_user_limit = 4 WHERE sku = 'L'`).Error)
+	const buyers, tries = 20, 6
+	var wg sync.WaitGroup
+	errs := make(chan error, buyers*tries)
+	for u := range buyers {
+		for k := range tries {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := b.Write(ctx, orderWrite(fmt.Sprintf("b%02d-%d", u, k), fmt.Sprintf("u%d", u+1), expires, "L"))
+				if err != nil && !errors.As(err, new(arbiter.OverLimitError)) {
+					errs <- err
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a buy failed otherwise than over the limit: %v", err)
+	}
+	require.EqualValues(t, 0, r.count(`SELECT COUNT(*) FROM buyer_quotas WHERE sku = 'L' AND qty <> 4`), "every buyer at the limit in force")
+	require.EqualValues(t, buyers, r.count(`SELECT COUNT(*) FROM buyer_quotas WHERE sku = 'L'`))
+	r.requireQty("L", 1000, 4*buyers)
+	require.EqualValues(t, 4*buyers, r.count(`SELECT COUNT(*) FROM stock_reservations WHERE sku = 'L'`))
 }
