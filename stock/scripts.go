@@ -40,7 +40,8 @@ const buyersEpoch = "{e}"
 // a window admits only while ARGV[6] is inside [o, z).
 //
 //	KEYS[1] stock or campaign pool
-//	KEYS[2] token key (or KEYS[1] again: no token to remember)
+//	KEYS[2] token key (or KEYS[1] again: no token to remember); its value
+//	        is when Redis admitted it (Redis's clock, unix ms: staleTokenScript)
 //	KEYS[3] buyers hash (only with a per-user limit): the SKU's, or the campaign's
 //	ARGV[1] qty (> 0)  ARGV[2] token key TTL, ms (0: no token key)
 //	ARGV[3] buyer  ARGV[4] limit  ARGV[5] buyers hash TTL, ms (with a SKU's
@@ -93,7 +94,10 @@ if a ~= -1 then
   if tk and redis.call('EXISTS', KEYS[2]) == 1 then return {-4, e} end
   if a < q then return {-2, e} end
   left = redis.call('HINCRBY', KEYS[1], 'a', -q)
-  if tk then redis.call('SET', KEYS[2], q, 'PX', ARGV[2]) end
+  if tk then
+    local t = redis.call('TIME')
+    redis.call('SET', KEYS[2], t[1] * 1000 + math.floor(t[2] / 1000), 'PX', ARGV[2])
+  end
 end
 if b then
   redis.call('HINCRBY', b, ARGV[3], q)
@@ -278,3 +282,21 @@ func LoadDeductScript(ctx context.Context, rdb redis.Scripter) error {
 // DeductKeys are the KEYS of the deduction script for sku, as an order line
 // uses it (no token key); its ARGV are qty and "0".
 func DeductKeys(sku string) []string { return admitKeys(sku, "") }
+
+// staleTokenScript forgets a token key whose admission is older than
+// ARGV[1] ms by Redis's own clock (a token key written before admissions
+// carried their time holds the units, and counts as old).
+//
+//	KEYS[1] token key  ARGV[1] age, ms
+//
+// Returns 1 when it forgot the key, 0 when there is none or it is younger.
+var staleTokenScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local at = tonumber(v) or 0
+if now - at <= tonumber(ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+`)

@@ -195,6 +195,26 @@ func (s *Store) ForgetToken(ctx context.Context, sku, token string) error {
 	return nil
 }
 
+// ForgetStaleToken drops Redis's memory of token's reservation of sku if
+// it was admitted longer than older ago (by Redis's clock), and reports
+// whether it did: an admission whose write no live node can still be
+// waiting for (its node died between the admission and the write), so a
+// replay may take the units again and the database decide. One that is
+// younger, or none, is left alone.
+func (s *Store) ForgetStaleToken(ctx context.Context, sku, token string, older time.Duration) (bool, error) {
+	if err := inventory.ValidateSKU(sku); err != nil {
+		return false, err
+	}
+	if !keyPattern.MatchString(token) {
+		return false, inventory.Invalidf("token must be 1-140 characters of A-Z a-z 0-9 . _ : -")
+	}
+	n, err := staleTokenScript.Run(ctx, s.rdb, []string{tokenKey(sku, token)}, older.Milliseconds()).Int64()
+	if err != nil {
+		return false, fmt.Errorf("stock: forget a stale token of %s: %w", sku, err)
+	}
+	return n == 1, nil
+}
+
 // Buyer is a per-user limit an admission counts against.
 type Buyer struct {
 	User  string

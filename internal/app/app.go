@@ -153,7 +153,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 		OnFinished: func(ctx context.Context, o *order.Order) { a.timeouts.Unschedule(ctx, o.ID) },
 		OnExtended: func(ctx context.Context, id string, deadline time.Time) { a.timeouts.Schedule(ctx, id, deadline) },
 	})
-	a.Tokens = tokens.New(a.db, a.Stock, a.Commits, tokens.Config{TTL: cfg.OrderTTL, MaxHold: cfg.MaxHold, Logger: log, OnOutbox: a.relay.Wake})
+	// An admission can still be in flight for a request's deadline and its
+	// follow-ups' grace: the realign leaves a pool behind the database alone
+	// that long, and a token admitted longer ago that the database does not
+	// know was admitted by a node that died.
+	deadline := cfg.RequestTimeout
+	if deadline == 0 {
+		deadline = httpapi.DefaultRequestTimeout
+	}
+	inFlight := deadline + stock.FollowUpGrace + 500*time.Millisecond
+	a.Tokens = tokens.New(a.db, a.Stock, a.Commits, tokens.Config{TTL: cfg.OrderTTL, MaxHold: cfg.MaxHold, Logger: log,
+		OnOutbox: a.relay.Wake, InFlight: inFlight})
 	a.timeouts, err = expiry.NewTimeouts(a.Orders, a.rdb, expiry.TimeoutConfig{Logger: log, SweepInterval: cfg.SweepInterval,
 		Locker: a.Stock.Locker(), Holds: a.Tokens})
 	if err != nil {
@@ -162,13 +172,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	a.Catalog = catalog.New(a.db, a.Stock, log)
 	a.Counts = counts.New(a.db, a.Stock, counts.Config{Retention: cfg.Retention, Logger: log})
 	a.Campaigns = campaign.New(a.db, a.Stock, a.Orders, campaign.Config{Logger: log})
-	// The realign leaves a pool behind the database alone while an admission
-	// can still be in flight: a request's deadline and its follow-ups' grace.
-	deadline := cfg.RequestTimeout
-	if deadline == 0 {
-		deadline = httpapi.DefaultRequestTimeout
-	}
-	a.Reconciler = maintenance.NewReconciler(a.db, a.Stock, log).WithSettle(deadline + stock.FollowUpGrace + 500*time.Millisecond)
+	a.Reconciler = maintenance.NewReconciler(a.db, a.Stock, log).WithSettle(inFlight)
 	a.realigner = maintenance.NewRealigner(a.Reconciler, a.Stock.Locker(), cfg.RealignInterval, log)
 	a.retention = maintenance.NewRetention(a.db, a.Stock.Locker(), maintenance.RetentionConfig{
 		Horizon: cfg.Retention, EventHorizon: cfg.EventRetention, Interval: cfg.RetentionInterval, Logger: log,

@@ -40,7 +40,17 @@ type Config struct {
 	Logger *slog.Logger
 	// OnOutbox is told when outbox rows were committed (wakes the relay).
 	OnOutbox func()
+	// InFlight is the longest a live node may still be writing a token's
+	// admission (a request's deadline and its follow-ups'): a replay that
+	// finds the token admitted longer ago and not in the database was
+	// admitted by a node that died before writing it, and is taken again
+	// rather than answered "in progress". Default DefaultInFlight.
+	InFlight time.Duration
 }
+
+// DefaultInFlight is Config.InFlight's default: a minute, the longest
+// request deadline the service allows, and then some.
+const DefaultInFlight = 70 * time.Second
 
 // Held is a reservation's answer: what Redis had left when it was taken
 // (or inventory.Unlimited), and when its hold ends.
@@ -48,6 +58,10 @@ type Held struct {
 	Result    int64
 	ExpiresAt time.Time
 }
+
+// errInProgress answers a replay of a token Redis admitted and the
+// database has not recorded.
+var errInProgress = fmt.Errorf("%w: a reservation with this token is in progress; retry", inventory.ErrConflict)
 
 // tokenMargin is how much longer than its hold Redis remembers a token, so
 // a replay within the hold is sent to the database, not admitted again.
@@ -78,6 +92,9 @@ func New(db *gorm.DB, st *stock.Store, w *groupcommit.Writer, cfg Config) *Servi
 	}
 	if cfg.OnOutbox == nil {
 		cfg.OnOutbox = func() {}
+	}
+	if cfg.InFlight <= 0 {
+		cfg.InFlight = DefaultInFlight
 	}
 	f := followup.Redis{Stock: st, Log: cfg.Logger}
 	return &Service{db: db, stock: st, redis: f, sales: sale.Pipeline{Writer: w, Redis: f}, cfg: cfg}
@@ -128,10 +145,31 @@ func (s *Service) ReserveHold(ctx context.Context, sku string, qty int64, token 
 	if err != nil {
 		return Held{}, err
 	}
+	return s.reserve(ctx, sku, qty, key, hold, true)
+}
+
+// reserve is ReserveHold of the token's key; stale says whether a replay
+// the database does not know may find its admission stale (and forget it,
+// to be admitted again, once).
+func (s *Service) reserve(ctx context.Context, sku string, qty int64, key string, hold time.Duration, stale bool) (Held, error) {
 	adm, err := s.stock.AdmitFor(ctx, sku, qty, key, hold+tokenMargin)
 	switch {
 	case errors.Is(err, inventory.ErrReplay):
-		return s.replay(ctx, sku, qty, key)
+		h, err := s.replay(ctx, sku, qty, key)
+		if !stale || !errors.Is(err, errInProgress) {
+			return h, err
+		}
+		// Admitted and never written: by a node still writing it, or by
+		// one that died first, whose admission Redis would otherwise
+		// remember for the hold's whole life. Past the longest a write
+		// can take, it is the latter: forgotten, the token is admitted
+		// again (the units the dead admission took come back with the
+		// SKU's realignment), and the database decides.
+		if forgot, ferr := s.stock.ForgetStaleToken(ctx, sku, key, s.cfg.InFlight); ferr != nil || !forgot {
+			return h, err
+		}
+		s.cfg.Logger.Warn("a token's admission was never written; admitting it again", "sku", sku)
+		return s.reserve(ctx, sku, qty, key, hold, false)
 	case errors.Is(err, inventory.ErrInsufficientStock):
 		// Only a refusal asks the database: a first deduction Redis admits
 		// costs no read.
@@ -163,7 +201,7 @@ func (s *Service) replay(ctx context.Context, sku string, qty int64, key string)
 		return Held{}, err
 	case !found:
 		// The first call is still writing (or failed and undid its admission).
-		return Held{}, fmt.Errorf("%w: a reservation with this token is in progress; retry", inventory.ErrConflict)
+		return Held{}, errInProgress
 	}
 	return answer(r, qty)
 }
