@@ -294,8 +294,25 @@ func (r *Run) checkHistory(ctx context.Context, v *Verdict) error {
 		if err := writeHistory(saved, h); err == nil {
 			v.History.Saved = saved
 		}
+		// And the nodes' logs, which say what the service knew it left
+		// wrong (a follow-up that failed, a realign).
+		logs, _ := filepath.Glob(filepath.Join(r.dir, "inventoryd-*.log"))
+		for _, l := range logs {
+			if err := copyFile(l, filepath.Join(r.lab.vizDir, r.sc.Name+"-"+filepath.Base(l))); err != nil {
+				r.logf("%s: keeping %s: %v", r.sc.Name, l, err)
+			}
+		}
 	}
 	return nil
+}
+
+// copyFile copies the file at from to to.
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o644)
 }
 
 // strictStale is how far a refusal may lag a give-back in a scenario with
