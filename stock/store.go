@@ -183,13 +183,11 @@ func (s *Store) KeepToken(ctx context.Context, sku, token string, keep time.Dura
 // replay of it asks the database (an admission of unknown outcome: the
 // database may or may not have it).
 func (s *Store) ForgetToken(ctx context.Context, sku, token string) error {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	key, err := validTokenKey(sku, token)
+	if err != nil {
 		return err
 	}
-	if !keyPattern.MatchString(token) {
-		return inventory.Invalidf("token must be 1-140 characters of A-Z a-z 0-9 . _ : -")
-	}
-	if err := s.rdb.Del(ctx, tokenKey(sku, token)).Err(); err != nil {
+	if err := s.rdb.Del(ctx, key).Err(); err != nil {
 		return fmt.Errorf("stock: forget token of %s: %w", sku, err)
 	}
 	return nil
@@ -202,17 +200,27 @@ func (s *Store) ForgetToken(ctx context.Context, sku, token string) error {
 // replay may take the units again and the database decide. One that is
 // younger, or none, is left alone.
 func (s *Store) ForgetStaleToken(ctx context.Context, sku, token string, older time.Duration) (bool, error) {
-	if err := inventory.ValidateSKU(sku); err != nil {
+	key, err := validTokenKey(sku, token)
+	if err != nil {
 		return false, err
 	}
-	if !keyPattern.MatchString(token) {
-		return false, inventory.Invalidf("token must be 1-140 characters of A-Z a-z 0-9 . _ : -")
-	}
-	n, err := staleTokenScript.Run(ctx, s.rdb, []string{tokenKey(sku, token)}, older.Milliseconds()).Int64()
+	n, err := staleTokenScript.Run(ctx, s.rdb, []string{key}, older.Milliseconds()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("stock: forget a stale token of %s: %w", sku, err)
 	}
 	return n == 1, nil
+}
+
+// validTokenKey is the key of token's reservation of sku, once both are
+// valid.
+func validTokenKey(sku, token string) (string, error) {
+	if err := inventory.ValidateSKU(sku); err != nil {
+		return "", err
+	}
+	if !keyPattern.MatchString(token) {
+		return "", inventory.Invalidf("token must be 1-140 characters of A-Z a-z 0-9 . _ : -")
+	}
+	return tokenKey(sku, token), nil
 }
 
 // Buyer is a per-user limit an admission counts against.

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/acme/inventory"
@@ -106,7 +107,7 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 		var over OverLimitError
 		if errors.As(err, &over) {
 			if limit, ok := checked[over.SKU]; ok { // counted under a limit known before: is it still the one?
-				if stale := a.stillLimit(over.SKU, limit); stale != nil {
+				if _, stale := a.checkLimit(over.SKU, limit, true); stale != nil {
 					return nil, stale
 				}
 			}
@@ -218,20 +219,12 @@ func (a Arbiter) limits(holds []Hold) (limits, checked map[string]int64, err err
 func (a Arbiter) takeStock(skus []string, want, count, checked map[string]int64) (map[string]Fence, positions, error) {
 	vars := a.dialect != "sqlite"
 	for i, sku := range skus {
-		q := `UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1, movement_position = movement_position + ?`
-		if vars {
-			q = fmt.Sprintf(`UPDATE skus SET reserved = (@r%[1]d := reserved + ?), seq = (@s%[1]d := seq + 1), level_dirty = 1,
-			movement_position = (@p%[1]d := movement_position + ?), redis_epoch = (@e%[1]d := redis_epoch), on_hand = (@o%[1]d := on_hand),
-			low_stock_threshold = (@t%[1]d := low_stock_threshold), event_flags = (@f%[1]d := event_flags), event_seq = (@q%[1]d := event_seq)`, i)
-		}
-		q += ` WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?)`
 		args := []any{want[sku], count[sku], sku, want[sku]}
 		limit, check := checked[sku]
 		if check {
-			q += ` AND per_user_limit = ?`
 			args = append(args, limit)
 		}
-		n, err := a.exec(q, args...)
+		n, err := a.exec(takeStockSQL(i, vars, check), args...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -242,61 +235,91 @@ func (a Arbiter) takeStock(skus []string, want, count, checked map[string]int64)
 	if !vars || len(skus) == 0 { // no SKU: a batch of campaign sales only, no read
 		return a.levelsAfter(skus)
 	}
-	cols := make([]string, 0, 8*len(skus))
-	for i := range skus {
-		for _, v := range []string{"s", "e", "o", "r", "t", "f", "q", "p"} {
-			cols = append(cols, fmt.Sprintf("@%s%d", v, i))
-		}
-	}
 	rows := make([]levelRow, len(skus))
 	if err := a.query(func(rs *sql.Rows) error {
-		dest := make([]any, 0, len(cols))
+		dest := make([]any, 0, 8*len(skus))
 		for i, sku := range skus {
 			r := &rows[i]
 			r.SKU = sku
 			dest = append(dest, &r.Seq, &r.RedisEpoch, &r.OnHand, &r.Reserved, &r.LowStockThreshold, &r.EventFlags, &r.EventSeq, &r.MovementPosition)
 		}
 		return rs.Scan(dest...)
-	}, `SELECT `+strings.Join(cols, ", ")); err != nil {
+	}, levelVarsSQL(len(skus))); err != nil {
 		return nil, nil, err
 	}
 	return a.levels(rows)
 }
 
+// The statements of takeStock, built once per shape (the group commit
+// sends them for every batch): the i-th SKU's UPDATE, on MySQL keeping
+// what levels needs in user variables numbered i, with the limit's check
+// or without; and the read of those variables for n SKUs, in levelRow's
+// order (seq, epoch, on_hand, reserved, threshold, flags, event seq,
+// position).
+var takeStockSQLs, levelVarsSQLs sync.Map // [3]any{i, vars, check} → string; n → string
+
+func takeStockSQL(i int, vars, check bool) string {
+	k := [3]any{i, vars, check}
+	if q, ok := takeStockSQLs.Load(k); ok {
+		return q.(string)
+	}
+	q := `UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1, movement_position = movement_position + ?`
+	if vars {
+		q = fmt.Sprintf(`UPDATE skus SET reserved = (@r%[1]d := reserved + ?), seq = (@s%[1]d := seq + 1), level_dirty = 1,
+			movement_position = (@p%[1]d := movement_position + ?), redis_epoch = (@e%[1]d := redis_epoch), on_hand = (@o%[1]d := on_hand),
+			low_stock_threshold = (@t%[1]d := low_stock_threshold), event_flags = (@f%[1]d := event_flags), event_seq = (@q%[1]d := event_seq)`, i)
+	}
+	q += ` WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?)`
+	if check {
+		q += ` AND per_user_limit = ?`
+	}
+	takeStockSQLs.Store(k, q)
+	return q
+}
+
+func levelVarsSQL(n int) string {
+	if q, ok := levelVarsSQLs.Load(n); ok {
+		return q.(string)
+	}
+	cols := make([]string, 0, 8*n)
+	for i := range n {
+		for _, v := range []string{"s", "e", "o", "r", "t", "f", "q", "p"} {
+			cols = append(cols, fmt.Sprintf("@%s%d", v, i))
+		}
+	}
+	q := `SELECT ` + strings.Join(cols, ", ")
+	levelVarsSQLs.Store(n, q)
+	return q
+}
+
 // whyRefused is the error of a SKU's UPDATE that changed nothing: no such
-// SKU, a limit other than the one checked (the cache learns it; the
-// transaction runs again), or not enough stock.
+// SKU, a limit other than the one checked (checkLimit), or not enough
+// stock.
 func (a Arbiter) whyRefused(sku string, checked int64, check bool) error {
-	limit, found, err := a.limitNow(sku)
+	found, err := a.checkLimit(sku, checked, check)
 	switch {
 	case err != nil:
 		return err
 	case !found:
 		return inventory.UnknownSKU(sku)
-	case check && limit != checked:
-		a.known.set(sku, limit)
-		return limitChanged(sku, checked, limit)
 	}
 	return RefusedError{sku}
 }
 
-// stillLimit is nil when sku's per-user limit is known (a buyer's quota
-// refused under it is refused), or the retryable error of a limit that
-// changed since it was read (the cache learns it).
-func (a Arbiter) stillLimit(sku string, known int64) error {
-	limit, found, err := a.limitNow(sku)
-	if err != nil || !found || limit == known {
-		return err
+// checkLimit reads sku's per-user limit (found: the SKU exists) and, with
+// check, returns the retryable error of a limit other than known, which
+// the cache then learns: the transaction, counted under known, runs again.
+func (a Arbiter) checkLimit(sku string, known int64, check bool) (found bool, err error) {
+	var limit int64
+	if err := a.query(func(rs *sql.Rows) error { found = true; return rs.Scan(&limit) },
+		`SELECT per_user_limit FROM skus WHERE sku = ?`, sku); err != nil {
+		return false, err
 	}
-	a.known.set(sku, limit)
-	return limitChanged(sku, known, limit)
-}
-
-// limitNow reads sku's per-user limit; found is false for no such SKU.
-func (a Arbiter) limitNow(sku string) (limit int64, found bool, err error) {
-	err = a.query(func(rs *sql.Rows) error { found = true; return rs.Scan(&limit) },
-		`SELECT per_user_limit FROM skus WHERE sku = ?`, sku)
-	return limit, found, err
+	if found && check && limit != known {
+		a.known.set(sku, limit)
+		return true, limitChanged(sku, known, limit)
+	}
+	return found, nil
 }
 
 // takeQuotas counts each buyer's units, conditionally: OverLimitError when a
