@@ -98,6 +98,17 @@ func (in *Instance) signal(sig syscall.Signal) {
 	in.cmd = nil
 }
 
+// Restart stops the process gracefully (SIGTERM) and starts bin in its
+// place, under the same name, port and environment: a rolling upgrade's
+// step.
+func (in *Instance) Restart(ctx context.Context, bin string) error {
+	in.Stop()
+	in.mu.Lock()
+	in.bin = bin
+	in.mu.Unlock()
+	return in.Start(ctx)
+}
+
 // Running reports whether the process is up.
 func (in *Instance) Running() bool {
 	in.mu.Lock()

@@ -46,12 +46,13 @@ type Lab struct {
 	toxi   *faultnet.Toxiproxy
 	broker *faultnet.Link // what the broker advertises: 127.0.0.2:port, to 127.0.0.1:port
 	vizDir string         // where a failing history's visualization is written (beside the run's table)
+	rel    *releases      // older releases built for a fleet to start on (Lab.release)
 
 	cleanup func() // removes dir (unless kept)
 }
 
 func startLab(dir, bin string, logf func(string, ...any)) (*Lab, error) {
-	lab := &Lab{dir: dir, bin: bin, toxi: faultnet.New()}
+	lab := &Lab{dir: dir, bin: bin, toxi: faultnet.New(), rel: &releases{bins: map[string]string{}}}
 	var err error
 	t0 := time.Now()
 	if lab.db, err = servers.StartMariaDB(filepath.Join(dir, "mariadb"), servers.FreePort()); err != nil {
@@ -370,12 +371,18 @@ func (r *Run) setup(ctx context.Context) error {
 		"INVENTORY_SHUTDOWN_TIMEOUT=5s",
 	)
 	r.env = append(r.env, r.sc.Env...)
-	if out, errOut, code, err := runCommand(ctx, r.lab.bin, r.env, "migrate"); err != nil || code != 0 {
+	bin := r.lab.bin
+	if r.sc.From != "" { // the fleet starts on an older release, which migrates
+		if bin, err = r.lab.release(ctx, r.sc.From); err != nil {
+			return err
+		}
+	}
+	if out, errOut, code, err := runCommand(ctx, bin, r.env, "migrate"); err != nil || code != 0 {
 		return fmt.Errorf("inventoryd migrate: exit %d %v: %s %s", code, err, out, errOut)
 	}
 	var urls []string
 	for i := 0; i < max(1, r.sc.Instances); i++ {
-		in := &Instance{Name: fmt.Sprintf("%s-%d", r.sc.Name, i), Port: servers.FreePort(), bin: r.lab.bin, env: r.env,
+		in := &Instance{Name: fmt.Sprintf("%s-%d", r.sc.Name, i), Port: servers.FreePort(), bin: bin, env: r.env,
 			log: filepath.Join(r.dir, fmt.Sprintf("inventoryd-%d.log", i))}
 		if err := in.Start(ctx); err != nil {
 			return err

@@ -23,6 +23,9 @@ type Scenario struct {
 	Instances int  // inventoryd processes (default 1)
 	Cluster   bool // Redis Cluster of three masters instead of one Redis
 	Quick     bool // part of the subset make test runs
+	// From is the git revision whose inventoryd the fleet starts on and
+	// migrates with ("": the one under test): the upgrade scenario.
+	From string
 	// Campaign: a flash-sale campaign on the hot SKU opens and ends
 	// within the workload, with its buyers and checks (campaign.go).
 	Campaign bool
@@ -285,6 +288,9 @@ var scenarios = append([]Scenario{
 	// slow past the deadline and answering 500 in turn, and the node that
 	// delivers it SIGKILLed while it catches up (webhooks.go).
 	{Name: "webhooks", Instances: 2, Env: hookEnv, Before: hooksBefore, Fault: hooksFault, Inspect: hooksInspect},
+	// A rolling upgrade of the fleet from the release before, under load
+	// (upgrade.go).
+	upgrade,
 }, linkScenarios()...)
 
 // sinceRoute is how long after the route came back (routed) something
