@@ -30,5 +30,10 @@ func TestEmbeddedContract(t *testing.T) {
 		TestExtendRules,
 		TestExtensionRacesTheTimeout,
 		TestExtensionIsOneRoundTrip,
+		TestLeanContract,
+		TestLeanSaleRecordsOneRowPerHold,
+		TestLeanHoldExpiresWithoutTheProjector,
+		TestLeanSalesRaceTheProjector,
+		TestLeanKeyIsOneOrderAcrossWritePaths,
 	)
 }

@@ -60,7 +60,7 @@ func TestOrderQueriesReadTheirIndexes(t *testing.T) {
 		{"Create: the replay of an Idempotency-Key", func() error {
 			_, err := r.Orders.Create(ctx, keyed.UserID, *keyed.IdempotencyKey, keyedLines)
 			return err
-		}, "orders_idempotency", 1},
+		}, "PRIMARY|orders_idempotency", 1}, // found through idempotency_keys, then by its id
 		{"Cancel (conditional UPDATE by id, then Get)", func() error { _, err := r.Orders.Cancel(ctx, pick("PENDING")); return err }, "PRIMARY|orders_status_id", 1},
 		{"Expire (the same, expires_at <= now)", func() error { _, err := r.Orders.Expire(ctx, pick("PENDING")); return err }, "PRIMARY|orders_status_id", 1},
 		{"Pay (SELECT ... FOR UPDATE, UPDATE by id)", func() error { return paid(r, st.ids["PENDING"][1], order.Paid) }, "PRIMARY|orders_status_id", 1},

@@ -56,6 +56,13 @@ type Config struct {
 	// reservations (the token API shares it). Default: one of the
 	// Service's own, which Close closes.
 	Writer *groupcommit.Writer
+	// Lean has a sale record its holds as the lean sale does (one row of
+	// holds each, the order and its reservations projected after the
+	// commit; docs/design.md "The lean sale"), except a campaign's, which
+	// is recorded as before. Off (the default), a sale writes the order
+	// and its reservations in its commit; either way every read and
+	// transition finds an order the other way wrote.
+	Lean bool
 }
 
 // Service runs the order lifecycle.
@@ -144,8 +151,14 @@ func (s *Service) Holds() inventory.Holds {
 	return inventory.Holds{Default: s.cfg.TTL, Max: s.cfg.MaxHold}
 }
 
-// Get returns the order with its items.
+// Get returns the order with its items (projected first if only the
+// lean sale recorded it).
 func (s *Service) Get(ctx context.Context, id string) (*Order, error) {
+	return readProjected(ctx, s, id, func() (*Order, error) { return s.get0(ctx, id) })
+}
+
+// get0 is Get on the projection as it stands.
+func (s *Service) get0(ctx context.Context, id string) (*Order, error) {
 	if err := inventory.ValidateOrderID("order id", id); err != nil {
 		return nil, err
 	}
@@ -367,7 +380,13 @@ func (s *Service) write(ctx context.Context, b Buy, lines []inventory.Line, resu
 	if b.Key != "" {
 		o.IdempotencyKey = &b.Key
 	}
-	req := &groupcommit.Request{Record: orderRecord(o), Buyer: b.User}
+	req := &groupcommit.Request{Buyer: b.User, Lean: s.cfg.Lean && campaign == nil}
+	if !req.Lean {
+		req.Records = append(req.Records, orderRecord(o))
+	}
+	if b.Key != "" { // either way, what makes a retry with the key a duplicate
+		req.Records = append(req.Records, keyRecord(o))
+	}
 	for i, l := range lines {
 		o.Items = append(o.Items, Item{OrderID: id, SKU: l.SKU, Qty: l.Qty})
 		req.Rows = append(req.Rows, arbiter.Reservation{Token: id, SKU: l.SKU, OrderID: &o.ID, Qty: l.Qty, State: arbiter.Held,
@@ -391,7 +410,19 @@ func (s *Service) write(ctx context.Context, b Buy, lines []inventory.Line, resu
 	return sale.Write(ctx, s.sales, sl)
 }
 
+// byIdempotencyKey is the order userID made with key: the one
+// idempotency_keys names (found through Get, so projected if only the lean
+// sale recorded it), or one recorded before that table with its key in
+// its row.
 func (s *Service) byIdempotencyKey(ctx context.Context, userID, key string) (*Order, error) {
+	var ids []string
+	if err := s.db.WithContext(ctx).Table("idempotency_keys").Where("user_id = ? AND idempotency_key = ?", userID, key).
+		Pluck("order_id", &ids).Error; err != nil {
+		return nil, err
+	}
+	if len(ids) == 1 {
+		return s.Get(ctx, ids[0])
+	}
 	return s.find(s.db.WithContext(ctx), false, "user_id = ? AND idempotency_key = ?", userID, key)
 }
 
@@ -440,6 +471,11 @@ func (s *Service) Expire(ctx context.Context, id string) (bool, error) {
 // transaction: the conditional transition picks one winner, so a cancel and
 // a timeout racing on two nodes give the units back once.
 func (s *Service) close(ctx context.Context, id string, to Status, cond func(*gorm.DB) *gorm.DB) (*Order, error) {
+	return projected(ctx, s, id, func() (*Order, error) { return s.close0(ctx, id, to, cond) })
+}
+
+// close0 is close on the projection as it stands.
+func (s *Service) close0(ctx context.Context, id string, to Status, cond func(*gorm.DB) *gorm.DB) (*Order, error) {
 	if err := inventory.ValidateOrderID("order id", id); err != nil {
 		return nil, err
 	}
@@ -494,6 +530,15 @@ func (s *Service) close(ctx context.Context, id string, to Status, cond func(*go
 // ErrInvalidArgument, ErrNotFound, ErrForbidden (another buyer's order),
 // ErrConflict (not PENDING, past its deadline, past the maximum).
 func (s *Service) Extend(ctx context.Context, id, userID, idemKey string, by time.Duration) (*Order, error) {
+	o, err := readProjected(ctx, s, id, func() (*Order, error) { return s.extend0(ctx, id, userID, idemKey, by) })
+	if errors.Is(err, errRaced) { // projected between the UPDATE and the read: once more
+		return s.extend0(ctx, id, userID, idemKey, by)
+	}
+	return o, err
+}
+
+// extend0 is Extend on the projection as it stands.
+func (s *Service) extend0(ctx context.Context, id, userID, idemKey string, by time.Duration) (*Order, error) {
 	if err := inventory.ValidateOrderID("order id", id); err != nil {
 		return nil, err
 	}
@@ -545,7 +590,9 @@ func (s *Service) extendThenRead(ctx context.Context, id, userID, idemKey string
 	if res.Error != nil {
 		return nil, false, res.Error
 	}
-	o, err := s.Get(ctx, id)
+	// As the projection stands: an order only the lean sale recorded is
+	// not found here, and Extend projects it and runs again.
+	o, err := s.get0(ctx, id)
 	if err != nil {
 		return nil, false, err
 	}
@@ -567,10 +614,18 @@ func (s *Service) whyNotExtended(o *Order, userID, idemKey string, now, until ti
 		return fmt.Errorf("%w: order %s's hold ended at %s", inventory.ErrConflict, o.ID, o.ExpiresAt.Format(time.RFC3339))
 	case !o.ExpiresAt.Before(until):
 		return nil // it holds at least that long already
+	case !o.CreatedAt.Before(until.Add(-s.cfg.MaxHold)):
+		// Nothing refuses it: the UPDATE missed an order whose projection
+		// (the lean sale's) was written before the read.
+		return errRaced
 	}
 	return fmt.Errorf("%w: a hold can last at most %s from the order's creation (%s)", inventory.ErrConflict,
 		s.cfg.MaxHold, o.CreatedAt.Add(s.cfg.MaxHold).Format(time.RFC3339))
 }
+
+// errRaced is an extension that nothing refused: run it again (a conflict
+// if it happens twice).
+var errRaced = fmt.Errorf("%w: the order changed during its extension; retry", inventory.ErrConflict)
 
 // Pay records a successful payment: idempotent by payment id. A PENDING order
 // becomes PAID: its reservations turn COMMITTED and one DEDUCT outbox row per
@@ -579,6 +634,11 @@ func (s *Service) whyNotExtended(o *Order, userID, idemKey string, now, until ti
 // REFUND_REQUIRED; a CANCELLED order (the buyer cancelled) becomes
 // REFUND_REQUIRED.
 func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error) {
+	return readProjected(ctx, s, id, func() (*Order, error) { return s.pay0(ctx, id, paymentID) })
+}
+
+// pay0 is Pay on the projection as it stands.
+func (s *Service) pay0(ctx context.Context, id, paymentID string) (*Order, error) {
 	if err := inventory.ValidateOrderID("order id", id); err != nil {
 		return nil, err
 	}
@@ -739,6 +799,11 @@ func (s *Service) markPaid(tx *gorm.DB, o *Order, paymentID, token string) (*Ord
 // applies them, after their deduction. A REFUND_REQUIRED order (it never took
 // stock) just becomes REFUNDED.
 func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
+	return readProjected(ctx, s, id, func() (*Order, error) { return s.refund0(ctx, id) })
+}
+
+// refund0 is Refund on the projection as it stands.
+func (s *Service) refund0(ctx context.Context, id string) (*Order, error) {
 	if err := inventory.ValidateOrderID("order id", id); err != nil {
 		return nil, err
 	}
@@ -799,6 +864,14 @@ func (s *Service) Deadline(ctx context.Context, id string) (time.Time, bool, err
 // ExpiredIDs lists up to limit PENDING orders past their deadline, the
 // earliest first: what the sweep expires.
 func (s *Service) ExpiredIDs(ctx context.Context, limit int) ([]string, error) {
+	// The lean holds past their deadline the projector has not written:
+	// the sweep must not depend on it.
+	if err := arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
+		_, err := arbiter.In(tx).ProjectExpired(s.now(), limit, limit)
+		return err
+	}); err != nil {
+		return nil, err
+	}
 	var ids []string
 	err := s.db.WithContext(ctx).Model(&Order{}).Where("status = ? AND expires_at <= ?", Pending, s.now()).
 		Order("expires_at").Limit(limit).Pluck("id", &ids).Error
@@ -812,6 +885,13 @@ var orderColumns = []string{"id", "user_id", "idempotency_key", "status", "reser
 // times), its SQL written by the arbiter's InsertRows rather than
 // reflected by GORM. An order's lines are not written apart: they are its reservations
 // (LoadItems).
+// keyRecord is the row of o's Idempotency-Key.
+func keyRecord(o *Order) *groupcommit.Record {
+	return &groupcommit.Record{Table: "idempotency_keys", Columns: keyColumns, Values: []any{o.UserID, *o.IdempotencyKey, o.ID, o.CreatedAt}}
+}
+
+var keyColumns = []string{"user_id", "idempotency_key", "order_id", "created_at"}
+
 func orderRecord(o *Order) *groupcommit.Record {
 	return &groupcommit.Record{Table: "orders", Columns: orderColumns, Values: []any{o.ID, o.UserID, o.IdempotencyKey,
 		o.Status, o.ReservationToken, o.PaymentID, o.ExpiresAt, o.PaidAt, o.CreatedAt, o.UpdatedAt}}

@@ -21,6 +21,11 @@ import (
 // shipped_at is this node's clock, as the stock movements' created_at
 // (not Config.Now): a count compares the two.
 func (s *Service) Ship(ctx context.Context, id string) (*Order, error) {
+	return readProjected(ctx, s, id, func() (*Order, error) { return s.ship0(ctx, id) })
+}
+
+// ship0 is Ship on the projection as it stands.
+func (s *Service) ship0(ctx context.Context, id string) (*Order, error) {
 	if err := inventory.ValidateOrderID("order id", id); err != nil {
 		return nil, err
 	}

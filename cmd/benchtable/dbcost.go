@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/acme/inventory/internal/arbiter"
 	"slices"
 	"strings"
 	"sync"
@@ -292,6 +293,20 @@ func designMovements(table string) costStep {
 	}
 }
 
+// insertLeanHolds inserts the sales' rows of holds, as the lean sale's
+// commit does after its UPDATE (arbiter's insertHolds): an order's 16
+// bytes, line 0, the SKU's integer and a seq from the positions, its
+// name, the buyer, the deadline.
+func insertLeanHolds(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
+	args := make([]any, 0, 13*len(ids))
+	for i, id := range ids {
+		args = append(args, binaryID(id), 0, arbiter.SKUID("FLASH"), movementPositions.Add(1), "FLASH", 1, 1000, nil,
+			fmt.Sprintf("buyer%d", i), false, nil, now.Add(15*time.Minute), now)
+	}
+	return c.exec(ctx, tx, `INSERT INTO holds (id, line, sku_id, seq, sku, qty, result, name, buyer, quota, campaign_id,
+		deadline, created_at) VALUES `+valuesOf(len(ids), 13), args...)
+}
+
 // designSales inserts the sales as one row each into table (d4, d5): the
 // order's columns and the reservation's.
 func designSales(table string, binary, keyed bool) costStep {
@@ -343,11 +358,26 @@ func arbitrate(ctx context.Context, _ *costRig, tx costTx, ids []string, _ time.
 // arbitrate does), and the fence is read from the user variables the
 // UPDATE set, not from the row: one statement on the table, one that
 // reads no table.
-func arbitrateFolded(ctx context.Context, _ *costRig, tx costTx, ids []string, _ time.Time) error {
-	res, err := tx.ExecContext(ctx, `UPDATE skus SET reserved = (@r0 := reserved + ?), seq = (@s0 := seq + 1), level_dirty = 1,
+func arbitrateFolded(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
+	return arbitrateFoldedAs(ctx, tx, ids, false)
+}
+
+// arbitrateLean is arbitrateFolded as the lean sale sends it
+// (INVENTORY_LEAN_SALE): the UPDATE also marks the SKU's holds left to
+// project (holds_dirty, hold_seq; arbiter's takeStockSQL).
+func arbitrateLean(ctx context.Context, c *costRig, tx costTx, ids []string, now time.Time) error {
+	return arbitrateFoldedAs(ctx, tx, ids, true)
+}
+
+func arbitrateFoldedAs(ctx context.Context, tx costTx, ids []string, lean bool) error {
+	held, args := "", []any{len(ids)}
+	if lean {
+		held, args = "holds_dirty = 1, hold_seq = movement_position + ?, ", append(args, len(ids))
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE skus SET reserved = (@r0 := reserved + ?), seq = (@s0 := seq + 1), level_dirty = 1, `+held+`
 			movement_position = (@p0 := movement_position + ?), redis_epoch = (@e0 := redis_epoch), on_hand = (@o0 := on_hand),
 			low_stock_threshold = (@t0 := low_stock_threshold), event_flags = (@f0 := event_flags), event_seq = (@q0 := event_seq)
-		WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?) AND per_user_limit = ?`, len(ids), len(ids), "FLASH", len(ids), 0)
+		WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?) AND per_user_limit = ?`, append(args, len(ids), "FLASH", len(ids), 0)...)
 	if err != nil {
 		return err
 	}
@@ -435,6 +465,10 @@ func costVariants() []costVariant {
 			steps: []costStep{insertFloor, arbitrateFolded}, mode: ownConn},
 		{name: "probe, folded: the probe's one row (two index entries) and the hot row's folded statements", rows: 1, entries: 2, trips: 5,
 			steps: []costStep{designSales("d6_probe", true, false), arbitrateFolded}, mode: ownConn},
+		// The lean sale as the service sends it with INVENTORY_LEAN_SALE
+		// (issue 43): its projection is written after the commit.
+		{name: "the lean sale as the service sends it (INVENTORY_LEAN_SALE): the hot row's folded UPDATE marking the holds to project, one row of holds (two index entries); prepared on each writer's connection", rows: 1, entries: 2, trips: 5,
+			steps: []costStep{arbitrateLean, insertLeanHolds}, mode: ownConn},
 	}
 }
 

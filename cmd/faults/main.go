@@ -46,6 +46,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the run directory (logs of every process)")
 	replay := flag.String("replay", "", "check a history a kept run wrote (its history.json) instead of running")
 	stale := flag.Duration("stale", 0, "with -replay: how far a refusal may lag a give-back (default: the run's own)")
+	lean := flag.Bool("lean", false, "every instance sells as the lean sale does (INVENTORY_LEAN_SALE=true), but an upgrade's, whose old release cannot read it")
 	flag.Parse()
 	if *replay != "" {
 		if err := replayHistory(*replay, *stale, os.Stdout); err != nil {
@@ -58,6 +59,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	selected, err := selectScenarios(*only, *quick)
+	if *lean {
+		selected = leanScenarios(selected)
+	}
 	if err == nil {
 		var verdicts []*Verdict
 		vizDir := "bench-results"
@@ -82,6 +86,24 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// leanScenarios are scs with every instance selling as the lean sale does
+// (issue 43), the upgrade's aside: its fleet starts on a release that
+// cannot read the lean sale's holds.
+func leanScenarios(scs []Scenario) []Scenario {
+	var out []Scenario
+	for _, sc := range scs {
+		if sc.From != "" {
+			continue
+		}
+		sc.Env = append(slices.Clip(sc.Env), leanEnv)
+		out = append(out, sc)
+	}
+	return out
+}
+
+// leanEnv has an instance sell as the lean sale does.
+const leanEnv = "INVENTORY_LEAN_SALE=true"
 
 // replayHistory checks a kept run's history again, without the run: to
 // study a check that failed or took long.

@@ -422,11 +422,12 @@ func (r *Run) settle(ctx context.Context) (string, error) {
 	}
 	drift := "not run"
 	for {
-		var pending, held, committed int64
+		var pending, held, committed, unprojected int64
 		err := r.db.QueryRowContext(ctx, `SELECT
 			(SELECT COUNT(*) FROM orders WHERE status = 'PENDING'),
 			(SELECT COUNT(*) FROM stock_reservations WHERE state = 'HELD'),
-			(SELECT COUNT(*) FROM stock_reservations WHERE state = 'COMMITTED')`).Scan(&pending, &held, &committed)
+			(SELECT COUNT(*) FROM stock_reservations WHERE state = 'COMMITTED'),
+			(SELECT COUNT(*) FROM skus WHERE holds_dirty = 1)`).Scan(&pending, &held, &committed, &unprojected)
 		if err != nil {
 			return "", err
 		}
@@ -435,7 +436,7 @@ func (r *Run) settle(ctx context.Context) (string, error) {
 			return "", err
 		}
 		unapplied := outbox.Unapplied
-		if pending+held+committed+unapplied == 0 {
+		if pending+held+committed+unapplied+unprojected == 0 {
 			out, _, code, err := runCommand(ctx, r.lab.bin, r.env, "reconcile")
 			if err != nil {
 				return "", fmt.Errorf("reconcile: %w", err)
@@ -445,7 +446,7 @@ func (r *Run) settle(ctx context.Context) (string, error) {
 			}
 			drift = fmt.Sprintf("exit %d: %d SKUs (%s)", code, strings.Count(out, "\n"), strings.TrimSpace(headLine(out)))
 		} else {
-			drift = fmt.Sprintf("not settled: %d pending orders, %d held, %d committed, %d unapplied", pending, held, committed, unapplied)
+			drift = fmt.Sprintf("not settled: %d pending orders, %d held, %d committed, %d unapplied, %d SKUs with holds to project", pending, held, committed, unapplied, unprojected)
 		}
 		if time.Now().After(deadline) {
 			return drift, nil

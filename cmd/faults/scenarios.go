@@ -291,6 +291,9 @@ var scenarios = append([]Scenario{
 	// A rolling upgrade of the fleet from the release before, under load
 	// (upgrade.go).
 	upgrade,
+	// The lean sale's projector's leader killed and its lock held while
+	// holds expire (projector.go).
+	projectorKill,
 }, linkScenarios()...)
 
 // sinceRoute is how long after the route came back (routed) something

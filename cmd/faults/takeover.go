@@ -123,20 +123,7 @@ func (r *Run) killForTakeover(ctx context.Context) error {
 // relayLeader is the one instance whose /metrics says it leads the outbox
 // relay (nil while none or more than one does: a handover under way).
 func (r *Run) relayLeader(ctx context.Context) (*Instance, error) {
-	var leaders []*Instance
-	for _, in := range r.fleet {
-		m, err := scrape(ctx, in.URL())
-		if err != nil {
-			return nil, err
-		}
-		if m["inventory_relay_leader"] == 1 {
-			leaders = append(leaders, in)
-		}
-	}
-	if len(leaders) != 1 {
-		return nil, nil
-	}
-	return leaders[0], nil
+	return r.leaderOf(ctx, "inventory_relay_leader")
 }
 
 // appliedOf counts the ledger's rows of skus: messages applied.

@@ -44,6 +44,7 @@ import (
 	"github.com/acme/inventory/internal/listing"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/mysqlconn"
+	"github.com/acme/inventory/internal/projection"
 	"github.com/acme/inventory/internal/stocksync"
 	"github.com/acme/inventory/internal/tokens"
 	"github.com/acme/inventory/internal/webhooks"
@@ -88,6 +89,7 @@ type App struct {
 	realigner  *maintenance.Realigner
 	retention  *maintenance.Retention
 	events     *events.Job
+	projector  *projection.Job
 	deliveries *delivery.Job
 	webhooks   *webhooks.Service
 	producer   mq.Producer
@@ -148,6 +150,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	a.Commits = groupcommit.New(a.db)
 	a.Orders = order.NewService(a.db, a.Stock, order.Config{
 		TTL: cfg.OrderTTL, MaxHold: cfg.MaxHold, Logger: log, OnOutbox: a.relay.Wake, Writer: a.Commits, MultiStatements: a.multi,
+		Lean:       cfg.LeanSale,
 		OnExpired:  func(late time.Duration) { releaseLatency.Observe(late.Seconds()) },
 		OnCreated:  func(ctx context.Context, o *order.Order) { a.timeouts.Schedule(ctx, o.ID, o.ExpiresAt) },
 		OnFinished: func(ctx context.Context, o *order.Order) { a.timeouts.Unschedule(ctx, o.ID) },
@@ -163,7 +166,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	}
 	inFlight := deadline + stock.FollowUpGrace + 500*time.Millisecond
 	a.Tokens = tokens.New(a.db, a.Stock, a.Commits, tokens.Config{TTL: cfg.OrderTTL, MaxHold: cfg.MaxHold, Logger: log,
-		OnOutbox: a.relay.Wake, InFlight: inFlight})
+		OnOutbox: a.relay.Wake, InFlight: inFlight, Lean: cfg.LeanSale})
 	a.timeouts, err = expiry.NewTimeouts(a.Orders, a.rdb, expiry.TimeoutConfig{Logger: log, SweepInterval: cfg.SweepInterval,
 		Locker: a.Stock.Locker(), Holds: a.Tokens})
 	if err != nil {
@@ -178,6 +181,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 		Horizon: cfg.Retention, EventHorizon: cfg.EventRetention, Interval: cfg.RetentionInterval, Logger: log,
 	})
 	a.events = events.New(a.db, a.Stock.Locker(), events.Config{Logger: log})
+	a.projector = projection.New(a.db, a.Stock.Locker(), projection.Config{Logger: log})
 	a.webhooks = webhooks.New(a.db, webhooks.Policy{AllowHTTP: cfg.WebhookAllowHTTP, AllowPrivate: cfg.WebhookAllowPrivate}, log)
 	a.deliveries = delivery.New(a.webhooks, a.Stock.Locker(), delivery.Config{
 		Timeout: cfg.WebhookTimeout, MaxBackoff: cfg.WebhookMaxBackoff, FailingAfter: cfg.WebhookFailingAfter, Logger: log,
@@ -478,6 +482,7 @@ func (a *App) Start(ctx context.Context) error {
 	a.realigner.Start(bg)
 	a.retention.Start(bg)
 	a.events.Start(bg)
+	a.projector.Start(bg)
 	a.deliveries.Start(bg)
 	watching := a.Stock.WatchStockBack(bg, a.soldOut.Clear)
 	a.bg.Add(1)
@@ -531,6 +536,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 	a.realigner.Stop()
 	a.retention.Stop()
 	a.events.Stop()
+	a.projector.Stop()
 	a.deliveries.Stop()
 	if a.stop != nil {
 		a.stop()

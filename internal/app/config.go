@@ -51,6 +51,10 @@ type Config struct {
 	SoldOutTTL      time.Duration `env:"INVENTORY_SOLDOUT_TTL" envDefault:"2s" help:"how long a node answers a sold-out SKU from memory before asking Redis again; cleared on every node at once when stock comes back (100ms to 1h)"`
 	RequestTimeout  time.Duration `env:"INVENTORY_REQUEST_TIMEOUT" envDefault:"1s" help:"every request's deadline: a dependency that has not answered by then gets the request a 503 with Retry-After (10ms to 1m)"`
 	ShutdownTimeout time.Duration `env:"INVENTORY_SHUTDOWN_TIMEOUT" envDefault:"15s" help:"bound on graceful shutdown"`
+	// LeanSale records each new hold as one row of holds, its order and
+	// reservations projected after the commit (docs/design.md "The lean
+	// sale"). Every node reads and projects both ways whatever it says.
+	LeanSale bool `env:"INVENTORY_LEAN_SALE" envDefault:"false" help:"record new holds as the lean sale does: one narrow row in the sale's commit, the order and its reservations projected after it (every node reads both ways)"`
 	// Retention is how long finished history (applied outbox rows, ledger
 	// rows, stock movements) is kept before one node prunes it, every
 	// RetentionInterval. Exactly once never depends on what it prunes.

@@ -62,6 +62,14 @@ func registerDomainMetrics(reg prometheus.Registerer, a *App) {
 				}
 				return 0
 			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inventory_projector_leader", Help: "1 on the node that leads the lean sale's projector now."},
+			func() float64 {
+				if a.projector.Leading.Load() {
+					return 1
+				}
+				return 0
+			}),
+		counter("inventory_projected_holds_total", "Holds of the lean sale this node's projector wrote the projection of.", a.projector.Projected),
 		counter("inventory_mq_applied_total", "Stock operations applied to the database.", a.applier.Applied.Load),
 		counter("inventory_mq_duplicates_total", "Stock operations delivered again and ignored.", a.applier.Duplicate.Load),
 		counter("inventory_mq_anomalies_total", "Stock operations recorded as anomalies.", a.applier.Anomalies.Load),

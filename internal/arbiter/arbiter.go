@@ -56,6 +56,12 @@ func In(tx *gorm.DB) Arbiter {
 type Hold struct {
 	Row   Reservation
 	Buyer string
+	// Lean records the hold as one row of holds (insertHolds) instead of
+	// its reservation and RESERVE movement: its projection is written
+	// after the commit. Line is its line in its order (0 for a token's).
+	// Never for a campaign's sale or a late payment's re-reservation.
+	Lean bool
+	Line int
 }
 
 // Reserve records holds (HELD, or COMMITTED for a late payment's
@@ -83,7 +89,12 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 	fromPool, skuOf := map[string]int64{}, map[string]string{}
 	take := map[BuyerUnits]int64{}
 	var plain []Reservation // the rows that move the SKU's reserved
+	var plainHold []int     // their index in holds
+	lean := map[string]bool{}
 	for i, h := range holds {
+		if h.Lean && (h.Row.CampaignID != nil || h.Row.State != Held) {
+			return nil, fmt.Errorf("arbiter: a lean hold must be a HELD sale outside a campaign (%s of %s)", h.Row.Token, h.Row.SKU)
+		}
 		rows[i] = h.Row
 		rows[i].Buyer = nil
 		quota := h.Row.SKU
@@ -94,13 +105,26 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 		} else {
 			want[h.Row.SKU] += h.Row.Qty
 			plain = append(plain, rows[i])
+			plainHold = append(plainHold, i)
+			if h.Lean {
+				lean[h.Row.SKU] = true
+			}
 		}
 		if h.Buyer != "" && limits[quota] > 0 {
 			rows[i].Buyer = &holds[i].Buyer
 			take[BuyerUnits{SKU: quota, User: h.Buyer}] += h.Row.Qty
 		}
 	}
-	if err := a.insertReservations(rows); err != nil {
+	classic := rows
+	if len(lean) > 0 {
+		classic = nil
+		for i, r := range rows {
+			if !holds[i].Lean {
+				classic = append(classic, r)
+			}
+		}
+	}
+	if err := a.insertReservations(classic); err != nil {
 		return nil, err
 	}
 	if err := a.takeQuotas(take, limits); err != nil {
@@ -122,11 +146,15 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 	// are then the order its changes committed in, and its history replays
 	// through the levels it really had (a reservation waiting behind a
 	// release is numbered after it).
-	fences, last, err := a.takeStock(skus, want, count, checked)
+	fences, last, err := a.takeStock(skus, want, count, checked, lean)
 	if err != nil {
 		return nil, err
 	}
-	if err := a.moved(moves, last); err != nil {
+	if len(lean) == 0 {
+		if err := a.moved(moves, last); err != nil {
+			return nil, err
+		}
+	} else if err := a.movedOrHeld(holds, rows, moves, plainHold, last); err != nil {
 		return nil, err
 	}
 	for sku, f := range fences { // the buyers the SKUs' limits counted, for Redis's counts
@@ -216,15 +244,19 @@ func (a Arbiter) limits(holds []Hold) (limits, checked map[string]int64, err err
 // what the fences and events need in user variables, read back in one
 // statement that reads no table (the SKUs' rows are not read again);
 // SQLite reads the rows (levelsAfter).
-func (a Arbiter) takeStock(skus []string, want, count, checked map[string]int64) (map[string]Fence, positions, error) {
+func (a Arbiter) takeStock(skus []string, want, count, checked map[string]int64, lean map[string]bool) (map[string]Fence, positions, error) {
 	vars := a.dialect != "sqlite"
 	for i, sku := range skus {
-		args := []any{want[sku], count[sku], sku, want[sku]}
+		args := []any{want[sku]}
+		if lean[sku] {
+			args = append(args, count[sku])
+		}
+		args = append(args, count[sku], sku, want[sku])
 		limit, check := checked[sku]
 		if check {
 			args = append(args, limit)
 		}
-		n, err := a.exec(takeStockSQL(i, vars, check), args...)
+		n, err := a.exec(takeStockSQL(i, vars, check, lean[sku]), args...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -256,18 +288,26 @@ func (a Arbiter) takeStock(skus []string, want, count, checked map[string]int64)
 // or without; and the read of those variables for n SKUs, in levelRow's
 // order (seq, epoch, on_hand, reserved, threshold, flags, event seq,
 // position).
-var takeStockSQLs, levelVarsSQLs sync.Map // [3]any{i, vars, check} → string; n → string
+var takeStockSQLs, levelVarsSQLs sync.Map // [4]any{i, vars, check, lean} → string; n → string
 
-func takeStockSQL(i int, vars, check bool) string {
-	k := [3]any{i, vars, check}
+// With lean, the UPDATE also marks the SKU's holds left to project: its
+// last hold's seq is at most the last position the UPDATE numbers (set
+// before movement_position moves, from its value before, alike on both
+// databases).
+func takeStockSQL(i int, vars, check, lean bool) string {
+	k := [4]any{i, vars, check, lean}
 	if q, ok := takeStockSQLs.Load(k); ok {
 		return q.(string)
 	}
-	q := `UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1, movement_position = movement_position + ?`
+	held := ""
+	if lean {
+		held = "holds_dirty = 1, hold_seq = movement_position + ?, "
+	}
+	q := `UPDATE skus SET reserved = reserved + ?, seq = seq + 1, level_dirty = 1, ` + held + `movement_position = movement_position + ?`
 	if vars {
-		q = fmt.Sprintf(`UPDATE skus SET reserved = (@r%[1]d := reserved + ?), seq = (@s%[1]d := seq + 1), level_dirty = 1,
+		q = fmt.Sprintf(`UPDATE skus SET reserved = (@r%[1]d := reserved + ?), seq = (@s%[1]d := seq + 1), level_dirty = 1, %[2]s
 			movement_position = (@p%[1]d := movement_position + ?), redis_epoch = (@e%[1]d := redis_epoch), on_hand = (@o%[1]d := on_hand),
-			low_stock_threshold = (@t%[1]d := low_stock_threshold), event_flags = (@f%[1]d := event_flags), event_seq = (@q%[1]d := event_seq)`, i)
+			low_stock_threshold = (@t%[1]d := low_stock_threshold), event_flags = (@f%[1]d := event_flags), event_seq = (@q%[1]d := event_seq)`, i, held)
 	}
 	q += ` WHERE sku = ? AND (on_hand = -1 OR on_hand - reserved >= ?)`
 	if check {
@@ -499,9 +539,19 @@ func (a Arbiter) returnQuotas(released []Reservation) (skus []BuyerUnits, campai
 // Tombstone records token as released for sku before it ever reserved (a
 // Release that arrived first): a reservation under it later collides with
 // the row and takes nothing.
+//
+// The lean sale's holds collide with it too: a row of holds under the
+// token's key, of no units and no seq (the projector never reads it; its
+// projection is this reservation). A lean hold that committed first makes
+// this insert a duplicate, and the release runs again and finds it.
 func (a Arbiter) Tombstone(token, sku string, r Reservation) error {
 	r.Token, r.SKU, r.State, r.Qty = token, sku, Released, 0
-	return a.tx.Create(&r).Error
+	if err := a.tx.Create(&r).Error; err != nil {
+		return err
+	}
+	var none *string
+	return a.insertRows("holds", holdColumns, []any{tokenHoldID(sku, token), 0, SKUID(sku), 0, sku, 0, 0, token, none, false, none,
+		r.ExpiresAt, r.CreatedAt})
 }
 
 // Commit turns token's HELD reservations of lines into a sale: COMMITTED,
@@ -913,6 +963,11 @@ func (a Arbiter) FixReserved(sku string) error {
 	var before, after []int64
 	if err := a.tx.Model(&SKU{}).Clauses(clause.Locking{Strength: "UPDATE"}).Where("sku = ?", sku).
 		Pluck("reserved", &before).Error; err != nil || len(before) == 0 {
+		return err
+	}
+	// Under the row lock no sale of the SKU commits: its holds the lean
+	// sale recorded are projected first, so the sum below counts them.
+	if err := a.ProjectSKU(sku); err != nil {
 		return err
 	}
 	const live = `(SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED'))`

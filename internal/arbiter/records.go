@@ -355,20 +355,35 @@ func (a Arbiter) insertMovements(ms []Movement, last positions) error {
 	if len(ms) == 0 {
 		return nil
 	}
+	if err := numberMovements(ms, last); err != nil {
+		return err
+	}
+	return a.insertNumbered(ms)
+}
+
+// numberMovements gives ms their positions and times as insertMovements
+// writes them.
+func numberMovements(ms []Movement, last positions) error {
 	left := map[string]int64{}
 	for _, m := range ms {
 		left[m.SKU]++
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	args := make([]any, 0, len(ms)*len(movementColumns))
 	for i := range ms {
 		ms[i].CreatedAt = stamp(ms[i].CreatedAt, now)
 		ms[i].Position = last[ms[i].SKU] - left[ms[i].SKU] + 1
 		left[ms[i].SKU]--
-		m := ms[i]
-		if m.Position < 1 {
-			return fmt.Errorf("arbiter: a movement of %s numbered %d: its change did not count it", m.SKU, m.Position)
+		if ms[i].Position < 1 {
+			return fmt.Errorf("arbiter: a movement of %s numbered %d: its change did not count it", ms[i].SKU, ms[i].Position)
 		}
+	}
+	return nil
+}
+
+// insertNumbered writes movements numberMovements numbered.
+func (a Arbiter) insertNumbered(ms []Movement) error {
+	args := make([]any, 0, len(ms)*len(movementColumns))
+	for _, m := range ms {
 		args = append(args, m.SKU, m.Position, m.Kind, m.OnHandDelta, m.ReservedDelta, m.Reason, m.Reference, m.CreatedAt)
 	}
 	return a.insertRows("stock_movements", movementColumns, args)

@@ -97,14 +97,18 @@ type CommitStats struct {
 // Request is one reservation to record, and once written the database's
 // answer.
 type Request struct {
-	// Record, if set, is written in the batch's transaction before the
-	// reservations: an order's row. The records of one table in a batch go
-	// in one multi-row INSERT, in the batch's order.
-	Record *Record
+	// Records are written in the batch's transaction before the
+	// reservations: an order's row, its Idempotency-Key's. The records of
+	// one table in a batch go in one multi-row INSERT, in the batch's
+	// order.
+	Records []*Record
 	// Rows are the reservations; Buyer ("" for none) is whose per-user
 	// limit they count against.
 	Rows  []arbiter.Reservation
 	Buyer string
+	// Lean records the rows as the lean sale does (arbiter.Hold.Lean): one
+	// row of holds each, their line its index in Rows.
+	Lean bool
 
 	fences  map[string]arbiter.Fence
 	err     error
@@ -128,7 +132,7 @@ func queueConfig() batchq.Config {
 		Full: errQueueFull, Late: errTooLate}
 }
 
-// Record is one row written with a batch (see Request.Record).
+// Record is one row written with a batch (see Request.Records).
 type Record struct {
 	Table   string
 	Columns []string
@@ -321,7 +325,7 @@ func writeTx(tx *rawtx.Tx, batch []*Request, known *arbiter.LimitCache) (map[str
 	var tables []*Record // per table, the batch's records as one
 	var holds []arbiter.Hold
 	for _, r := range batch {
-		if rec := r.Record; rec != nil {
+		for _, rec := range r.Records {
 			i := slices.IndexFunc(tables, func(t *Record) bool { return t.Table == rec.Table })
 			if i < 0 {
 				i = len(tables)
@@ -329,8 +333,8 @@ func writeTx(tx *rawtx.Tx, batch []*Request, known *arbiter.LimitCache) (map[str
 			}
 			tables[i].Values = append(tables[i].Values, rec.Values...)
 		}
-		for _, row := range r.Rows {
-			holds = append(holds, arbiter.Hold{Row: row, Buyer: r.Buyer})
+		for line, row := range r.Rows {
+			holds = append(holds, arbiter.Hold{Row: row, Buyer: r.Buyer, Lean: r.Lean, Line: line})
 		}
 	}
 	for _, t := range tables {

@@ -73,8 +73,8 @@ var orderColumns = []string{"id", "user_id", "idempotency_key", "status", "reser
 // each of skus, expiring at expires.
 func orderWrite(id, user string, expires time.Time, skus ...string) *Request {
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	req := &Request{Buyer: user, Record: &Record{Table: "orders", Columns: orderColumns,
-		Values: []any{id, user, nil, "PENDING", id, nil, expires, nil, now, now}}}
+	req := &Request{Buyer: user, Records: []*Record{{Table: "orders", Columns: orderColumns,
+		Values: []any{id, user, nil, "PENDING", id, nil, expires, nil, now, now}}}}
 	for _, sku := range skus {
 		req.Rows = append(req.Rows, arbiter.Reservation{Token: id, SKU: sku, OrderID: &id, Qty: 1, State: arbiter.Held,
 			ExpiresAt: expires, CreatedAt: now, UpdatedAt: now})

@@ -8,6 +8,7 @@ package lock
 //	inv:{realign}:lock         string  the periodic realign's one-node lock
 //	inv:{retention}:lock       string  the retention job's one-node lock
 //	inv:{events}:lock          string  the events job's leader lock
+//	inv:{projector}:lock       string  the lean sale's projector's leader lock
 //	inv:{webhook:ID}:lock      string  the delivery lock of webhook subscription ID
 const (
 	// SweepKey may stay one key for the whole fleet: each node tries it
@@ -17,6 +18,7 @@ const (
 	RealignKey   = "inv:{realign}:lock"
 	RetentionKey = "inv:{retention}:lock"
 	EventsKey    = "inv:{events}:lock"
+	ProjectorKey = "inv:{projector}:lock"
 )
 
 // WebhookKey is the lock under which one node at a time delivers the

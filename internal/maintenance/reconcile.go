@@ -150,6 +150,11 @@ func (c *Reconciler) eachSKU(ctx context.Context, fn func(arbiter.SKU, stock.Lev
 func (c *Reconciler) check(ctx context.Context, rec arbiter.SKU, lv stock.Levels, repair bool) (*Report, error) {
 	var live, anomalies int64
 	db := c.db.WithContext(ctx)
+	// The SKU's holds only the lean sale recorded yet are counted too:
+	// projected first (harmless twice).
+	if err := arbiter.Transact(ctx, c.db, func(tx *gorm.DB) error { return arbiter.In(tx).ProjectSKU(rec.SKU) }); err != nil {
+		return nil, err
+	}
 	if err := db.Model(&arbiter.Reservation{}).Select("COALESCE(SUM(qty), 0)").
 		Where("sku = ? AND state IN ?", rec.SKU, []arbiter.ResState{arbiter.Held, arbiter.Committed}).Scan(&live).Error; err != nil {
 		return nil, err

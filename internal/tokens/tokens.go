@@ -46,6 +46,8 @@ type Config struct {
 	// admitted by a node that died before writing it, and is taken again
 	// rather than answered "in progress". Default DefaultInFlight.
 	InFlight time.Duration
+	// Lean records a token's hold as the lean sale does (order.Config.Lean).
+	Lean bool
 }
 
 // DefaultInFlight is Config.InFlight's default: a minute, the longest
@@ -181,7 +183,7 @@ func (s *Service) reserve(ctx context.Context, sku string, qty int64, key string
 	row := arbiter.Reservation{Token: key, SKU: sku, Qty: qty, State: arbiter.Held, Result: adm.Remaining,
 		ExpiresAt: now.Add(hold), CreatedAt: now, UpdatedAt: now}
 	line := inventory.Line{SKU: sku, Qty: qty}
-	return sale.Write(ctx, s.sales, sale.Sale[Held]{Token: key, Request: &groupcommit.Request{Rows: []arbiter.Reservation{row}},
+	return sale.Write(ctx, s.sales, sale.Sale[Held]{Token: key, Request: &groupcommit.Request{Rows: []arbiter.Reservation{row}, Lean: s.cfg.Lean},
 		// Given back or of unknown outcome, Redis forgets the token with
 		// the units, so the client's retry asks the database (the first
 		// answer, or a new reservation) rather than be told the first call
@@ -229,9 +231,24 @@ func (s *Service) recorded(ctx context.Context, sku, key string) (arbiter.Reserv
 		return arbiter.Reservation{}, false, err
 	}
 	if len(rows) == 0 {
-		return arbiter.Reservation{}, false, nil
+		if found, err := s.project(ctx, sku, key); err != nil || !found {
+			return arbiter.Reservation{}, false, err
+		}
+		return s.recorded(ctx, sku, key)
 	}
 	return rows[0], true, nil
+}
+
+// project writes the projection of the token's hold if only the lean sale
+// recorded it (arbiter.ProjectHold); found reports a hold it recorded.
+// Every path that finds no reservation of a token asks it before it
+// answers so.
+func (s *Service) project(ctx context.Context, sku, key string) (found bool, err error) {
+	err = arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
+		found, err = arbiter.In(tx).ProjectHold("", sku, key)
+		return err
+	})
+	return found, err
 }
 
 // answer is a replay's answer from the reservation the first call recorded:
@@ -267,10 +284,21 @@ func (s *Service) Extend(ctx context.Context, sku, token, idemKey string, by tim
 	}
 	now := s.now()
 	until := now.Add(by)
-	ok, err := arbiter.RetryDeadlock(ctx, func() (bool, error) {
-		// One statement, atomic alone: no transaction around it (one round trip).
-		return arbiter.In(s.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true})).Extend(key, sku, now, until, until.Add(-s.cfg.MaxHold), idemKey)
-	})
+	extend := func() (bool, error) {
+		return arbiter.RetryDeadlock(ctx, func() (bool, error) {
+			// One statement, atomic alone: no transaction around it (one round trip).
+			return arbiter.In(s.db.WithContext(ctx).Session(&gorm.Session{SkipDefaultTransaction: true})).Extend(key, sku, now, until, until.Add(-s.cfg.MaxHold), idemKey)
+		})
+	}
+	ok, err := extend()
+	if err == nil && !ok {
+		// The hold only the lean sale recorded yet: projected, then the
+		// UPDATE once more (a refusal is answered from the row below).
+		var found bool
+		if found, err = s.project(ctx, sku, key); err == nil && found {
+			ok, err = extend()
+		}
+	}
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -317,6 +345,11 @@ func (s *Service) Release(ctx context.Context, sku, token string) (int64, error)
 	var released int64
 	err = arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
 		chs, released = nil, 0
+		// Only the lean sale may have recorded it: projected first, or the
+		// tombstone below would hide a live hold.
+		if _, err := arbiter.In(tx).ProjectHold("", sku, key); err != nil {
+			return err
+		}
 		// Read the row first, locking it (a current read): a plain read after
 		// releaseTx would see this transaction's snapshot, taken before a
 		// concurrent CommitToken (or Reserve) committed, and answer "released
@@ -364,7 +397,18 @@ func (s *Service) Commit(ctx context.Context, sku, token string) (int64, error) 
 	var qty int64
 	err = arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
 		var r arbiter.Reservation
-		if err := tx.Take(&r, "token = ? AND sku = ?", key, sku).Error; err != nil {
+		err := tx.Take(&r, "token = ? AND sku = ?", key, sku).Error
+		if errors.Is(err, gorm.ErrRecordNotFound) { // only the lean sale may have recorded it
+			var found bool
+			if found, err = arbiter.In(tx).ProjectHold("", sku, key); err == nil && found {
+				// A current read: this transaction's snapshot predates a
+				// projection another one committed meanwhile.
+				err = tx.Clauses(clause.Locking{Strength: "UPDATE"}).Take(&r, "token = ? AND sku = ?", key, sku).Error
+			} else if err == nil {
+				err = gorm.ErrRecordNotFound
+			}
+		}
+		if err != nil {
 			if errors.Is(err, gorm.ErrRecordNotFound) {
 				return fmt.Errorf("%w: no reservation of %s with this token", inventory.ErrNotFound, sku)
 			}
@@ -390,6 +434,9 @@ func (s *Service) Commit(ctx context.Context, sku, token string) (int64, error) 
 // deadline (the timeout sweep); it returns how many it released.
 func (s *Service) ReleaseExpired(ctx context.Context, limit int) (int, error) {
 	now := s.now()
+	if err := projectExpired(ctx, s.db, now); err != nil {
+		return 0, err
+	}
 	var rows []arbiter.Reservation
 	if err := s.db.WithContext(ctx).Where("state = ? AND expires_at <= ? AND order_id IS NULL", arbiter.Held, now).
 		Order("expires_at").Limit(limit).Find(&rows).Error; err != nil {
@@ -415,3 +462,17 @@ func (s *Service) ReleaseExpired(ctx context.Context, limit int) (int, error) {
 	}
 	return n, nil
 }
+
+// projectExpired projects the lean holds past their deadline that the
+// projector has not written yet, so the sweep finds them whether it runs
+// or not (arbiter.ProjectExpired).
+func projectExpired(ctx context.Context, db *gorm.DB, now time.Time) error {
+	return arbiter.Transact(ctx, db, func(tx *gorm.DB) error {
+		_, err := arbiter.In(tx).ProjectExpired(now, expiredSKUs, expiredPerSKU)
+		return err
+	})
+}
+
+// The sweep's projection of expired lean holds: up to expiredPerSKU holds
+// of up to expiredSKUs SKUs per pass (what is left waits for the next).
+const expiredSKUs, expiredPerSKU = 1000, 1000

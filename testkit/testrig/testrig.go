@@ -29,6 +29,7 @@ import (
 	"github.com/acme/inventory/internal/catalog"
 	"github.com/acme/inventory/internal/groupcommit"
 	"github.com/acme/inventory/internal/listing"
+	"github.com/acme/inventory/internal/projection"
 	"github.com/acme/inventory/internal/maintenance"
 	"github.com/acme/inventory/internal/mysqlconn"
 	"github.com/acme/inventory/internal/rawtx"
@@ -80,10 +81,20 @@ type Rig struct {
 	// connections (testkit/wirecount); nil on the embedded stand-ins and
 	// for Assemble's rigs.
 	Wire *wirecount.Counter
+	// Projector is the lean sale's projector on DB, not started: Catch
+	// runs it until it is done (Lean's rigs' sales are projected by it, or
+	// by the first path that reads them).
+	Projector *projection.Job
+	lean      bool
 }
 
 // TTL is how long the rig's orders and token reservations hold stock.
 const TTL = 15 * time.Minute
+
+// Lean has New's and Assemble's rigs sell as the lean sale does
+// (order.Config.Lean, tokens.Config.Lean); set only by a package's lean
+// contract test, around the subtests it runs again so (RunLean).
+var Lean bool
 
 // Embedded makes New use the embedded default's stand-ins (SQLite and
 // miniredis) instead of MariaDB and Redis; set only by a package's
@@ -140,7 +151,7 @@ func Assemble(t testing.TB, tr Transport, db *gorm.DB, rdb *redis.Client, opts O
 	for _, h := range opts.Hooks {
 		rdb.AddHook(h)
 	}
-	r := &Rig{T: t, Transport: tr, Clock: testenv.NewClock(), DB: db, RDB: rdb, MultiStatements: opts.MultiStatements}
+	r := &Rig{T: t, Transport: tr, Clock: testenv.NewClock(), DB: db, RDB: rdb, MultiStatements: opts.MultiStatements, lean: Lean}
 	init := arbiter.InitFunc(db)
 	if opts.WrapInit != nil {
 		init = opts.WrapInit(init)
@@ -168,8 +179,9 @@ func Assemble(t testing.TB, tr Transport, db *gorm.DB, rdb *redis.Client, opts O
 	r.Commits = groupcommit.New(db)
 	t.Cleanup(func() { _ = r.Commits.Close() })
 	r.Orders = order.NewService(db, st, order.Config{TTL: TTL, Now: r.Clock.Now, OnOutbox: r.Relay.Wake, Writer: r.Commits,
-		MultiStatements: opts.MultiStatements})
-	r.Tokens = tokens.New(db, st, r.Commits, tokens.Config{TTL: TTL, Now: r.Clock.Now, OnOutbox: r.Relay.Wake})
+		MultiStatements: opts.MultiStatements, Lean: Lean})
+	r.Tokens = tokens.New(db, st, r.Commits, tokens.Config{TTL: TTL, Now: r.Clock.Now, OnOutbox: r.Relay.Wake, Lean: Lean})
+	r.Projector = projection.New(db, st.Locker(), projection.Config{})
 	r.Catalog = catalog.New(db, st, nil)
 	r.Campaigns = campaign.New(db, st, r.Orders, campaign.Config{Now: r.Clock.Now})
 	r.Listing = listing.New(db)
@@ -212,7 +224,8 @@ func (r *Rig) SKU(sku string) arbiter.SKU {
 // OnHand is sku's on_hand in the database.
 func (r *Rig) OnHand(sku string) int64 { return r.SKU(sku).OnHand }
 
-// Live is the sum of sku's live (HELD or COMMITTED) reservation rows.
+// Live is the sum of sku's live (HELD or COMMITTED) reservation rows,
+// once the projector has written every hold the lean sale recorded.
 func (r *Rig) Live(sku string) int64 {
 	r.T.Helper()
 	return r.Count(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED')`, sku)
@@ -228,8 +241,14 @@ func (r *Rig) RedisAvailable(sku string) int64 {
 	return lv.Available
 }
 
+// Count is query's one number, read once the projector has written every
+// hold a lean rig's sales recorded (what the test reads is then what the
+// sale made, behind it by no lag).
 func (r *Rig) Count(query string, args ...any) int64 {
 	r.T.Helper()
+	if r.lean {
+		r.Catch()
+	}
 	var n int64
 	require.NoError(r.T, r.DB.Raw(query, args...).Scan(&n).Error)
 	return n
@@ -288,6 +307,9 @@ func (r *Rig) RequireQty(sku string, onHand, reserved int64) {
 // ReservationState is the state of the reservation (token, sku).
 func (r *Rig) ReservationState(token, sku string) arbiter.ResState {
 	r.T.Helper()
+	if r.lean {
+		r.Catch()
+	}
 	var res arbiter.Reservation
 	require.NoError(r.T, r.DB.Take(&res, "token = ? AND sku = ?", token, sku).Error, "reservation (%s, %s)", token, sku)
 	return res.State
@@ -373,6 +395,30 @@ func Race(n int, fn func(i int)) {
 	}
 	close(start)
 	wg.Wait()
+}
+
+// IsLean reports whether the rig sells as the lean sale does.
+func (r *Rig) IsLean() bool { return r.lean }
+
+// Catch runs the projector until every hold the lean sale recorded is
+// projected.
+func (r *Rig) Catch() {
+	r.T.Helper()
+	require.NoError(r.T, r.Projector.CatchUp(context.Background()))
+	var dirty int64
+	require.NoError(r.T, r.DB.Raw(`SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`).Scan(&dirty).Error)
+	require.Zero(r.T, dirty, "the projector caught up")
+}
+
+// RunLean runs tests again with every rig selling as the lean sale does,
+// each as a subtest named after it: a package's lean contract.
+func RunLean(t *testing.T, tests ...func(*testing.T)) {
+	Lean = true
+	defer func() { Lean = false }()
+	for _, fn := range tests {
+		name := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name()
+		t.Run(strings.TrimPrefix(name[strings.LastIndex(name, ".")+1:], "Test"), fn)
+	}
 }
 
 // RunEmbedded runs tests again on the embedded default's stand-ins (SQLite,

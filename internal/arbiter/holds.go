@@ -1,0 +1,358 @@
+package arbiter
+
+import (
+	"crypto/sha256"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// The lean sale (issue 43, docs/design.md "The lean sale"): a hold the sale
+// records lean is one row of holds, written once and never changed, and
+// no orders, stock_reservations or RESERVE movement row in the sale's
+// commit. Those are its projection, written after it by the projector
+// (ProjectBacklog) or by the first path that needs the hold (ProjectHold),
+// either way idempotently; every change after the sale happens on the
+// projection, as before.
+
+// HoldKey is the primary key of a hold's row: an order's id as its
+// UUIDv7's 16 bytes (line numbers its lines), or for a token's hold the
+// first 16 bytes of SHA-256 of its SKU and key ("t." + the client's
+// token), whose name is stored in the row and compared on every lookup.
+// ok is false for an id that is not a UUID (no order of the lean sale has
+// it).
+func HoldKey(r Reservation) (id holdID, ok bool) {
+	if r.OrderID != nil {
+		u, err := uuid.Parse(*r.OrderID)
+		if err != nil {
+			return nil, false
+		}
+		return holdID(u[:]), true
+	}
+	return tokenHoldID(r.SKU, r.Token), true
+}
+
+func tokenHoldID(sku, token string) holdID {
+	h := sha256.Sum256([]byte(sku + "\x00" + token))
+	return h[:16]
+}
+
+// holdID is a hold's 16-byte key as a statement's argument: one value
+// (GORM would spread a bare []byte over as many placeholders).
+type holdID []byte
+
+func (k holdID) Value() (driver.Value, error) { return []byte(k), nil }
+
+// SKUID is a SKU's integer in holds' (sku_id, seq) index: the first 8
+// bytes of SHA-256 of its name. Two SKUs may share one; every reader of
+// the index filters on the name too.
+func SKUID(sku string) int64 {
+	h := sha256.Sum256([]byte(sku))
+	return int64(binary.BigEndian.Uint64(h[:8]))
+}
+
+var holdColumns = []string{"id", "line", "sku_id", "seq", "sku", "qty", "result", "name", "buyer", "quota", "campaign_id", "deadline", "created_at"}
+
+// insertHolds writes the lean holds of a sale, each at the position its
+// SKU's UPDATE numbered for its RESERVE movement (moves[i] is holds[i]'s);
+// rows[i] is holds[i]'s reservation as Reserve counted it (Buyer set: the
+// buyer's quota counts it, and its release gives it back).
+func (a Arbiter) insertHolds(holds []Hold, rows []Reservation, moves []Movement) error {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	args := make([]any, 0, len(holds)*len(holdColumns))
+	for i, h := range holds {
+		r := h.Row
+		id, ok := HoldKey(r)
+		if !ok {
+			return fmt.Errorf("arbiter: a lean hold of order %q, which is not a UUID", *r.OrderID)
+		}
+		var name, buyer *string
+		if r.OrderID == nil {
+			name = &holds[i].Row.Token
+		}
+		if h.Buyer != "" {
+			buyer = &holds[i].Buyer
+		}
+		args = append(args, id, h.Line, SKUID(r.SKU), moves[i].Position, r.SKU, r.Qty, r.Result, name, buyer,
+			rows[i].Buyer != nil, r.CampaignID, r.ExpiresAt, stamp(r.CreatedAt, now))
+	}
+	return a.insertRows("holds", holdColumns, args)
+}
+
+// movedOrHeld numbers a sale's RESERVE movements (moves[k] is the
+// reservation of holds[plainHold[k]]) and writes each: a lean hold's as
+// its row of holds at that position, the others' as movements.
+func (a Arbiter) movedOrHeld(holds []Hold, rows []Reservation, moves []Movement, plainHold []int, last positions) error {
+	if err := numberMovements(moves, last); err != nil {
+		return err
+	}
+	var classic []Movement
+	var lean []Hold
+	var leanRows []Reservation
+	var leanMoves []Movement
+	for k, m := range moves {
+		i := plainHold[k]
+		if holds[i].Lean {
+			lean, leanRows, leanMoves = append(lean, holds[i]), append(leanRows, rows[i]), append(leanMoves, m)
+		} else {
+			classic = append(classic, m)
+		}
+	}
+	if len(classic) > 0 {
+		if err := a.insertNumbered(classic); err != nil {
+			return err
+		}
+	}
+	return a.insertHolds(lean, leanRows, leanMoves)
+}
+
+// heldRow is one row of holds as the projection reads it.
+type heldRow struct {
+	id       []byte
+	line     int
+	seq      int64
+	sku      string
+	qty      int64
+	result   int64
+	name     sql.NullString
+	buyer    sql.NullString
+	quota    bool
+	campaign sql.NullString
+	deadline time.Time
+	created  time.Time
+}
+
+const heldSelect = `SELECT id, line, seq, sku, qty, result, name, buyer, quota, campaign_id, deadline, created_at FROM holds `
+
+func scanHeld(out *[]heldRow) func(*sql.Rows) error {
+	return func(rs *sql.Rows) error {
+		var h heldRow
+		if err := rs.Scan(&h.id, &h.line, &h.seq, &h.sku, &h.qty, &h.result, &h.name, &h.buyer, &h.quota, &h.campaign, &h.deadline, &h.created); err != nil {
+			return err
+		}
+		*out = append(*out, h)
+		return nil
+	}
+}
+
+// token is the reservation token a held row is projected under: the
+// order's id, or the token's key.
+func (h heldRow) token() (string, bool) {
+	if h.name.Valid {
+		return h.name.String, false
+	}
+	u, err := uuid.FromBytes(h.id)
+	if err != nil {
+		return "", false
+	}
+	return u.String(), true
+}
+
+// ProjectHold writes the projection of the hold of an order (id, an
+// order's id) or of a token's hold (sku and the token's key), if it has a
+// row in holds and no projection yet; found reports the row. The path
+// that reads or changes one order or token calls it when the projection
+// lacks the hold, so a client reads its own write at once after a 201.
+func (a Arbiter) ProjectHold(orderID, sku, token string) (found bool, err error) {
+	var rows []heldRow
+	if orderID != "" {
+		u, perr := uuid.Parse(orderID)
+		if perr != nil {
+			return false, nil
+		}
+		err = a.query(scanHeld(&rows), heldSelect+`WHERE id = ? ORDER BY line`, holdID(u[:]))
+	} else {
+		err = a.query(scanHeld(&rows), heldSelect+`WHERE id = ? AND line = 0`, tokenHoldID(sku, token))
+		if len(rows) == 1 && (rows[0].name.String != token || rows[0].sku != sku) {
+			return false, fmt.Errorf("arbiter: token %q of %s and token %q of %s share a hold key", token, sku, rows[0].name.String, rows[0].sku)
+		}
+	}
+	if err != nil || len(rows) == 0 {
+		return false, err
+	}
+	return true, a.project(rows)
+}
+
+// ProjectBacklog projects up to limit holds of each SKU whose holds are
+// not all projected (holds_dirty), in each SKU's seq order, and moves the
+// SKUs' cursors: what the one-node projector runs. It returns how many
+// holds it read.
+func (a Arbiter) ProjectBacklog(skus, limit int) (int, error) {
+	todo, err := a.dirty(skus)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range todo {
+		rows, err := a.backlog(d.sku, d.projected, limit)
+		if err != nil {
+			return n, err
+		}
+		n += len(rows)
+		if err := a.project(rows); err != nil {
+			return n, err
+		}
+		// All of them up to the hold_seq this transaction reads, when
+		// fewer than limit came back (a SKU's hold_seq commits with its
+		// holds, and both reads are of one snapshot); else up to the last.
+		to := d.holdSeq
+		if len(rows) == limit {
+			to = rows[len(rows)-1].seq
+		}
+		// The flag stays set while holds past the cursor remain (a sale
+		// that committed since, or more than limit).
+		if _, err := a.exec(`UPDATE skus SET projected_seq = ?, holds_dirty = CASE WHEN hold_seq > ? THEN 1 ELSE 0 END
+			WHERE sku = ? AND projected_seq = ?`, to, to, d.sku, d.projected); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// dirtySKU is a SKU with holds left to project, and its cursor.
+type dirtySKU struct {
+	sku                string
+	projected, holdSeq int64
+}
+
+// dirty reads up to n SKUs whose holds are not all projected.
+func (a Arbiter) dirty(n int) ([]dirtySKU, error) {
+	var todo []dirtySKU
+	err := a.query(func(rs *sql.Rows) error {
+		var d dirtySKU
+		err := rs.Scan(&d.sku, &d.projected, &d.holdSeq)
+		todo = append(todo, d)
+		return err
+	}, `SELECT sku, projected_seq, hold_seq FROM skus WHERE holds_dirty = 1 LIMIT ?`, n)
+	return todo, err
+}
+
+// backlog reads up to limit of sku's holds past seq after, in seq order.
+func (a Arbiter) backlog(sku string, after int64, limit int) ([]heldRow, error) {
+	var rows []heldRow
+	err := a.query(scanHeld(&rows), heldSelect+`WHERE sku_id = ? AND seq > ? AND sku = ? ORDER BY seq LIMIT ?`,
+		SKUID(sku), after, sku, limit)
+	return rows, err
+}
+
+// ProjectSKU projects every hold of sku past its cursor, in the
+// transaction that holds the SKU's row lock (no sale of it can commit
+// meanwhile): what counts the SKU's live reservations (FixReserved)
+// calls first.
+func (a Arbiter) ProjectSKU(sku string) error {
+	var after []int64
+	if err := a.query(func(rs *sql.Rows) error {
+		var p int64
+		err := rs.Scan(&p)
+		after = append(after, p)
+		return err
+	}, `SELECT projected_seq FROM skus WHERE sku = ? AND holds_dirty = 1`, sku); err != nil || len(after) == 0 {
+		return err
+	}
+	rows, err := a.backlog(sku, after[0], 1<<30)
+	if err != nil {
+		return err
+	}
+	return a.project(rows)
+}
+
+// ProjectExpired projects the holds past their deadline at now of up to
+// skus SKUs with a backlog, up to limit each, so the sweep finds them in
+// the projection whether the projector runs or not. The cursors stay
+// where they are (the projector writes them again, harmlessly). It
+// returns how many it projected.
+func (a Arbiter) ProjectExpired(now time.Time, skus, limit int) (int, error) {
+	todo, err := a.dirty(skus)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range todo {
+		var rows []heldRow
+		if err := a.query(scanHeld(&rows), heldSelect+`WHERE sku_id = ? AND seq > ? AND sku = ? AND deadline <= ? ORDER BY seq LIMIT ?`,
+			SKUID(d.sku), d.projected, d.sku, now, limit); err != nil {
+			return n, err
+		}
+		if err := a.project(rows); err != nil {
+			return n, err
+		}
+		n += len(rows)
+	}
+	return n, nil
+}
+
+// project writes the projection of rows: for an order's line its order
+// row (once per order), its reservation and its RESERVE movement at the
+// hold's seq; for a token's hold its reservation and movement. Every
+// insert leaves an existing row alone, so projecting twice (the projector
+// and a transition, or a projector that died before its cursor moved) is
+// harmless.
+func (a Arbiter) project(rows []heldRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	var orders, reservations, movements []any
+	seen := map[string]bool{}
+	for _, h := range rows {
+		if h.qty == 0 { // a release's tombstone (Tombstone): projected as it was written
+			continue
+		}
+		token, isOrder := h.token()
+		if token == "" {
+			return fmt.Errorf("arbiter: a hold with neither a UUID nor a name")
+		}
+		var orderID, buyer *string
+		ref := tokenRef(token)
+		if isOrder {
+			orderID = &token
+			ref = token
+			if !seen[token] {
+				seen[token] = true
+				var user string
+				if h.buyer.Valid {
+					user = h.buyer.String
+				}
+				orders = append(orders, token, user, "PENDING", token, h.deadline, h.created, h.created)
+			}
+		}
+		if h.quota && h.buyer.Valid { // its release gives the buyer's quota back
+			buyer = &h.buyer.String
+		}
+		var campaign *string
+		if h.campaign.Valid {
+			campaign = &h.campaign.String
+		}
+		reservations = append(reservations, token, h.sku, orderID, buyer, h.qty, Held, h.result, h.deadline, h.created, h.created, campaign)
+		movements = append(movements, h.sku, h.seq, MoveReserve, 0, h.qty, "", ref, h.created)
+	}
+	if err := a.insertOnce("orders", []string{"id", "user_id", "status", "reservation_token", "expires_at", "created_at", "updated_at"}, orders); err != nil {
+		return err
+	}
+	if err := a.insertOnce("stock_reservations", campaignReservationColumns, reservations); err != nil {
+		return err
+	}
+	return a.insertOnce("stock_movements", movementColumns, movements)
+}
+
+// insertOnce is insertRows whose rows that exist already (by any unique
+// key) are left as they are.
+func (a Arbiter) insertOnce(table string, cols []string, args []any) error {
+	if len(args) == 0 {
+		return nil
+	}
+	one := "(" + strings.Repeat("?, ", len(cols)-1) + "?)"
+	vals := strings.Repeat(one+", ", len(args)/len(cols)-1) + one
+	q := "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES " + vals
+	if a.dialect == "sqlite" {
+		q += " ON CONFLICT DO NOTHING"
+	} else {
+		q += " ON DUPLICATE KEY UPDATE " + cols[0] + " = " + cols[0]
+	}
+	_, err := a.exec(q, args...)
+	return err
+}

@@ -1,0 +1,65 @@
+package order
+
+import (
+	"context"
+	"errors"
+
+	"gorm.io/gorm"
+
+	"github.com/acme/inventory"
+	"github.com/acme/inventory/internal/arbiter"
+)
+
+// Every path that reads or changes one order goes through projected or
+// readProjected, so an order is found the moment its sale committed,
+// whether the projector has written it or not (docs/design.md "The lean
+// sale").
+//
+// projected runs op on order id once id's projection exists: an order
+// only the lean sale has recorded yet is projected first
+// (arbiter.ProjectHold). For a change that reads the order after its
+// conditional UPDATE without a lock (cancel, expire): run on ErrNotFound
+// instead, one that missed the order and then read it projected meanwhile
+// would answer a conflict it never had.
+func projected(ctx context.Context, s *Service, id string, op func() (*Order, error)) (*Order, error) {
+	var n int64
+	if err := s.db.WithContext(ctx).Raw(`SELECT COUNT(*) FROM orders WHERE id = ?`, id).Scan(&n).Error; err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		if _, err := s.projectOrder(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return op()
+}
+
+// readProjected is projected for a read, or a change that reads the order
+// under its lock before it changes it (pay, refund, ship): op first, and
+// once more after projecting when it found no such order. (Extend reads
+// without a lock after its UPDATE, and tells a miss of that kind apart:
+// errRaced.)
+func readProjected(ctx context.Context, s *Service, id string, op func() (*Order, error)) (*Order, error) {
+	o, err := op()
+	if !errors.Is(err, inventory.ErrNotFound) {
+		return o, err
+	}
+	found, perr := s.projectOrder(ctx, id)
+	switch {
+	case perr != nil:
+		return nil, perr
+	case !found:
+		return o, err
+	}
+	return op()
+}
+
+// projectOrder writes the projection of order id's lean hold, if it has
+// one; found reports whether it has.
+func (s *Service) projectOrder(ctx context.Context, id string) (found bool, err error) {
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		found, err = arbiter.In(tx).ProjectHold(id, "", "")
+		return err
+	})
+	return found, err
+}
