@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/acme/inventory/internal/lock"
 )
@@ -42,15 +46,102 @@ var projectorKill = Scenario{Name: "projector-kill", Instances: 2, Stale: redisS
 		if err := leader.Start(ctx); err != nil {
 			return err
 		}
-		sleep(ctx, projectorOutage)
+		// Just before the lock frees: the holds due by then, and those
+		// still held a sweep and a margin past their deadline.
+		sleep(ctx, projectorOutage-2*time.Second)
+		o, err := r.dueHolds(ctx, time.Now().Add(-sweepInterval-2*time.Second))
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.outage = o
+		r.mu.Unlock()
+		r.note("with no node projecting: %d holds never projected by the projector, %d of them past their deadline, %d of those still held a sweep and 2 s after it",
+			o.Unprojected, o.Due, o.Late)
+		sleep(ctx, 2*time.Second)
 		r.note("the projector's lock free again")
+		return nil
+	},
+	After: func(ctx context.Context, r *Run, v *Verdict) error {
+		r.mu.Lock()
+		o := r.outage
+		r.mu.Unlock()
+		switch {
+		case o == nil:
+			v.problem("projector-kill: the outage was not measured")
+		case o.Due == 0:
+			v.problem("projector-kill: no hold fell due while no node projected: the scenario proved nothing")
+		case o.Late > 0:
+			v.Stuck += o.Late
+			v.problem("projector-kill: %d holds still held a sweep and 2 s past their deadline while no node projected", o.Late)
+		}
 		return nil
 	}}
 
-// projectorOutage is how long no node projects in projector-kill: more
-// than an order's hold and a sweep, so holds expire with the projector
-// down.
-const projectorOutage = orderTTL + sweepInterval + 2*time.Second
+// Outage is what projector-kill found of the holds the projector had not
+// reached: how many, how many were past their deadline, and how many of
+// those still held their units past the cutoff (stuck).
+type Outage struct{ Unprojected, Due, Late int64 }
+
+// dueHolds reads the holds past their SKU's projector cursor, and which of
+// them (by their projection, if the sweep or a transition wrote it) still
+// hold their units though their deadline is before cutoff.
+func (r *Run) dueHolds(ctx context.Context, cutoff time.Time) (*Outage, error) {
+	o := &Outage{}
+	rows, err := r.db.QueryContext(ctx, `SELECT h.id, h.name, h.sku, h.deadline FROM holds h JOIN skus s ON s.sku = h.sku
+		WHERE h.qty > 0 AND h.seq > s.projected_seq`)
+	if err != nil {
+		return nil, err
+	}
+	type hold struct {
+		token, sku string
+		deadline   time.Time
+	}
+	var due []hold
+	for rows.Next() {
+		var id []byte
+		var name sql.NullString
+		var h hold
+		if err := rows.Scan(&id, &name, &h.sku, &h.deadline); err != nil {
+			_ = rows.Close()
+			return nil, err
+		}
+		o.Unprojected++
+		if h.token = name.String; !name.Valid {
+			u, err := uuid.FromBytes(id)
+			if err != nil {
+				_ = rows.Close()
+				return nil, err
+			}
+			h.token = u.String()
+		}
+		if h.deadline.Before(cutoff) {
+			due = append(due, h)
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, err
+	}
+	o.Due = int64(len(due))
+	for _, h := range due {
+		var state string
+		err := r.db.QueryRowContext(ctx, `SELECT state FROM stock_reservations WHERE token = ? AND sku = ?`, h.token, h.sku).Scan(&state)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			o.Late++ // not even projected: nothing released it
+		case err != nil:
+			return nil, err
+		case state == "HELD":
+			o.Late++
+		}
+	}
+	return o, nil
+}
+
+// projectorOutage is how long no node projects in projector-kill: long
+// enough that holds made after the kill fall due, and a sweep and 2 s
+// more pass, before it ends (an order's hold and twice that).
+const projectorOutage = orderTTL + 2*(sweepInterval+2*time.Second)
 
 // leaderOf is the one instance whose metric gauge is 1 (nil when none or
 // more than one is).

@@ -122,6 +122,7 @@ type Run struct {
 	dark     *Dark     // the blackhole the fault made, if any
 	phases   []Phase   // the stretches with a link slowed down
 	takeover *Takeover // the consumer node killed for its queues' takeover, if any
+	outage   *Outage   // projector-kill's: the holds due while no node projected
 
 	hooks      *hookRun      // the run's webhook receivers, if the scenario has them (webhooks.go)
 	camp       *campaignPlan // the run's campaign, if the scenario has one

@@ -3,6 +3,7 @@ package tokens_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
@@ -66,5 +67,16 @@ func TestLeanReleaseBeforeTheProjector(t *testing.T) {
 	require.Zero(t, n, "once")
 	require.Equal(t, arbiter.Released, r.ReservationState("t.tok-1", "LT"))
 	require.Equal(t, arbiter.Held, r.ReservationState("t.tok-2", "LT"))
+	r.CheckInvariant("LT")
+
+	// A hold past its deadline that the projector never reached is
+	// released by the sweep all the same.
+	_, err = r.Tokens.Reserve(ctx, "LT", 4, "tok-3")
+	require.NoError(t, err)
+	r.Clock.Advance(testrig.TTL + time.Second)
+	released, err := r.Tokens.ReleaseExpired(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 2, released, "tok-2 (projected) and tok-3 (not)")
+	r.RequireQty("LT", 10, 0)
 	r.CheckInvariant("LT")
 }
