@@ -224,17 +224,23 @@ func (s *Service) refused(ctx context.Context, sku string, qty int64, key string
 	return answer(r, qty)
 }
 
-// recorded reads the token's reservation of sku (by primary key).
+// recorded reads the token's reservation of sku (by primary key),
+// projected first if only the lean sale recorded it.
 func (s *Service) recorded(ctx context.Context, sku, key string) (arbiter.Reservation, bool, error) {
-	var rows []arbiter.Reservation
-	if err := s.db.WithContext(ctx).Where("token = ? AND sku = ?", key, sku).Limit(1).Find(&rows).Error; err != nil {
-		return arbiter.Reservation{}, false, err
+	read := func() ([]arbiter.Reservation, error) {
+		var rows []arbiter.Reservation
+		err := s.db.WithContext(ctx).Where("token = ? AND sku = ?", key, sku).Limit(1).Find(&rows).Error
+		return rows, err
 	}
-	if len(rows) == 0 {
-		if found, err := s.project(ctx, sku, key); err != nil || !found {
-			return arbiter.Reservation{}, false, err
+	rows, err := read()
+	if err == nil && len(rows) == 0 {
+		var found bool
+		if found, err = s.project(ctx, sku, key); err == nil && found {
+			rows, err = read()
 		}
-		return s.recorded(ctx, sku, key)
+	}
+	if err != nil || len(rows) == 0 {
+		return arbiter.Reservation{}, false, err
 	}
 	return rows[0], true, nil
 }

@@ -412,21 +412,18 @@ func (r *Rig) Catch() {
 
 // RunLean runs tests again with every rig selling as the lean sale does,
 // each as a subtest named after it: a package's lean contract.
-func RunLean(t *testing.T, tests ...func(*testing.T)) {
-	Lean = true
-	defer func() { Lean = false }()
-	for _, fn := range tests {
-		name := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name()
-		t.Run(strings.TrimPrefix(name[strings.LastIndex(name, ".")+1:], "Test"), fn)
-	}
-}
+func RunLean(t *testing.T, tests ...func(*testing.T)) { runWith(t, &Lean, tests) }
 
 // RunEmbedded runs tests again on the embedded default's stand-ins (SQLite,
 // miniredis, the in-process queue), each as a subtest named after it, with
 // Embedded set around them: a package's embedded contract.
-func RunEmbedded(t *testing.T, tests ...func(*testing.T)) {
-	Embedded = true
-	defer func() { Embedded = false }()
+func RunEmbedded(t *testing.T, tests ...func(*testing.T)) { runWith(t, &Embedded, tests) }
+
+// runWith runs tests as subtests named after them with *flag set.
+func runWith(t *testing.T, flag *bool, tests []func(*testing.T)) {
+	was := *flag
+	*flag = true
+	defer func() { *flag = was }()
 	for _, fn := range tests {
 		name := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name()
 		t.Run(strings.TrimPrefix(name[strings.LastIndex(name, ".")+1:], "Test"), fn)
