@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -99,12 +100,13 @@ func (in *Instance) signal(sig syscall.Signal) {
 }
 
 // Restart stops the process gracefully (SIGTERM) and starts bin in its
-// place, under the same name, port and environment: a rolling upgrade's
-// step.
-func (in *Instance) Restart(ctx context.Context, bin string) error {
+// place, under the same name, port and environment with env added: a
+// rolling upgrade's step.
+func (in *Instance) Restart(ctx context.Context, bin string, env ...string) error {
 	in.Stop()
 	in.mu.Lock()
 	in.bin = bin
+	in.env = append(slices.Clip(in.env), env...)
 	in.mu.Unlock()
 	return in.Start(ctx)
 }

@@ -291,6 +291,7 @@ var scenarios = append([]Scenario{
 	// A rolling upgrade of the fleet from the release before, under load
 	// (upgrade.go).
 	upgrade,
+	upgradeLean,
 	// The lean sale's projector's leader killed and its lock held while
 	// holds expire (projector.go).
 	projectorKill,

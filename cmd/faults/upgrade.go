@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
+	"github.com/acme/inventory/internal/lock"
 	"github.com/acme/inventory/testkit/servers"
 )
 
@@ -30,7 +32,31 @@ const upgradeFrom = "621600fcbcb29c888c6eef9eb38e5676cae8a228"
 // every acknowledged order and token commit answers through the new
 // fleet as it did when it was made (answersAsBefore).
 var upgrade = Scenario{Name: "upgrade", From: upgradeFrom, Stale: redisStale, Instances: 2, Quick: true,
-	Fault: func(ctx context.Context, r *Run) error {
+	Fault: rollTo(upgradeFrom), After: answersAsBefore}
+
+// leanFrom is the first release that reads and projects the lean sale's
+// holds whatever its own switch says (issue 43's "read both" release).
+const leanFrom = "7e14968c2f3ef6c4f158054a0697b999150c408b"
+
+// upgradeLean is issue 43's switch: a fleet of the release that reads
+// both ways and sells as before, rolled one node at a time to the new
+// binary selling as the lean sale does (INVENTORY_LEAN_SALE=true), so
+// for a while a node that writes the order in the sale's commit and one
+// that writes one row of holds sell the same SKUs side by side.
+//
+// While the two write ways serve side by side, no node projects (the
+// projector's lock is held, as a stalled leader's would be): the old
+// node must find, pay, cancel and release the holds the new one recorded
+// only in holds. From a release that cannot read them, it could not.
+var upgradeLean = Scenario{Name: "upgrade-lean", From: leanFrom, Stale: redisStale, Instances: 2, Quick: true, MinDuration: 16 * time.Second,
+	Fault: rollTo(leanFrom, leanEnv), After: answersAsBefore}
+
+// rollTo is the rolling upgrade from release from: the new release's
+// migrate while the old fleet serves, at a fifth of the run, then each
+// node stopped gracefully and started on the new binary (with env added)
+// at 40 % and 65 %.
+func rollTo(from string, env ...string) func(ctx context.Context, r *Run) error {
+	return func(ctx context.Context, r *Run) error {
 		r.at(ctx, 0.2)
 		if out, errOut, code, err := runCommand(ctx, r.lab.bin, r.env, "migrate"); err != nil || code != 0 {
 			return fmt.Errorf("the new release's migrate beside the old fleet: exit %d %v: %s %s", code, err, out, errOut)
@@ -38,14 +64,20 @@ var upgrade = Scenario{Name: "upgrade", From: upgradeFrom, Stale: redisStale, In
 		r.note("migrated by the new release while the old fleet served")
 		for i, in := range r.fleet {
 			r.at(ctx, 0.4+0.25*float64(i))
-			if err := in.Restart(ctx, r.lab.bin); err != nil {
+			if err := in.Restart(ctx, r.lab.bin, env...); err != nil {
 				return err
 			}
+			if i == 0 && len(env) > 0 { // mixed from here until the next roll: nobody projects
+				stall := time.Duration(0.25*float64(r.duration)) + time.Second
+				if err := r.redis.Client().Set(ctx, lock.ProjectorKey, "stalled-leader", stall).Err(); err != nil {
+					return err
+				}
+				r.note("no node projects for %s, while old and new nodes serve", stall)
+			}
 		}
-		r.note("rolled %d nodes from %.12s to the new release, one at a time (SIGTERM, then the new binary)", len(r.fleet), upgradeFrom)
+		r.note("rolled %d nodes from %.12s to the new release %v, one at a time (SIGTERM, then the new binary)", len(r.fleet), from, env)
 		return nil
-	},
-	After: answersAsBefore,
+	}
 }
 
 // answersAsBefore reads every order the run was answered through the
