@@ -35,5 +35,6 @@ func TestEmbeddedContract(t *testing.T) {
 		TestLeanHoldExpiresWithoutTheProjector,
 		TestLeanSalesRaceTheProjector,
 		TestLeanKeyIsOneOrderAcrossWritePaths,
+		TestLeanCartIsProjectedWhole,
 	)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory"
+	"github.com/acme/inventory/internal/projection"
 	"github.com/acme/inventory/order"
 	"github.com/acme/inventory/testkit/testrig"
 )
@@ -246,4 +247,35 @@ func TestLeanKeyIsOneOrderAcrossWritePaths(t *testing.T) {
 	require.EqualValues(t, 10, classic.Count(`SELECT COUNT(*) FROM orders`))
 	classic.RequireQty("LK", 100, 20)
 	classic.CheckInvariant("LK")
+}
+
+// A cart's lines are on several SKUs, which the projector reaches in
+// different rounds when its backlog is long: an order is projected whole
+// all the same, so no read finds it with some of its lines and no cancel
+// gives back some of them while the rest stays held.
+func TestLeanCartIsProjectedWhole(t *testing.T) {
+	testrig.Lean = true
+	defer func() { testrig.Lean = false }()
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	r.AddSKU("LC1", 10)
+	r.AddSKU("LC2", 10)
+	o, err := r.Orders.Create(ctx, "u1", "", []inventory.Line{{SKU: "LC1", Qty: 2}, {SKU: "LC2", Qty: 3}})
+	require.NoError(t, err)
+	// One SKU a round: the first round reaches one of the cart's SKUs.
+	narrow := projection.New(r.DB, r.Stock.Locker(), projection.Config{SKUs: 1, PerSKU: 1})
+	n, err := narrow.Round(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "one SKU's hold read")
+	require.EqualValues(t, 2, rawCount(t, r, `SELECT COUNT(*) FROM stock_reservations WHERE order_id = ?`, o.ID), "and the whole order written")
+	got, err := r.Orders.Get(ctx, o.ID)
+	require.NoError(t, err)
+	require.Len(t, got.Items, 2)
+	_, err = r.Orders.Cancel(ctx, o.ID)
+	require.NoError(t, err)
+	r.RequireQty("LC1", 10, 0)
+	r.RequireQty("LC2", 10, 0)
+	r.Catch()
+	r.CheckInvariant("LC1")
+	r.CheckInvariant("LC2")
 }

@@ -292,9 +292,17 @@ func (a Arbiter) ProjectExpired(now time.Time, skus, limit int) (int, error) {
 // insert leaves an existing row alone, so projecting twice (the projector
 // and a transition, or a projector that died before its cursor moved) is
 // harmless.
+//
+// An order is projected whole: its lines on other SKUs (or past the
+// batch's limit) are read and written with it, so no reader ever finds
+// an order with some of its lines, and no cancel releases some of them.
 func (a Arbiter) project(rows []heldRow) error {
 	if len(rows) == 0 {
 		return nil
+	}
+	rows, err := a.wholeOrders(rows)
+	if err != nil {
+		return err
 	}
 	var orders, reservations, movements []any
 	seen := map[string]bool{}
@@ -337,6 +345,37 @@ func (a Arbiter) project(rows []heldRow) error {
 		return err
 	}
 	return a.insertOnce("stock_movements", movementColumns, movements)
+}
+
+// wholeOrders is rows with every line of each order among them (one
+// read of the orders' keys).
+func (a Arbiter) wholeOrders(rows []heldRow) ([]heldRow, error) {
+	type key struct {
+		id   string
+		line int
+	}
+	have := map[key]bool{}
+	var ids []any
+	for _, h := range rows {
+		have[key{string(h.id), h.line}] = true
+		if !h.name.Valid && !have[key{string(h.id), -1}] {
+			have[key{string(h.id), -1}] = true
+			ids = append(ids, holdID(h.id))
+		}
+	}
+	if len(ids) == 0 {
+		return rows, nil
+	}
+	var all []heldRow
+	if err := a.query(scanHeld(&all), heldSelect+`WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, ids...); err != nil {
+		return nil, err
+	}
+	for _, h := range all {
+		if !have[key{string(h.id), h.line}] {
+			rows = append(rows, h)
+		}
+	}
+	return rows, nil
 }
 
 // insertOnce is insertRows whose rows that exist already (by any unique
