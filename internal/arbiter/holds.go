@@ -20,13 +20,13 @@ import (
 // either way idempotently; every change after the sale happens on the
 // projection, as before.
 
-// HoldKey is the primary key of a hold's row: an order's id as its
+// holdKey is the primary key of a hold's row: an order's id as its
 // UUIDv7's 16 bytes (line numbers its lines), or for a token's hold the
 // first 16 bytes of SHA-256 of its SKU and key ("t." + the client's
 // token), whose name is stored in the row and compared on every lookup.
 // ok is false for an id that is not a UUID (no order of the lean sale has
 // it).
-func HoldKey(r Reservation) (id holdID, ok bool) {
+func holdKey(r Reservation) (id holdID, ok bool) {
 	if r.OrderID != nil {
 		u, err := uuid.Parse(*r.OrderID)
 		if err != nil {
@@ -67,7 +67,7 @@ func (a Arbiter) insertHolds(holds []Hold, rows []Reservation, moves []Movement)
 	args := make([]any, 0, len(holds)*len(holdColumns))
 	for i, h := range holds {
 		r := h.Row
-		id, ok := HoldKey(r)
+		id, ok := holdKey(r)
 		if !ok {
 			return fmt.Errorf("arbiter: a lean hold of order %q, which is not a UUID", *r.OrderID)
 		}
