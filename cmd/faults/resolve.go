@@ -114,7 +114,14 @@ func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known 
 			}
 			var id string
 			var expires, created time.Time
-			err := db.QueryRowContext(ctx, `SELECT id, expires_at, created_at FROM orders WHERE user_id = ? AND idempotency_key = ?`, op.User, op.Key).Scan(&id, &expires, &created)
+			// The key's own table (migration 44) names the order either way
+			// the sale wrote it; the lean sale's projection leaves
+			// orders.idempotency_key empty.
+			err := db.QueryRowContext(ctx, `SELECT o.id, o.expires_at, o.created_at FROM idempotency_keys k JOIN orders o ON o.id = k.order_id
+				WHERE k.user_id = ? AND k.idempotency_key = ?`, op.User, op.Key).Scan(&id, &expires, &created)
+			if errors.Is(err, sql.ErrNoRows) {
+				err = db.QueryRowContext(ctx, `SELECT id, expires_at, created_at FROM orders WHERE user_id = ? AND idempotency_key = ?`, op.User, op.Key).Scan(&id, &expires, &created)
+			}
 			if errors.Is(err, sql.ErrNoRows) {
 				return false, nil
 			}
