@@ -17,10 +17,16 @@ import (
 //
 // projected runs op on order id once id's projection exists: an order
 // only the lean sale has recorded yet is projected first
-// (arbiter.ProjectHold). For a change that reads the order after its
-// conditional UPDATE without a lock (cancel, expire): run on ErrNotFound
-// instead, one that missed the order and then read it projected meanwhile
-// would answer a conflict it never had.
+// (arbiter.ProjectHold). Every change goes this way: the check is a plain
+// read (a snapshot, no lock). A change whose first statement were a
+// locking read of a missing order (pay, refund, ship lock the order) would
+// lock the gap where the newest orders go in REPEATABLE READ, and every
+// projection of a new order (UUIDv7 ids: they all go at the end of the
+// index) would wait for it: payments right after their sale then queued
+// behind each other for seconds. And a change that reads the order after
+// its conditional UPDATE without a lock (cancel, expire), run first and
+// again on ErrNotFound, could miss the order, read it projected meanwhile
+// and answer a conflict it never had.
 func projected(ctx context.Context, s *Service, id string, op func() (*Order, error)) (*Order, error) {
 	var n int64
 	if err := s.db.WithContext(ctx).Raw(`SELECT COUNT(*) FROM orders WHERE id = ?`, id).Scan(&n).Error; err != nil {
@@ -34,11 +40,10 @@ func projected(ctx context.Context, s *Service, id string, op func() (*Order, er
 	return op()
 }
 
-// readProjected is projected for a read, or a change that reads the order
-// under its lock before it changes it (pay, refund, ship): op first, and
-// once more after projecting when it found no such order. (Extend reads
-// without a lock after its UPDATE, and tells a miss of that kind apart:
-// errRaced.)
+// readProjected is projected for a read that takes no lock (get, and
+// extend, which tells a miss after its UPDATE apart: errRaced): op first,
+// and once more after projecting when it found no such order, which
+// spares an order already projected the existence check.
 func readProjected(ctx context.Context, s *Service, id string, op func() (*Order, error)) (*Order, error) {
 	o, err := op()
 	if !errors.Is(err, inventory.ErrNotFound) {

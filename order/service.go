@@ -634,7 +634,7 @@ var errRaced = fmt.Errorf("%w: the order changed during its extension; retry", i
 // REFUND_REQUIRED; a CANCELLED order (the buyer cancelled) becomes
 // REFUND_REQUIRED.
 func (s *Service) Pay(ctx context.Context, id, paymentID string) (*Order, error) {
-	return readProjected(ctx, s, id, func() (*Order, error) { return s.pay0(ctx, id, paymentID) })
+	return projected(ctx, s, id, func() (*Order, error) { return s.pay0(ctx, id, paymentID) })
 }
 
 // pay0 is Pay on the projection as it stands.
@@ -799,7 +799,7 @@ func (s *Service) markPaid(tx *gorm.DB, o *Order, paymentID, token string) (*Ord
 // applies them, after their deduction. A REFUND_REQUIRED order (it never took
 // stock) just becomes REFUNDED.
 func (s *Service) Refund(ctx context.Context, id string) (*Order, error) {
-	return readProjected(ctx, s, id, func() (*Order, error) { return s.refund0(ctx, id) })
+	return projected(ctx, s, id, func() (*Order, error) { return s.refund0(ctx, id) })
 }
 
 // refund0 is Refund on the projection as it stands.

@@ -21,7 +21,7 @@ import (
 // shipped_at is this node's clock, as the stock movements' created_at
 // (not Config.Now): a count compares the two.
 func (s *Service) Ship(ctx context.Context, id string) (*Order, error) {
-	return readProjected(ctx, s, id, func() (*Order, error) { return s.ship0(ctx, id) })
+	return projected(ctx, s, id, func() (*Order, error) { return s.ship0(ctx, id) })
 }
 
 // ship0 is Ship on the projection as it stands.
