@@ -279,3 +279,47 @@ func TestLeanCartIsProjectedWhole(t *testing.T) {
 	r.CheckInvariant("LC1")
 	r.CheckInvariant("LC2")
 }
+
+// A round is bounded (up to PerSKU holds of a SKU, up to Holds in all, up
+// to SKUs SKUs) and the SKUs with a backlog take turns, round robin by
+// name: a SKU far behind never starves the others, and what a bound left
+// is projected by the next rounds, each hold once.
+func TestLeanProjectorRoundsAreBoundedAndTakeTurns(t *testing.T) {
+	testrig.Lean = true
+	defer func() { testrig.Lean = false }()
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	for sku, n := range map[string]int{"LRA": 5, "LRB": 3, "LRC": 1} {
+		r.AddSKU(sku, 10)
+		for i := range n {
+			_, err := r.Orders.Create(ctx, fmt.Sprintf("u%d", i), "", []inventory.Line{{SKU: sku, Qty: 1}})
+			require.NoError(t, err)
+		}
+	}
+	p := projection.New(r.DB, r.Stock.Locker(), projection.Config{SKUs: 2, PerSKU: 2, Holds: 3})
+	projected := func() []int64 {
+		var out []int64
+		for _, sku := range []string{"LRA", "LRB", "LRC"} {
+			out = append(out, rawCount(t, r, `SELECT COUNT(*) FROM stock_reservations WHERE sku = ?`, sku))
+		}
+		return out
+	}
+	for i, want := range []struct {
+		n      int
+		counts []int64
+	}{
+		{3, []int64{2, 1, 0}}, // LRA and LRB (two SKUs): LRA's PerSKU, then LRB up to Holds
+		{3, []int64{4, 1, 1}}, // from after LRB: LRC, then round the end to LRA
+		{3, []int64{5, 3, 1}}, // from after LRA: LRB's last two, then LRA's last one
+		{0, []int64{5, 3, 1}},
+	} {
+		n, err := p.Round(ctx)
+		require.NoError(t, err)
+		require.Equal(t, want.n, n, "round %d: holds read", i+1)
+		require.Equal(t, want.counts, projected(), "round %d: reservations of LRA, LRB, LRC", i+1)
+	}
+	require.EqualValues(t, 0, rawCount(t, r, `SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`), "every cursor at its SKU's last hold")
+	for _, sku := range []string{"LRA", "LRB", "LRC"} {
+		r.CheckInvariant(sku)
+	}
+}

@@ -511,6 +511,11 @@ func (a *App) Handler() http.Handler { return a.server.Handler() }
 // behind it.
 func (a *App) DB() *gorm.DB { return a.db }
 
+// ProjectionLag is the lean sale's projection lag as this node's
+// projector measures it (inventory_projection_lag_seconds), for
+// cmd/benchtable to print beside the sale.
+func (a *App) ProjectionLag() prometheus.Histogram { return a.projector.Lag() }
+
 // Addr is the address the server listens on, once started.
 func (a *App) Addr() string { return a.ln.Addr().String() }
 

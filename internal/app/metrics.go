@@ -70,6 +70,7 @@ func registerDomainMetrics(reg prometheus.Registerer, a *App) {
 				return 0
 			}),
 		counter("inventory_projected_holds_total", "Holds of the lean sale this node's projector wrote the projection of.", a.projector.Projected),
+		a.projector.Lag(),
 		counter("inventory_mq_applied_total", "Stock operations applied to the database.", a.applier.Applied.Load),
 		counter("inventory_mq_duplicates_total", "Stock operations delivered again and ignored.", a.applier.Duplicate.Load),
 		counter("inventory_mq_anomalies_total", "Stock operations recorded as anomalies.", a.applier.Anomalies.Load),

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -175,43 +176,112 @@ func (a Arbiter) ProjectHold(orderID, sku, token string) (found bool, err error)
 	if err != nil || len(rows) == 0 {
 		return false, err
 	}
-	return true, a.project(rows)
+	return true, a.projectWhole(rows) // every line of the order: read by its key
 }
 
-// ProjectBacklog projects up to limit holds of each SKU whose holds are
-// not all projected (holds_dirty), in each SKU's seq order, and moves the
-// SKUs' cursors: what the one-node projector runs. It returns how many
-// holds it read.
-func (a Arbiter) ProjectBacklog(skus, limit int) (int, error) {
-	todo, err := a.dirty(skus)
+// Backlog bounds one projector round (ProjectBacklog).
+type Backlog struct {
+	// SKUs, PerSKU and Holds: up to PerSKU holds of each of up to SKUs
+	// SKUs, and up to Holds in all, so a round's transaction (and the
+	// locks a transition projecting one of its holds waits for) stays
+	// short however far behind the projector is.
+	SKUs, PerSKU, Holds int
+	// After is where the round starts: the SKUs with a backlog are taken
+	// in name order from the first after it, round robin, so no SKU
+	// starves behind busier ones. ProjectBacklog returns the next After.
+	After string
+	// Seen, if not nil, is given each hold's created_at (the projection's
+	// lag is measured from it).
+	Seen func(created time.Time)
+}
+
+// Projected is what one projector round did (ProjectBacklog).
+type Projected struct {
+	// N is how many holds it read; Next is where the next round starts
+	// (Backlog.After); More says a bound left holds for it (the next
+	// round need not wait).
+	N    int
+	Next string
+	More bool
+	// Cursors are the SKUs' cursors to move once the round committed
+	// (MoveCursors).
+	Cursors []Cursor
+}
+
+// Cursor is a SKU's projection cursor moved from From to To.
+type Cursor struct {
+	SKU      string
+	From, To int64
+}
+
+// ProjectBacklog projects the holds of the SKUs whose holds are not all
+// projected (holds_dirty), within b's bounds, each SKU's in seq order:
+// what the one-node projector runs. It does not move the SKUs' cursors:
+// those are on the SKUs' rows, the hot rows every sale updates, and a
+// round that waited for one of them in the sales' queue would hold, all
+// that time, the locks of the rows it wrote, which the payments and
+// cancels of those very orders wait for. MoveCursors moves them after
+// the round committed; a round whose cursors never moved (its node died
+// in between) is projected again, harmlessly.
+func (a Arbiter) ProjectBacklog(b Backlog) (Projected, error) {
+	todo, err := a.dirty(b.SKUs, b.After)
 	if err != nil {
-		return 0, err
+		return Projected{Next: b.After}, err
 	}
-	n := 0
+	p := Projected{Next: b.After, More: len(todo) == b.SKUs}
+	done := 0
 	for _, d := range todo {
+		limit := min(b.PerSKU, b.Holds-p.N)
+		if limit <= 0 {
+			p.More = true
+			break
+		}
 		rows, err := a.backlog(d.sku, d.projected, limit)
 		if err != nil {
-			return n, err
+			return Projected{Next: b.After}, err
 		}
-		n += len(rows)
+		p.N += len(rows)
 		if err := a.project(rows); err != nil {
-			return n, err
+			return Projected{Next: b.After}, err
+		}
+		if b.Seen != nil {
+			for _, h := range rows {
+				b.Seen(h.created)
+			}
 		}
 		// All of them up to the hold_seq this transaction reads, when
 		// fewer than limit came back (a SKU's hold_seq commits with its
 		// holds, and both reads are of one snapshot); else up to the last.
 		to := d.holdSeq
 		if len(rows) == limit {
-			to = rows[len(rows)-1].seq
+			to, p.More = rows[len(rows)-1].seq, true
 		}
-		// The flag stays set while holds past the cursor remain (a sale
-		// that committed since, or more than limit).
+		p.Cursors = append(p.Cursors, Cursor{SKU: d.sku, From: d.projected, To: to})
+		p.Next = d.sku
+		done++
+	}
+	if len(todo) < b.SKUs && done == len(todo) {
+		p.Next = "" // every SKU with a backlog had its turn: from the start again
+	}
+	return p, nil
+}
+
+// MoveCursors moves the SKUs' projection cursors of a round that
+// committed, each in a statement of its own (a SKU's row lock is held
+// for that statement alone), in name order. A cursor another round
+// moved meanwhile is left where it is. The flag stays set while holds
+// past the cursor remain (a sale that committed since, or more than a
+// round's bound).
+func (a Arbiter) MoveCursors(cs []Cursor) error {
+	cs = slices.Clone(cs)
+	slices.SortFunc(cs, func(x, y Cursor) int { return strings.Compare(x.SKU, y.SKU) })
+	for _, c := range cs {
 		if _, err := a.exec(`UPDATE skus SET projected_seq = ?, holds_dirty = CASE WHEN hold_seq > ? THEN 1 ELSE 0 END
-			WHERE sku = ? AND projected_seq = ?`, to, to, d.sku, d.projected); err != nil {
-			return n, err
+			WHERE sku = ? AND projected_seq = ?`, c.To, c.To, c.SKU, c.From); err != nil {
+			return err
 		}
 	}
-	return n, nil
+	return nil
 }
 
 // dirtySKU is a SKU with holds left to project, and its cursor.
@@ -220,15 +290,23 @@ type dirtySKU struct {
 	projected, holdSeq int64
 }
 
-// dirty reads up to n SKUs whose holds are not all projected.
-func (a Arbiter) dirty(n int) ([]dirtySKU, error) {
+// dirty reads up to n SKUs whose holds are not all projected, in name
+// order from the first after after, then from the first.
+func (a Arbiter) dirty(n int, after string) ([]dirtySKU, error) {
 	var todo []dirtySKU
-	err := a.query(func(rs *sql.Rows) error {
+	scan := func(rs *sql.Rows) error {
 		var d dirtySKU
 		err := rs.Scan(&d.sku, &d.projected, &d.holdSeq)
 		todo = append(todo, d)
 		return err
-	}, `SELECT sku, projected_seq, hold_seq FROM skus WHERE holds_dirty = 1 LIMIT ?`, n)
+	}
+	const q = `SELECT sku, projected_seq, hold_seq FROM skus WHERE holds_dirty = 1 AND sku > ? ORDER BY sku LIMIT ?`
+	if err := a.query(scan, q, after, n); err != nil || len(todo) == n || after == "" {
+		return todo, err
+	}
+	// Round the end: the first ones, up to after (excluded: read above
+	// or not dirty).
+	err := a.query(scan, `SELECT sku, projected_seq, hold_seq FROM skus WHERE holds_dirty = 1 AND sku <= ? ORDER BY sku LIMIT ?`, after, n-len(todo))
 	return todo, err
 }
 
@@ -267,7 +345,7 @@ func (a Arbiter) ProjectSKU(sku string) error {
 // where they are (the projector writes them again, harmlessly). It
 // returns how many it projected.
 func (a Arbiter) ProjectExpired(now time.Time, skus, limit int) (int, error) {
-	todo, err := a.dirty(skus)
+	todo, err := a.dirty(skus, "")
 	if err != nil {
 		return 0, err
 	}
@@ -286,16 +364,14 @@ func (a Arbiter) ProjectExpired(now time.Time, skus, limit int) (int, error) {
 	return n, nil
 }
 
-// project writes the projection of rows: for an order's line its order
-// row (once per order), its reservation and its RESERVE movement at the
-// hold's seq; for a token's hold its reservation and movement. Every
-// insert leaves an existing row alone, so projecting twice (the projector
-// and a transition, or a projector that died before its cursor moved) is
-// harmless.
-//
-// An order is projected whole: its lines on other SKUs (or past the
-// batch's limit) are read and written with it, so no reader ever finds
-// an order with some of its lines, and no cancel releases some of them.
+// project writes the projection of the holds in rows whose projection
+// is not written yet: each order whole, its lines on other SKUs (or past
+// a round's bound) read and written with it, so no reader ever finds an
+// order with some of its lines, and no cancel releases some of them. An
+// order whose row exists is left alone: its projection was written whole
+// by one transaction (a payment right after its sale projects it first,
+// and rewriting it would only lock its rows again, against that very
+// payment).
 func (a Arbiter) project(rows []heldRow) error {
 	if len(rows) == 0 {
 		return nil
@@ -304,6 +380,39 @@ func (a Arbiter) project(rows []heldRow) error {
 	if err != nil {
 		return err
 	}
+	var ids []any
+	asked := map[string]bool{}
+	for _, h := range rows {
+		if token, isOrder := h.token(); isOrder && !asked[token] {
+			asked[token] = true
+			ids = append(ids, token)
+		}
+	}
+	if len(ids) > 0 {
+		have := map[string]bool{}
+		if err := a.query(func(rs *sql.Rows) error {
+			var id string
+			err := rs.Scan(&id)
+			have[id] = true
+			return err
+		}, `SELECT id FROM orders WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, ids...); err != nil {
+			return err
+		}
+		rows = slices.DeleteFunc(rows, func(h heldRow) bool {
+			token, isOrder := h.token()
+			return isOrder && have[token]
+		})
+	}
+	return a.projectWhole(rows)
+}
+
+// projectWhole writes the projection of rows, every line of each order
+// among them: for an order's line its order row (once per order), its
+// reservation and its RESERVE movement at the hold's seq; for a token's
+// hold its reservation and movement. Every insert leaves an existing row
+// alone, so projecting twice (the projector and a transition, or a
+// projector that died before its cursor moved) is harmless.
+func (a Arbiter) projectWhole(rows []heldRow) error {
 	var orders, reservations, movements []any
 	seen := map[string]bool{}
 	for _, h := range rows {

@@ -13,9 +13,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 
 	"github.com/acme/inventory/internal/arbiter"
@@ -28,9 +30,17 @@ type Config struct {
 	// Interval is the pause between rounds that found nothing to do
 	// (default 50 ms): the projection's lag when the sale is quiet.
 	Interval time.Duration
-	// SKUs and PerSKU bound one round's transaction: up to PerSKU holds of
-	// each of up to SKUs SKUs (defaults 100 and 1000).
-	SKUs, PerSKU int
+	// Gather is the pause after a round that found work but less than a
+	// full round's (default 100 ms): the next round then carries what
+	// the sales made meanwhile, so each SKU's row (the sale's hot row,
+	// whose cursor a round moves) is written at most once a Gather, and
+	// the statements of a round are spread over more holds. It adds up
+	// to Gather to the projection's lag.
+	Gather time.Duration
+	// SKUs, PerSKU and Holds bound one round's transaction: up to PerSKU
+	// holds of each of up to SKUs SKUs, up to Holds in all (defaults 100,
+	// 500 and 1000).
+	SKUs, PerSKU, Holds int
 	// LockTTL is the leader lock's time to live (default 2 s).
 	LockTTL time.Duration
 	// RoundTimeout bounds one round's transaction (default 5 s).
@@ -46,6 +56,9 @@ type Job struct {
 	run    job.Runner
 
 	projected atomic.Int64
+	lag       prometheus.Histogram
+	mu        sync.Mutex // over after
+	after     string     // where the next round starts (arbiter.Backlog)
 	// Leading says whether this node leads the projector now.
 	Leading atomic.Bool
 }
@@ -58,8 +71,14 @@ func New(db *gorm.DB, locker *lock.Locker, cfg Config) *Job {
 	if cfg.SKUs <= 0 {
 		cfg.SKUs = 100
 	}
+	if cfg.Gather <= 0 {
+		cfg.Gather = 100 * time.Millisecond
+	}
 	if cfg.PerSKU <= 0 {
-		cfg.PerSKU = 1000
+		cfg.PerSKU = 500
+	}
+	if cfg.Holds <= 0 {
+		cfg.Holds = 1000
 	}
 	if cfg.LockTTL <= 0 {
 		cfg.LockTTL = 2 * time.Second
@@ -70,8 +89,15 @@ func New(db *gorm.DB, locker *lock.Locker, cfg Config) *Job {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Job{db: db, locker: locker, cfg: cfg}
+	return &Job{db: db, locker: locker, cfg: cfg, lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "inventory_projection_lag_seconds",
+		Help:    "Time from a lean hold's commit to the commit of the projector's round that wrote its projection (listings see it then).",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	})}
 }
+
+// Lag is the projection's lag histogram (inventory_projection_lag_seconds).
+func (j *Job) Lag() prometheus.Histogram { return j.lag }
 
 // Start runs the projector until Stop, on the node that holds its lock.
 func (j *Job) Start(ctx context.Context) { j.run.Start(ctx, j.loop) }
@@ -91,7 +117,7 @@ func (j *Job) lead(ctx context.Context) {
 	defer j.Leading.Store(false)
 	backoff := job.Backoff{Min: j.cfg.Interval, Max: 5 * time.Second}
 	for ctx.Err() == nil {
-		n, err := j.Round(ctx)
+		n, more, err := j.round(ctx)
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 				j.cfg.Logger.Warn("projection: round failed", "err", err)
@@ -100,8 +126,11 @@ func (j *Job) lead(ctx context.Context) {
 			continue
 		}
 		backoff.Reset()
-		if n == 0 {
+		switch {
+		case n == 0:
 			job.Sleep(ctx, j.cfg.Interval, nil)
+		case !more:
+			job.Sleep(ctx, j.cfg.Gather, nil)
 		}
 	}
 }
@@ -109,17 +138,40 @@ func (j *Job) lead(ctx context.Context) {
 // Round projects one round's holds in one transaction and returns how
 // many it read (0: nothing was left).
 func (j *Job) Round(ctx context.Context) (int, error) {
+	n, _, err := j.round(ctx)
+	return n, err
+}
+
+// round is Round, and whether its bounds left holds for the next one.
+// The round's holds are projected in one transaction; the SKUs' cursors
+// are moved after it committed, each in a statement of its own
+// (arbiter.ProjectBacklog says why).
+func (j *Job) round(ctx context.Context) (n int, more bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, j.cfg.RoundTimeout)
 	defer cancel()
-	var n int
-	err := arbiter.Transact(ctx, j.db, func(tx *gorm.DB) (err error) {
-		n, err = arbiter.In(tx).ProjectBacklog(j.cfg.SKUs, j.cfg.PerSKU)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var p arbiter.Projected
+	var created []time.Time
+	err = arbiter.Transact(ctx, j.db, func(tx *gorm.DB) (err error) {
+		created = created[:0] // a retried transaction reads again
+		p, err = arbiter.In(tx).ProjectBacklog(arbiter.Backlog{SKUs: j.cfg.SKUs, PerSKU: j.cfg.PerSKU, Holds: j.cfg.Holds,
+			After: j.after, Seen: func(c time.Time) { created = append(created, c) }})
 		return err
 	})
-	if err == nil {
-		j.projected.Add(int64(n))
+	if err != nil {
+		return 0, false, err
 	}
-	return n, err
+	now := time.Now()
+	for _, c := range created {
+		j.lag.Observe(max(now.Sub(c).Seconds(), 0))
+	}
+	j.projected.Add(int64(p.N))
+	if err := arbiter.In(j.db.WithContext(ctx)).MoveCursors(p.Cursors); err != nil {
+		return p.N, false, err
+	}
+	j.after = p.Next
+	return p.N, p.More, nil
 }
 
 // CatchUp runs rounds until nothing is left to project (tests, and what
