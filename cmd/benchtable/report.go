@@ -97,7 +97,7 @@ func checks(rs, sync []result, web webRun) []check {
 		selling.measured = percent(selling.measured)
 		cart := ratioCheck("orders, 2-line cart / bare handler (the pair before it)", web.cart, web.cartBare, 0.35, "%.2f", "≥ 35%")
 		cart.measured = percent(cart.measured)
-		cs = append(cs, selling, cart, databasePerSale(web), soldOut)
+		cs = append(cs, selling, cart, databasePerSale(web), web.projection.check(), soldOut)
 		c := check{what: fmt.Sprintf("oversell, 2000 units sold to %d clients", *workers), measured: fmt.Sprint(web.oversell), target: "0", state: met}
 		if web.oversell != 0 {
 			c.state = missed
