@@ -71,7 +71,7 @@ var (
 	churnN    = flag.Int("churn", 1000, "with the soak (and in -only history): how many campaigns the campaign churn creates, sells and ends, counting Redis keys before and after (0: skip)")
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the HTTP phases (service and load in this process) to this file")
 	profPhase = flag.String("cpuprofile-phases", "", "with -cpuprofile: profile only the HTTP phases whose name this regular expression matches (e.g. 'selling|soak'); empty: all of them")
-	only      = flag.String("only", "", `run one group only: "http" (the HTTP phases), "campaign" (a campaign's openings and the hold extensions), "webhooks" (the seckill selling phase with one webhook subscription beside none, and a 2,000-unit sale's sku.sold_out), "sync" (the ordered database sync), "dbcost" (the database's cost of a sale, statement by statement) or "history" (the soak of -orders orders through one SKU)`)
+	only      = flag.String("only", "", `run one group only: "http" (the HTTP phases), "campaign" (a campaign's openings and the hold extensions), "webhooks" (the seckill selling phase with one webhook subscription beside none, and a 2,000-unit sale's sku.sold_out), "sync" (the ordered database sync), "dbcost" (the database's cost of a sale, statement by statement), "lean" (the classic and the lean sale side by side, each way's phases on a node of its own) or "history" (the soak of -orders orders through one SKU)`)
 	leanSale  = flag.String("lean-sale", "", `"on" or "off": the service's sale lean or classic (INVENTORY_LEAN_SALE) in every group that runs it; empty: the service's default`)
 	orders    = flag.Int("orders", 1_000_000, "with -only history: how many orders the soak drives through one SKU")
 )
@@ -207,6 +207,13 @@ func main() {
 	case "counts":
 		countsBench(ctx, rdb, *mysqlDSN)
 		return
+	case "lean":
+		table := leanBench(ctx, rdb, *mysqlDSN)
+		prog.finish()
+		fmt.Print(table)
+		must(os.MkdirAll(dirOf(*out), 0o755))
+		must(os.WriteFile(strings.TrimSuffix(*out, ".md")+"-lean.md", []byte(table), 0o644))
+		return
 	case "history":
 		table := historySoak(ctx, rdb, *mysqlDSN, *orders)
 		fmt.Print(table)
@@ -285,6 +292,7 @@ func main() {
 	web := profiled(func() webRun { return seckillBench(ctx, rdb, *mysqlDSN) })
 	web.camp = profiledAt(campaignProfile(), func() webRun { return webRun{camp: campaignBench(ctx, rdb, *mysqlDSN)} }).camp
 	web.hooks = webhooksBench(ctx, rdb, *mysqlDSN) // profiles its phases itself, beside -cpuprofile
+	web.extra += leanBench(ctx, rdb, *mysqlDSN)
 	// What the database's CPU per sale is made of, statement by statement,
 	// beside the floor: the same run's account of the sale's cost in MariaDB.
 	web.dbcost = dbCost(ctx, *mysqlDSN)

@@ -204,6 +204,16 @@ func plan(group string) []step {
 		}
 		s = append(s, step{soldOutPhase, 3 * time.Second}, step{"waiting for sku.sold_out", 2 * time.Second})
 	}
+	if group == "lean" || group == "" {
+		for round := range leanPairs {
+			for _, way := range []string{"classic", "lean"} {
+				s = append(s, step{fmt.Sprintf("lean group: %s node #%d setup", way, round+1), time.Second})
+				for _, ph := range []string{"seckill, selling", "orders, 2-line cart"} {
+					s = append(s, step{fmt.Sprintf("lean group: %s, %s #%d", ph, way, round+1), d + time.Second})
+				}
+			}
+		}
+	}
 	if group == "dbcost" || group == "" {
 		for round := range *costRounds {
 			for _, v := range costVariants() {
