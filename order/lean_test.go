@@ -323,3 +323,34 @@ func TestLeanProjectorRoundsAreBoundedAndTakeTurns(t *testing.T) {
 		r.CheckInvariant(sku)
 	}
 }
+
+// A round whose holds were all projected already (their payments, reads
+// or cancels projected them first) still moves its SKU's cursor past
+// them: the skipped holds are not the projector's to forget, and the next
+// round reads the holds after them.
+func TestLeanProjectorMovesPastHoldsProjectedFirst(t *testing.T) {
+	testrig.Lean = true
+	defer func() { testrig.Lean = false }()
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	r.AddSKU("LPF", 10)
+	var ids []string
+	for i := range 3 {
+		o, err := r.Orders.Create(ctx, fmt.Sprintf("u%d", i), "", []inventory.Line{{SKU: "LPF", Qty: 1}})
+		require.NoError(t, err)
+		ids = append(ids, o.ID)
+	}
+	for _, id := range ids[:2] { // read: projected by the read
+		_, err := r.Orders.Get(ctx, id)
+		require.NoError(t, err)
+	}
+	p := projection.New(r.DB, r.Stock.Locker(), projection.Config{PerSKU: 2})
+	for i, want := range []int{2, 1, 0} {
+		n, err := p.Round(ctx)
+		require.NoError(t, err)
+		require.Equal(t, want, n, "round %d: holds read", i+1)
+	}
+	require.EqualValues(t, 3, rawCount(t, r, `SELECT COUNT(*) FROM stock_reservations WHERE sku = 'LPF'`))
+	require.EqualValues(t, 0, rawCount(t, r, `SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`))
+	r.CheckInvariant("LPF")
+}

@@ -230,6 +230,7 @@ func (a Arbiter) ProjectBacklog(b Backlog) (Projected, error) {
 	}
 	p := Projected{Next: b.After, More: len(todo) == b.SKUs}
 	done := 0
+	whole := map[string]bool{} // orders this round wrote or found written: a cart's other SKUs skip them
 	for _, d := range todo {
 		limit := min(b.PerSKU, b.Holds-p.N)
 		if limit <= 0 {
@@ -241,7 +242,7 @@ func (a Arbiter) ProjectBacklog(b Backlog) (Projected, error) {
 			return Projected{Next: b.After}, err
 		}
 		p.N += len(rows)
-		if err := a.project(rows); err != nil {
+		if err := a.project(rows, whole); err != nil {
 			return Projected{Next: b.After}, err
 		}
 		if b.Seen != nil {
@@ -336,7 +337,7 @@ func (a Arbiter) ProjectSKU(sku string) error {
 	if err != nil {
 		return err
 	}
-	return a.project(rows)
+	return a.project(rows, nil)
 }
 
 // ProjectExpired projects the holds past their deadline at now of up to
@@ -356,7 +357,7 @@ func (a Arbiter) ProjectExpired(now time.Time, skus, limit int) (int, error) {
 			SKUID(d.sku), d.projected, d.sku, now, limit); err != nil {
 			return n, err
 		}
-		if err := a.project(rows); err != nil {
+		if err := a.project(rows, nil); err != nil {
 			return n, err
 		}
 		n += len(rows)
@@ -371,8 +372,17 @@ func (a Arbiter) ProjectExpired(now time.Time, skus, limit int) (int, error) {
 // order whose row exists is left alone: its projection was written whole
 // by one transaction (a payment right after its sale projects it first,
 // and rewriting it would only lock its rows again, against that very
-// payment).
-func (a Arbiter) project(rows []heldRow) error {
+// payment). whole, if not nil, names the orders known to be projected
+// whole already (skipped without a read), and is given those this call
+// wrote or found.
+func (a Arbiter) project(rows []heldRow, whole map[string]bool) error {
+	rows = slices.Clone(rows) // the caller's rows stay as they are (their seqs move the cursor)
+	if whole != nil {
+		rows = slices.DeleteFunc(rows, func(h heldRow) bool {
+			token, isOrder := h.token()
+			return isOrder && whole[token]
+		})
+	}
 	if len(rows) == 0 {
 		return nil
 	}
@@ -402,6 +412,11 @@ func (a Arbiter) project(rows []heldRow) error {
 			token, isOrder := h.token()
 			return isOrder && have[token]
 		})
+		if whole != nil {
+			for _, id := range ids {
+				whole[id.(string)] = true
+			}
+		}
 	}
 	return a.projectWhole(rows)
 }
