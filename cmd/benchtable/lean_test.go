@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -26,4 +27,24 @@ func TestLeanTableIsTheRoundsMediansAndTheirRatio(t *testing.T) {
 	require.Contains(t, table, "≤ 250ms, ≤ 500ms, ≤ 1s")
 	require.Contains(t, table, "| seckill, selling, lean / classic | 0.97× | 1.50× |")
 	require.Equal(t, 1, strings.Count(table, "lean / classic"))
+}
+
+// The lag's quantile is the upper bound of the bucket that holds it, over
+// the observations between two snapshots only: never an estimate below
+// what was measured, and +Inf past the last bucket.
+func TestProjectionLagQuantileIsItsBucketsBound(t *testing.T) {
+	before := lagBuckets{count: 10, bounds: []float64{.1, .5, 1}, cum: []uint64{10, 10, 10}}
+	// 100 more: 50 within 0.1 s, 48 within 0.5 s, 1 within 1 s, 1 past it.
+	after := lagBuckets{count: 110, bounds: []float64{.1, .5, 1}, cum: []uint64{60, 108, 109}}
+	q, n := after.quantile(before, .5)
+	require.Equal(t, 0.1, q)
+	require.EqualValues(t, 100, n)
+	q, _ = after.quantile(before, .98)
+	require.Equal(t, 0.5, q)
+	q, _ = after.quantile(before, .99)
+	require.Equal(t, 1.0, q)
+	q, _ = after.quantile(before, 1)
+	require.True(t, math.IsInf(q, 1), "the slowest hold is past the last bucket")
+	_, n = before.quantile(before, .99)
+	require.Zero(t, n)
 }
