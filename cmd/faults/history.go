@@ -91,10 +91,9 @@ type skuRead struct{ OnHand, Reserved, Available int64 }
 
 // History records the operations of one run. Safe for concurrent use.
 type History struct {
-	mu    sync.Mutex
-	base  time.Time
-	ops   []histOp
-	bugOK bool
+	mu   sync.Mutex
+	base time.Time
+	ops  []histOp
 }
 
 func newHistory() *History { return &History{base: time.Now()} }

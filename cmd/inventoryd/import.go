@@ -183,7 +183,7 @@ func readCountFile(raw []byte) ([]countRow, error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("line %d: %w", line, err))
 			if len(errs) == 10 {
-				errs = append(errs, errors.New("..."))
+				errs = append(errs, errors.New("...")) //lint:ignore ST1005 the ellipsis is the list's end, after its tenth error
 				break
 			}
 			continue
