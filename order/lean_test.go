@@ -354,3 +354,31 @@ func TestLeanProjectorMovesPastHoldsProjectedFirst(t *testing.T) {
 	require.EqualValues(t, 0, rawCount(t, r, `SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`))
 	r.CheckInvariant("LPF")
 }
+
+// With the projector down, the sweep pages past the expired holds it
+// projected already: a pass of one hold at a time reaches each of them in
+// turn, not the first one at every pass.
+func TestLeanSweepPagesPastTheHoldsItProjected(t *testing.T) {
+	testrig.Lean = true
+	defer func() { testrig.Lean = false }()
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	r.AddSKU("LXP", 3)
+	var want []string
+	for i := range 3 {
+		o, err := r.Orders.Create(ctx, fmt.Sprintf("u%d", i), "", testrig.Line("LXP", 1))
+		require.NoError(t, err)
+		want = append(want, o.ID)
+	}
+	r.Clock.Advance(testrig.TTL + time.Second)
+	for i := range 3 {
+		ids, err := r.Orders.ExpiredIDs(ctx, 1)
+		require.NoError(t, err)
+		require.Equal(t, []string{want[i]}, ids, "pass %d", i+1)
+		expired, err := r.Orders.Expire(ctx, ids[0])
+		require.NoError(t, err)
+		require.True(t, expired)
+	}
+	require.Zero(t, rawCount(t, r, `SELECT reserved FROM skus WHERE sku = 'LXP'`), "every unit back, the projector never run")
+	r.CheckInvariant("LXP")
+}

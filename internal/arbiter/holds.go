@@ -352,18 +352,34 @@ func (a Arbiter) ProjectExpired(now time.Time, skus, limit int) (int, error) {
 	}
 	n := 0
 	for _, d := range todo {
-		var rows []heldRow
-		if err := a.query(scanHeld(&rows), heldSelect+`WHERE sku_id = ? AND seq > ? AND sku = ? AND deadline <= ? ORDER BY seq LIMIT ?`,
-			SKUID(d.sku), d.projected, d.sku, now, limit); err != nil {
-			return n, err
+		// Page past the holds projected already (by an earlier pass, or
+		// the transition that expired them): while the projector is down
+		// the cursor stays, and a first page alone would be the same
+		// holds at every pass, never the ones after them.
+		after := d.projected
+		for page := 0; page < expiredPages; page++ {
+			var rows []heldRow
+			if err := a.query(scanHeld(&rows), heldSelect+`WHERE sku_id = ? AND seq > ? AND sku = ? AND deadline <= ? ORDER BY seq LIMIT ?`,
+				SKUID(d.sku), after, d.sku, now, limit); err != nil {
+				return n, err
+			}
+			if err := a.project(rows, nil); err != nil {
+				return n, err
+			}
+			n += len(rows)
+			if len(rows) < limit {
+				break
+			}
+			after = rows[len(rows)-1].seq
 		}
-		if err := a.project(rows, nil); err != nil {
-			return n, err
-		}
-		n += len(rows)
 	}
 	return n, nil
 }
+
+// expiredPages bounds the pages of a SKU's expired holds one sweep pass
+// reads (ProjectExpired), so a pass stays bounded however long the
+// projector has been down.
+const expiredPages = 50
 
 // project writes the projection of the holds in rows whose projection
 // is not written yet: each order whole, its lines on other SKUs (or past
