@@ -161,8 +161,8 @@ func resolve(ctx context.Context, db *sql.DB, op *histOp, base time.Time, known 
 		}
 		var status string
 		err := db.QueryRowContext(ctx, `SELECT status FROM orders WHERE id = ?`, op.Order).Scan(&status)
-		if err == nil && status != "CANCELLED" && status != "REFUND_REQUIRED" && status != "REFUNDED" {
-			return false, nil // the order ended otherwise: the cancel found it not PENDING
+		if errors.Is(err, sql.ErrNoRows) || err == nil && status != "CANCELLED" && status != "REFUND_REQUIRED" && status != "REFUNDED" {
+			return false, nil // no such order (a faultbugs build acknowledged a create it never committed), or it ended otherwise
 		}
 		return true, err
 	case opRefund:
