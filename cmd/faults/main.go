@@ -46,7 +46,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the run directory (logs of every process)")
 	replay := flag.String("replay", "", "check a history a kept run wrote (its history.json) instead of running")
 	stale := flag.Duration("stale", 0, "with -replay: how far a refusal may lag a give-back (default: the run's own)")
-	lean := flag.Bool("lean", false, "every instance sells as the lean sale does (INVENTORY_LEAN_SALE=true), but an upgrade's, whose old release cannot read it")
+	classic := flag.Bool("classic", false, "every instance writes the order in the sale's commit (INVENTORY_LEAN_SALE=false) as releases before the lean sale did; the upgrades and projector-kill, which are about the lean sale, are left out")
 	flag.Parse()
 	if *replay != "" {
 		if err := replayHistory(*replay, *stale, os.Stdout); err != nil {
@@ -59,8 +59,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	selected, err := selectScenarios(*only, *quick)
-	if *lean {
-		selected = leanScenarios(selected)
+	if *classic {
+		selected = classicScenarios(selected)
 	}
 	if err == nil {
 		var verdicts []*Verdict
@@ -87,23 +87,29 @@ func main() {
 	}
 }
 
-// leanScenarios are scs with every instance selling as the lean sale does
-// (issue 43), the upgrade's aside: its fleet starts on a release that
-// cannot read the lean sale's holds.
-func leanScenarios(scs []Scenario) []Scenario {
+// classicScenarios are scs with every instance writing the order in the
+// sale's commit, as releases before the lean sale (issue 43) did; those
+// about the lean sale are left out: the upgrades (their new nodes' way is
+// the scenario's) and any that sets leanEnv (projector-kill).
+func classicScenarios(scs []Scenario) []Scenario {
 	var out []Scenario
 	for _, sc := range scs {
-		if sc.From != "" {
+		if sc.From != "" || slices.Contains(sc.Env, leanEnv) {
 			continue
 		}
-		sc.Env = append(slices.Clip(sc.Env), leanEnv)
+		sc.Env = append(slices.Clip(sc.Env), classicEnv)
 		out = append(out, sc)
 	}
 	return out
 }
 
-// leanEnv has an instance sell as the lean sale does.
-const leanEnv = "INVENTORY_LEAN_SALE=true"
+// leanEnv has an instance sell as the lean sale does (the default, said
+// where a scenario is about it); classicEnv has it write the order in the
+// sale's commit.
+const (
+	leanEnv    = "INVENTORY_LEAN_SALE=true"
+	classicEnv = "INVENTORY_LEAN_SALE=false"
+)
 
 // replayHistory checks a kept run's history again, without the run: to
 // study a check that failed or took long.

@@ -83,6 +83,7 @@ func TestServeRealServers(t *testing.T) {
 		_, tee := p.sku("TEE")
 		_, phone := p.sku("PHONE")
 		var orders, outbox, reservations int
+		waitProjected(t, db) // the lean sale's orders and reservations are written after its commit
 		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM orders`).Scan(&orders))
 		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM stock_outbox`).Scan(&outbox))
 		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM stock_reservations`).Scan(&reservations))

@@ -127,6 +127,7 @@ func TestPartitionIsAnsweredAndHealsByItself(t *testing.T) {
 	// the database's level (the periodic realign repairs what a write with
 	// an unknown outcome left).
 	var onHand, reserved, live int64
+	waitProjected(t, db)
 	require.NoError(t, db.QueryRow(`SELECT on_hand, reserved FROM skus WHERE sku = 'HOT'`).Scan(&onHand, &reserved))
 	require.NoError(t, db.QueryRow(`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = 'HOT' AND state IN ('HELD', 'COMMITTED')`).Scan(&live))
 	require.Equal(t, int64(50), onHand)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -321,6 +322,25 @@ func (p *proc) waitSKU(want map[string]any, within time.Duration, msg string) {
 			require.Equal(p.t, want, got, "%s: not reached within %s", msg, within)
 			p.t.Fatalf("%s: not reached within %s", msg, within)
 		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitProjected waits until the lean sale's projector has projected every
+// hold (no SKU flagged holds_dirty): a test that reads orders,
+// stock_reservations or movements straight from the database reads what
+// the sale's commit recorded only once it is (the service itself reads
+// both ways). It fails if the holds are not projected within 30 s.
+func waitProjected(t *testing.T, db *sql.DB) {
+	t.Helper()
+	var dirty int
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`).Scan(&dirty))
+		if dirty == 0 {
+			return
+		}
+		require.False(t, time.Now().After(deadline), "%d SKUs' holds not projected within 30s", dirty)
 		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -212,6 +212,7 @@ func TestOneShardPartitionedTheOthersKeepSelling(t *testing.T) {
 	// what they sold (and the one sale before the cut), the cut-off SKU its
 	// one sale before the cut.
 	sold[cutOff] = 0
+	waitProjected(t, db)
 	for sku, n := range sold {
 		var reserved, live int64
 		require.NoError(t, db.QueryRow(`SELECT reserved FROM skus WHERE sku = ?`, sku).Scan(&reserved))

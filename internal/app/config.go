@@ -53,8 +53,11 @@ type Config struct {
 	ShutdownTimeout time.Duration `env:"INVENTORY_SHUTDOWN_TIMEOUT" envDefault:"15s" help:"bound on graceful shutdown"`
 	// LeanSale records each new hold as one row of holds, its order and
 	// reservations projected after the commit (docs/design.md "The lean
-	// sale"). Every node reads and projects both ways whatever it says.
-	LeanSale bool `env:"INVENTORY_LEAN_SALE" envDefault:"false" help:"record new holds as the lean sale does: one narrow row in the sale's commit, the order and its reservations projected after it (every node reads both ways)"`
+	// sale"); the default. Every node reads and projects both ways
+	// whatever it says. Off, a node writes the order in the sale's commit
+	// as releases before the lean sale did: what a fleet rolled from one
+	// of them needs until its last old node is gone (docs/operations.md).
+	LeanSale bool `env:"INVENTORY_LEAN_SALE" envDefault:"true" help:"record new holds as the lean sale does: one narrow row in the sale's commit, the order and its reservations projected after it (every node reads both ways); false while a fleet is rolled from a release before the lean sale, whose nodes cannot read it"`
 	// Retention is how long finished history (applied outbox rows, ledger
 	// rows, stock movements) is kept before one node prunes it, every
 	// RetentionInterval. Exactly once never depends on what it prunes.
