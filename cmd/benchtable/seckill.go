@@ -197,6 +197,7 @@ func startService(ctx context.Context, rdb *redis.Client, dsnBase, dbName string
 		ClientTokens: []string{benchClient}, BuyerKey: benchBuyerKey,
 		OrderTTL: 15 * time.Minute, SeckillRate: 1e9, ShutdownTimeout: 10 * time.Second, InstanceName: topic,
 	}
+	cfg.LeanSale = app.Defaults().LeanSale
 	if *leanSale != "" {
 		cfg.LeanSale = *leanSale == "on"
 	}

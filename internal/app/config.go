@@ -122,6 +122,17 @@ func ParseConfig() (Config, error) {
 	return cfg, nil
 }
 
+// Defaults is the configuration with every default and nothing of the
+// environment: what an in-process caller (a benchmark) starts from to
+// serve as the service would by default.
+func Defaults() Config {
+	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: map[string]string{}})
+	if err != nil { // every default parses (TestDefaultsParseWithoutTheEnvironment)
+		panic(fmt.Sprintf("config: the defaults do not parse: %v", err))
+	}
+	return cfg
+}
+
 // Validate checks the configuration for serving. Real mode needs every
 // server and every secret: the service refuses to start half-configured.
 func (c Config) Validate() error { return c.ValidateFor(Serve) }

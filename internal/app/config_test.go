@@ -118,6 +118,19 @@ func TestConfigDefaultsAreTheComponents(t *testing.T) {
 	require.Equal(t, delivery.DefaultFailingAfter, c.WebhookFailingAfter)
 }
 
+// Defaults is the environment's defaults whatever the environment says:
+// a benchmark's service sells as a deployed one would by default.
+func TestDefaultsParseWithoutTheEnvironment(t *testing.T) {
+	t.Setenv("INVENTORY_LEAN_SALE", "false")
+	t.Setenv("INVENTORY_ORDER_TTL", "1m")
+	d := Defaults()
+	require.True(t, d.LeanSale, "the lean sale is the default")
+	require.Equal(t, inventory.DefaultTTL, d.OrderTTL)
+	parsed, err := ParseConfig()
+	require.NoError(t, err)
+	require.False(t, parsed.LeanSale, "ParseConfig reads the environment")
+}
+
 // The webhook delivery's bounds are checked before the service starts.
 func TestConfigWebhookBounds(t *testing.T) {
 	c := Config{HTTPAddr: ":8080", OrderTTL: time.Minute, ShutdownTimeout: time.Second, SeckillRate: 1}
