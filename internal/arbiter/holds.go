@@ -229,12 +229,12 @@ func (a Arbiter) ProjectBacklog(b Backlog) (Projected, error) {
 		return Projected{Next: b.After}, err
 	}
 	p := Projected{Next: b.After, More: len(todo) == b.SKUs}
-	done := 0
+	bounded := false // the round stopped on its bound of holds before every SKU had its turn
 	whole := map[string]bool{} // orders this round wrote or found written: a cart's other SKUs skip them
 	for _, d := range todo {
 		limit := min(b.PerSKU, b.Holds-p.N)
 		if limit <= 0 {
-			p.More = true
+			p.More, bounded = true, true
 			break
 		}
 		rows, err := a.backlog(d.sku, d.projected, limit)
@@ -259,9 +259,8 @@ func (a Arbiter) ProjectBacklog(b Backlog) (Projected, error) {
 		}
 		p.Cursors = append(p.Cursors, Cursor{SKU: d.sku, From: d.projected, To: to})
 		p.Next = d.sku
-		done++
 	}
-	if len(todo) < b.SKUs && done == len(todo) {
+	if len(todo) < b.SKUs && !bounded {
 		p.Next = "" // every SKU with a backlog had its turn: from the start again
 	}
 	return p, nil
@@ -305,8 +304,8 @@ func (a Arbiter) dirty(n int, after string) ([]dirtySKU, error) {
 	if err := a.query(scan, q, after, n); err != nil || len(todo) == n || after == "" {
 		return todo, err
 	}
-	// Round the end: the first ones, up to after (excluded: read above
-	// or not dirty).
+	// Round the end: the first ones, up to after included (after itself
+	// had its turn last round: it comes again only after every other).
 	err := a.query(scan, `SELECT sku, projected_seq, hold_seq FROM skus WHERE holds_dirty = 1 AND sku <= ? ORDER BY sku LIMIT ?`, after, n-len(todo))
 	return todo, err
 }
