@@ -5,9 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/acme/inventory/internal/lock"
 )
@@ -42,22 +45,31 @@ var projectorKill = Scenario{Name: "projector-kill", Instances: 2, Stale: redisS
 			return err
 		}
 		r.note("projector leader %s SIGKILLed; its lock held %s more, no node projecting", leader.Name, projectorOutage)
+		sweep := watchSweepLock(ctx, rdb)
 		sleep(ctx, time.Second)
 		if err := leader.Start(ctx); err != nil {
 			return err
 		}
 		// Just before the lock frees: the holds due by then, and those
-		// still held a sweep and a margin past their deadline.
+		// still held a sweep and a margin past their deadline, or past
+		// the sweep lock's lease when the kill left it orphaned (a node
+		// killed mid-sweep is replaced when its lease runs out: the
+		// expiry's documented bound, whatever the projector does).
 		sleep(ctx, projectorOutage-2*time.Second)
-		o, err := r.dueHolds(ctx, time.Now().Add(-sweepInterval-2*time.Second))
+		cutoff := time.Now().Add(-sweepInterval - 2*time.Second)
+		freed, orphaned := sweep()
+		if orphaned {
+			r.note("the kill left the sweep lock held with no node renewing it: the sweep resumed only after %s (holds due before then judged from then)", freed.Sub(r.start).Round(100*time.Millisecond))
+		}
+		o, err := r.dueHolds(ctx, cutoff, freed)
 		if err != nil {
 			return err
 		}
 		r.mu.Lock()
 		r.outage = o
 		r.mu.Unlock()
-		r.note("with no node projecting: %d holds never projected by the projector, %d of them past their deadline, %d of those still held a sweep and 2 s after it",
-			o.Unprojected, o.Due, o.Late)
+		r.note("with no node projecting: %d holds never projected by the projector, %d of them past their deadline, %d of those still held a sweep and 2 s after it%s",
+			o.Unprojected, o.Due, o.Late, o.lateNote())
 		sleep(ctx, 2*time.Second)
 		r.note("the projector's lock free again")
 		return nil
@@ -80,13 +92,81 @@ var projectorKill = Scenario{Name: "projector-kill", Instances: 2, Stale: redisS
 
 // Outage is what projector-kill found of the holds the projector had not
 // reached: how many, how many were past their deadline, and how many of
-// those still held their units past the cutoff (stuck).
-type Outage struct{ Unprojected, Due, Late int64 }
+// those still held their units past the cutoff (stuck), the first few
+// of those described.
+type Outage struct {
+	Unprojected, Due, Late int64
+	late                   []string
+}
+
+// lateNote describes the late holds found, for the run's notes.
+func (o *Outage) lateNote() string {
+	if len(o.late) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(o.late, "; ")
+}
+
+// watchSweepLock follows the sweep's lock from now (a kill) and, when
+// called, says whether the lock was left orphaned: held now by a round
+// with no node renewing it (its lease never grows back, and it is gone
+// before any node takes it again), and when it was freed (the time of the
+// call if it still is not).
+func watchSweepLock(ctx context.Context, rdb *redis.Client) func() (freed time.Time, orphaned bool) {
+	var mu sync.Mutex
+	var freed time.Time
+	orphaned := false
+	first, err := rdb.PTTL(ctx, lock.SweepKey).Result()
+	held := err == nil && first > sweepInterval // a round's lease (after its round a node keeps it at most an interval)
+	if !held {
+		return func() (time.Time, bool) { return time.Time{}, false }
+	}
+	orphaned = true
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := first
+		for wctx.Err() == nil {
+			sleep(wctx, 50*time.Millisecond)
+			ttl, err := rdb.PTTL(wctx, lock.SweepKey).Result()
+			if err != nil {
+				continue
+			}
+			mu.Lock()
+			switch {
+			case ttl < 0: // gone: freed (a node may take it from now)
+				freed = time.Now()
+			case ttl > last+100*time.Millisecond: // renewed: a live node's round held it
+				orphaned = false
+			}
+			mu.Unlock()
+			if ttl < 0 || ttl > last+100*time.Millisecond {
+				return
+			}
+			last = ttl
+		}
+	}()
+	return func() (time.Time, bool) {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		if !orphaned {
+			return time.Time{}, false
+		}
+		if freed.IsZero() {
+			return time.Now(), true
+		}
+		return freed, true
+	}
+}
 
 // dueHolds reads the holds past their SKU's projector cursor, and which of
 // them (by their projection, if the sweep or a transition wrote it) still
-// hold their units though their deadline is before cutoff.
-func (r *Run) dueHolds(ctx context.Context, cutoff time.Time) (*Outage, error) {
+// hold their units though their deadline, and the sweep's resumption
+// (sweepFreed, zero if it never stopped), are before cutoff.
+func (r *Run) dueHolds(ctx context.Context, cutoff, sweepFreed time.Time) (*Outage, error) {
 	o := &Outage{}
 	rows, err := r.db.QueryContext(ctx, `SELECT h.id, h.name, h.sku, h.deadline FROM holds h JOIN skus s ON s.sku = h.sku
 		WHERE h.qty > 0 AND h.seq > s.projected_seq`)
@@ -123,16 +203,26 @@ func (r *Run) dueHolds(ctx context.Context, cutoff time.Time) (*Outage, error) {
 		return nil, err
 	}
 	o.Due = int64(len(due))
+	if !sweepFreed.Before(cutoff) { // no sweep could run since: each hold waits for one
+		return o, nil
+	}
 	for _, h := range due {
 		var state string
 		err := r.db.QueryRowContext(ctx, `SELECT state FROM stock_reservations WHERE token = ? AND sku = ?`, h.token, h.sku).Scan(&state)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			o.Late++ // not even projected: nothing released it
+			state = "not projected"
 		case err != nil:
 			return nil, err
 		case state == "HELD":
 			o.Late++
+		default:
+			continue
+		}
+		if len(o.late) < 5 {
+			o.late = append(o.late, fmt.Sprintf("%s of %s due at %s (%s before the check), %s",
+				h.token, h.sku, h.deadline.Format("15:04:05.000"), time.Since(h.deadline).Round(100*time.Millisecond), state))
 		}
 	}
 	return o, nil
