@@ -109,9 +109,9 @@ func (o *Outage) lateNote() string {
 
 // watchSweepLock follows the sweep's lock from now (a kill) and, when
 // called, says whether the lock was left orphaned: held now by a round
-// with no node renewing it (its lease never grows back, and it is gone
-// before any node takes it again), and when it was freed (the time of the
-// call if it still is not).
+// with no node renewing it (its lease never grows back, and it runs out,
+// not released with time left, before any node takes it again), and when
+// it was freed (the time of the call if it still is not).
 func watchSweepLock(ctx context.Context, rdb *redis.Client) func() (freed time.Time, orphaned bool) {
 	var mu sync.Mutex
 	var freed time.Time
@@ -135,7 +135,9 @@ func watchSweepLock(ctx context.Context, rdb *redis.Client) func() (freed time.T
 			}
 			mu.Lock()
 			switch {
-			case ttl < 0: // gone: freed (a node may take it from now)
+			case ttl < 0 && last > 200*time.Millisecond: // released with its lease left: a live node's round held it
+				orphaned = false
+			case ttl < 0: // its lease ran out: freed (a node may take it from now)
 				freed = time.Now()
 			case ttl > last+100*time.Millisecond: // renewed: a live node's round held it
 				orphaned = false
