@@ -310,7 +310,7 @@ func (a *App) openStores(ctx context.Context) error {
 	if err := mysqlconn.Serving(ctx, mc); err != nil {
 		return err
 	}
-	connector, err := mysql.NewConnector(mc)
+	connector, err := mysqlconn.Connector(mc) // a COMMIT bounded by its request's deadline
 	if err != nil {
 		return fmt.Errorf("INVENTORY_MYSQL_DSN: %w", err)
 	}
