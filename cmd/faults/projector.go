@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -85,7 +87,8 @@ var projectorKill = Scenario{Name: "projector-kill", Instances: 2, Stale: redisS
 			v.problem("projector-kill: no hold fell due while no node projected: the scenario proved nothing")
 		case o.Late > 0:
 			v.Stuck += o.Late
-			v.problem("projector-kill: %d holds still held a sweep and 2 s past their deadline while no node projected", o.Late)
+			v.problem("projector-kill: %d holds still held a sweep and 2 s past their deadline while no node projected%s; the nodes' warnings of the expiry and the projection: %s",
+				o.Late, o.lateNote(), r.warnings("timeout", "sweep", "project"))
 		}
 		return nil
 	}}
@@ -252,4 +255,30 @@ func (r *Run) leaderOf(ctx context.Context, gauge string) (*Instance, error) {
 		return nil, nil
 	}
 	return leaders[0], nil
+}
+
+// warnings are the last few warning and error lines of the fleet's logs
+// that mention any of words (what a failed check's message carries, so a
+// run whose logs are gone still says what the service knew).
+func (r *Run) warnings(words ...string) string {
+	var found []string
+	for _, in := range r.fleet {
+		b, err := os.ReadFile(in.log)
+		if err != nil {
+			found = append(found, fmt.Sprintf("%s: %v", in.Name, err))
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, "WARN") && !strings.Contains(line, "ERROR") {
+				continue
+			}
+			if slices.ContainsFunc(words, func(w string) bool { return strings.Contains(line, w) }) {
+				found = append(found, in.Name+": "+line)
+			}
+		}
+	}
+	if len(found) == 0 {
+		return "none"
+	}
+	return strings.Join(found[max(0, len(found)-8):], " | ")
 }
