@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -116,47 +115,38 @@ func (o *Outage) lateNote() string {
 // not released with time left, before any node takes it again), and when
 // it was freed (the time of the call if it still is not).
 func watchSweepLock(ctx context.Context, rdb *redis.Client) func() (freed time.Time, orphaned bool) {
-	var mu sync.Mutex
-	var freed time.Time
-	orphaned := false
 	first, err := rdb.PTTL(ctx, lock.SweepKey).Result()
-	held := err == nil && first > sweepInterval // a round's lease (after its round a node keeps it at most an interval)
-	if !held {
+	if err != nil || first <= sweepInterval { // no round's lease (after its round a node keeps it at most an interval)
 		return func() (time.Time, bool) { return time.Time{}, false }
 	}
-	orphaned = true
+	var freed time.Time
+	orphaned := true
 	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
+	done := make(chan struct{}) // closed when the watch ends: freed and orphaned are then final
 	go func() {
 		defer close(done)
-		last := first
-		for wctx.Err() == nil {
+		for last := first; wctx.Err() == nil; {
 			sleep(wctx, 50*time.Millisecond)
 			ttl, err := rdb.PTTL(wctx, lock.SweepKey).Result()
-			if err != nil {
-				continue
-			}
-			mu.Lock()
 			switch {
+			case err != nil:
+				continue
 			case ttl < 0 && last > 200*time.Millisecond: // released with its lease left: a live node's round held it
 				orphaned = false
 			case ttl < 0: // its lease ran out: freed (a node may take it from now)
 				freed = time.Now()
 			case ttl > last+100*time.Millisecond: // renewed: a live node's round held it
 				orphaned = false
+			default:
+				last = ttl
+				continue
 			}
-			mu.Unlock()
-			if ttl < 0 || ttl > last+100*time.Millisecond {
-				return
-			}
-			last = ttl
+			return
 		}
 	}()
 	return func() (time.Time, bool) {
 		cancel()
 		<-done
-		mu.Lock()
-		defer mu.Unlock()
 		if !orphaned {
 			return time.Time{}, false
 		}
