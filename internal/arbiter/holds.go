@@ -229,7 +229,7 @@ func (a Arbiter) ProjectBacklog(b Backlog) (Projected, error) {
 		return Projected{Next: b.After}, err
 	}
 	p := Projected{Next: b.After, More: len(todo) == b.SKUs}
-	bounded := false // the round stopped on its bound of holds before every SKU had its turn
+	bounded := false           // the round stopped on its bound of holds before every SKU had its turn
 	whole := map[string]bool{} // orders this round wrote or found written: a cart's other SKUs skip them
 	for _, d := range todo {
 		limit := min(b.PerSKU, b.Holds-p.N)
