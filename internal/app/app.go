@@ -310,7 +310,7 @@ func (a *App) openStores(ctx context.Context) error {
 	if err := mysqlconn.Serving(ctx, mc); err != nil {
 		return err
 	}
-	connector, err := mysqlconn.Connector(mc) // a COMMIT bounded by its request's deadline
+	connector, err := mysql.NewConnector(mc)
 	if err != nil {
 		return fmt.Errorf("INVENTORY_MYSQL_DSN: %w", err)
 	}

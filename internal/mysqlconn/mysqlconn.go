@@ -146,7 +146,7 @@ func MultiStatements(cfg *mysql.Config, conns int) (*sql.DB, error) {
 	}
 	c := cfg.Clone()
 	c.MultiStatements = true
-	connector, err := Connector(c)
+	connector, err := mysql.NewConnector(c)
 	if err != nil {
 		return nil, err
 	}

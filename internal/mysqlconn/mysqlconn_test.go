@@ -3,7 +3,6 @@ package mysqlconn_test
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/internal/mysqlconn"
-	"github.com/acme/inventory/testkit/faultnet"
 	"github.com/acme/inventory/testkit/testenv"
 )
 
@@ -54,72 +52,4 @@ func TestPrepareNeedsTheServer(t *testing.T) {
 	cfg.Net, cfg.Addr, cfg.User = "tcp", "127.0.0.1:1", "nobody"
 	cfg.Timeout = time.Second
 	require.Error(t, mysqlconn.Prepare(context.Background(), cfg))
-}
-
-// A transaction's COMMIT whose answer never comes ends with the context it
-// began under, not after the connection's ReadTimeout: the driver alone
-// waits the whole ReadTimeout (checked here too, so a driver that starts
-// watching the context is noticed). Committed with an answer, the rows
-// are there, and the pool goes on.
-func TestCommitIsBoundedByItsContext(t *testing.T) {
-	const readTimeout = 4 * time.Second
-	open := func(bounded bool) (*sql.DB, *faultnet.Link) {
-		cfg, err := mysql.ParseDSN(testenv.MySQLDatabase(t)) // prepared as the service's sessions
-		require.NoError(t, err)
-		cfg.ReadTimeout = readTimeout
-		link := testenv.NewLink(t, cfg.Addr)
-		cfg.Addr = link.Addr()
-		var c driver.Connector
-		if bounded {
-			c, err = mysqlconn.Connector(cfg)
-		} else {
-			c, err = mysql.NewConnector(cfg)
-		}
-		require.NoError(t, err)
-		db := sql.OpenDB(c)
-		t.Cleanup(func() { _ = db.Close() })
-		return db, link
-	}
-	unanswered := func(db *sql.DB, link *faultnet.Link, deadline time.Duration) (time.Duration, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), deadline)
-		defer cancel()
-		tx, err := db.BeginTx(ctx, nil)
-		require.NoError(t, err)
-		_, err = tx.ExecContext(ctx, `SELECT 1`)
-		require.NoError(t, err)
-		require.NoError(t, link.Blackhole())
-		start := time.Now()
-		err = tx.Commit()
-		took := time.Since(start)
-		require.NoError(t, link.Heal())
-		return took, err
-	}
-
-	db, link := open(true)
-	_, err := db.Exec(`CREATE TABLE committed (id INT PRIMARY KEY)`)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	tx, err := db.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	_, err = tx.ExecContext(ctx, `INSERT INTO committed VALUES (1)`)
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit())
-	require.ErrorIs(t, tx.Rollback(), sql.ErrTxDone, "database/sql knows the transaction ended")
-	var n int
-	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM committed`).Scan(&n))
-	require.Equal(t, 1, n)
-	var inTx int
-	require.NoError(t, db.QueryRow(`SELECT @@in_transaction`).Scan(&inTx))
-	require.Zero(t, inTx)
-
-	took, err := unanswered(db, link, 300*time.Millisecond)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, took, readTimeout/2, "the COMMIT waited for the read timeout, not its context")
-	require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM committed`).Scan(&n), "the pool goes on past the link's outage")
-
-	plain, plainLink := open(false)
-	took, err = unanswered(plain, plainLink, 300*time.Millisecond)
-	require.Error(t, err)
-	require.GreaterOrEqual(t, took, readTimeout-time.Second, "the driver now bounds COMMIT by the context itself: Connector's wrapper may go")
 }
