@@ -58,11 +58,11 @@ type Config struct {
 	Writer *groupcommit.Writer
 	// Lean has a sale record its holds as the lean sale does (one row of
 	// holds each, the order and its reservations projected after the
-	// commit; docs/design.md "The lean sale"), except a campaign's, which
-	// is recorded as before. Off (the default), a sale writes the order
-	// and its reservations in its commit; either way every read and
-	// transition finds an order the other way wrote.
-	Lean bool
+	// commit; docs/design.md "The lean sale"), a campaign's only with
+	// LeanCampaigns too. Off (the default), a sale writes the order and its
+	// reservations in its commit; either way every read and transition
+	// finds an order the other way wrote.
+	Lean, LeanCampaigns bool
 }
 
 // Service runs the order lifecycle.
@@ -380,7 +380,7 @@ func (s *Service) write(ctx context.Context, b Buy, lines []inventory.Line, resu
 	if b.Key != "" {
 		o.IdempotencyKey = &b.Key
 	}
-	req := &groupcommit.Request{Buyer: b.User, Lean: s.cfg.Lean && campaign == nil}
+	req := &groupcommit.Request{Buyer: b.User, Lean: s.cfg.Lean && (campaign == nil || s.cfg.LeanCampaigns)}
 	if !req.Lean {
 		req.Records = append(req.Records, orderRecord(o))
 	}

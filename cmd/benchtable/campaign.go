@@ -325,6 +325,7 @@ func openCampaign(ctx context.Context, a *app.App, check *sql.DB, base string, i
 	after.p50, after.p99 = percentiles(latSelling)
 
 	// The database's account: units taken by orders, and left in the pool.
+	waitProjected(ctx, a)
 	must(check.QueryRowContext(ctx, `SELECT COALESCE(SUM(qty), 0) FROM stock_reservations
 		WHERE campaign_id = ? AND token <> ? AND order_id IS NOT NULL`, id, arbiter.CampaignToken(id)).Scan(&o.sold))
 	must(check.QueryRowContext(ctx, `SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE token = ?`, arbiter.CampaignToken(id)).Scan(&o.left))

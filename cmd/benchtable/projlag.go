@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/acme/inventory/internal/app"
+	"github.com/acme/inventory/internal/arbiter"
 )
 
 // lagBuckets is a snapshot of the projection lag histogram's cumulative
@@ -119,7 +120,7 @@ func waitProjected(ctx context.Context, a *app.App) {
 	}
 	for wait := time.Now().Add(time.Minute); time.Now().Before(wait); time.Sleep(50 * time.Millisecond) {
 		var dirty int64
-		must(a.DB().WithContext(ctx).Raw(`SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`).Scan(&dirty).Error)
+		must(a.DB().WithContext(ctx).Raw(arbiter.BacklogSQL).Scan(&dirty).Error)
 		if dirty == 0 {
 			return
 		}

@@ -109,6 +109,9 @@ func classicScenarios(scs []Scenario) []Scenario {
 const (
 	leanEnv    = "INVENTORY_LEAN_SALE=true"
 	classicEnv = "INVENTORY_LEAN_SALE=false"
+	// classicCampaignsEnv has a lean node record campaigns' holds as
+	// before (a fleet rolled from a release that cannot read them).
+	classicCampaignsEnv = "INVENTORY_LEAN_CAMPAIGNS=false"
 )
 
 // replayHistory checks a kept run's history again, without the run: to

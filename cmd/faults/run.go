@@ -428,7 +428,7 @@ func (r *Run) settle(ctx context.Context) (string, error) {
 			(SELECT COUNT(*) FROM orders WHERE status = 'PENDING'),
 			(SELECT COUNT(*) FROM stock_reservations WHERE state = 'HELD'),
 			(SELECT COUNT(*) FROM stock_reservations WHERE state = 'COMMITTED'),
-			(SELECT COUNT(*) FROM skus WHERE holds_dirty = 1)`).Scan(&pending, &held, &committed, &unprojected)
+			(`+arbiter.BacklogSQL+`)`).Scan(&pending, &held, &committed, &unprojected)
 		if err != nil {
 			return "", err
 		}
@@ -447,7 +447,7 @@ func (r *Run) settle(ctx context.Context) (string, error) {
 			}
 			drift = fmt.Sprintf("exit %d: %d SKUs (%s)", code, strings.Count(out, "\n"), strings.TrimSpace(headLine(out)))
 		} else {
-			drift = fmt.Sprintf("not settled: %d pending orders, %d held, %d committed, %d unapplied, %d SKUs with holds to project", pending, held, committed, unapplied, unprojected)
+			drift = fmt.Sprintf("not settled: %d pending orders, %d held, %d committed, %d unapplied, %d SKUs or campaigns with holds to project", pending, held, committed, unapplied, unprojected)
 		}
 		if time.Now().After(deadline) {
 			return drift, nil

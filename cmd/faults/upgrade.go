@@ -50,8 +50,11 @@ const leanFrom = "7e14968c2f3ef6c4f158054a0697b999150c408b"
 // projector's lock is held, as a stalled leader's would be): the old
 // node must find, pay, cancel and release the holds the new one recorded
 // only in holds. From a release that cannot read them, it could not.
+// That release reads a campaign's lean hold as a sale of its SKU, so the
+// new nodes record campaigns' holds as before (INVENTORY_LEAN_CAMPAIGNS
+// off), as docs/operations.md tells an operator rolling from it to.
 var upgradeLean = Scenario{Name: "upgrade-lean", From: leanFrom, Stale: redisStale, Instances: 2, Quick: true, MinDuration: 16 * time.Second,
-	Fault: rollTo(leanFrom, leanEnv), After: answersAsBefore}
+	Fault: rollTo(leanFrom, leanEnv, classicCampaignsEnv), After: answersAsBefore}
 
 // rollTo is the rolling upgrade from release from: the new release's
 // migrate while the old fleet serves, at a fifth of the run, then each

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/acme/inventory/client"
+	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/httpapi"
 	"github.com/acme/inventory/internal/identity"
 )
@@ -327,7 +328,7 @@ func (p *proc) waitSKU(want map[string]any, within time.Duration, msg string) {
 }
 
 // waitProjected waits until the lean sale's projector has projected every
-// hold (no SKU flagged holds_dirty): a test that reads orders,
+// hold (arbiter.BacklogSQL): a test that reads orders,
 // stock_reservations or movements straight from the database reads what
 // the sale's commit recorded only once it is (the service itself reads
 // both ways). It fails if the holds are not projected within 30 s.
@@ -336,11 +337,11 @@ func waitProjected(t *testing.T, db *sql.DB) {
 	var dirty int
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		require.NoError(t, db.QueryRow(`SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`).Scan(&dirty))
+		require.NoError(t, db.QueryRow(arbiter.BacklogSQL).Scan(&dirty))
 		if dirty == 0 {
 			return
 		}
-		require.False(t, time.Now().After(deadline), "%d SKUs' holds not projected within 30s", dirty)
+		require.False(t, time.Now().After(deadline), "%d SKUs' or campaigns' holds not projected within 30s", dirty)
 		time.Sleep(20 * time.Millisecond)
 	}
 }

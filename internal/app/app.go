@@ -150,7 +150,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *App, err error) 
 	a.Commits = groupcommit.New(a.db)
 	a.Orders = order.NewService(a.db, a.Stock, order.Config{
 		TTL: cfg.OrderTTL, MaxHold: cfg.MaxHold, Logger: log, OnOutbox: a.relay.Wake, Writer: a.Commits, MultiStatements: a.multi,
-		Lean:       cfg.LeanSale,
+		Lean: cfg.LeanSale, LeanCampaigns: cfg.LeanSale && cfg.LeanCampaigns,
 		OnExpired:  func(late time.Duration) { releaseLatency.Observe(late.Seconds()) },
 		OnCreated:  func(ctx context.Context, o *order.Order) { a.timeouts.Schedule(ctx, o.ID, o.ExpiresAt) },
 		OnFinished: func(ctx context.Context, o *order.Order) { a.timeouts.Unschedule(ctx, o.ID) },

@@ -58,6 +58,11 @@ type Config struct {
 	// as releases before the lean sale did: what a fleet rolled from one
 	// of them needs until its last old node is gone (docs/operations.md).
 	LeanSale bool `env:"INVENTORY_LEAN_SALE" envDefault:"true" help:"record new holds as the lean sale does: one narrow row in the sale's commit, the order and its reservations projected after it (every node reads both ways); false while a fleet is rolled from a release before the lean sale, whose nodes cannot read it"`
+	// LeanCampaigns has a lean sale record a campaign's holds lean too,
+	// numbered by their campaign (docs/design.md "The lean sale"); the
+	// default. Releases before it project a campaign's hold as a sale of
+	// its SKU: off while a fleet is rolled from one of them.
+	LeanCampaigns bool `env:"INVENTORY_LEAN_CAMPAIGNS" envDefault:"true" help:"with INVENTORY_LEAN_SALE, record a campaign's holds lean too (numbered by their campaign); false while a fleet is rolled from a release before it, whose nodes would project them as sales of the SKU"`
 	// Retention is how long finished history (applied outbox rows, ledger
 	// rows, stock movements) is kept before one node prunes it, every
 	// RetentionInterval. Exactly once never depends on what it prunes.

@@ -59,7 +59,8 @@ type Hold struct {
 	// Lean records the hold as one row of holds (insertHolds) instead of
 	// its reservation and RESERVE movement: its projection is written
 	// after the commit. Line is its line in its order (0 for a token's).
-	// Never for a campaign's sale or a late payment's re-reservation.
+	// A campaign's sale is numbered in its campaign's holds (PoolID).
+	// Never for a late payment's re-reservation.
 	Lean bool
 	Line int
 }
@@ -91,9 +92,10 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 	var plain []Reservation // the rows that move the SKU's reserved
 	var plainHold []int     // their index in holds
 	lean := map[string]bool{}
+	leanPool := map[string]int64{} // a campaign's lean holds: their count
 	for i, h := range holds {
-		if h.Lean && (h.Row.CampaignID != nil || h.Row.State != Held) {
-			return nil, fmt.Errorf("arbiter: a lean hold must be a HELD sale outside a campaign (%s of %s)", h.Row.Token, h.Row.SKU)
+		if h.Lean && h.Row.State != Held {
+			return nil, fmt.Errorf("arbiter: a lean hold must be a HELD sale (%s of %s)", h.Row.Token, h.Row.SKU)
 		}
 		rows[i] = h.Row
 		rows[i].Buyer = nil
@@ -102,6 +104,9 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 			quota = CampaignToken(*c)
 			fromPool[*c] += h.Row.Qty
 			skuOf[*c] = h.Row.SKU
+			if h.Lean {
+				leanPool[*c]++
+			}
 		} else {
 			want[h.Row.SKU] += h.Row.Qty
 			plain = append(plain, rows[i])
@@ -116,7 +121,7 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 		}
 	}
 	classic := rows
-	if len(lean) > 0 {
+	if len(lean)+len(leanPool) > 0 {
 		classic = nil
 		for i, r := range rows {
 			if !holds[i].Lean {
@@ -150,11 +155,13 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 	if err != nil {
 		return nil, err
 	}
+	var held []leanHold
 	if len(lean) == 0 {
-		if err := a.moved(moves, last); err != nil {
-			return nil, err
-		}
-	} else if err := a.movedOrHeld(holds, rows, moves, plainHold, last); err != nil {
+		err = a.moved(moves, last)
+	} else {
+		held, err = a.movedOrHeld(holds, rows, moves, plainHold, last)
+	}
+	if err != nil {
 		return nil, err
 	}
 	for sku, f := range fences { // the buyers the SKUs' limits counted, for Redis's counts
@@ -163,15 +170,23 @@ func (a Arbiter) Reserve(holds []Hold) (map[string]Fence, error) {
 			fences[sku] = f
 		}
 	}
-	if len(fromPool) == 0 {
-		return fences, nil
+	if len(fromPool) > 0 {
+		pools, lastSeq, err := a.takeFromPools(fromPool, skuOf, leanPool)
+		if err != nil {
+			return nil, err
+		}
+		for id, f := range pools {
+			fences[CampaignToken(id)] = f
+		}
+		for i, h := range holds { // a campaign's lean holds, numbered up to its pool's change counter in batch order
+			if c := h.Row.CampaignID; c != nil && h.Lean {
+				held = append(held, leanHold{Hold: h, row: rows[i], seq: lastSeq[*c] - leanPool[*c] + 1})
+				leanPool[*c]--
+			}
+		}
 	}
-	pools, err := a.takeFromPools(fromPool, skuOf)
-	if err != nil {
+	if err := a.insertHolds(held); err != nil {
 		return nil, err
-	}
-	for id, f := range pools {
-		fences[CampaignToken(id)] = f
 	}
 	return fences, nil
 }
@@ -967,13 +982,18 @@ func (a Arbiter) FixReserved(sku string) error {
 	}
 	// Under the row lock no sale of the SKU commits: its holds the lean
 	// sale recorded are projected first, so the sum below counts them.
+	// What still commits (a campaign's sale or give-back, a payment) does
+	// not change the sum, read from one snapshot taken after the lock.
 	if err := a.ProjectSKU(sku); err != nil {
 		return err
 	}
-	const live = `(SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED'))`
+	live, err := a.Live(sku)
+	if err != nil {
+		return err
+	}
 	if err := a.tx.Exec(`UPDATE skus SET seq = seq + 1, level_dirty = 1,
-		movement_position = movement_position + CASE WHEN reserved = `+live+` THEN 0 ELSE 1 END,
-		reserved = `+live+` WHERE sku = ?`, sku, sku, sku).Error; err != nil {
+		movement_position = movement_position + CASE WHEN reserved = ? THEN 0 ELSE 1 END,
+		reserved = ? WHERE sku = ?`, live, live, sku).Error; err != nil {
 		return err
 	}
 	if err := a.tx.Model(&SKU{}).Where("sku = ?", sku).Pluck("reserved", &after).Error; err != nil {

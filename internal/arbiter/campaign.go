@@ -239,33 +239,36 @@ func (a Arbiter) pool(id string) (Reservation, error) {
 // takeFromPools moves want[id] units of each campaign's pool to its sales,
 // each under one conditional UPDATE that the database's clock lets through
 // only within the window: CampaignRefusedError otherwise. Campaigns in
-// sorted order: concurrent writers never deadlock.
-func (a Arbiter) takeFromPools(want map[string]int64, skuOf map[string]string) (map[string]Fence, error) {
+// sorted order: concurrent writers never deadlock. The pool's change
+// counter (result) moves by one, or by lean[id] when the campaign has
+// that many lean holds among them: they are numbered by it, up to
+// holdSeq[id] (the pool's row lock orders a campaign's sales).
+func (a Arbiter) takeFromPools(want map[string]int64, skuOf map[string]string, lean map[string]int64) (fences map[string]Fence, holdSeq map[string]int64, err error) {
 	now, args := a.dbNow()
-	out := make(map[string]Fence, len(want))
+	fences, holdSeq = make(map[string]Fence, len(want)), map[string]int64{}
 	for _, id := range sortedKeys(want) {
-		q := append([]any{want[id], CampaignToken(id), skuOf[id], want[id]}, args...)
+		q := append([]any{want[id], max(lean[id], 1), CampaignToken(id), skuOf[id], want[id]}, args...)
 		q = append(q, id)
 		q = append(q, args...)
-		n, err := a.exec(`UPDATE stock_reservations SET qty = qty - ?, result = result + 1
+		n, err := a.exec(`UPDATE stock_reservations SET qty = qty - ?, result = result + ?
 			WHERE token = ? AND sku = ? AND state = 'HELD' AND qty >= ? AND expires_at > `+now+`
 			AND EXISTS (SELECT 1 FROM campaigns WHERE id = ? AND starts_at <= `+now+`)`, q...)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if n == 0 {
-			return nil, a.whyNotSold(id, want[id])
+			return nil, nil, a.whyNotSold(id, want[id])
 		}
 		p, err := a.poolAfter(id)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := a.poolMoved(id, skuOf[id], p, true); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		out[id] = p.fence()
+		fences[id], holdSeq[id] = p.fence(), p.Seq
 	}
-	return out, nil
+	return fences, holdSeq, nil
 }
 
 // whyNotSold says why the pool of campaign id could not give qty units, by
@@ -396,29 +399,79 @@ type CampaignCounts struct {
 	Ended            bool
 }
 
-// CountCampaign reads campaign id's counts in one statement.
+// CountCampaign reads campaign id's counts from one snapshot: the
+// projection's, and the holds the lean sale recorded that have no
+// projection yet (held: nothing changes a hold before its projection).
 func CountCampaign(db *gorm.DB, id string) (CampaignCounts, error) {
-	var rows []struct {
-		State ResState
-		Pool  bool
-		Qty   int64
-	}
-	if err := db.Raw(`SELECT state, token = ? AS pool, SUM(qty) AS qty FROM stock_reservations
-		WHERE campaign_id = ? GROUP BY state, token = ?`, CampaignToken(id), id, CampaignToken(id)).Scan(&rows).Error; err != nil {
-		return CampaignCounts{}, err
-	}
 	var out CampaignCounts
-	for _, r := range rows {
-		switch {
-		case r.Pool:
-			out.Left, out.Ended = r.Qty, r.State != Held
-		case r.State == Held:
-			out.Held += r.Qty
-		case r.State == Committed, r.State == Sold, r.State == Restored:
-			out.Sold += r.Qty
+	err := db.Transaction(func(tx *gorm.DB) error {
+		var rows []struct {
+			State ResState
+			Pool  bool
+			Qty   int64
+		}
+		// The cursor of its holds, when the pool changed past it, comes
+		// with the counts (state CURSOR): one statement when it did not.
+		if err := tx.Raw(`SELECT state, token = ? AS pool, SUM(qty) AS qty FROM stock_reservations
+			WHERE campaign_id = ? GROUP BY state, token = ?
+			UNION ALL SELECT 'CURSOR', 0, c.projected_seq FROM campaigns c JOIN stock_reservations r ON r.token = ?
+			WHERE c.id = ? AND c.holds_dirty = 1 AND r.result > c.projected_seq`,
+			CampaignToken(id), id, CampaignToken(id), CampaignToken(id), id).Scan(&rows).Error; err != nil {
+			return err
+		}
+		out = CampaignCounts{}
+		var cursor []int64
+		for _, r := range rows {
+			switch {
+			case r.State == "CURSOR":
+				cursor = append(cursor, r.Qty)
+			case r.Pool:
+				out.Left, out.Ended = r.Qty, r.State != Held
+			case r.State == Held:
+				out.Held += r.Qty
+			case r.State == Committed, r.State == Sold, r.State == Restored:
+				out.Sold += r.Qty
+			}
+		}
+		if len(cursor) == 0 {
+			return nil
+		}
+		unprojected, err := In(tx).unprojected(dirtySKU{id: id, campaign: true, projected: cursor[0]})
+		out.Held += unprojected
+		return err
+	})
+	return out, err
+}
+
+// unprojected sums the units of d's holds past its cursor that have no
+// projection (in the caller's snapshot).
+func (a Arbiter) unprojected(d dirtySKU) (int64, error) {
+	var held []heldRow
+	q, args := d.past(d.projected)
+	if err := a.query(scanHeld(&held), q, args...); err != nil || len(held) == 0 {
+		return 0, err
+	}
+	tokens := make([]any, 0, len(held))
+	for _, h := range held {
+		t, _ := h.token()
+		tokens = append(tokens, t)
+	}
+	projected := map[string]bool{}
+	if err := a.query(func(rs *sql.Rows) error {
+		var t string
+		err := rs.Scan(&t)
+		projected[t] = true
+		return err
+	}, inList(`SELECT token FROM stock_reservations WHERE token IN ?`, len(tokens)), tokens...); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, h := range held {
+		if t, _ := h.token(); !projected[t] {
+			n += h.qty
 		}
 	}
-	return out, nil
+	return n, nil
 }
 
 // CampaignBaseline reads campaign id's pool for a Redis initialisation

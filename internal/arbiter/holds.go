@@ -57,13 +57,30 @@ func SKUID(sku string) int64 {
 	return int64(binary.BigEndian.Uint64(h[:8]))
 }
 
+// PoolID is a campaign's integer in holds' (sku_id, seq) index: its
+// holds are numbered by the campaign's own hold_seq, not by its SKU's
+// positions, so they have a range of their own (SKUID of the pool's
+// token, which no SKU has: ":" is in none). Readers filter on the
+// campaign too.
+func PoolID(campaign string) int64 { return SKUID(CampaignToken(campaign)) }
+
 var holdColumns = []string{"id", "line", "sku_id", "seq", "sku", "qty", "result", "name", "buyer", "quota", "campaign_id", "deadline", "created_at"}
 
-// insertHolds writes the lean holds of a sale, each at the position its
-// SKU's UPDATE numbered for its RESERVE movement (moves[i] is holds[i]'s);
-// rows[i] is holds[i]'s reservation as Reserve counted it (Buyer set: the
-// buyer's quota counts it, and its release gives it back).
-func (a Arbiter) insertHolds(holds []Hold, rows []Reservation, moves []Movement) error {
+// leanHold is a hold to write as a row of holds: row is its reservation
+// as Reserve counted it (Buyer set: the buyer's quota counts it, and its
+// release gives it back), seq its place in its SKU's movements or, for a
+// campaign's sale, in its campaign's holds.
+type leanHold struct {
+	Hold
+	row Reservation
+	seq int64
+}
+
+// insertHolds writes the lean holds of a sale in one statement.
+func (a Arbiter) insertHolds(holds []leanHold) error {
+	if len(holds) == 0 {
+		return nil
+	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	args := make([]any, 0, len(holds)*len(holdColumns))
 	for i, h := range holds {
@@ -79,37 +96,39 @@ func (a Arbiter) insertHolds(holds []Hold, rows []Reservation, moves []Movement)
 		if h.Buyer != "" {
 			buyer = &holds[i].Buyer
 		}
-		args = append(args, id, h.Line, SKUID(r.SKU), moves[i].Position, r.SKU, r.Qty, r.Result, name, buyer,
-			rows[i].Buyer != nil, r.CampaignID, r.ExpiresAt, stamp(r.CreatedAt, now))
+		place := SKUID(r.SKU)
+		if r.CampaignID != nil {
+			place = PoolID(*r.CampaignID)
+		}
+		args = append(args, id, h.Line, place, h.seq, r.SKU, r.Qty, r.Result, name, buyer,
+			h.row.Buyer != nil, r.CampaignID, r.ExpiresAt, stamp(r.CreatedAt, now))
 	}
 	return a.insertRows("holds", holdColumns, args)
 }
 
 // movedOrHeld numbers a sale's RESERVE movements (moves[k] is the
-// reservation of holds[plainHold[k]]) and writes each: a lean hold's as
-// its row of holds at that position, the others' as movements.
-func (a Arbiter) movedOrHeld(holds []Hold, rows []Reservation, moves []Movement, plainHold []int, last positions) error {
+// reservation of holds[plainHold[k]]) and writes the classic ones; the
+// lean ones are returned at their positions, for insertHolds.
+func (a Arbiter) movedOrHeld(holds []Hold, rows []Reservation, moves []Movement, plainHold []int, last positions) ([]leanHold, error) {
 	if err := numberMovements(moves, last); err != nil {
-		return err
+		return nil, err
 	}
 	var classic []Movement
-	var lean []Hold
-	var leanRows []Reservation
-	var leanMoves []Movement
+	var lean []leanHold
 	for k, m := range moves {
 		i := plainHold[k]
 		if holds[i].Lean {
-			lean, leanRows, leanMoves = append(lean, holds[i]), append(leanRows, rows[i]), append(leanMoves, m)
+			lean = append(lean, leanHold{Hold: holds[i], row: rows[i], seq: m.Position})
 		} else {
 			classic = append(classic, m)
 		}
 	}
 	if len(classic) > 0 {
 		if err := a.insertNumbered(classic); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return a.insertHolds(lean, leanRows, leanMoves)
+	return lean, nil
 }
 
 // heldRow is one row of holds as the projection reads it.
@@ -182,14 +201,15 @@ func (a Arbiter) ProjectHold(orderID, sku, token string) (found bool, err error)
 // Backlog bounds one projector round (ProjectBacklog).
 type Backlog struct {
 	// SKUs, PerSKU and Holds: up to PerSKU holds of each of up to SKUs
-	// SKUs, and up to Holds in all, so a round's transaction (and the
-	// locks a transition projecting one of its holds waits for) stays
-	// short however far behind the projector is.
+	// SKUs (and as many campaigns), and up to Holds in all, so a round's
+	// transaction (and the locks a transition projecting one of its holds
+	// waits for) stays short however far behind the projector is.
 	SKUs, PerSKU, Holds int
-	// After is where the round starts: the SKUs with a backlog are taken
-	// in name order from the first after it, round robin, so no SKU
-	// starves behind busier ones. ProjectBacklog returns the next After.
-	After string
+	// After and AfterCampaign are where the round starts: the SKUs (the
+	// campaigns) with a backlog are taken in name order from the first
+	// after it, round robin, so none starves behind busier ones.
+	// ProjectBacklog returns the next ones.
+	After, AfterCampaign string
 	// Seen, if not nil, is given each hold's created_at (the projection's
 	// lag is measured from it).
 	Seen func(created time.Time)
@@ -197,53 +217,83 @@ type Backlog struct {
 
 // Projected is what one projector round did (ProjectBacklog).
 type Projected struct {
-	// N is how many holds it read; Next is where the next round starts
-	// (Backlog.After); More says a bound left holds for it (the next
-	// round need not wait).
-	N    int
-	Next string
-	More bool
-	// Cursors are the SKUs' cursors to move once the round committed
-	// (MoveCursors).
+	// N is how many holds it read; Next and NextCampaign are where the
+	// next round starts (Backlog.After, AfterCampaign); More says a bound
+	// left holds for it (the next round need not wait).
+	N                  int
+	Next, NextCampaign string
+	More               bool
+	// Cursors are the SKUs' and campaigns' cursors to move once the round
+	// committed (MoveCursors).
 	Cursors []Cursor
 }
 
-// Cursor is a SKU's projection cursor moved from From to To.
+// Cursor is the projection cursor of a SKU (Campaign false) or of a
+// campaign's holds (ID its id) moved from From to To; Done, for a
+// campaign, says no hold of it can follow (its pool was released when
+// the round read it, and the round projected up to its last change).
 type Cursor struct {
-	SKU      string
-	From, To int64
+	ID             string
+	Campaign, Done bool
+	From, To       int64
 }
 
-// ProjectBacklog projects the holds of the SKUs whose holds are not all
-// projected (holds_dirty), within b's bounds, each SKU's in seq order:
-// what the one-node projector runs. It does not move the SKUs' cursors:
-// those are on the SKUs' rows, the hot rows every sale updates, and a
-// round that waited for one of them in the sales' queue would hold, all
-// that time, the locks of the rows it wrote, which the payments and
-// cancels of those very orders wait for. MoveCursors moves them after
-// the round committed; a round whose cursors never moved (its node died
-// in between) is projected again, harmlessly.
+// BacklogSQL counts the SKUs and the campaigns whose holds are not all
+// projected (a campaign's pool changed past its cursor): 0 once the
+// projector caught up. For tests and tools that read the projection
+// straight from the database; portable, not for a hot path.
+const BacklogSQL = `SELECT (SELECT COUNT(*) FROM skus WHERE holds_dirty = 1) + (SELECT COUNT(*) FROM campaigns c
+	JOIN stock_reservations r ON r.campaign_id = c.id AND r.order_id IS NULL AND r.token LIKE 'c:%'
+	WHERE c.holds_dirty = 1 AND r.result > c.projected_seq)`
+
+// ProjectBacklog projects the holds of the SKUs and the campaigns whose
+// holds are not all projected (holds_dirty), within b's bounds, each one's
+// in seq order: what the one-node projector runs. It does not move their
+// cursors: a SKU's is on the SKU's row, the hot row every sale updates,
+// and a round that waited for one of them in the sales' queue would
+// hold, all that time, the locks of the rows it wrote, which the
+// payments and cancels of those very orders wait for (a campaign's row
+// is its sales' first lock alike). MoveCursors moves them after the
+// round committed; a round whose cursors never moved (its node died in
+// between) is projected again, harmlessly.
 func (a Arbiter) ProjectBacklog(b Backlog) (Projected, error) {
-	todo, err := a.dirty(b.SKUs, b.After)
-	if err != nil {
-		return Projected{Next: b.After}, err
-	}
-	p := Projected{Next: b.After, More: len(todo) == b.SKUs}
-	bounded := false           // the round stopped on its bound of holds before every SKU had its turn
+	p := Projected{Next: b.After, NextCampaign: b.AfterCampaign}
 	whole := map[string]bool{} // orders this round wrote or found written: a cart's other SKUs skip them
+	for _, campaigns := range []bool{false, true} {
+		after, next := b.After, &p.Next
+		if campaigns {
+			after, next = b.AfterCampaign, &p.NextCampaign
+		}
+		todo, err := a.dirty(campaigns, b.SKUs, after)
+		if err == nil {
+			err = a.projectTurns(todo, b, &p, next, whole)
+		}
+		if err != nil {
+			return Projected{Next: b.After, NextCampaign: b.AfterCampaign}, err
+		}
+	}
+	return p, nil
+}
+
+// projectTurns gives each of todo (SKUs or campaigns with a backlog, in
+// name order) its turn of a round, within b's bounds, adding to p, and
+// sets next to where the next round of their kind starts.
+func (a Arbiter) projectTurns(todo []dirtySKU, b Backlog, p *Projected, next *string, whole map[string]bool) error {
+	p.More = p.More || len(todo) == b.SKUs
+	bounded := false // the round stopped on its bound of holds before every one had its turn
 	for _, d := range todo {
 		limit := min(b.PerSKU, b.Holds-p.N)
 		if limit <= 0 {
 			p.More, bounded = true, true
 			break
 		}
-		rows, err := a.backlog(d.sku, d.projected, limit)
+		rows, err := a.backlog(d, d.projected, limit)
 		if err != nil {
-			return Projected{Next: b.After}, err
+			return err
 		}
 		p.N += len(rows)
 		if err := a.project(rows, whole); err != nil {
-			return Projected{Next: b.After}, err
+			return err
 		}
 		if b.Seen != nil {
 			for _, h := range rows {
@@ -251,77 +301,116 @@ func (a Arbiter) ProjectBacklog(b Backlog) (Projected, error) {
 			}
 		}
 		// All of them up to the hold_seq this transaction reads, when
-		// fewer than limit came back (a SKU's hold_seq commits with its
-		// holds, and both reads are of one snapshot); else up to the last.
+		// fewer than limit came back (a hold_seq commits with its holds,
+		// and both reads are of one snapshot); else up to the last.
 		to := d.holdSeq
 		if len(rows) == limit {
 			to, p.More = rows[len(rows)-1].seq, true
 		}
-		p.Cursors = append(p.Cursors, Cursor{SKU: d.sku, From: d.projected, To: to})
-		p.Next = d.sku
+		done := d.ended && to == d.holdSeq
+		if d.campaign && to == d.projected && !done {
+			continue // a live campaign with nothing new: its cursor stays, no statement
+		}
+		p.Cursors = append(p.Cursors, Cursor{ID: d.id, Campaign: d.campaign, Done: done, From: d.projected, To: to})
+		*next = d.id
 	}
 	if len(todo) < b.SKUs && !bounded {
-		p.Next = "" // every SKU with a backlog had its turn: from the start again
+		*next = "" // every one with a backlog had its turn: from the start again
 	}
-	return p, nil
+	return nil
 }
 
-// MoveCursors moves the SKUs' projection cursors of a round that
-// committed, each in a statement of its own (a SKU's row lock is held
-// for that statement alone), in name order. A cursor another round
-// moved meanwhile is left where it is. The flag stays set while holds
-// past the cursor remain (a sale that committed since, or more than a
-// round's bound).
+// MoveCursors moves the projection cursors of a round that committed,
+// outside any transaction, each in a statement of its own (a SKU's or campaign's row lock is held
+// for that statement alone), the SKUs' then the campaigns', in name
+// order. A cursor another round moved meanwhile is left where it is. The
+// flag stays set while holds past the cursor remain (a sale that
+// committed since, or more than a round's bound).
 func (a Arbiter) MoveCursors(cs []Cursor) error {
 	cs = slices.Clone(cs)
-	slices.SortFunc(cs, func(x, y Cursor) int { return strings.Compare(x.SKU, y.SKU) })
+	slices.SortFunc(cs, func(x, y Cursor) int {
+		if x.Campaign != y.Campaign {
+			if x.Campaign {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(x.ID, y.ID)
+	})
 	for _, c := range cs {
-		if _, err := a.exec(`UPDATE skus SET projected_seq = ?, holds_dirty = CASE WHEN hold_seq > ? THEN 1 ELSE 0 END
-			WHERE sku = ? AND projected_seq = ?`, c.To, c.To, c.SKU, c.From); err != nil {
+		q, args := `UPDATE skus SET projected_seq = ?, holds_dirty = CASE WHEN hold_seq > ? THEN 1 ELSE 0 END
+			WHERE sku = ? AND projected_seq = ?`, []any{c.To, c.To, c.ID, c.From}
+		if c.Campaign { // a campaign stays dirty while its pool can sell
+			q, args = `UPDATE campaigns SET projected_seq = ?, holds_dirty = ? WHERE id = ? AND projected_seq = ?`, []any{c.To, !c.Done, c.ID, c.From}
+		}
+		// Its own transaction, run again if a deadlock ended it: a sale
+		// announcing a campaign's event upgrades its shared lock of the
+		// campaign's row to write it, and may be waiting behind this.
+		if _, err := RetryDeadlock(a.ctx, func() (int64, error) { return a.exec(q, args...) }); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// dirtySKU is a SKU with holds left to project, and its cursor.
+// dirtySKU is a SKU (or a campaign) with holds left to project, and its
+// cursor. A campaign's holdSeq is its pool's change counter, ended that
+// its pool is released (nothing can sell after).
 type dirtySKU struct {
-	sku                string
+	id                 string
+	campaign, ended    bool
 	projected, holdSeq int64
 }
 
-// dirty reads up to n SKUs whose holds are not all projected, in name
-// order from the first after after, then from the first.
-func (a Arbiter) dirty(n int, after string) ([]dirtySKU, error) {
+// dirty reads up to n SKUs (campaigns) whose holds are not all projected,
+// in name order from the first after after, then from the first.
+func (a Arbiter) dirty(campaigns bool, n int, after string) ([]dirtySKU, error) {
 	var todo []dirtySKU
 	scan := func(rs *sql.Rows) error {
-		var d dirtySKU
-		err := rs.Scan(&d.sku, &d.projected, &d.holdSeq)
+		d := dirtySKU{campaign: campaigns}
+		var held bool
+		err := rs.Scan(&d.id, &d.projected, &d.holdSeq, &held)
+		d.ended = !held
 		todo = append(todo, d)
 		return err
 	}
-	const q = `SELECT sku, projected_seq, hold_seq FROM skus WHERE holds_dirty = 1 AND sku > ? ORDER BY sku LIMIT ?`
-	if err := a.query(scan, q, after, n); err != nil || len(todo) == n || after == "" {
+	key := "sku"
+	q := `SELECT sku, projected_seq, hold_seq, 1 FROM skus WHERE holds_dirty = 1 AND sku`
+	if campaigns {
+		key, q = "c.id", a.campaignCursors()+` WHERE c.holds_dirty = 1 AND c.id`
+	}
+	if err := a.query(scan, q+` > ? ORDER BY `+key+` LIMIT ?`, after, n); err != nil || len(todo) == n || after == "" {
 		return todo, err
 	}
 	// Round the end: the first ones, up to after included (after itself
 	// had its turn last round: it comes again only after every other).
-	err := a.query(scan, `SELECT sku, projected_seq, hold_seq FROM skus WHERE holds_dirty = 1 AND sku <= ? ORDER BY sku LIMIT ?`, after, n-len(todo))
+	err := a.query(scan, q+` <= ? ORDER BY `+key+` LIMIT ?`, after, n-len(todo))
 	return todo, err
 }
 
-// backlog reads up to limit of sku's holds past seq after, in seq order.
-func (a Arbiter) backlog(sku string, after int64, limit int) ([]heldRow, error) {
+// backlog reads up to limit of d's holds past seq after, in seq order.
+func (a Arbiter) backlog(d dirtySKU, after int64, limit int) ([]heldRow, error) {
 	var rows []heldRow
-	err := a.query(scanHeld(&rows), heldSelect+`WHERE sku_id = ? AND seq > ? AND sku = ? ORDER BY seq LIMIT ?`,
-		SKUID(sku), after, sku, limit)
+	q, args := d.past(after)
+	err := a.query(scanHeld(&rows), q+` ORDER BY seq LIMIT ?`, append(args, limit)...)
 	return rows, err
+}
+
+// past selects d's holds past seq after: a SKU's range of holds' (sku_id,
+// seq) index, or a campaign's, each filtered on its name (two may share an
+// integer).
+func (d dirtySKU) past(after int64) (string, []any) {
+	if d.campaign {
+		return heldSelect + `WHERE sku_id = ? AND seq > ? AND campaign_id = ?`, []any{PoolID(d.id), after, d.id}
+	}
+	return heldSelect + `WHERE sku_id = ? AND seq > ? AND sku = ? AND campaign_id IS NULL`, []any{SKUID(d.id), after, d.id}
 }
 
 // ProjectSKU projects every hold of sku past its cursor, in the
 // transaction that holds the SKU's row lock (no sale of it can commit
 // meanwhile): what counts the SKU's live reservations (FixReserved)
-// calls first.
+// calls first. Its campaigns' holds are not numbered by it: Live counts
+// those that are not projected.
 func (a Arbiter) ProjectSKU(sku string) error {
 	var after []int64
 	if err := a.query(func(rs *sql.Rows) error {
@@ -332,44 +421,92 @@ func (a Arbiter) ProjectSKU(sku string) error {
 	}, `SELECT projected_seq FROM skus WHERE sku = ? AND holds_dirty = 1`, sku); err != nil || len(after) == 0 {
 		return err
 	}
-	rows, err := a.backlog(sku, after[0], 1<<30)
+	rows, err := a.backlog(dirtySKU{id: sku}, after[0], 1<<30)
 	if err != nil {
 		return err
 	}
 	return a.project(rows, nil)
 }
 
-// ProjectExpired projects the holds past their deadline at now of up to
-// skus SKUs with a backlog, up to limit each, so the sweep finds them in
-// the projection whether the projector runs or not. The cursors stay
-// where they are (the projector writes them again, harmlessly). It
-// returns how many it projected.
-func (a Arbiter) ProjectExpired(now time.Time, skus, limit int) (int, error) {
-	todo, err := a.dirty(skus, "")
-	if err != nil {
+// campaignCursors selects campaigns (c) with their projection cursor,
+// their pool's change counter and whether the pool is HELD.
+func (a Arbiter) campaignCursors() string {
+	pool := "CONCAT('c:', c.id)"
+	if a.dialect == "sqlite" {
+		pool = "('c:' || c.id)"
+	}
+	return `SELECT c.id, c.projected_seq, COALESCE(r.result, 0), COALESCE(r.state = 'HELD', 0) FROM campaigns c
+		LEFT JOIN stock_reservations r ON r.token = ` + pool
+}
+
+// Live is what sku's live reservations hold (HELD and COMMITTED), read
+// from one snapshot (the caller's transaction): the projection's, and its
+// campaigns' holds that have none yet. A campaign's sale moves units from
+// its pool to its hold without touching the SKU's row, so a count under
+// the SKU's row lock still sees campaign sales commit; counted from one
+// snapshot, each is counted once, in the pool or as its hold. Call
+// ProjectSKU first: the SKU's own holds are counted from the projection.
+func (a Arbiter) Live(sku string) (int64, error) {
+	var live int64
+	if err := a.query(func(rs *sql.Rows) error { return rs.Scan(&live) },
+		`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED')`, sku); err != nil {
 		return 0, err
 	}
+	var campaigns []dirtySKU
+	if err := a.query(func(rs *sql.Rows) error {
+		d := dirtySKU{campaign: true}
+		var held bool
+		err := rs.Scan(&d.id, &d.projected, &d.holdSeq, &held)
+		if d.holdSeq > d.projected {
+			campaigns = append(campaigns, d)
+		}
+		return err
+	}, a.campaignCursors()+` WHERE c.sku = ? AND c.holds_dirty = 1`, sku); err != nil {
+		return 0, err
+	}
+	for _, d := range campaigns {
+		n, err := a.unprojected(d)
+		if err != nil {
+			return 0, err
+		}
+		live += n
+	}
+	return live, nil
+}
+
+// ProjectExpired projects the holds past their deadline at now of up to
+// skus SKUs (and as many campaigns) with a backlog, up to limit each, so
+// the sweep finds them in the projection whether the projector runs or
+// not. The cursors stay where they are (the projector writes them again,
+// harmlessly). It returns how many it projected.
+func (a Arbiter) ProjectExpired(now time.Time, skus, limit int) (int, error) {
 	n := 0
-	for _, d := range todo {
-		// Page past the holds projected already (by an earlier pass, or
-		// the transition that expired them): while the projector is down
-		// the cursor stays, and a first page alone would be the same
-		// holds at every pass, never the ones after them.
-		after := d.projected
-		for page := 0; page < expiredPages; page++ {
-			var rows []heldRow
-			if err := a.query(scanHeld(&rows), heldSelect+`WHERE sku_id = ? AND seq > ? AND sku = ? AND deadline <= ? ORDER BY seq LIMIT ?`,
-				SKUID(d.sku), after, d.sku, now, limit); err != nil {
-				return n, err
+	for _, campaigns := range []bool{false, true} {
+		todo, err := a.dirty(campaigns, skus, "")
+		if err != nil {
+			return n, err
+		}
+		for _, d := range todo {
+			// Page past the holds projected already (by an earlier pass, or
+			// the transition that expired them): while the projector is down
+			// the cursor stays, and a first page alone would be the same
+			// holds at every pass, never the ones after them.
+			after := d.projected
+			for page := 0; page < expiredPages; page++ {
+				var rows []heldRow
+				q, args := d.past(after)
+				if err := a.query(scanHeld(&rows), q+` AND deadline <= ? ORDER BY seq LIMIT ?`, append(args, now, limit)...); err != nil {
+					return n, err
+				}
+				if err := a.project(rows, nil); err != nil {
+					return n, err
+				}
+				n += len(rows)
+				if len(rows) < limit {
+					break
+				}
+				after = rows[len(rows)-1].seq
 			}
-			if err := a.project(rows, nil); err != nil {
-				return n, err
-			}
-			n += len(rows)
-			if len(rows) < limit {
-				break
-			}
-			after = rows[len(rows)-1].seq
 		}
 	}
 	return n, nil
@@ -475,7 +612,9 @@ func (a Arbiter) projectWhole(rows []heldRow) error {
 			campaign = &h.campaign.String
 		}
 		reservations = append(reservations, token, h.sku, orderID, buyer, h.qty, Held, h.result, h.deadline, h.created, h.created, campaign)
-		movements = append(movements, h.sku, h.seq, MoveReserve, 0, h.qty, "", ref, h.created)
+		if campaign == nil { // a campaign's sale moves units from its pool: the SKU's reserved did not move
+			movements = append(movements, h.sku, h.seq, MoveReserve, 0, h.qty, "", ref, h.created)
+		}
 	}
 	if err := a.insertOnce("orders", []string{"id", "user_id", "status", "reservation_token", "expires_at", "created_at", "updated_at"}, orders); err != nil {
 		return err

@@ -464,7 +464,7 @@ func TestBuysDuringTheSaleReadNoCounts(t *testing.T) {
 
 // A buy that crosses nothing (not the campaign's first sale, not its
 // last unit) costs no statement for campaign events: the order's row,
-// its reservation, the campaign's limit, the pool's conditional UPDATE
+// its reservation (lean: the hold's row), the campaign's limit, the pool's conditional UPDATE
 // and the pool's fence read (which also takes its units and the
 // campaign's event flags); no SKU's fence, as it moves no SKU's row. The
 // first buy pays for campaign.started, the last for campaign.sold_out.
@@ -480,7 +480,11 @@ func TestABuyThatCrossesNothingCostsNoStatementMore(t *testing.T) {
 	}
 	first, middle, last := cost("u1"), cost("u2"), cost("u3")
 	t.Logf("statements of a campaign buy: the first %d, one that crosses nothing %d, the last %d", first, middle, last)
-	require.EqualValues(t, 5, middle)
+	want := int64(5)
+	if r.IsLean() {
+		want = 4 // the hold's row instead of the order's and the reservation's
+	}
+	require.Equal(t, want, middle)
 	require.Greater(t, first, middle)
 	require.Greater(t, last, middle)
 }

@@ -151,12 +151,14 @@ func (c *Reconciler) check(ctx context.Context, rec arbiter.SKU, lv stock.Levels
 	var live, anomalies int64
 	db := c.db.WithContext(ctx)
 	// The SKU's holds only the lean sale recorded yet are counted too:
-	// projected first (harmless twice).
-	if err := arbiter.Transact(ctx, c.db, func(tx *gorm.DB) error { return arbiter.In(tx).ProjectSKU(rec.SKU) }); err != nil {
-		return nil, err
-	}
-	if err := db.Model(&arbiter.Reservation{}).Select("COALESCE(SUM(qty), 0)").
-		Where("sku = ? AND state IN ?", rec.SKU, []arbiter.ResState{arbiter.Held, arbiter.Committed}).Scan(&live).Error; err != nil {
+	// projected first (harmless twice), its campaigns' counted as they are.
+	if err := arbiter.Transact(ctx, c.db, func(tx *gorm.DB) (err error) {
+		if err := arbiter.In(tx).ProjectSKU(rec.SKU); err != nil {
+			return err
+		}
+		live, err = arbiter.In(tx).Live(rec.SKU)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	if err := db.Model(&arbiter.AnomalyRow{}).Where("sku = ? AND resolved_at IS NULL", rec.SKU).Count(&anomalies).Error; err != nil {

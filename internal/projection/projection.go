@@ -55,10 +55,11 @@ type Job struct {
 	cfg    Config
 	run    job.Runner
 
-	projected atomic.Int64
-	lag       prometheus.Histogram
-	mu        sync.Mutex // over after
-	after     string     // where the next round starts (arbiter.Backlog)
+	projected     atomic.Int64
+	lag           prometheus.Histogram
+	mu            sync.Mutex // over after
+	after         string     // where the next round starts (arbiter.Backlog)
+	afterCampaign string     // and its campaigns' turns
 	// Leading says whether this node leads the projector now.
 	Leading atomic.Bool
 }
@@ -156,7 +157,7 @@ func (j *Job) round(ctx context.Context) (n int, more bool, err error) {
 	err = arbiter.Transact(ctx, j.db, func(tx *gorm.DB) (err error) {
 		created = created[:0] // a retried transaction reads again
 		p, err = arbiter.In(tx).ProjectBacklog(arbiter.Backlog{SKUs: j.cfg.SKUs, PerSKU: j.cfg.PerSKU, Holds: j.cfg.Holds,
-			After: j.after, Seen: func(c time.Time) { created = append(created, c) }})
+			After: j.after, AfterCampaign: j.afterCampaign, Seen: func(c time.Time) { created = append(created, c) }})
 		return err
 	})
 	if err != nil {
@@ -170,7 +171,7 @@ func (j *Job) round(ctx context.Context) (n int, more bool, err error) {
 	if err := arbiter.In(j.db.WithContext(ctx)).MoveCursors(p.Cursors); err != nil {
 		return p.N, false, err
 	}
-	j.after = p.Next
+	j.after, j.afterCampaign = p.Next, p.NextCampaign
 	return p.N, p.More, nil
 }
 

@@ -180,7 +180,7 @@ func Assemble(t testing.TB, tr Transport, db *gorm.DB, rdb *redis.Client, opts O
 	r.Commits = groupcommit.New(db)
 	t.Cleanup(func() { _ = r.Commits.Close() })
 	r.Orders = order.NewService(db, st, order.Config{TTL: TTL, Now: r.Clock.Now, OnOutbox: r.Relay.Wake, Writer: r.Commits,
-		MultiStatements: opts.MultiStatements, Lean: Lean})
+		MultiStatements: opts.MultiStatements, Lean: Lean, LeanCampaigns: Lean})
 	r.Tokens = tokens.New(db, st, r.Commits, tokens.Config{TTL: TTL, Now: r.Clock.Now, OnOutbox: r.Relay.Wake, Lean: Lean})
 	r.Projector = projection.New(db, st.Locker(), projection.Config{})
 	r.Catalog = catalog.New(db, st, nil)
@@ -414,7 +414,7 @@ func (r *Rig) Catch() {
 	r.T.Helper()
 	require.NoError(r.T, r.Projector.CatchUp(context.Background()))
 	var dirty int64
-	require.NoError(r.T, r.DB.Raw(`SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`).Scan(&dirty).Error)
+	require.NoError(r.T, r.DB.Raw(arbiter.BacklogSQL).Scan(&dirty).Error)
 	require.Zero(r.T, dirty, "the projector caught up")
 }
 
