@@ -105,10 +105,10 @@ func measure(samples []sample, dark *Dark, phases []Phase) Timing {
 		for _, s := range samples {
 			if s.status != 0 && !s.start.Before(p.From) && s.start.Before(p.To) {
 				pt.Answers++
-				if s.latency() > pt.Slowest {
+				if s.latency() > pt.Slowest && s.limit() == answerLimit {
 					pt.Slowest, pt.SlowestWhat = s.latency(), s.what()
 				}
-				if s.latency() > answerLimit {
+				if s.latency() > s.limit() {
 					pt.Over++
 				}
 			}
@@ -117,16 +117,16 @@ func measure(samples []sample, dark *Dark, phases []Phase) Timing {
 	}
 	for _, s := range samples {
 		if s.status == 0 {
-			if s.latency() > answerLimit {
+			if s.latency() > s.limit() {
 				t.GaveUp++
 			}
 			continue
 		}
 		t.Answers++
-		if s.latency() > t.Slowest {
+		if s.latency() > t.Slowest && s.limit() == answerLimit { // a count is judged by its own deadline alone
 			t.Slowest, t.SlowestWhat = s.latency(), s.what()
 		}
-		if s.latency() > answerLimit {
+		if s.latency() > s.limit() {
 			t.Over++
 		}
 	}

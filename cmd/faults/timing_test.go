@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/acme/inventory/internal/httpapi"
 )
 
 // TestMeasure: the timing counts answers, not requests that got none; it
@@ -79,4 +81,24 @@ func TestTakeoverIsJudged(t *testing.T) {
 			assert.Contains(t, v.timingLines()[1], "SIGKILLed")
 		}
 	}
+}
+
+// A stock count has a deadline of its own (httpapi.CountTimeout): one that
+// waited out a dark database and was answered 10 s after it was sent is
+// within it, and not the run's slowest answer; one past it is a problem.
+func TestACountIsJudgedByItsOwnDeadline(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	count := func(took time.Duration) sample {
+		return sample{start: t0, end: t0.Add(took), status: http.StatusOK, method: http.MethodPost, route: route("/v1/stock/counts")}
+	}
+	sale := sample{start: t0, end: t0.Add(300 * time.Millisecond), status: http.StatusCreated, method: http.MethodPost, route: route("/v1/seckill")}
+	within := &Verdict{Timing: measure([]sample{sale, count(10 * time.Second)}, nil, nil), Timed: true, Drift: "clean"}
+	within.judge()
+	assert.Empty(t, within.TimingProblems)
+	assert.Equal(t, 300*time.Millisecond, within.Timing.Slowest)
+
+	past := &Verdict{Timing: measure([]sample{sale, count(httpapi.CountTimeout + time.Second)}, nil, nil), Timed: true, Drift: "clean"}
+	past.judge()
+	assert.Len(t, past.TimingProblems, 1, "over its deadline: %v", past.TimingProblems)
+	assert.EqualValues(t, 1, past.Timing.Over)
 }

@@ -25,11 +25,11 @@ func (s *Server) countRoutes(v1 *echo.Group, admin, client echo.MiddlewareFunc) 
 // SKU and quantities fit in about 1.2 MB.
 const maxCountBody = 4 << 20
 
-// countTimeout is a count request's deadline instead of the request
+// CountTimeout is a count request's deadline instead of the request
 // timeout: its 10,000 lines are applied in transactions of a thousand.
 // A request cut short has applied whole batches only, and its replay goes
 // on from there.
-const countTimeout = 2 * time.Minute
+const CountTimeout = 2 * time.Minute
 
 // countPath is the route whose body may be larger than maxBody.
 const countPath = "/v1/stock/counts"
@@ -40,7 +40,7 @@ func skipBodyLimit(c echo.Context) bool {
 	return c.Request().Method == http.MethodPost && strings.TrimSuffix(c.Request().URL.Path, "/") == countPath
 }
 
-// countDeadline gives a count request countTimeout instead of the request
+// countDeadline gives a count request CountTimeout instead of the request
 // timeout the deadline middleware set.
 func countDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
@@ -48,7 +48,7 @@ func countDeadline(next echo.HandlerFunc) echo.HandlerFunc {
 		if l, ok := parent.(*lazyDeadline); ok {
 			parent = l.Context
 		}
-		ctx := newLazyDeadline(parent, time.Now().Add(countTimeout))
+		ctx := newLazyDeadline(parent, time.Now().Add(CountTimeout))
 		defer ctx.stop()
 		c.SetRequest(c.Request().WithContext(ctx))
 		return next(c)
