@@ -60,7 +60,8 @@ type Hold struct {
 	// its reservation and RESERVE movement: its projection is written
 	// after the commit. Line is its line in its order (0 for a token's).
 	// A campaign's sale is numbered in its campaign's holds (PoolID).
-	// Never for a late payment's re-reservation.
+	// Never for a late payment's re-reservation: a transition of an order
+	// the projection has, written there as every transition is.
 	Lean bool
 	Line int
 }
