@@ -282,6 +282,13 @@ func (a Arbiter) projectTurns(todo []dirtySKU, b Backlog, p *Projected, next *st
 	p.More = p.More || len(todo) == b.SKUs
 	bounded := false // the round stopped on its bound of holds before every one had its turn
 	for _, d := range todo {
+		if d.campaign && d.holdSeq <= d.projected { // its pool has not changed past the cursor: no read
+			if d.ended {
+				p.Cursors = append(p.Cursors, Cursor{ID: d.id, Campaign: true, Done: true, From: d.projected, To: d.projected})
+			}
+			*next = d.id
+			continue
+		}
 		limit := min(b.PerSKU, b.Holds-p.N)
 		if limit <= 0 {
 			p.More, bounded = true, true
@@ -308,9 +315,6 @@ func (a Arbiter) projectTurns(todo []dirtySKU, b Backlog, p *Projected, next *st
 			to, p.More = rows[len(rows)-1].seq, true
 		}
 		done := d.ended && to == d.holdSeq
-		if d.campaign && to == d.projected && !done {
-			continue // a live campaign with nothing new: its cursor stays, no statement
-		}
 		p.Cursors = append(p.Cursors, Cursor{ID: d.id, Campaign: d.campaign, Done: done, From: d.projected, To: to})
 		*next = d.id
 	}
@@ -487,6 +491,9 @@ func (a Arbiter) ProjectExpired(now time.Time, skus, limit int) (int, error) {
 			return n, err
 		}
 		for _, d := range todo {
+			if d.campaign && d.holdSeq <= d.projected {
+				continue // its pool has not changed past the cursor
+			}
 			// Page past the holds projected already (by an earlier pass, or
 			// the transition that expired them): while the projector is down
 			// the cursor stays, and a first page alone would be the same

@@ -97,6 +97,16 @@ func TestLeanCampaignHoldsWithoutTheProjector(t *testing.T) {
 	require.Equal(t, arbiter.CampaignCounts{Sold: 1, Left: 9}, counts())
 	r.RequireQty(sku, 20, 10)
 	r.CheckInvariant(sku)
+
+	// Ended, its pool released: no sale can follow, and the projector's
+	// next round clears it for good.
+	_, err = r.Campaigns.End(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), rawInt(t, r, `SELECT holds_dirty FROM campaigns WHERE id = ?`, id))
+	r.Catch()
+	require.Zero(t, rawInt(t, r, `SELECT holds_dirty FROM campaigns WHERE id = ?`, id), "cleared once the pool is released")
+	r.RequireQty(sku, 20, 1)
+	r.CheckInvariant(sku)
 }
 
 // Reconcile's repair counts a SKU's live reservations while a campaign of
