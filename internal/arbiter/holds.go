@@ -279,7 +279,13 @@ func (a Arbiter) ProjectBacklog(b Backlog) (Projected, error) {
 // name order) its turn of a round, within b's bounds, adding to p, and
 // sets next to where the next round of their kind starts.
 func (a Arbiter) projectTurns(todo []dirtySKU, b Backlog, p *Projected, next *string, whole map[string]bool) error {
-	p.More = p.More || len(todo) == b.SKUs
+	// A full page of SKUs may have more after it. A live campaign is
+	// dirty with nothing to do, so a full page of campaigns says so only
+	// when one of them had work (else an idle projector with many live
+	// campaigns would never pause).
+	if len(todo) == b.SKUs && slices.ContainsFunc(todo, func(d dirtySKU) bool { return !d.campaign || d.holdSeq > d.projected }) {
+		p.More = true
+	}
 	bounded := false // the round stopped on its bound of holds before every one had its turn
 	for _, d := range todo {
 		if d.campaign && d.holdSeq <= d.projected { // its pool has not changed past the cursor: no read

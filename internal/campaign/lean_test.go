@@ -191,3 +191,35 @@ func rawInt(t *testing.T, r *testrig.Rig, query string, args ...any) int64 {
 	require.NoError(t, r.DB.Raw(query, args...).Scan(&n).Error)
 	return n
 }
+
+// Live campaigns stay dirty while they sell, with nothing to project most
+// of the time: a round that finds a full page of them idle says there is
+// no more, reads none of their holds and writes no cursor, so an idle
+// projector pauses however many campaigns are live.
+func TestIdleLiveCampaignsLeaveTheProjectorIdle(t *testing.T) {
+	lean(t)
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	for i := range 3 {
+		id, _ := put(t, r, 10, 5, 0, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+		_, err := r.Campaigns.Buy(ctx, id, fmt.Sprintf("u%d", i), "")
+		require.NoError(t, err)
+	}
+	round := func() arbiter.Projected {
+		var p arbiter.Projected
+		require.NoError(t, arbiter.Transact(ctx, r.DB, func(tx *gorm.DB) (err error) {
+			p, err = arbiter.In(tx).ProjectBacklog(arbiter.Backlog{SKUs: 2, PerSKU: 10, Holds: 100})
+			return err
+		}))
+		return p
+	}
+	busy := round()
+	require.Equal(t, 2, busy.N, "a page of two campaigns, a hold each")
+	require.True(t, busy.More, "the third waits for the next round")
+	require.NoError(t, arbiter.In(r.DB).MoveCursors(busy.Cursors))
+	r.Catch()
+	idle := round()
+	require.Zero(t, idle.N, "a full page of idle campaigns: nothing read")
+	require.Empty(t, idle.Cursors, "no cursor written")
+	require.False(t, idle.More, "and no more")
+}
