@@ -131,6 +131,27 @@ type Stats struct {
 	noAnswer map[string]int64 // requests that got no answer, by route
 	byStatus map[int]int64
 	samples  []sample
+	errors   []string // the first few 5xx answers but 503, each named whole
+}
+
+// keptErrors is how many 5xx answers other than 503 a run names.
+const keptErrors = 5
+
+// failed keeps a 5xx answer other than 503 whole (the request, its
+// answer's body and request id), so a failed run says where it came from.
+func (s *Stats) failed(method, path string, status int, requestID string, body []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.errors) < keptErrors {
+		s.errors = append(s.errors, fmt.Sprintf("%s %s %d (request %s): %.300s", method, path, status, requestID, body))
+	}
+}
+
+// failures is what failed kept.
+func (s *Stats) failures() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.errors)
 }
 
 // sample is one request: Status 0 when no answer came (the client gave up,
@@ -291,6 +312,9 @@ func (c *Client) doAt(ctx context.Context, base, method, path string, body any, 
 	data, _ := io.ReadAll(resp.Body)
 	end := time.Now()
 	c.stats.record(resp.StatusCode, method, path, start)
+	if resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable {
+		c.stats.failed(method, path, resp.StatusCode, resp.Header.Get("X-Request-Id"), data)
+	}
 	a := Answer{Status: resp.StatusCode, Header: resp.Header}
 	_ = json.Unmarshal(data, &a.Body)
 	c.hist.record(method, path, raw, header, start, end, a)

@@ -236,6 +236,9 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 		r.note("requests without an answer: %s", u)
 	}
 	v.Ops, v.FiveXX = r.stats.ops, r.stats.fiveXX()
+	for _, f := range r.stats.failures() {
+		v.problem("answered %s", f)
+	}
 	r.mu.Lock()
 	dark, phases, takeover := r.dark, r.phases, r.takeover
 	r.mu.Unlock()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -101,4 +102,17 @@ func TestACountIsJudgedByItsOwnDeadline(t *testing.T) {
 	past.judge()
 	assert.Len(t, past.TimingProblems, 1, "over its deadline: %v", past.TimingProblems)
 	assert.EqualValues(t, 1, past.Timing.Over)
+}
+
+// A 5xx answer other than 503 is named whole in the run's problems (the
+// request, its id and its body), the first keptErrors of them: a failed
+// run says where its 500 came from.
+func TestFailedAnswersAreNamed(t *testing.T) {
+	var s Stats
+	for i := range keptErrors + 2 {
+		s.failed(http.MethodPost, "/v1/orders", http.StatusInternalServerError, fmt.Sprintf("req-%d", i), []byte(`{"error":"internal"}`))
+	}
+	got := s.failures()
+	require.Len(t, got, keptErrors)
+	assert.Equal(t, `POST /v1/orders 500 (request req-0): {"error":"internal"}`, got[0])
 }
