@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -64,6 +65,10 @@ var codes = []struct {
 	{breaker.ErrOpen, http.StatusServiceUnavailable, "unavailable"},
 }
 
+// statusClientClosed answers a request its client abandoned (nginx's 499,
+// for the access log; the client never reads it).
+const statusClientClosed = 499
+
 // errorHandler writes the error shape. Internal errors are logged at error
 // level and unavailable dependencies at warn, with the request id; their
 // detail stays in the log. Client errors are not logged.
@@ -72,6 +77,12 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		return
 	}
 	status, body := s.answer(err)
+	if status == http.StatusInternalServerError && errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil {
+		// The client went away (its request's context ended with it):
+		// nothing failed here, and nobody reads the answer.
+		status, body = statusClientClosed, errorBody{Error{"client_closed", "the client closed the request"}}
+		s.log.Info("client closed the request", "request_id", requestIDOf(c), "method", c.Request().Method, "path", c.Path())
+	}
 	var ae *apiError
 	if errors.As(err, &ae) && ae.header[0] != "" {
 		c.Response().Header().Set(ae.header[0], ae.header[1])

@@ -1,9 +1,11 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"syscall"
@@ -82,5 +84,28 @@ func TestSoldOutBodyIsTheErrorAnswer(t *testing.T) {
 		assert.Equal(t, http.StatusConflict, rec.Code)
 		assert.Equal(t, rec.Body.String(), string(s.soldOutBody(sku)))
 		assert.Equal(t, rec.Body.String(), string(s.soldOutBody(sku)), "cached")
+	}
+}
+
+// A request whose client went away ends in context.Canceled: that is no
+// internal error (the make faults runs logged one at the workload's end).
+// The same error while the client still waits stays a 500: something in
+// the service cancelled it, which is a bug to find.
+func TestAClientThatLeftIsNoInternalError(t *testing.T) {
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	e := echo.New()
+	for _, left := range []bool{true, false} {
+		ctx, cancel := context.WithCancel(context.Background())
+		if left {
+			cancel()
+		}
+		rec := httptest.NewRecorder()
+		s.errorHandler(fmt.Errorf("order: write: %w", context.Canceled), e.NewContext(httptest.NewRequest(http.MethodPost, "/", nil).WithContext(ctx), rec))
+		cancel()
+		want := http.StatusInternalServerError
+		if left {
+			want = statusClientClosed
+		}
+		assert.Equal(t, want, rec.Code, "client left: %v", left)
 	}
 }
