@@ -53,15 +53,6 @@ func TestLeanContract(t *testing.T) {
 	}
 }
 
-// rawCount is query's number as the database has it now, the projector's
-// lag included (the rig's Count catches the projector up first).
-func rawCount(t *testing.T, r *testrig.Rig, query string, args ...any) int64 {
-	t.Helper()
-	var n int64
-	require.NoError(t, r.DB.Raw(query, args...).Scan(&n).Error)
-	return n
-}
-
 // The lean sale's commit writes one row of holds per line and none of
 // the projection; the order answers at once all the same, and the
 // projector writes the rest exactly once, at the positions the sale
@@ -76,12 +67,12 @@ func TestLeanSaleRecordsOneRowPerHold(t *testing.T) {
 
 	o, err := r.Orders.Create(ctx, "u1", "k1", []inventory.Line{{SKU: "LA", Qty: 2}, {SKU: "LB", Qty: 1}})
 	require.NoError(t, err)
-	require.EqualValues(t, 2, rawCount(t, r, `SELECT COUNT(*) FROM holds`))
-	require.Zero(t, rawCount(t, r, `SELECT COUNT(*) FROM orders`), "the order is the projection's")
-	require.Zero(t, rawCount(t, r, `SELECT COUNT(*) FROM stock_reservations`))
-	require.Zero(t, rawCount(t, r, `SELECT COUNT(*) FROM stock_movements WHERE kind = 'RESERVE'`))
-	require.EqualValues(t, 1, rawCount(t, r, `SELECT COUNT(*) FROM idempotency_keys WHERE order_id = ?`, o.ID))
-	require.EqualValues(t, 2, rawCount(t, r, `SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`))
+	require.EqualValues(t, 2, r.Raw(`SELECT COUNT(*) FROM holds`))
+	require.Zero(t, r.Raw(`SELECT COUNT(*) FROM orders`), "the order is the projection's")
+	require.Zero(t, r.Raw(`SELECT COUNT(*) FROM stock_reservations`))
+	require.Zero(t, r.Raw(`SELECT COUNT(*) FROM stock_movements WHERE kind = 'RESERVE'`))
+	require.EqualValues(t, 1, r.Raw(`SELECT COUNT(*) FROM idempotency_keys WHERE order_id = ?`, o.ID))
+	require.EqualValues(t, 2, r.Raw(`SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`))
 	r.RequireQty("LA", 10, 2)
 
 	// Read at once: projected by the read.
@@ -92,7 +83,7 @@ func TestLeanSaleRecordsOneRowPerHold(t *testing.T) {
 	require.Equal(t, order.Pending, got.Status)
 	require.Equal(t, []order.Item{{OrderID: o.ID, SKU: "LA", Qty: 2}, {OrderID: o.ID, SKU: "LB", Qty: 1}}, got.Items)
 	require.True(t, got.ExpiresAt.Equal(o.ExpiresAt))
-	require.EqualValues(t, 1, rawCount(t, r, `SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, 1, r.Raw(`SELECT COUNT(*) FROM orders`))
 
 	// More sales, then the projector: each hold once, its movement at
 	// the seq the sale numbered, the cursors at the end.
@@ -102,11 +93,11 @@ func TestLeanSaleRecordsOneRowPerHold(t *testing.T) {
 	}
 	r.Catch()
 	r.Catch() // again: nothing changes
-	require.EqualValues(t, 6, rawCount(t, r, `SELECT COUNT(*) FROM orders`))
-	require.EqualValues(t, 7, rawCount(t, r, `SELECT COUNT(*) FROM stock_reservations`))
-	require.Zero(t, rawCount(t, r, `SELECT COUNT(*) FROM holds h LEFT JOIN stock_movements m ON m.sku = h.sku AND m.position = h.seq
+	require.EqualValues(t, 6, r.Raw(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, 7, r.Raw(`SELECT COUNT(*) FROM stock_reservations`))
+	require.Zero(t, r.Raw(`SELECT COUNT(*) FROM holds h LEFT JOIN stock_movements m ON m.sku = h.sku AND m.position = h.seq
 		AND m.kind = 'RESERVE' AND m.reserved_delta = h.qty WHERE m.id IS NULL`), "every hold's RESERVE at its seq")
-	require.Zero(t, rawCount(t, r, `SELECT COUNT(*) FROM skus WHERE projected_seq <> hold_seq OR holds_dirty <> 0`))
+	require.Zero(t, r.Raw(`SELECT COUNT(*) FROM skus WHERE projected_seq <> hold_seq OR holds_dirty <> 0`))
 	require.EqualValues(t, 7, r.MovementSums("LA")[1], "the reservations' movements sum to reserved")
 	r.CheckInvariant("LA")
 	r.CheckInvariant("LB")
@@ -133,7 +124,7 @@ func TestLeanHoldExpiresWithoutTheProjector(t *testing.T) {
 	expired, err := r.Orders.Expire(ctx, o.ID)
 	require.NoError(t, err)
 	require.True(t, expired)
-	rawReserved := rawCount(t, r, `SELECT reserved FROM skus WHERE sku = 'LX'`)
+	rawReserved := r.Raw(`SELECT reserved FROM skus WHERE sku = 'LX'`)
 	require.Zero(t, rawReserved, "the units are back")
 	again, err := r.Orders.Create(ctx, "u3", "", testrig.Line("LX", 3))
 	require.NoError(t, err, "and sell again")
@@ -267,7 +258,7 @@ func TestLeanCartIsProjectedWhole(t *testing.T) {
 	n, err := narrow.Round(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "one SKU's hold read")
-	require.EqualValues(t, 2, rawCount(t, r, `SELECT COUNT(*) FROM stock_reservations WHERE order_id = ?`, o.ID), "and the whole order written")
+	require.EqualValues(t, 2, r.Raw(`SELECT COUNT(*) FROM stock_reservations WHERE order_id = ?`, o.ID), "and the whole order written")
 	got, err := r.Orders.Get(ctx, o.ID)
 	require.NoError(t, err)
 	require.Len(t, got.Items, 2)
@@ -300,7 +291,7 @@ func TestLeanProjectorRoundsAreBoundedAndTakeTurns(t *testing.T) {
 	projected := func() []int64 {
 		var out []int64
 		for _, sku := range []string{"LRA", "LRB", "LRC"} {
-			out = append(out, rawCount(t, r, `SELECT COUNT(*) FROM stock_reservations WHERE sku = ?`, sku))
+			out = append(out, r.Raw(`SELECT COUNT(*) FROM stock_reservations WHERE sku = ?`, sku))
 		}
 		return out
 	}
@@ -318,7 +309,7 @@ func TestLeanProjectorRoundsAreBoundedAndTakeTurns(t *testing.T) {
 		require.Equal(t, want.n, n, "round %d: holds read", i+1)
 		require.Equal(t, want.counts, projected(), "round %d: reservations of LRA, LRB, LRC", i+1)
 	}
-	require.EqualValues(t, 0, rawCount(t, r, `SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`), "every cursor at its SKU's last hold")
+	require.EqualValues(t, 0, r.Raw(`SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`), "every cursor at its SKU's last hold")
 	for _, sku := range []string{"LRA", "LRB", "LRC"} {
 		r.CheckInvariant(sku)
 	}
@@ -350,8 +341,8 @@ func TestLeanProjectorMovesPastHoldsProjectedFirst(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, n, "round %d: holds read", i+1)
 	}
-	require.EqualValues(t, 3, rawCount(t, r, `SELECT COUNT(*) FROM stock_reservations WHERE sku = 'LPF'`))
-	require.EqualValues(t, 0, rawCount(t, r, `SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`))
+	require.EqualValues(t, 3, r.Raw(`SELECT COUNT(*) FROM stock_reservations WHERE sku = 'LPF'`))
+	require.EqualValues(t, 0, r.Raw(`SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`))
 	r.CheckInvariant("LPF")
 }
 
@@ -379,6 +370,6 @@ func TestLeanSweepPagesPastTheHoldsItProjected(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, expired)
 	}
-	require.Zero(t, rawCount(t, r, `SELECT reserved FROM skus WHERE sku = 'LXP'`), "every unit back, the projector never run")
+	require.Zero(t, r.Raw(`SELECT reserved FROM skus WHERE sku = 'LXP'`), "every unit back, the projector never run")
 	r.CheckInvariant("LXP")
 }

@@ -54,18 +54,18 @@ func TestLeanCampaignHoldsWithoutTheProjector(t *testing.T) {
 	r := testrig.New(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	id, sku := put(t, r, 20, 10, 0, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
-	skuSeq := rawInt(t, r, `SELECT seq FROM skus WHERE sku = ?`, sku)
+	skuSeq := r.Raw(`SELECT seq FROM skus WHERE sku = ?`, sku)
 	var orders []*order.Order
 	for i := range 4 {
 		o, err := r.Campaigns.Buy(ctx, id, fmt.Sprintf("u%d", i), "")
 		require.NoError(t, err)
 		orders = append(orders, o)
 	}
-	require.Equal(t, skuSeq, rawInt(t, r, `SELECT seq FROM skus WHERE sku = ?`, sku), "the SKU's row untouched")
-	require.Zero(t, rawInt(t, r, `SELECT COUNT(*) FROM stock_reservations WHERE campaign_id = ? AND order_id IS NOT NULL`, id))
-	require.Equal(t, int64(4), rawInt(t, r, `SELECT COUNT(*) FROM holds WHERE campaign_id = ? AND sku_id = ? AND seq BETWEEN 1 AND 4`,
+	require.Equal(t, skuSeq, r.Raw(`SELECT seq FROM skus WHERE sku = ?`, sku), "the SKU's row untouched")
+	require.Zero(t, r.Raw(`SELECT COUNT(*) FROM stock_reservations WHERE campaign_id = ? AND order_id IS NOT NULL`, id))
+	require.Equal(t, int64(4), r.Raw(`SELECT COUNT(*) FROM holds WHERE campaign_id = ? AND sku_id = ? AND seq BETWEEN 1 AND 4`,
 		id, arbiter.PoolID(id)))
-	require.Equal(t, int64(4), rawInt(t, r, `SELECT result FROM stock_reservations WHERE token = ?`, arbiter.CampaignToken(id)), "numbered by the pool's changes")
+	require.Equal(t, int64(4), r.Raw(`SELECT result FROM stock_reservations WHERE token = ?`, arbiter.CampaignToken(id)), "numbered by the pool's changes")
 	counts := func() arbiter.CampaignCounts {
 		n, err := arbiter.CountCampaign(r.DB, id)
 		require.NoError(t, err)
@@ -89,10 +89,10 @@ func TestLeanCampaignHoldsWithoutTheProjector(t *testing.T) {
 		require.True(t, expired)
 	}
 	require.Equal(t, arbiter.CampaignCounts{Sold: 1, Left: 9}, counts())
-	moves := rawInt(t, r, `SELECT COUNT(*) FROM stock_movements WHERE sku = ?`, sku)
+	moves := r.Raw(`SELECT COUNT(*) FROM stock_movements WHERE sku = ?`, sku)
 	r.Catch()
-	require.Equal(t, moves, rawInt(t, r, `SELECT COUNT(*) FROM stock_movements WHERE sku = ?`, sku), "no movement for a campaign's hold")
-	require.Equal(t, int64(7), rawInt(t, r, `SELECT projected_seq FROM campaigns WHERE id = ? AND holds_dirty = 1`, id),
+	require.Equal(t, moves, r.Raw(`SELECT COUNT(*) FROM stock_movements WHERE sku = ?`, sku), "no movement for a campaign's hold")
+	require.Equal(t, int64(7), r.Raw(`SELECT projected_seq FROM campaigns WHERE id = ? AND holds_dirty = 1`, id),
 		"past the pool's last change (4 sales, 3 give-backs), dirty while it sells")
 	require.Equal(t, arbiter.CampaignCounts{Sold: 1, Left: 9}, counts())
 	r.RequireQty(sku, 20, 10)
@@ -102,9 +102,9 @@ func TestLeanCampaignHoldsWithoutTheProjector(t *testing.T) {
 	// next round clears it for good.
 	_, err = r.Campaigns.End(ctx, id)
 	require.NoError(t, err)
-	require.Equal(t, int64(1), rawInt(t, r, `SELECT holds_dirty FROM campaigns WHERE id = ?`, id))
+	require.Equal(t, int64(1), r.Raw(`SELECT holds_dirty FROM campaigns WHERE id = ?`, id))
 	r.Catch()
-	require.Zero(t, rawInt(t, r, `SELECT holds_dirty FROM campaigns WHERE id = ?`, id), "cleared once the pool is released")
+	require.Zero(t, r.Raw(`SELECT holds_dirty FROM campaigns WHERE id = ?`, id), "cleared once the pool is released")
 	r.RequireQty(sku, 20, 1)
 	r.CheckInvariant(sku)
 }
@@ -183,13 +183,6 @@ func TestLeanCampaignSalesRaceTheRepair(t *testing.T) {
 	require.Equal(t, arbiter.CampaignCounts{Held: held, Left: 60 - held}, n)
 	r.RequireQty(sku, 200, 60)
 	r.CheckInvariant(sku)
-}
-
-func rawInt(t *testing.T, r *testrig.Rig, query string, args ...any) int64 {
-	t.Helper()
-	var n int64
-	require.NoError(t, r.DB.Raw(query, args...).Scan(&n).Error)
-	return n
 }
 
 // Live campaigns stay dirty while they sell, with nothing to project most

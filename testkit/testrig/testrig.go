@@ -405,6 +405,15 @@ func Race(n int, fn func(i int)) {
 	wg.Wait()
 }
 
+// Raw is query's number as the database has it now, the projector's lag
+// included (Count catches the projector up first).
+func (r *Rig) Raw(query string, args ...any) int64 {
+	r.T.Helper()
+	var n int64
+	require.NoError(r.T, r.DB.Raw(query, args...).Scan(&n).Error)
+	return n
+}
+
 // IsLean reports whether the rig sells as the lean sale does.
 func (r *Rig) IsLean() bool { return r.lean }
 
