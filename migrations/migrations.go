@@ -40,37 +40,78 @@ func Provider(db *sql.DB, d Dialect) (*goose.Provider, error) {
 	return goose.NewProvider(goose.DialectMySQL, db, sub, goose.WithGoMigrations(exactNames))
 }
 
-// Up applies every pending migration.
+// Up applies every pending migration. A new database (none applied yet)
+// is contracted too: no node of an older release can be serving it.
 func Up(ctx context.Context, db *sql.DB, d Dialect) error {
 	p, err := Provider(db, d)
 	if err != nil {
 		return err
 	}
+	before, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate up: %w", err)
+	}
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("migrate up: %w", err)
 	}
-	return nil
+	if before == 0 {
+		_, err = Contract(ctx, db, d)
+	}
+	return err
 }
 
-// Down rolls the newest applied migration back and returns its version (0
-// when none was applied).
-func Down(ctx context.Context, db *sql.DB, d Dialect) (int64, error) {
+// Step is one migration rolled back: an expand migration's version, or a
+// contract step's.
+type Step struct {
+	Version  int64
+	Contract bool
+}
+
+func (s Step) String() string {
+	if s.Contract {
+		return fmt.Sprintf("contract step %d", s.Version)
+	}
+	return fmt.Sprintf("version %d", s.Version)
+}
+
+// Down rolls the newest applied step back and returns it (the zero Step
+// when none was applied): a contract step while one is applied, the
+// contract being newer than every expand migration it needs.
+func Down(ctx context.Context, db *sql.DB, d Dialect) (Step, error) {
+	c, err := contractProvider(db, d)
+	if err != nil {
+		return Step{}, err
+	}
+	res, err := c.Down(ctx)
+	if err == nil {
+		return Step{Version: res.Source.Version, Contract: true}, nil
+	}
+	if !errors.Is(err, goose.ErrNoNextVersion) {
+		return Step{}, fmt.Errorf("migrate down: %w", err)
+	}
 	p, err := Provider(db, d)
 	if err != nil {
-		return 0, err
+		return Step{}, err
 	}
-	res, err := p.Down(ctx)
+	res, err = p.Down(ctx)
 	if errors.Is(err, goose.ErrNoNextVersion) {
-		return 0, nil
+		return Step{}, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("migrate down: %w", err)
+		return Step{}, fmt.Errorf("migrate down: %w", err)
 	}
-	return res.Source.Version, nil
+	return Step{Version: res.Source.Version}, nil
 }
 
-// DownAll rolls every applied migration back.
+// DownAll rolls every applied step back, the contract's first.
 func DownAll(ctx context.Context, db *sql.DB, d Dialect) error {
+	c, err := contractProvider(db, d)
+	if err != nil {
+		return err
+	}
+	if _, err := c.DownTo(ctx, 0); err != nil {
+		return fmt.Errorf("migrate down: %w", err)
+	}
 	p, err := Provider(db, d)
 	if err != nil {
 		return err

@@ -21,7 +21,7 @@ var tables = []string{"buyer_quotas", "campaigns", "holds", "idempotency_keys", 
 func appTables(t *testing.T, db *sql.DB) []string {
 	t.Helper()
 	rows, err := db.Query(`SELECT table_name FROM information_schema.tables
-		WHERE table_schema = DATABASE() AND table_name <> 'goose_db_version' ORDER BY table_name`)
+		WHERE table_schema = DATABASE() AND table_name NOT IN ('goose_db_version', 'goose_contract_version') ORDER BY table_name`)
 	require.NoError(t, err)
 	defer rows.Close()
 	var names []string
@@ -100,7 +100,7 @@ func TestSQLiteMigrationsUpDownUp(t *testing.T) {
 	defer db.Close()
 	sqliteTables := func() []string {
 		rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table'
-			AND name NOT LIKE 'sqlite_%' AND name <> 'goose_db_version' ORDER BY name`)
+			AND name NOT LIKE 'sqlite_%' AND name NOT IN ('goose_db_version', 'goose_contract_version') ORDER BY name`)
 		require.NoError(t, err)
 		defer rows.Close()
 		var names []string

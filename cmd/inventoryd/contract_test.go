@@ -288,8 +288,9 @@ func TestContractReplayedCallbackAfterRefundIsQuiet(t *testing.T) {
 	require.NotContains(t, stderr, `"level":"ERROR"`, stderr)
 }
 
-// migrate down rolls back one step; --all rolls back everything; up again
-// restores the schema.
+// migrate down rolls back one step, a contract step first; --all rolls
+// back everything; up again restores the schema, and contract contracts
+// it.
 func TestContractMigrateDown(t *testing.T) {
 	dsn := testenv.MySQLDatabase(t)
 	db, err := sql.Open("mysql", dsn)
@@ -320,15 +321,20 @@ func TestContractMigrateDown(t *testing.T) {
 		}
 		return prev
 	}
-	migrate("up")
+	migrate("up") // a new database: contracted too
 	top := version()
 	require.GreaterOrEqual(t, top, 16)
+	require.Equal(t, "migrate: rolled back contract step 2\n", migrate("down"))
+	require.Equal(t, "migrate: rolled back contract step 1\n", migrate("down"))
+	require.Equal(t, top, version())
 	require.Equal(t, fmt.Sprintf("migrate: rolled back version %d\n", top), migrate("down"))
 	require.Equal(t, below(top), version())
 	require.Equal(t, fmt.Sprintf("migrate: rolled back version %d\n", below(top)), migrate("down"))
 	require.Equal(t, below(below(top)), version())
-	migrate("up")
+	migrate("up") // no longer new: the contract waits to be asked for
 	require.Equal(t, top, version())
+	require.Equal(t, "migrate: contracted (2 steps applied)\n", migrate("contract"))
+	require.Equal(t, "migrate: contracted (0 steps applied)\n", migrate("contract"))
 	require.Equal(t, "migrate: rolled back every migration\n", migrate("down", "--all"))
 	require.Equal(t, 0, version())
 	require.Equal(t, "migrate: nothing to roll back\n", migrate("down"))

@@ -177,13 +177,18 @@ func serve(cmd *cobra.Command, _ []string) error {
 func migrateCmd() *cobra.Command {
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "migrate [up|down]",
-		Short: "Apply every pending schema migration (up, default), or roll back the newest one (down)",
+		Use:   "migrate [up|contract|down]",
+		Short: "Apply every pending schema migration (up, default), contract the schema after a roll (contract), or roll back the newest step (down)",
 		Long: `migrate up applies every pending migration on INVENTORY_MYSQL_DSN and creates
 the ordered RocketMQ topic when INVENTORY_ROCKETMQ_NAMESRV is set and it is missing.
-migrate down rolls back one migration, the newest; --all rolls back every one.`,
+On a new database it also applies the contract.
+migrate contract removes what older releases still use (today: the orders'
+index on Idempotency-Keys, after copying every key into idempotency_keys).
+Run it once every node serving the database runs this release.
+migrate down rolls back one step, the newest (a contract step first);
+--all rolls back every one.`,
 		Args:      cobra.MatchAll(cobra.MaximumNArgs(1), cobra.OnlyValidArgs),
-		ValidArgs: []string{"up", "down"},
+		ValidArgs: []string{"up", "contract", "down"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := app.ParseConfig()
 			if err != nil {
@@ -199,6 +204,13 @@ migrate down rolls back one migration, the newest; --all rolls back every one.`,
 			defer db.Close()
 			down := len(args) == 1 && args[0] == "down"
 			switch {
+			case len(args) == 1 && args[0] == "contract" && !all:
+				n, err := migrations.Contract(cmd.Context(), db, migrations.MySQL)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "migrate: contracted (%d steps applied)\n", n)
+				return nil
 			case all && !down:
 				return errors.New("migrate: --all goes with down")
 			case down && all:
@@ -208,14 +220,14 @@ migrate down rolls back one migration, the newest; --all rolls back every one.`,
 				fmt.Fprintln(cmd.OutOrStdout(), "migrate: rolled back every migration")
 				return nil
 			case down:
-				v, err := migrations.Down(cmd.Context(), db, migrations.MySQL)
+				step, err := migrations.Down(cmd.Context(), db, migrations.MySQL)
 				if err != nil {
 					return err
 				}
-				if v == 0 {
+				if step.Version == 0 {
 					fmt.Fprintln(cmd.OutOrStdout(), "migrate: nothing to roll back")
 				} else {
-					fmt.Fprintf(cmd.OutOrStdout(), "migrate: rolled back version %d\n", v)
+					fmt.Fprintf(cmd.OutOrStdout(), "migrate: rolled back %s\n", step)
 				}
 				return nil
 			}

@@ -384,6 +384,11 @@ func (a *App) openEmbedded(ctx context.Context) error {
 	if err := migrations.Up(ctx, a.sqlDB, migrations.SQLite); err != nil {
 		return err
 	}
+	// One process serves the embedded store: nothing older can be
+	// serving it while this one starts.
+	if _, err := migrations.Contract(ctx, a.sqlDB, migrations.SQLite); err != nil {
+		return err
+	}
 	a.memq = mq.NewMemory(8)
 	a.producer = a.memq.Producer()
 	if a.Cfg.AdminToken == "" {
