@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -75,6 +76,9 @@ type Service struct {
 	limits limits
 	orders *groupcommit.Writer
 	owned  bool // orders is the Service's own (Close closes it)
+
+	// contracted: orders_idempotency is gone (keyedBeforeTheKeys).
+	contracted atomic.Bool
 
 	transitions sync.Map // Status -> *atomic.Int64
 }
@@ -412,19 +416,54 @@ func (s *Service) write(ctx context.Context, b Buy, lines []inventory.Line, resu
 
 // byIdempotencyKey is the order userID made with key: the one
 // idempotency_keys names (found through Get, so projected if only the lean
-// sale recorded it), or one recorded before that table with its key in
-// its row.
+// sale recorded it), or, until the contract, one a release before
+// migration 44 recorded with its key in its row alone.
 func (s *Service) byIdempotencyKey(ctx context.Context, userID, key string) (*Order, error) {
 	var ids []string
 	if err := s.db.WithContext(ctx).Table("idempotency_keys").Where("user_id = ? AND idempotency_key = ?", userID, key).
 		Pluck("order_id", &ids).Error; err != nil {
 		return nil, err
 	}
+	if len(ids) == 0 {
+		var err error
+		if ids, err = s.keyedBeforeTheKeys(ctx, userID, key); err != nil {
+			return nil, err
+		}
+	}
 	if len(ids) == 1 {
 		return s.Get(ctx, ids[0])
 	}
-	return s.find(s.db.WithContext(ctx), false, "user_id = ? AND idempotency_key = ?", userID, key)
+	return nil, fmt.Errorf("%w: no order of %s has Idempotency-Key %q", inventory.ErrNotFound, userID, key)
 }
+
+// keyedBeforeTheKeys is the order a release before idempotency_keys made
+// with key, read through orders_idempotency, the index the contract drops
+// after copying every such key into idempotency_keys (migrations'
+// contract step 1). On MySQL the read names that index, so once it is
+// gone the read fails at once instead of scanning orders, and this node
+// stops reading it: every key is in idempotency_keys from then on.
+// SQLite keeps the index (migrations.contractSQLite).
+func (s *Service) keyedBeforeTheKeys(ctx context.Context, userID, key string) ([]string, error) {
+	if s.contracted.Load() {
+		return nil, nil
+	}
+	from := "orders"
+	if s.db.Dialector.Name() == "mysql" {
+		from = "orders FORCE INDEX (orders_idempotency)"
+	}
+	var ids []string
+	err := s.db.WithContext(ctx).Raw("SELECT id FROM "+from+" WHERE user_id = ? AND idempotency_key = ?", userID, key).Scan(&ids).Error
+	if me := (*mysql.MySQLError)(nil); errors.As(err, &me) && me.Number == erKeyDoesNotExist {
+		s.contracted.Store(true)
+		s.cfg.Logger.Info("orders: the contract dropped orders_idempotency; Idempotency-Keys are read from idempotency_keys alone")
+		return nil, nil
+	}
+	return ids, err
+}
+
+// erKeyDoesNotExist is MySQL's error for an index hint naming no index
+// (ER_KEY_DOES_NOT_EXITS).
+const erKeyDoesNotExist = 1176
 
 // sameOrder answers an idempotent replay: the stored order if the request
 // asked for the same lines, a conflict otherwise.
