@@ -59,7 +59,8 @@ var upgradeLean = Scenario{Name: "upgrade-lean", From: leanFrom, Stale: redisSta
 // rollTo is the rolling upgrade from release from: the new release's
 // migrate while the old fleet serves, at a fifth of the run, then each
 // node stopped gracefully and started on the new binary (with env added)
-// at 40 % and 65 %.
+// at 40 % and 65 %, and the new release's migrate contract once no old
+// node serves, at 85 %, while the new fleet sells.
 func rollTo(from string, env ...string) func(ctx context.Context, r *Run) error {
 	return func(ctx context.Context, r *Run) error {
 		r.at(ctx, 0.2)
@@ -81,20 +82,27 @@ func rollTo(from string, env ...string) func(ctx context.Context, r *Run) error 
 			}
 		}
 		r.note("rolled %d nodes from %.12s to the new release %v, one at a time (SIGTERM, then the new binary)", len(r.fleet), from, env)
+		r.at(ctx, 0.85)
+		if out, errOut, code, err := runCommand(ctx, r.lab.bin, r.env, "migrate", "contract"); err != nil || code != 0 {
+			return fmt.Errorf("the new release's migrate contract after the roll: exit %d %v: %s %s", code, err, out, errOut)
+		}
+		r.note("contracted by the new release while the new fleet served")
 		return nil
 	}
 }
 
 // answersAsBefore reads every order the run was answered through the
-// upgraded fleet, and replays every token commit it was answered: each
-// must answer as it did (the order found with its lines, paid if it was
-// answered paid; the commit of the same units).
+// upgraded fleet, replays every order made under an Idempotency-Key with
+// its key, and replays every token commit it was answered: each must
+// answer as it did (the order found with its lines, paid if it was
+// answered paid; the key's replay the same order, whichever release made
+// it, before or after the contract; the commit of the same units).
 func answersAsBefore(ctx context.Context, r *Run, v *Verdict) error {
 	r.witness.mu.Lock()
 	orders := slices.Collect(maps.Values(r.witness.orders))
 	commits := maps.Clone(r.witness.commits)
 	r.witness.mu.Unlock()
-	read := 0
+	read, replayed := 0, 0
 	for i, o := range orders {
 		url := r.fleet[i%len(r.fleet)].URL()
 		a := r.client.doAt(ctx, url, http.MethodGet, "/v1/orders/"+o.ID, nil, r.client.clientHeader())
@@ -112,6 +120,20 @@ func answersAsBefore(ctx context.Context, r *Run, v *Verdict) error {
 			v.problem("upgrade: order %s was answered paid, and is %s after the roll", o.ID, status)
 		}
 		read++
+		if o.Key == "" {
+			continue
+		}
+		var items []map[string]any
+		for _, sku := range slices.Sorted(maps.Keys(o.Items)) {
+			items = append(items, map[string]any{"sku": sku, "qty": o.Items[sku]})
+		}
+		h := r.client.buyerHeader(o.User)
+		h.Set("Idempotency-Key", o.Key)
+		a = r.client.doAt(ctx, url, http.MethodPost, "/v1/orders", map[string]any{"user_id": o.User, "items": items}, h)
+		if a.Status != http.StatusCreated || a.str("id") != o.ID {
+			v.problem("upgrade: order %s made under Idempotency-Key %s; the key's replay after the roll answers %d %v", o.ID, o.Key, a.Status, a.Body)
+		}
+		replayed++
 	}
 	for i, token := range slices.Sorted(maps.Keys(commits)) {
 		url := r.fleet[i%len(r.fleet)].URL()
@@ -120,7 +142,7 @@ func answersAsBefore(ctx context.Context, r *Run, v *Verdict) error {
 			v.problem("upgrade: token %s committed %d; its commit replayed after the roll answers %d %v", token, commits[token], a.Status, a.Body)
 		}
 	}
-	r.note("after the roll: %d orders read, %d token commits replayed, through the new fleet", read, len(commits))
+	r.note("after the roll: %d orders read, %d keys and %d token commits replayed, through the new fleet", read, replayed, len(commits))
 	return nil
 }
 

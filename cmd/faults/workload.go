@@ -41,6 +41,7 @@ type Witness struct {
 type orderSeen struct {
 	ID    string
 	User  string
+	Key   string // the Idempotency-Key it was made with ("": none)
 	Items map[string]int64
 	Paid  map[string]bool // payment ids answered PAID
 }
@@ -71,6 +72,15 @@ func (w *Witness) created(a Answer, user string) *orderSeen {
 		return prev
 	}
 	w.orders[o.ID] = o
+	return o
+}
+
+// createdWithKey is created, for an order made under key.
+func (w *Witness) createdWithKey(a Answer, user, key string) *orderSeen {
+	o := w.created(a, user)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	o.Key = key
 	return o
 }
 
@@ -194,12 +204,13 @@ func (wl *Workload) cartShopper(ctx context.Context, rng *rand.Rand, id int) {
 			items = append(items, map[string]any{"sku": cartSKUs[i], "qty": 1 + rng.IntN(3)})
 		}
 		h := wl.c.buyerHeader(user)
-		h.Set("Idempotency-Key", fmt.Sprintf("cart-%d-%d", id, n))
+		key := fmt.Sprintf("cart-%d-%d", id, n)
+		h.Set("Idempotency-Key", key)
 		body := map[string]any{"user_id": user, "items": items}
 		a := wl.c.retry(ctx, rng, 6, func() Answer { return wl.c.do(ctx, rng, http.MethodPost, "/v1/orders", body, h) })
 		switch a.Status {
 		case http.StatusCreated:
-			wl.afterOrder(ctx, rng, wl.w.created(a, user))
+			wl.afterOrder(ctx, rng, wl.w.createdWithKey(a, user, key))
 		case http.StatusConflict:
 			sleep(ctx, time.Duration(50+rng.IntN(100))*time.Millisecond)
 		}
