@@ -436,7 +436,7 @@ func CountCampaign(db *gorm.DB, id string) (CampaignCounts, error) {
 		if len(cursor) == 0 {
 			return nil
 		}
-		unprojected, err := In(tx).unprojected(dirtySKU{id: id, campaign: true, projected: cursor[0]})
+		unprojected, err := In(tx).unprojected(cursorRow{id: id, campaign: true, projected: cursor[0]})
 		out.Held += unprojected
 		return err
 	})
@@ -445,7 +445,7 @@ func CountCampaign(db *gorm.DB, id string) (CampaignCounts, error) {
 
 // unprojected sums the units of d's holds past its cursor that have no
 // projection (in the caller's snapshot).
-func (a Arbiter) unprojected(d dirtySKU) (int64, error) {
+func (a Arbiter) unprojected(d cursorRow) (int64, error) {
 	var held []heldRow
 	q, args := d.past(d.projected)
 	if err := a.query(scanHeld(&held), q, args...); err != nil || len(held) == 0 {

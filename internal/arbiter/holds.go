@@ -278,12 +278,12 @@ func (a Arbiter) ProjectBacklog(b Backlog) (Projected, error) {
 // projectTurns gives each of todo (SKUs or campaigns with a backlog, in
 // name order) its turn of a round, within b's bounds, adding to p, and
 // sets next to where the next round of their kind starts.
-func (a Arbiter) projectTurns(todo []dirtySKU, b Backlog, p *Projected, next *string, whole map[string]bool) error {
+func (a Arbiter) projectTurns(todo []cursorRow, b Backlog, p *Projected, next *string, whole map[string]bool) error {
 	// A full page of SKUs may have more after it. A live campaign is
 	// dirty with nothing to do, so a full page of campaigns says so only
 	// when one of them had work (else an idle projector with many live
 	// campaigns would never pause).
-	if len(todo) == b.SKUs && slices.ContainsFunc(todo, func(d dirtySKU) bool { return !d.campaign || d.holdSeq > d.projected }) {
+	if len(todo) == b.SKUs && slices.ContainsFunc(todo, func(d cursorRow) bool { return !d.campaign || d.holdSeq > d.projected }) {
 		p.More = true
 	}
 	bounded := false // the round stopped on its bound of holds before every one had its turn
@@ -363,10 +363,13 @@ func (a Arbiter) MoveCursors(cs []Cursor) error {
 	return nil
 }
 
-// dirtySKU is a SKU (or a campaign) with holds left to project, and its
-// cursor. A campaign's holdSeq is its pool's change counter, ended that
-// its pool is released (nothing can sell after).
-type dirtySKU struct {
+// cursorRow is the projection cursor of a SKU's (or a campaign's) holds
+// (projected), as the projector reads it with what its holds are numbered
+// up to (holdSeq): a SKU's from skus, a campaign's from campaignCursors,
+// whose holdSeq is its pool's change counter and ended that its pool is
+// released (nothing can sell after). Its holds past the cursor (past)
+// are its backlog; dirty reads the ones that may have one.
+type cursorRow struct {
 	id                 string
 	campaign, ended    bool
 	projected, holdSeq int64
@@ -374,10 +377,10 @@ type dirtySKU struct {
 
 // dirty reads up to n SKUs (campaigns) whose holds are not all projected,
 // in name order from the first after after, then from the first.
-func (a Arbiter) dirty(campaigns bool, n int, after string) ([]dirtySKU, error) {
-	var todo []dirtySKU
+func (a Arbiter) dirty(campaigns bool, n int, after string) ([]cursorRow, error) {
+	var todo []cursorRow
 	scan := func(rs *sql.Rows) error {
-		d := dirtySKU{campaign: campaigns}
+		d := cursorRow{campaign: campaigns}
 		var held bool
 		err := rs.Scan(&d.id, &d.projected, &d.holdSeq, &held)
 		d.ended = !held
@@ -399,7 +402,7 @@ func (a Arbiter) dirty(campaigns bool, n int, after string) ([]dirtySKU, error) 
 }
 
 // backlog reads up to limit of d's holds past seq after, in seq order.
-func (a Arbiter) backlog(d dirtySKU, after int64, limit int) ([]heldRow, error) {
+func (a Arbiter) backlog(d cursorRow, after int64, limit int) ([]heldRow, error) {
 	var rows []heldRow
 	q, args := d.past(after)
 	err := a.query(scanHeld(&rows), q+` ORDER BY seq LIMIT ?`, append(args, limit)...)
@@ -409,7 +412,7 @@ func (a Arbiter) backlog(d dirtySKU, after int64, limit int) ([]heldRow, error) 
 // past selects d's holds past seq after: a SKU's range of holds' (sku_id,
 // seq) index, or a campaign's, each filtered on its name (two may share an
 // integer).
-func (d dirtySKU) past(after int64) (string, []any) {
+func (d cursorRow) past(after int64) (string, []any) {
 	if d.campaign {
 		return heldSelect + `WHERE sku_id = ? AND seq > ? AND campaign_id = ?`, []any{PoolID(d.id), after, d.id}
 	}
@@ -431,7 +434,7 @@ func (a Arbiter) ProjectSKU(sku string) error {
 	}, `SELECT projected_seq FROM skus WHERE sku = ? AND holds_dirty = 1`, sku); err != nil || len(after) == 0 {
 		return err
 	}
-	rows, err := a.backlog(dirtySKU{id: sku}, after[0], 1<<30)
+	rows, err := a.backlog(cursorRow{id: sku}, after[0], 1<<30)
 	if err != nil {
 		return err
 	}
@@ -462,9 +465,9 @@ func (a Arbiter) Live(sku string) (int64, error) {
 		`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED')`, sku); err != nil {
 		return 0, err
 	}
-	var campaigns []dirtySKU
+	var campaigns []cursorRow
 	if err := a.query(func(rs *sql.Rows) error {
-		d := dirtySKU{campaign: true}
+		d := cursorRow{campaign: true}
 		var held bool
 		err := rs.Scan(&d.id, &d.projected, &d.holdSeq, &held)
 		if d.holdSeq > d.projected {
