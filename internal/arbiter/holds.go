@@ -379,14 +379,7 @@ type cursorRow struct {
 // in name order from the first after after, then from the first.
 func (a Arbiter) dirty(campaigns bool, n int, after string) ([]cursorRow, error) {
 	var todo []cursorRow
-	scan := func(rs *sql.Rows) error {
-		d := cursorRow{campaign: campaigns}
-		var held bool
-		err := rs.Scan(&d.id, &d.projected, &d.holdSeq, &held)
-		d.ended = !held
-		todo = append(todo, d)
-		return err
-	}
+	scan := scanCursor(campaigns, &todo)
 	key := "sku"
 	q := `SELECT sku, projected_seq, hold_seq, 1 FROM skus WHERE holds_dirty = 1 AND sku`
 	if campaigns {
@@ -399,6 +392,22 @@ func (a Arbiter) dirty(campaigns bool, n int, after string) ([]cursorRow, error)
 	// had its turn last round: it comes again only after every other).
 	err := a.query(scan, q+` <= ? ORDER BY `+key+` LIMIT ?`, after, n-len(todo))
 	return todo, err
+}
+
+// scanCursor appends each row to out: a SKU's (a campaign's, if
+// campaign) id, cursor, holdSeq and whether its holds can still grow (a
+// SKU's always can; a campaign's while its pool is HELD).
+func scanCursor(campaign bool, out *[]cursorRow) func(*sql.Rows) error {
+	return func(rs *sql.Rows) error {
+		d := cursorRow{campaign: campaign}
+		var held bool
+		if err := rs.Scan(&d.id, &d.projected, &d.holdSeq, &held); err != nil {
+			return err
+		}
+		d.ended = !held
+		*out = append(*out, d)
+		return nil
+	}
 }
 
 // backlog reads up to limit of d's holds past seq after, in seq order.
@@ -466,18 +475,13 @@ func (a Arbiter) Live(sku string) (int64, error) {
 		return 0, err
 	}
 	var campaigns []cursorRow
-	if err := a.query(func(rs *sql.Rows) error {
-		d := cursorRow{campaign: true}
-		var held bool
-		err := rs.Scan(&d.id, &d.projected, &d.holdSeq, &held)
-		if d.holdSeq > d.projected {
-			campaigns = append(campaigns, d)
-		}
-		return err
-	}, a.campaignCursors()+` WHERE c.sku = ? AND c.holds_dirty = 1`, sku); err != nil {
+	if err := a.query(scanCursor(true, &campaigns), a.campaignCursors()+` WHERE c.sku = ? AND c.holds_dirty = 1`, sku); err != nil {
 		return 0, err
 	}
 	for _, d := range campaigns {
+		if d.holdSeq <= d.projected {
+			continue // its pool has not changed past the cursor: no hold to count
+		}
 		n, err := a.unprojected(d)
 		if err != nil {
 			return 0, err
