@@ -414,9 +414,8 @@ func CountCampaign(db *gorm.DB, id string) (CampaignCounts, error) {
 		// with the counts (state CURSOR): one statement when it did not.
 		if err := tx.Raw(`SELECT state, token = ? AS pool, SUM(qty) AS qty FROM stock_reservations
 			WHERE campaign_id = ? GROUP BY state, token = ?
-			UNION ALL SELECT 'CURSOR', 0, c.projected_seq FROM campaigns c JOIN stock_reservations r ON r.token = ?
-			WHERE c.id = ? AND c.holds_dirty = 1 AND r.result > c.projected_seq`,
-			CampaignToken(id), id, CampaignToken(id), CampaignToken(id), id).Scan(&rows).Error; err != nil {
+			UNION ALL SELECT 'CURSOR', 0, c.projected_seq FROM `+campaignPool+` WHERE c.id = ? AND `+poolChanged,
+			CampaignToken(id), id, CampaignToken(id), id).Scan(&rows).Error; err != nil {
 			return err
 		}
 		out = CampaignCounts{}

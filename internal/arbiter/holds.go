@@ -242,9 +242,8 @@ type Cursor struct {
 // projected (a campaign's pool changed past its cursor): 0 once the
 // projector caught up. For tests and tools that read the projection
 // straight from the database; portable, not for a hot path.
-const BacklogSQL = `SELECT (SELECT COUNT(*) FROM skus WHERE holds_dirty = 1) + (SELECT COUNT(*) FROM campaigns c
-	JOIN stock_reservations r ON r.campaign_id = c.id AND r.order_id IS NULL AND r.token LIKE 'c:%'
-	WHERE c.holds_dirty = 1 AND r.result > c.projected_seq)`
+const BacklogSQL = `SELECT (SELECT COUNT(*) FROM skus WHERE holds_dirty = 1) + (SELECT COUNT(*) FROM ` + campaignPool +
+	` WHERE ` + poolChanged + `)`
 
 // ProjectBacklog projects the holds of the SKUs and the campaigns whose
 // holds are not all projected (holds_dirty), within b's bounds, each one's
@@ -383,7 +382,7 @@ func (a Arbiter) dirty(campaigns bool, n int, after string) ([]cursorRow, error)
 	key := "sku"
 	q := `SELECT sku, projected_seq, hold_seq, 1 FROM skus WHERE holds_dirty = 1 AND sku`
 	if campaigns {
-		key, q = "c.id", a.campaignCursors()+` WHERE c.holds_dirty = 1 AND c.id`
+		key, q = "c.id", campaignCursors+` WHERE c.holds_dirty = 1 AND c.id`
 	}
 	if err := a.query(scan, q+` > ? ORDER BY `+key+` LIMIT ?`, after, n); err != nil || len(todo) == n || after == "" {
 		return todo, err
@@ -450,16 +449,22 @@ func (a Arbiter) ProjectSKU(sku string) error {
 	return a.project(rows, nil)
 }
 
+// campaignPool is campaigns (c), each with its pool's reservation (r,
+// all NULL for a campaign that has none), found by the pool's token on
+// its primary key: the one spelling of that join, for both dialects
+// (SQLite has CONCAT since 3.44, and the embedded one is newer) and for
+// BacklogSQL, which knows neither.
+const campaignPool = `campaigns c LEFT JOIN stock_reservations r ON r.token = CONCAT('c:', c.id)`
+
+// poolChanged is the condition on campaignPool's rows that c may have
+// holds with no projection: it is dirty and its pool changed past its
+// cursor (its holds are numbered by its pool's changes: when the pool
+// did not change past the cursor, no hold is past it).
+const poolChanged = `c.holds_dirty = 1 AND r.result > c.projected_seq`
+
 // campaignCursors selects campaigns (c) with their projection cursor,
-// their pool's change counter and whether the pool is HELD.
-func (a Arbiter) campaignCursors() string {
-	pool := "CONCAT('c:', c.id)"
-	if a.dialect == "sqlite" {
-		pool = "('c:' || c.id)"
-	}
-	return `SELECT c.id, c.projected_seq, COALESCE(r.result, 0), COALESCE(r.state = 'HELD', 0) FROM campaigns c
-		LEFT JOIN stock_reservations r ON r.token = ` + pool
-}
+// their pool's change counter and whether the pool is HELD (scanCursor).
+const campaignCursors = `SELECT c.id, c.projected_seq, COALESCE(r.result, 0), COALESCE(r.state = 'HELD', 0) FROM ` + campaignPool
 
 // Live is what sku's live reservations hold (HELD and COMMITTED), read
 // from one snapshot (the caller's transaction): the projection's, and its
@@ -475,13 +480,10 @@ func (a Arbiter) Live(sku string) (int64, error) {
 		return 0, err
 	}
 	var campaigns []cursorRow
-	if err := a.query(scanCursor(true, &campaigns), a.campaignCursors()+` WHERE c.sku = ? AND c.holds_dirty = 1`, sku); err != nil {
+	if err := a.query(scanCursor(true, &campaigns), campaignCursors+` WHERE c.sku = ? AND `+poolChanged, sku); err != nil {
 		return 0, err
 	}
 	for _, d := range campaigns {
-		if d.holdSeq <= d.projected {
-			continue // its pool has not changed past the cursor: no hold to count
-		}
 		n, err := a.unprojected(d)
 		if err != nil {
 			return 0, err
