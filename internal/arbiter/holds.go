@@ -413,18 +413,18 @@ func scanCursor(campaign bool, out *[]cursorRow) func(*sql.Rows) error {
 func (a Arbiter) backlog(d cursorRow, after int64, limit int) ([]heldRow, error) {
 	var rows []heldRow
 	q, args := d.past(after)
-	err := a.query(scanHeld(&rows), q+` ORDER BY seq LIMIT ?`, append(args, limit)...)
+	err := a.query(scanHeld(&rows), heldSelect+q+` ORDER BY seq LIMIT ?`, append(args, limit)...)
 	return rows, err
 }
 
-// past selects d's holds past seq after: a SKU's range of holds' (sku_id,
-// seq) index, or a campaign's, each filtered on its name (two may share an
-// integer).
+// past is the WHERE clause of holds that selects d's holds past seq
+// after: a SKU's range of holds' (sku_id, seq) index, or a campaign's,
+// each filtered on its name (two may share an integer).
 func (d cursorRow) past(after int64) (string, []any) {
 	if d.campaign {
-		return heldSelect + `WHERE sku_id = ? AND seq > ? AND campaign_id = ?`, []any{PoolID(d.id), after, d.id}
+		return `WHERE sku_id = ? AND seq > ? AND campaign_id = ?`, []any{PoolID(d.id), after, d.id}
 	}
-	return heldSelect + `WHERE sku_id = ? AND seq > ? AND sku = ? AND campaign_id IS NULL`, []any{SKUID(d.id), after, d.id}
+	return `WHERE sku_id = ? AND seq > ? AND sku = ? AND campaign_id IS NULL`, []any{SKUID(d.id), after, d.id}
 }
 
 // ProjectSKU projects every hold of sku past its cursor, in the
@@ -517,7 +517,7 @@ func (a Arbiter) ProjectExpired(now time.Time, skus, limit int) (int, error) {
 			for page := 0; page < expiredPages; page++ {
 				var rows []heldRow
 				q, args := d.past(after)
-				if err := a.query(scanHeld(&rows), q+` AND deadline <= ? ORDER BY seq LIMIT ?`, append(args, now, limit)...); err != nil {
+				if err := a.query(scanHeld(&rows), heldSelect+q+` AND deadline <= ? ORDER BY seq LIMIT ?`, append(args, now, limit)...); err != nil {
 					return n, err
 				}
 				if err := a.project(rows, nil); err != nil {
