@@ -414,9 +414,8 @@ func CountCampaign(db *gorm.DB, id string) (CampaignCounts, error) {
 		// with the counts (state CURSOR): one statement when it did not.
 		if err := tx.Raw(`SELECT state, token = ? AS pool, SUM(qty) AS qty FROM stock_reservations
 			WHERE campaign_id = ? GROUP BY state, token = ?
-			UNION ALL SELECT 'CURSOR', 0, c.projected_seq FROM campaigns c JOIN stock_reservations r ON r.token = ?
-			WHERE c.id = ? AND c.holds_dirty = 1 AND r.result > c.projected_seq`,
-			CampaignToken(id), id, CampaignToken(id), CampaignToken(id), id).Scan(&rows).Error; err != nil {
+			UNION ALL SELECT 'CURSOR', 0, c.projected_seq FROM `+campaignPool+` WHERE c.id = ? AND `+poolChanged,
+			CampaignToken(id), id, CampaignToken(id), id).Scan(&rows).Error; err != nil {
 			return err
 		}
 		out = CampaignCounts{}
@@ -436,7 +435,7 @@ func CountCampaign(db *gorm.DB, id string) (CampaignCounts, error) {
 		if len(cursor) == 0 {
 			return nil
 		}
-		unprojected, err := In(tx).unprojected(dirtySKU{id: id, campaign: true, projected: cursor[0]})
+		unprojected, err := In(tx).unprojected(cursorRow{id: id, campaign: true, projected: cursor[0]})
 		out.Held += unprojected
 		return err
 	})
@@ -444,35 +443,22 @@ func CountCampaign(db *gorm.DB, id string) (CampaignCounts, error) {
 }
 
 // unprojected sums the units of d's holds past its cursor that have no
-// projection (in the caller's snapshot).
-func (a Arbiter) unprojected(d dirtySKU) (int64, error) {
-	var held []heldRow
-	q, args := d.past(d.projected)
-	if err := a.query(scanHeld(&held), q, args...); err != nil || len(held) == 0 {
-		return 0, err
-	}
-	tokens := make([]any, 0, len(held))
-	for _, h := range held {
-		t, _ := h.token()
-		tokens = append(tokens, t)
-	}
-	projected := map[string]bool{}
-	if err := a.query(func(rs *sql.Rows) error {
-		var t string
-		err := rs.Scan(&t)
-		projected[t] = true
-		return err
-	}, inList(`SELECT token FROM stock_reservations WHERE token IN ?`, len(tokens)), tokens...); err != nil {
-		return 0, err
-	}
+// projection (in the caller's snapshot), in one statement that reads of
+// each hold its key and units alone: a hold is projected when a
+// reservation has its token (holdToken), found on its primary key.
+func (a Arbiter) unprojected(d cursorRow) (int64, error) {
 	var n int64
-	for _, h := range held {
-		if t, _ := h.token(); !projected[t] {
-			n += h.qty
-		}
-	}
-	return n, nil
+	q, args := d.past(d.projected)
+	err := a.query(func(rs *sql.Rows) error { return rs.Scan(&n) }, `SELECT COALESCE(SUM(h.qty), 0) FROM holds h `+q+
+		` AND NOT EXISTS (SELECT 1 FROM stock_reservations r WHERE r.token = `+holdToken+`)`, args...)
+	return n, err
 }
+
+// holdToken is heldRow.token in SQL for a row of holds (h), in both
+// dialects: its name, or its id as a UUID's text (lower-case hex, dashed
+// 8-4-4-4-12; SQLite has CONCAT_WS since 3.44).
+const holdToken = `COALESCE(h.name, LOWER(CONCAT_WS('-', SUBSTR(HEX(h.id), 1, 8), SUBSTR(HEX(h.id), 9, 4),
+	SUBSTR(HEX(h.id), 13, 4), SUBSTR(HEX(h.id), 17, 4), SUBSTR(HEX(h.id), 21))))`
 
 // CampaignBaseline reads campaign id's pool for a Redis initialisation
 // under the pool's row lock, with a new epoch: its units left, epoch, seq

@@ -242,9 +242,8 @@ type Cursor struct {
 // projected (a campaign's pool changed past its cursor): 0 once the
 // projector caught up. For tests and tools that read the projection
 // straight from the database; portable, not for a hot path.
-const BacklogSQL = `SELECT (SELECT COUNT(*) FROM skus WHERE holds_dirty = 1) + (SELECT COUNT(*) FROM campaigns c
-	JOIN stock_reservations r ON r.campaign_id = c.id AND r.order_id IS NULL AND r.token LIKE 'c:%'
-	WHERE c.holds_dirty = 1 AND r.result > c.projected_seq)`
+const BacklogSQL = `SELECT (SELECT COUNT(*) FROM skus WHERE holds_dirty = 1) + (SELECT COUNT(*) FROM ` + campaignPool +
+	` WHERE ` + poolChanged + `)`
 
 // ProjectBacklog projects the holds of the SKUs and the campaigns whose
 // holds are not all projected (holds_dirty), within b's bounds, each one's
@@ -278,12 +277,12 @@ func (a Arbiter) ProjectBacklog(b Backlog) (Projected, error) {
 // projectTurns gives each of todo (SKUs or campaigns with a backlog, in
 // name order) its turn of a round, within b's bounds, adding to p, and
 // sets next to where the next round of their kind starts.
-func (a Arbiter) projectTurns(todo []dirtySKU, b Backlog, p *Projected, next *string, whole map[string]bool) error {
+func (a Arbiter) projectTurns(todo []cursorRow, b Backlog, p *Projected, next *string, whole map[string]bool) error {
 	// A full page of SKUs may have more after it. A live campaign is
 	// dirty with nothing to do, so a full page of campaigns says so only
 	// when one of them had work (else an idle projector with many live
 	// campaigns would never pause).
-	if len(todo) == b.SKUs && slices.ContainsFunc(todo, func(d dirtySKU) bool { return !d.campaign || d.holdSeq > d.projected }) {
+	if len(todo) == b.SKUs && slices.ContainsFunc(todo, func(d cursorRow) bool { return !d.campaign || d.holdSeq > d.projected }) {
 		p.More = true
 	}
 	bounded := false // the round stopped on its bound of holds before every one had its turn
@@ -363,10 +362,13 @@ func (a Arbiter) MoveCursors(cs []Cursor) error {
 	return nil
 }
 
-// dirtySKU is a SKU (or a campaign) with holds left to project, and its
-// cursor. A campaign's holdSeq is its pool's change counter, ended that
-// its pool is released (nothing can sell after).
-type dirtySKU struct {
+// cursorRow is the projection cursor of a SKU's (or a campaign's) holds
+// (projected), as the projector reads it with what its holds are numbered
+// up to (holdSeq): a SKU's from skus, a campaign's from campaignCursors,
+// whose holdSeq is its pool's change counter and ended that its pool is
+// released (nothing can sell after). Its holds past the cursor (past)
+// are its backlog; dirty reads the ones that may have one.
+type cursorRow struct {
 	id                 string
 	campaign, ended    bool
 	projected, holdSeq int64
@@ -374,20 +376,13 @@ type dirtySKU struct {
 
 // dirty reads up to n SKUs (campaigns) whose holds are not all projected,
 // in name order from the first after after, then from the first.
-func (a Arbiter) dirty(campaigns bool, n int, after string) ([]dirtySKU, error) {
-	var todo []dirtySKU
-	scan := func(rs *sql.Rows) error {
-		d := dirtySKU{campaign: campaigns}
-		var held bool
-		err := rs.Scan(&d.id, &d.projected, &d.holdSeq, &held)
-		d.ended = !held
-		todo = append(todo, d)
-		return err
-	}
+func (a Arbiter) dirty(campaigns bool, n int, after string) ([]cursorRow, error) {
+	var todo []cursorRow
+	scan := scanCursor(campaigns, &todo)
 	key := "sku"
 	q := `SELECT sku, projected_seq, hold_seq, 1 FROM skus WHERE holds_dirty = 1 AND sku`
 	if campaigns {
-		key, q = "c.id", a.campaignCursors()+` WHERE c.holds_dirty = 1 AND c.id`
+		key, q = "c.id", campaignCursors+` WHERE c.holds_dirty = 1 AND c.id`
 	}
 	if err := a.query(scan, q+` > ? ORDER BY `+key+` LIMIT ?`, after, n); err != nil || len(todo) == n || after == "" {
 		return todo, err
@@ -398,22 +393,38 @@ func (a Arbiter) dirty(campaigns bool, n int, after string) ([]dirtySKU, error) 
 	return todo, err
 }
 
+// scanCursor appends each row to out: a SKU's (a campaign's, if
+// campaign) id, cursor, holdSeq and whether its holds can still grow (a
+// SKU's always can; a campaign's while its pool is HELD).
+func scanCursor(campaign bool, out *[]cursorRow) func(*sql.Rows) error {
+	return func(rs *sql.Rows) error {
+		d := cursorRow{campaign: campaign}
+		var held bool
+		if err := rs.Scan(&d.id, &d.projected, &d.holdSeq, &held); err != nil {
+			return err
+		}
+		d.ended = !held
+		*out = append(*out, d)
+		return nil
+	}
+}
+
 // backlog reads up to limit of d's holds past seq after, in seq order.
-func (a Arbiter) backlog(d dirtySKU, after int64, limit int) ([]heldRow, error) {
+func (a Arbiter) backlog(d cursorRow, after int64, limit int) ([]heldRow, error) {
 	var rows []heldRow
 	q, args := d.past(after)
-	err := a.query(scanHeld(&rows), q+` ORDER BY seq LIMIT ?`, append(args, limit)...)
+	err := a.query(scanHeld(&rows), heldSelect+q+` ORDER BY seq LIMIT ?`, append(args, limit)...)
 	return rows, err
 }
 
-// past selects d's holds past seq after: a SKU's range of holds' (sku_id,
-// seq) index, or a campaign's, each filtered on its name (two may share an
-// integer).
-func (d dirtySKU) past(after int64) (string, []any) {
+// past is the WHERE clause of holds that selects d's holds past seq
+// after: a SKU's range of holds' (sku_id, seq) index, or a campaign's,
+// each filtered on its name (two may share an integer).
+func (d cursorRow) past(after int64) (string, []any) {
 	if d.campaign {
-		return heldSelect + `WHERE sku_id = ? AND seq > ? AND campaign_id = ?`, []any{PoolID(d.id), after, d.id}
+		return `WHERE sku_id = ? AND seq > ? AND campaign_id = ?`, []any{PoolID(d.id), after, d.id}
 	}
-	return heldSelect + `WHERE sku_id = ? AND seq > ? AND sku = ? AND campaign_id IS NULL`, []any{SKUID(d.id), after, d.id}
+	return `WHERE sku_id = ? AND seq > ? AND sku = ? AND campaign_id IS NULL`, []any{SKUID(d.id), after, d.id}
 }
 
 // ProjectSKU projects every hold of sku past its cursor, in the
@@ -431,23 +442,29 @@ func (a Arbiter) ProjectSKU(sku string) error {
 	}, `SELECT projected_seq FROM skus WHERE sku = ? AND holds_dirty = 1`, sku); err != nil || len(after) == 0 {
 		return err
 	}
-	rows, err := a.backlog(dirtySKU{id: sku}, after[0], 1<<30)
+	rows, err := a.backlog(cursorRow{id: sku}, after[0], 1<<30)
 	if err != nil {
 		return err
 	}
 	return a.project(rows, nil)
 }
 
+// campaignPool is campaigns (c), each with its pool's reservation (r,
+// all NULL for a campaign that has none), found by the pool's token on
+// its primary key: the one spelling of that join, for both dialects
+// (SQLite has CONCAT since 3.44, and the embedded one is newer) and for
+// BacklogSQL, which knows neither.
+const campaignPool = `campaigns c LEFT JOIN stock_reservations r ON r.token = CONCAT('c:', c.id)`
+
+// poolChanged is the condition on campaignPool's rows that c may have
+// holds with no projection: it is dirty and its pool changed past its
+// cursor (its holds are numbered by its pool's changes: when the pool
+// did not change past the cursor, no hold is past it).
+const poolChanged = `c.holds_dirty = 1 AND r.result > c.projected_seq`
+
 // campaignCursors selects campaigns (c) with their projection cursor,
-// their pool's change counter and whether the pool is HELD.
-func (a Arbiter) campaignCursors() string {
-	pool := "CONCAT('c:', c.id)"
-	if a.dialect == "sqlite" {
-		pool = "('c:' || c.id)"
-	}
-	return `SELECT c.id, c.projected_seq, COALESCE(r.result, 0), COALESCE(r.state = 'HELD', 0) FROM campaigns c
-		LEFT JOIN stock_reservations r ON r.token = ` + pool
-}
+// their pool's change counter and whether the pool is HELD (scanCursor).
+const campaignCursors = `SELECT c.id, c.projected_seq, COALESCE(r.result, 0), COALESCE(r.state = 'HELD', 0) FROM ` + campaignPool
 
 // Live is what sku's live reservations hold (HELD and COMMITTED), read
 // from one snapshot (the caller's transaction): the projection's, and its
@@ -462,16 +479,8 @@ func (a Arbiter) Live(sku string) (int64, error) {
 		`SELECT COALESCE(SUM(qty), 0) FROM stock_reservations WHERE sku = ? AND state IN ('HELD', 'COMMITTED')`, sku); err != nil {
 		return 0, err
 	}
-	var campaigns []dirtySKU
-	if err := a.query(func(rs *sql.Rows) error {
-		d := dirtySKU{campaign: true}
-		var held bool
-		err := rs.Scan(&d.id, &d.projected, &d.holdSeq, &held)
-		if d.holdSeq > d.projected {
-			campaigns = append(campaigns, d)
-		}
-		return err
-	}, a.campaignCursors()+` WHERE c.sku = ? AND c.holds_dirty = 1`, sku); err != nil {
+	var campaigns []cursorRow
+	if err := a.query(scanCursor(true, &campaigns), campaignCursors+` WHERE c.sku = ? AND `+poolChanged, sku); err != nil {
 		return 0, err
 	}
 	for _, d := range campaigns {
@@ -508,7 +517,7 @@ func (a Arbiter) ProjectExpired(now time.Time, skus, limit int) (int, error) {
 			for page := 0; page < expiredPages; page++ {
 				var rows []heldRow
 				q, args := d.past(after)
-				if err := a.query(scanHeld(&rows), q+` AND deadline <= ? ORDER BY seq LIMIT ?`, append(args, now, limit)...); err != nil {
+				if err := a.query(scanHeld(&rows), heldSelect+q+` AND deadline <= ? ORDER BY seq LIMIT ?`, append(args, now, limit)...); err != nil {
 					return n, err
 				}
 				if err := a.project(rows, nil); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,23 +20,15 @@ import (
 
 // TestLeanContract runs the campaign suite again with every rig selling
 // as the lean sale does, a campaign's holds numbered by the campaign
-// (order.Config.LeanCampaigns).
+// (order.Config.LeanCampaigns): the contract the embedded default runs
+// too, and after it the tests the lean run adds.
 func TestLeanContract(t *testing.T) {
-	testrig.RunLean(t,
-		TestBurstBeforeTheOpeningNeverReachesTheDatabase,
-		TestAFastClockCannotSellEarly,
-		TestCampaignSellsExactlyItsAllotment,
-		TestRedisFlushedAtTheOpening,
-		TestLatePaymentAfterTheEnd,
-		TestEndedBeforeItsOpening,
+	testrig.RunLean(t, append(slices.Clone(contract),
 		TestAnEndedCampaignLeavesNoKeys,
-		TestNoStatementsBeforeTheOpening,
-		TestAChangeOnAnotherNodeIsSeenWithinStaleness,
 		TestBuysDuringTheSaleReadNoCounts,
-		TestABuyThatCrossesNothingCostsNoStatementMore,
 		TestADeadAdmissionDoesNotCountAgainstTheBuyer,
 		TestCampaignSaleOfUnknownOutcomeKeepsItsAdmission,
-	)
+	)...)
 }
 
 // lean has the test's rigs sell as the lean sale does.
