@@ -342,8 +342,18 @@ func (a Arbiter) campaignLimits(ids []string) (map[string]int64, error) {
 
 // returnToPools gives released campaign sales back to their pools where
 // the pool is still HELD, and returns those that found their campaign
-// ended (they go back to the SKU) and the pools' changes.
+// ended (they go back to the SKU) and the pools' changes. Their
+// campaigns' rows are locked first (lockCampaigns).
 func (a Arbiter) returnToPools(rows []Reservation) (toSKU []Reservation, chs []CampaignChange, err error) {
+	var ids []string
+	for _, r := range rows {
+		if r.CampaignID != nil && r.Token != CampaignToken(*r.CampaignID) {
+			ids = append(ids, *r.CampaignID)
+		}
+	}
+	if err := a.lockCampaigns(ids); err != nil {
+		return nil, nil, err
+	}
 	for _, r := range rows {
 		if r.CampaignID == nil || r.Token == CampaignToken(*r.CampaignID) {
 			toSKU = append(toSKU, r)
@@ -369,6 +379,26 @@ func (a Arbiter) returnToPools(rows []Reservation) (toSKU []Reservation, chs []C
 		chs = append(chs, CampaignChange{ID: id, SKU: r.SKU, Delta: r.Qty, Seq: p.Seq})
 	}
 	return toSKU, chs, nil
+}
+
+// lockCampaigns locks the rows of campaigns ids, in id order (one
+// statement; none without ids), before a give-back touches their pools.
+// A campaign's rows are locked campaign first, then pool, everywhere: a
+// sale's pool UPDATE locks the campaign's row (the window it checks)
+// before the pool's, and a give-back that lifts a sold-out pool writes
+// the campaign's row (campaign.back_in_stock) after the pool's. Had the
+// give-back locked the pool first, the two would deadlock at every
+// sold-out/back crossing, the flash sale's hottest moment.
+func (a Arbiter) lockCampaigns(ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	var locked []string
+	return a.tx.Model(&Campaign{}).Clauses(clause.Locking{Strength: "UPDATE"}).Where("id IN ?", ids).Order("id").
+		Pluck("id", &locked).Error
 }
 
 // EndCampaign ends campaign id now (by the database's clock, if its window
