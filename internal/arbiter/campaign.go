@@ -526,19 +526,21 @@ func (a Arbiter) unprojected(d dirtySKU) (int64, error) {
 // database's clock): an ended campaign has nothing in Redis, and an
 // initialisation must not write it there again.
 func (a Arbiter) CampaignBaseline(id string) (Campaign, inventory.Baseline, error) {
+	// The campaign's row first, then the pool's, as a sale locks them
+	// (lockCampaigns): the new epoch is written to the campaign's row.
+	var c Campaign
+	if err := a.tx.Clauses(clause.Locking{Strength: "UPDATE"}).Take(&c, "id = ?", id).Error; err != nil {
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return Campaign{}, inventory.Baseline{}, fmt.Errorf("%w: no campaign %s", inventory.ErrNotFound, id)
+		}
+		return Campaign{}, inventory.Baseline{}, err
+	}
 	var p []Reservation
 	if err := a.tx.Clauses(clause.Locking{Strength: "UPDATE"}).Where("token = ?", CampaignToken(id)).Find(&p).Error; err != nil {
 		return Campaign{}, inventory.Baseline{}, err
 	}
 	if len(p) == 0 {
 		return Campaign{}, inventory.Baseline{}, fmt.Errorf("%w: no campaign %s", inventory.ErrNotFound, id)
-	}
-	var c Campaign
-	if err := a.tx.Take(&c, "id = ?", id).Error; err != nil {
-		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return Campaign{}, inventory.Baseline{}, fmt.Errorf("%w: no campaign %s", inventory.ErrNotFound, id)
-		}
-		return Campaign{}, inventory.Baseline{}, err
 	}
 	ended := p[0].State != Held
 	if !ended {
