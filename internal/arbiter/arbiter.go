@@ -444,6 +444,14 @@ func (a Arbiter) Extend(token, sku string, now, until, earliest time.Time, key s
 }
 
 func (a Arbiter) release(token, sku string, due time.Time) (Freed, error) {
+	// A campaign's pool (the end, the sweep at its deadline): the
+	// campaign's row first, as a sale locks them (lockCampaigns); its
+	// release writes campaign.ended there.
+	if id, ok := strings.CutPrefix(token, CampaignToken("")); ok {
+		if err := a.lockCampaigns([]string{id}); err != nil {
+			return Freed{}, err
+		}
+	}
 	// By primary key, locked: a campaign's pool changes its qty while it is
 	// HELD (buyers' give-backs join it), so the qty given back must be the
 	// one the update below releases, not a snapshot read before a

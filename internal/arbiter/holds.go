@@ -352,9 +352,10 @@ func (a Arbiter) MoveCursors(cs []Cursor) error {
 		if c.Campaign { // a campaign stays dirty while its pool can sell
 			q, args = `UPDATE campaigns SET projected_seq = ?, holds_dirty = ? WHERE id = ? AND projected_seq = ?`, []any{c.To, !c.Done, c.ID, c.From}
 		}
-		// Its own transaction, run again if a deadlock ended it: a sale
-		// announcing a campaign's event upgrades its shared lock of the
-		// campaign's row to write it, and may be waiting behind this.
+		// Its own transaction, run again if a deadlock ended it (a
+		// statement alone holds no other lock, but the retry costs
+		// nothing): a sale or a give-back of the campaign locks its row
+		// first, and may be waiting behind this.
 		if _, err := RetryDeadlock(a.ctx, func() (int64, error) { return a.exec(q, args...) }); err != nil {
 			return err
 		}
