@@ -84,7 +84,12 @@ type histOp struct {
 	ExpiresAt  time.Time
 	EndsAt     time.Time // campaign put: its end
 	Hold       time.Duration
-	Read       skuRead
+	// Made, for a create answered done whose key an earlier attempt went
+	// unanswered under: when the node stamped the order's created_at,
+	// inside the commit (on the history's clock; 0: not read). The hold
+	// took effect after it, whichever attempt made it (foldRetries).
+	Made time.Duration
+	Read skuRead
 }
 
 type skuRead struct{ OnHand, Reserved, Available int64 }

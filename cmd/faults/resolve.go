@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"time"
 )
 
@@ -43,6 +44,33 @@ func resolveUnknowns(ctx context.Context, db *sql.DB, ops []histOp, base time.Ti
 		case op.Kind == opRefund:
 			refunded[op.Order] = true
 		}
+	}
+	// An answered create whose key an earlier attempt went unanswered
+	// under stands for every attempt (foldRetries), from the first one's
+	// sending; the database tells when the hold was made, no earlier.
+	ops = slices.Clone(ops)
+	retried := map[[2]string]time.Duration{}
+	for _, op := range ops {
+		if k := [2]string{op.User, op.Key}; op.Kind == opCreate && op.Key != "" && op.Out == outUnknown {
+			if at, ok := retried[k]; !ok || op.Call < at {
+				retried[k] = op.Call
+			}
+		}
+	}
+	for i := range ops {
+		op := &ops[i]
+		if at, ok := retried[[2]string{op.User, op.Key}]; !ok || op.Kind != opCreate || op.Out != outOK || at >= op.Call {
+			continue
+		}
+		var created time.Time
+		err := db.QueryRowContext(ctx, `SELECT created_at FROM orders WHERE id = ?`, op.Order).Scan(&created)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // acknowledged and never made: the checks say so
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		op.Made = created.Sub(base)
 	}
 	// A seckill buy names no key: its order is the buyer's one no answer
 	// named, if the buyer has exactly one such order and one such buy.

@@ -52,3 +52,40 @@ func TestResolveFindsALeanKeyedOrder(t *testing.T) {
 		})
 	}
 }
+
+// The attempts of one Idempotency-Key are one operation once one was
+// answered (foldRetries): it took effect after the first attempt was
+// sent, and, as the database tells (resolveUnknowns reads when it made
+// the order), not before the order was made, less the slack. A refused
+// attempt took nothing and opens nothing.
+func TestAKeysAttemptsAreOneOperationFromWhenTheHoldWasMade(t *testing.T) {
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	base := time.Now().Add(-time.Second) // the history began a second ago
+	r.AddSKU("RK", 10)
+	o, err := r.Orders.Create(ctx, "u1", "k1", []inventory.Line{{SKU: "RK", Qty: 1}})
+	require.NoError(t, err)
+	var created time.Time
+	require.NoError(t, r.DB.Raw(`SELECT created_at FROM orders WHERE id = ?`, o.ID).Scan(&created).Error)
+	made := created.Sub(base) // about a second into the history
+
+	refused := histOp{Kind: opCreate, Out: outRefused, Call: 100 * time.Millisecond, Ret: 200 * time.Millisecond, User: "u1", Key: "k1", Lines: []line{{"RK", 1}}}
+	early := histOp{Kind: opCreate, Out: outUnknown, Call: 300 * time.Millisecond, Ret: maxTime, User: "u1", Key: "k1", Lines: []line{{"RK", 1}}}
+	late := histOp{Kind: opCreate, Out: outUnknown, Call: made, Ret: maxTime, User: "u1", Key: "k1", Lines: []line{{"RK", 1}}}
+	answered := histOp{Kind: opCreate, Out: outOK, Call: made + 2*time.Second, Ret: made + 3*time.Second, User: "u1", Key: "k1",
+		Order: o.ID, Lines: []line{{"RK", 1}}}
+	sqlDB, err := r.DB.DB()
+	require.NoError(t, err)
+	kept, never, err := resolveUnknowns(ctx, sqlDB, []histOp{refused, early, late, answered}, base)
+	require.NoError(t, err)
+	require.Empty(t, never)
+	require.Len(t, kept, 4)
+	require.Equal(t, made, kept[3].Made)
+	want := answered
+	want.Call, want.Made = made-expirySlack, made
+	require.Equal(t, []histOp{refused, want}, foldRetries(kept), "the unanswered attempts folded, opened back to the hold's making, not to the first attempt")
+
+	// Without the database's word, back to the first attempt that may have made it.
+	want.Call, want.Made = early.Call, 0
+	require.Equal(t, []histOp{refused, want}, foldRetries([]histOp{refused, early, late, answered}))
+}
