@@ -373,3 +373,74 @@ func TestLeanSweepPagesPastTheHoldsItProjected(t *testing.T) {
 	require.Zero(t, r.Raw(`SELECT reserved FROM skus WHERE sku = 'LXP'`), "every unit back, the projector never run")
 	r.CheckInvariant("LXP")
 }
+
+// The database may pick the projection a payment writes first (its order
+// not yet projected) as a deadlock's victim: the payment runs it again,
+// as every transaction of the service does, and the buyer's callback is
+// answered, never a 500. Here a transaction that wrote more rows holds
+// the RESERVE movement's place the projection inserts, then asks for the
+// order's row the projection inserted: InnoDB rolls the projection back.
+func TestLeanPaymentOutlivesItsProjectionsDeadlock(t *testing.T) {
+	testrig.Lean = true
+	defer func() { testrig.Lean = false }()
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	r.AddSKU("LD", 5)
+	o, err := r.Orders.Create(ctx, "u1", "", testrig.Line("LD", 2))
+	require.NoError(t, err)
+	seq := r.Raw(`SELECT seq FROM holds WHERE sku = 'LD'`)
+
+	blocker := r.DB.Begin()
+	defer blocker.Rollback()
+	for i := range 20 { // heavier than the projection: InnoDB's victim is the lighter one
+		require.NoError(t, blocker.Exec(`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta, reason, reference, created_at)
+			VALUES ('LD-weight', ?, 'RESERVE', 0, 1, '', 'weight', NOW(6))`, i+1).Error)
+	}
+	require.NoError(t, blocker.Exec(`INSERT INTO stock_movements (sku, position, kind, on_hand_delta, reserved_delta, reason, reference, created_at)
+		VALUES ('LD', ?, 'RESERVE', 0, 2, '', 'blocker', NOW(6))`, seq).Error)
+
+	type answer struct {
+		o   *order.Order
+		err error
+	}
+	paid := make(chan answer, 1)
+	go func() {
+		o, err := r.Orders.Pay(ctx, o.ID, "pay-1")
+		paid <- answer{o, err}
+	}()
+	waiting := func(table string) func() bool { // the projection waits for the blocker (INNODB_TRX is a cache: the process list is fresh)
+		return func() bool {
+			return r.Raw(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
+				WHERE db = DATABASE() AND info LIKE CONCAT('INSERT INTO ', ?, ' %')`, table) == 1
+		}
+	}
+	require.Eventually(t, func() bool {
+		select {
+		case a := <-paid:
+			t.Fatalf("answered before waiting: %+v %v", a.o, a.err)
+		default:
+		}
+		return waiting("stock_movements")()
+	}, 10*time.Second, time.Millisecond)
+	var ids []string // waits for the projection's order row: a cycle
+	require.NoError(t, blocker.Raw(`SELECT id FROM orders WHERE id = ? FOR UPDATE`, o.ID).Scan(&ids).Error)
+	require.Empty(t, ids, "the projection was rolled back")
+	var a answer
+	require.Eventually(t, func() bool { // its second run waits for the blocker again, or it answered
+		select {
+		case a = <-paid:
+			return true
+		default:
+			return waiting("%")()
+		}
+	}, 10*time.Second, time.Millisecond)
+	require.NoError(t, blocker.Rollback().Error)
+	if a.o == nil && a.err == nil {
+		a = <-paid
+	}
+	require.NoError(t, a.err)
+	require.Equal(t, order.Paid, a.o.Status)
+	r.Catch()
+	r.RequireQty("LD", 5, 2)
+	r.CheckInvariant("LD")
+}

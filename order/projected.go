@@ -60,9 +60,11 @@ func readProjected(ctx context.Context, s *Service, id string, op func() (*Order
 }
 
 // projectOrder writes the projection of order id's lean hold, if it has
-// one; found reports whether it has.
+// one; found reports whether it has. It runs again when the database
+// rolls it back as a deadlock's victim: it inserts the rows the projector
+// and the sweep insert too.
 func (s *Service) projectOrder(ctx context.Context, id string) (found bool, err error) {
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	err = arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
 		found, err = arbiter.In(tx).ProjectHold(id, "", "")
 		return err
 	})
