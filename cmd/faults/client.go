@@ -131,7 +131,13 @@ type Stats struct {
 	noAnswer map[string]int64 // requests that got no answer, by route
 	byStatus map[int]int64
 	samples  []sample
-	errors   []string // the first few 5xx answers but 503, each named whole
+	errors   []failure // the first few 5xx answers but 503, each named whole
+}
+
+// failure is a 5xx answer other than 503: what it was, and the request
+// id its node logged the cause under.
+type failure struct {
+	text, requestID string
 }
 
 // keptErrors is how many 5xx answers other than 503 a run names.
@@ -143,12 +149,12 @@ func (s *Stats) failed(method, path string, status int, requestID string, body [
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.errors) < keptErrors {
-		s.errors = append(s.errors, fmt.Sprintf("%s %s %d (request %s): %.300s", method, path, status, requestID, body))
+		s.errors = append(s.errors, failure{fmt.Sprintf("%s %s %d (request %s): %.300s", method, path, status, requestID, body), requestID})
 	}
 }
 
 // failures is what failed kept.
-func (s *Stats) failures() []string {
+func (s *Stats) failures() []failure {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.errors)

@@ -237,7 +237,7 @@ func runScenario(ctx context.Context, lab *Lab, sc Scenario, seed uint64, durati
 	}
 	v.Ops, v.FiveXX = r.stats.ops, r.stats.fiveXX()
 	for _, f := range r.stats.failures() {
-		v.problem("answered %s", f)
+		v.problem("answered %s%s", f.text, r.loggedCause(f.requestID))
 	}
 	r.mu.Lock()
 	dark, phases, takeover := r.dark, r.phases, r.takeover
@@ -309,6 +309,32 @@ func (r *Run) checkHistory(ctx context.Context, v *Verdict) error {
 		}
 	}
 	return nil
+}
+
+// loggedCause is what the nodes logged under request id (the cause of a
+// 500, which its answer does not say), as a suffix for the problem that
+// names the answer: the log is gone once the run's directory is.
+func (r *Run) loggedCause(id string) string {
+	if id == "" {
+		return ""
+	}
+	logs, _ := filepath.Glob(filepath.Join(r.dir, "inventoryd-*.log"))
+	var lines []string
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if strings.Contains(line, id) {
+				lines = append(lines, filepath.Base(l)+": "+strings.TrimSpace(line))
+			}
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return "; logged: " + strings.Join(lines, " | ")
 }
 
 // copyFile copies the file at from to to.

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -114,5 +116,19 @@ func TestFailedAnswersAreNamed(t *testing.T) {
 	}
 	got := s.failures()
 	require.Len(t, got, keptErrors)
-	assert.Equal(t, `POST /v1/orders 500 (request req-0): {"error":"internal"}`, got[0])
+	assert.Equal(t, failure{`POST /v1/orders 500 (request req-0): {"error":"internal"}`, "req-0"}, got[0])
+}
+
+// The cause a node logged under a failed answer's request id comes with
+// the problem that names the answer: CI keeps no node logs.
+func TestFailedAnswersCarryTheirLoggedCause(t *testing.T) {
+	r := &Run{dir: t.TempDir()}
+	require.NoError(t, os.WriteFile(filepath.Join(r.dir, "inventoryd-0.log"), []byte(
+		"time=1 level=INFO msg=started\n"+
+			"time=2 level=ERROR msg=\"internal error\" request_id=req-7 err=\"Error 1213: Deadlock\"\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(r.dir, "inventoryd-1.log"), []byte("time=3 level=ERROR request_id=req-8\n"), 0o644))
+	assert.Equal(t, `; logged: inventoryd-0.log: time=2 level=ERROR msg="internal error" request_id=req-7 err="Error 1213: Deadlock"`,
+		r.loggedCause("req-7"))
+	assert.Empty(t, r.loggedCause("req-9"), "nothing logged under it")
+	assert.Empty(t, r.loggedCause(""), "no request id")
 }
