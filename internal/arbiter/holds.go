@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"gorm.io/gorm"
 )
 
 // The lean sale (issue 43, docs/design.md "The lean sale"): a hold the sale
@@ -695,4 +697,40 @@ func (a Arbiter) insertOnce(table string, cols []string, args []any) error {
 	}
 	_, err := a.exec(q, args...)
 	return err
+}
+
+// PruneHolds deletes the held rows of up to limit orders past after (in
+// key order, which is creation order: order ids are UUIDv7) whose
+// deadline is before t and whose projection is written, and returns how
+// many rows it deleted and where the next call starts (nil: no more). A
+// projected order's hold is needed no more: its order, reservations and
+// movement answer every read and transition, the order's id is never
+// sold again, and a reader of the holds past a cursor (the projector,
+// the sweep, reconcile's unprojected units) skips a projected hold
+// anyway. A token's hold stays: its key is what refuses a replay of the
+// token that Redis forgot (Tombstone's too). Retention runs it with t an
+// hour before now.
+func PruneHolds(db *gorm.DB, t time.Time, after []byte, limit int) (int64, []byte, error) {
+	var rows []struct{ ID []byte }
+	if err := db.Raw(`SELECT h.id FROM holds h WHERE h.id > ? AND h.name IS NULL AND h.deadline < ?
+		AND EXISTS (SELECT 1 FROM stock_reservations r WHERE r.token = `+holdToken+` AND r.sku = h.sku)
+		ORDER BY h.id LIMIT ?`, holdID(append([]byte{}, after...)), t, limit).Scan(&rows).Error; err != nil {
+		return 0, after, err
+	}
+	if len(rows) == 0 {
+		return 0, nil, nil
+	}
+	ids := make([]any, 0, len(rows))
+	for i, r := range rows {
+		if i == 0 || !bytes.Equal(r.ID, rows[i-1].ID) { // a cart's lines share its id
+			ids = append(ids, holdID(r.ID))
+		}
+	}
+	// Every line of each: an order is projected whole, in one transaction.
+	res := db.Exec(`DELETE FROM holds WHERE name IS NULL AND id IN (`+placeholders(len(ids))+`)`, ids...)
+	next := rows[len(rows)-1].ID
+	if len(rows) < limit {
+		next = nil
+	}
+	return res.RowsAffected, next, res.Error
 }

@@ -102,12 +102,13 @@ func TestReconcileReportsAndRepairsBuyersCounts(t *testing.T) {
 	r.CheckInvariant(sku)
 }
 
-// TestEmbeddedContract runs the reconcile and realign tests again on the
-// embedded default's stand-ins (SQLite, miniredis).
+// TestEmbeddedContract runs the reconcile, realign and holds' retention
+// tests again on the embedded default's stand-ins (SQLite, miniredis).
 func TestEmbeddedContract(t *testing.T) {
 	testrig.RunEmbedded(t,
 		TestRealignerRepairsDrift,
 		TestRealignFindsAnOlderEpoch,
 		TestReconcileReportsAndRepairsBuyersCounts,
+		TestRetentionPrunesProjectedHolds,
 	)
 }

@@ -21,6 +21,9 @@ const (
 	// DefaultEventHorizon is how long stock events stay in the replay
 	// feed: a receiver down for a week can still catch up.
 	DefaultEventHorizon = 7 * 24 * time.Hour
+	// DefaultHoldHorizon is how long an order's hold record (the lean
+	// sale's row of holds) stays after its deadline once projected.
+	DefaultHoldHorizon = time.Hour
 )
 
 // RetentionConfig tunes the pruning of finished history. Zero values take
@@ -34,6 +37,9 @@ type RetentionConfig struct {
 	// EventHorizon is how long stock events are kept (the replay feed's
 	// horizon). Default 7 days.
 	EventHorizon time.Duration
+	// HoldHorizon is how long an order's hold record stays past its
+	// deadline once its projection is written. Default 1h.
+	HoldHorizon time.Duration
 	// Interval is how often one node prunes. Default 10m.
 	Interval time.Duration
 	// Batch bounds the rows one statement deletes. Default 1000.
@@ -49,6 +55,9 @@ func (c *RetentionConfig) defaults() {
 	}
 	if c.EventHorizon <= 0 {
 		c.EventHorizon = DefaultEventHorizon
+	}
+	if c.HoldHorizon <= 0 {
+		c.HoldHorizon = DefaultHoldHorizon
 	}
 	if c.Interval <= 0 {
 		c.Interval = DefaultRetentionInterval
@@ -86,7 +95,10 @@ func (c *RetentionConfig) defaults() {
 //     given back, before the horizon: a stock count reaches back less than
 //     the horizon (arbiter.CountHorizon), and to it such a line's units
 //     were on the shelf and in on_hand alike. The movements it rebases
-//     through are younger than the horizon too.
+//     through are younger than the horizon too;
+//   - the lean sale's record of an order's hold (its rows of holds), once
+//     the order is projected and its deadline is HoldHorizon past: the
+//     projection is the record then (arbiter.PruneHolds). A token's stays.
 //
 // Reservations, orders and anomalies are kept: they are the record.
 type Retention struct {
@@ -103,7 +115,7 @@ func NewRetention(db *gorm.DB, locker *lock.Locker, cfg RetentionConfig) *Retent
 
 // Pruned counts what one run removed.
 type Pruned struct {
-	Outbox, Ledger, Movements, Events, Shipping int64
+	Outbox, Ledger, Movements, Events, Shipping, Holds int64
 }
 
 // Start runs the job until Stop; a second Start is a no-op.
@@ -120,7 +132,7 @@ func (r *Retention) loop(ctx context.Context) {
 		case err != nil && ctx.Err() == nil:
 			r.cfg.Logger.Warn("retention: run failed; the next one continues", "err", err)
 		case p != Pruned{}:
-			r.cfg.Logger.Info("retention: pruned finished history", "outbox", p.Outbox, "ledger", p.Ledger, "movements", p.Movements, "events", p.Events, "shipping", p.Shipping)
+			r.cfg.Logger.Info("retention: pruned finished history", "outbox", p.Outbox, "ledger", p.Ledger, "movements", p.Movements, "events", p.Events, "shipping", p.Shipping, "holds", p.Holds)
 		}
 	})
 }
@@ -161,6 +173,9 @@ func (r *Retention) PruneOnce(ctx context.Context) (Pruned, error) {
 	}); err != nil {
 		return p, err
 	}
+	if p.Holds, err = r.pruneHolds(ctx, r.cfg.Now().UTC().Add(-r.cfg.HoldHorizon)); err != nil {
+		return p, err
+	}
 	p.Movements, err = r.batches(ctx, func() (int64, error) {
 		var folded int64
 		err := db.Transaction(func(tx *gorm.DB) error {
@@ -171,6 +186,30 @@ func (r *Retention) PruneOnce(ctx context.Context) (Pruned, error) {
 		return folded, err
 	})
 	return p, err
+}
+
+// pruneHolds runs arbiter.PruneHolds from the first hold to the last, a
+// batch at a time: one pass over the holds a run keeps (the live ones
+// and the tokens'), not one per batch.
+func (r *Retention) pruneHolds(ctx context.Context, t time.Time) (int64, error) {
+	var total int64
+	var after []byte
+	for ctx.Err() == nil {
+		type batch struct {
+			n    int64
+			next []byte
+		}
+		b, err := arbiter.RetryDeadlock(ctx, func() (batch, error) {
+			n, next, err := arbiter.PruneHolds(r.db.WithContext(ctx), t, after, r.cfg.Batch)
+			return batch{n, next}, err
+		})
+		total += b.n
+		if err != nil || b.next == nil {
+			return total, err
+		}
+		after = b.next
+	}
+	return total, ctx.Err()
 }
 
 // batches runs one until it deletes less than a batch; a batch the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,4 +280,178 @@ func TestRetentionKeepsTheFeedsLastID(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, next, 2, "the reader after id %d finds the new events", last)
 	require.Greater(t, *next[0].ID, last)
+}
+
+// The lean sale's record of an order's hold goes once the order is
+// projected and its deadline is an hour past: a cart's lines with it, in
+// batches smaller than the table. A hold not projected yet stays (the
+// projector and the sweep still need it), and so does a token's (its key
+// refuses a replay Redis forgot). Every order reads and changes as
+// before afterwards, the projector finds nothing to redo, and reconcile
+// finds no drift.
+func TestRetentionPrunesProjectedHolds(t *testing.T) {
+	testrig.Lean = true
+	defer func() { testrig.Lean = false }()
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	a, b := testenv.Unique("HA"), testenv.Unique("HB")
+	r.AddSKU(a, 50)
+	r.AddSKU(b, 50)
+	var projected []*order.Order
+	for i := range 5 {
+		o, err := r.Orders.Create(ctx, "u", "", []inventory.Line{{SKU: a, Qty: 1}, {SKU: b, Qty: int64(i + 1)}})
+		require.NoError(t, err)
+		projected = append(projected, o)
+	}
+	_, err := r.Orders.Pay(ctx, projected[0].ID, "pay-0")
+	require.NoError(t, err)
+	_, err = r.Orders.Cancel(ctx, projected[1].ID)
+	require.NoError(t, err)
+	_, err = r.Tokens.ReserveHold(ctx, a, 2, "tok-1", 0)
+	require.NoError(t, err)
+	r.Catch()
+	late, err := r.Orders.Create(ctx, "u", "", testrig.Line(a, 3)) // sold after the projector's last round
+	require.NoError(t, err)
+	require.EqualValues(t, 12, r.Raw(`SELECT COUNT(*) FROM holds`), "5 carts of two lines, a token, an order")
+
+	// Before their deadline an hour past: nothing goes.
+	ret := maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{Batch: 3, Now: time.Now})
+	p, err := ret.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, p.Holds)
+
+	// A day later: the projected carts' lines go, in batches of 3 rows.
+	ret = maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{Batch: 3,
+		Now: func() time.Time { return time.Now().Add(24 * time.Hour) }})
+	p, err = ret.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 10, p.Holds)
+	require.EqualValues(t, 2, r.Raw(`SELECT COUNT(*) FROM holds`))
+	require.EqualValues(t, 1, r.Raw(`SELECT COUNT(*) FROM holds WHERE name IS NOT NULL`), "the token's stays")
+	require.EqualValues(t, 1, r.Raw(`SELECT COUNT(*) FROM holds WHERE name IS NULL AND sku = ? AND qty = 3`, a), "the unprojected order's stays")
+	p, err = ret.PruneOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, p.Holds, "a second run finds nothing")
+
+	// The orders answer and change as before.
+	got, err := r.Orders.Get(ctx, projected[3].ID)
+	require.NoError(t, err)
+	require.Equal(t, []order.Item{{OrderID: projected[3].ID, SKU: a, Qty: 1}, {OrderID: projected[3].ID, SKU: b, Qty: 4}}, got.Items)
+	_, err = r.Orders.Pay(ctx, projected[2].ID, "pay-2")
+	require.NoError(t, err)
+	_, err = r.Orders.Cancel(ctx, projected[3].ID)
+	require.NoError(t, err)
+	_, err = r.Orders.Cancel(ctx, late.ID) // projected by its cancel: its hold was kept
+	require.NoError(t, err)
+	again, err := r.Tokens.ReserveHold(ctx, a, 2, "tok-1", 0)
+	require.NoError(t, err, "a replay of the token answers as before")
+	require.EqualValues(t, 50-5+1-2, again.Result, "its first answer: 5 carts, one cancelled, then the token's 2")
+
+	r.Catch()
+	require.EqualValues(t, 6, r.Raw(`SELECT COUNT(*) FROM orders`))
+	require.EqualValues(t, 12, r.Raw(`SELECT COUNT(*) FROM stock_reservations`))
+	// Held: carts 0 (paid), 2 (paid), 4; the token's 2.
+	r.RequireQty(a, 50, 3+2)
+	r.RequireQty(b, 50, 1+3+5)
+	require.EqualValues(t, 5, r.MovementSums(a)[1], "the movements sum to reserved")
+	require.EqualValues(t, 9, r.MovementSums(b)[1])
+	reports, err := r.Reconciler().Reconcile(ctx, false)
+	require.NoError(t, err)
+	require.Empty(t, reports)
+	r.CheckInvariant(a)
+	r.CheckInvariant(b)
+}
+
+// Retention prunes while buyers buy and cancel and the projector runs,
+// with its clock a day ahead, so every hold is prunable the moment its
+// projection commits: no order loses a line, no unit is held twice or
+// lost, and the counters are the projection's sums.
+func TestRetentionPrunesHoldsWhileTheProjectorRuns(t *testing.T) {
+	testrig.Lean = true
+	defer func() { testrig.Lean = false }()
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	a, b := testenv.Unique("HR"), testenv.Unique("HS")
+	const stock = 60
+	r.AddSKU(a, stock)
+	r.AddSKU(b, stock)
+	ret := maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{Batch: 4,
+		Now: func() time.Time { return time.Now().Add(24 * time.Hour) }})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var pruned atomic.Int64
+	errs := make(chan error, 2)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := r.Projector.Round(ctx); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			p, err := ret.PruneOnce(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			pruned.Add(p.Holds)
+		}
+	}()
+	ids := make([]string, 40)
+	testrig.Race(40, func(i int) {
+		o, err := r.Orders.Create(ctx, "b", "", []inventory.Line{{SKU: a, Qty: 1}, {SKU: b, Qty: 1}})
+		if err != nil {
+			t.Errorf("buyer %d: %v", i, err)
+			return
+		}
+		ids[i] = o.ID
+		if i%2 == 0 {
+			if _, err := r.Orders.Cancel(ctx, o.ID); err != nil {
+				t.Errorf("cancel %d: %v", i, err)
+			}
+		}
+	})
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	r.Catch()
+	p, err := ret.PruneOnce(ctx)
+	require.NoError(t, err)
+	t.Logf("%d of 80 held rows pruned while the buyers bought", pruned.Load())
+	require.EqualValues(t, 80, pruned.Load()+p.Holds, "every line once")
+	require.Zero(t, r.Raw(`SELECT COUNT(*) FROM holds`))
+	for i, id := range ids {
+		o, err := r.Orders.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, []order.Item{{OrderID: id, SKU: a, Qty: 1}, {OrderID: id, SKU: b, Qty: 1}}, o.Items, "buyer %d", i)
+		want := order.Pending
+		if i%2 == 0 {
+			want = order.Cancelled
+		}
+		require.Equal(t, want, o.Status, "buyer %d", i)
+	}
+	for _, sku := range []string{a, b} {
+		r.RequireQty(sku, stock, 20)
+		require.EqualValues(t, 20, r.MovementSums(sku)[1], "the movements sum to reserved")
+		r.CheckInvariant(sku)
+	}
+	require.Zero(t, r.Raw(`SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`))
 }
