@@ -147,8 +147,8 @@ func Contract(ctx context.Context, db *sql.DB, d Dialect) (int, error) {
 	return len(res), nil
 }
 
-// Contracted is the newest contract step applied (0: none).
-func Contracted(ctx context.Context, db *sql.DB, d Dialect) (int64, error) {
+// contracted is the newest contract step applied (0: none).
+func contracted(ctx context.Context, db *sql.DB, d Dialect) (int64, error) {
 	c, err := contractProvider(db, d)
 	if err != nil {
 		return 0, err

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
 
 	"github.com/acme/inventory/migrations"
 	"github.com/acme/inventory/testkit/testrig"
@@ -30,18 +29,13 @@ func TestKeysBeforeTheirTableAnswerAcrossTheContract(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var hinted []string // statements that read orders through orders_idempotency
-	name := "keys:" + t.Name()
-	seen := func(db *gorm.DB) {
-		if sql := db.Statement.SQL.String(); strings.Contains(sql, "orders_idempotency") {
+	testrig.ObserveStatements(t, r.DB, func(sql string, _ error) {
+		if strings.Contains(sql, "orders_idempotency") {
 			mu.Lock()
 			hinted = append(hinted, sql)
 			mu.Unlock()
 		}
-	}
-	cb := r.DB.Callback()
-	require.NoError(t, cb.Query().After("gorm:query").Register(name, seen))
-	require.NoError(t, cb.Row().After("gorm:row").Register(name, seen))
-	t.Cleanup(func() { _ = cb.Query().Remove(name); _ = cb.Row().Remove(name) })
+	})
 	reads := func() int { mu.Lock(); defer mu.Unlock(); return len(hinted) }
 
 	sku := r.PutSKU("KEYS", 10, 0)

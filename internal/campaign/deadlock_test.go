@@ -16,14 +16,13 @@ import (
 
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/arbiter"
-	"github.com/acme/inventory/internal/rawtx"
 	"github.com/acme/inventory/testkit/testrig"
 )
 
 // deadlockVictims collects the statements of db that InnoDB ended as a
-// deadlock's victim (1213), through GORM's callbacks and the group
-// commit's statements (rawtx.Observe): the deadlocks of this rig alone,
-// whatever other tests do on the same server meanwhile.
+// deadlock's victim (1213), GORM's and the group commit's
+// (testrig.ObserveStatements): the deadlocks of this rig alone, whatever
+// other tests do on the same server meanwhile.
 type deadlockVictims struct {
 	mu   sync.Mutex
 	sqls []string
@@ -40,25 +39,7 @@ func watchDeadlocks(t *testing.T, db *gorm.DB) *deadlockVictims {
 			v.mu.Unlock()
 		}
 	}
-	stop := rawtx.Observe(db, func(s rawtx.Statement) { seen(s.SQL, s.Err) })
-	t.Cleanup(stop)
-	name := "deadlocks:" + t.Name()
-	after := func(tx *gorm.DB) { seen(tx.Statement.SQL.String(), tx.Error) }
-	cb := db.Callback()
-	require.NoError(t, cb.Query().After("gorm:query").Register(name, after))
-	require.NoError(t, cb.Create().After("gorm:create").Register(name, after))
-	require.NoError(t, cb.Update().After("gorm:update").Register(name, after))
-	require.NoError(t, cb.Delete().After("gorm:delete").Register(name, after))
-	require.NoError(t, cb.Raw().After("gorm:raw").Register(name, after))
-	require.NoError(t, cb.Row().After("gorm:row").Register(name, after))
-	t.Cleanup(func() {
-		_ = cb.Query().Remove(name)
-		_ = cb.Create().Remove(name)
-		_ = cb.Update().Remove(name)
-		_ = cb.Delete().Remove(name)
-		_ = cb.Raw().Remove(name)
-		_ = cb.Row().Remove(name)
-	})
+	testrig.ObserveStatements(t, db, seen)
 	return v
 }
 

@@ -381,37 +381,23 @@ func TestRetentionPrunesHoldsWhileTheProjectorRuns(t *testing.T) {
 	var wg sync.WaitGroup
 	var pruned atomic.Int64
 	errs := make(chan error, 2)
+	loop := func(step func() error) { // until stop, or its first error
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := step(); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}
 	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if _, err := r.Projector.Round(ctx); err != nil {
-				errs <- err
-				return
-			}
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			p, err := ret.PruneOnce(ctx)
-			if err != nil {
-				errs <- err
-				return
-			}
-			pruned.Add(p.Holds)
-		}
-	}()
+	go loop(func() error { _, err := r.Projector.Round(ctx); return err })
+	go loop(func() error { p, err := ret.PruneOnce(ctx); pruned.Add(p.Holds); return err })
 	ids := make([]string, 40)
 	testrig.Race(40, func(i int) {
 		o, err := r.Orders.Create(ctx, "b", "", []inventory.Line{{SKU: a, Qty: 1}, {SKU: b, Qty: 1}})

@@ -448,28 +448,48 @@ func runWith(t *testing.T, flag *bool, tests []func(*testing.T)) {
 }
 
 // CountStatements counts every statement GORM sends on db while fn runs
-// (queries, inserts, updates, raw SQL), from any goroutine, and those the
-// group commit sends on it past GORM (internal/rawtx).
+// (queries, inserts, updates, deletes, raw SQL), from any goroutine, and
+// those the group commit sends on it past GORM (internal/rawtx).
 func CountStatements(t testing.TB, db *gorm.DB, fn func()) int64 {
 	t.Helper()
 	var n atomic.Int64
-	stop := rawtx.Observe(db, func(rawtx.Statement) { n.Add(1) })
+	stop := ObserveStatements(t, db, func(string, error) { n.Add(1) })
 	defer stop()
-	name := "count:" + t.Name()
-	count := func(*gorm.DB) { n.Add(1) }
-	cb := db.Callback()
-	require.NoError(t, cb.Query().Before("gorm:query").Register(name, count))
-	require.NoError(t, cb.Create().Before("gorm:create").Register(name, count))
-	require.NoError(t, cb.Update().Before("gorm:update").Register(name, count))
-	require.NoError(t, cb.Raw().Before("gorm:raw").Register(name, count))
-	require.NoError(t, cb.Row().Before("gorm:row").Register(name, count))
-	defer func() {
-		_ = cb.Query().Remove(name)
-		_ = cb.Create().Remove(name)
-		_ = cb.Update().Remove(name)
-		_ = cb.Raw().Remove(name)
-		_ = cb.Row().Remove(name)
-	}()
 	fn()
 	return n.Load()
 }
+
+// ObserveStatements calls fn with each statement GORM sends on db
+// (queries, inserts, updates, deletes, raw SQL) and each the group commit
+// sends on it past GORM (internal/rawtx), from any goroutine, with its
+// error, once it ran, until stop (or t's end).
+func ObserveStatements(t testing.TB, db *gorm.DB, fn func(sql string, err error)) (stop func()) {
+	t.Helper()
+	stopRaw := rawtx.Observe(db, func(s rawtx.Statement) { fn(s.SQL, s.Err) })
+	name := fmt.Sprintf("observe:%s:%d", t.Name(), observers.Add(1))
+	after := func(tx *gorm.DB) { fn(tx.Statement.SQL.String(), tx.Error) }
+	cb := db.Callback()
+	require.NoError(t, cb.Query().After("gorm:query").Register(name, after))
+	require.NoError(t, cb.Create().After("gorm:create").Register(name, after))
+	require.NoError(t, cb.Update().After("gorm:update").Register(name, after))
+	require.NoError(t, cb.Delete().After("gorm:delete").Register(name, after))
+	require.NoError(t, cb.Raw().After("gorm:raw").Register(name, after))
+	require.NoError(t, cb.Row().After("gorm:row").Register(name, after))
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			stopRaw()
+			_ = cb.Query().Remove(name)
+			_ = cb.Create().Remove(name)
+			_ = cb.Update().Remove(name)
+			_ = cb.Delete().Remove(name)
+			_ = cb.Raw().Remove(name)
+			_ = cb.Row().Remove(name)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// observers numbers ObserveStatements' callbacks, whose names must differ.
+var observers atomic.Int64

@@ -1,0 +1,4 @@
+package migrations
+
+// Contracted is the newest contract step applied, for the tests.
+var Contracted = contracted
