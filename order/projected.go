@@ -33,7 +33,7 @@ func projected(ctx context.Context, s *Service, id string, op func() (*Order, er
 		return nil, err
 	}
 	if n == 0 {
-		if _, err := s.projectOrder(ctx, id); err != nil {
+		if err := s.projectOrder(ctx, id); err != nil {
 			return nil, err
 		}
 	}
@@ -43,30 +43,28 @@ func projected(ctx context.Context, s *Service, id string, op func() (*Order, er
 // readProjected is projected for a read that takes no lock (get, and
 // extend, which tells a miss after its UPDATE apart: errRaced): op first,
 // and once more after projecting when it found no such order, which
-// spares an order already projected the existence check.
+// spares an order already projected the existence check. Once more
+// whether projecting found a hold or not: between op's miss and it, the
+// projector (or the sweep) may have projected the order and retention
+// pruned its hold record (arbiter.PruneHolds), and the order is in the
+// projection then.
 func readProjected(ctx context.Context, s *Service, id string, op func() (*Order, error)) (*Order, error) {
 	o, err := op()
 	if !errors.Is(err, inventory.ErrNotFound) {
 		return o, err
 	}
-	found, perr := s.projectOrder(ctx, id)
-	switch {
-	case perr != nil:
-		return nil, perr
-	case !found:
-		return o, err
+	if err := s.projectOrder(ctx, id); err != nil {
+		return nil, err
 	}
 	return op()
 }
 
 // projectOrder writes the projection of order id's lean hold, if it has
-// one; found reports whether it has. It runs again when the database
-// rolls it back as a deadlock's victim: it inserts the rows the projector
-// and the sweep insert too.
-func (s *Service) projectOrder(ctx context.Context, id string) (found bool, err error) {
-	err = arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
-		found, err = arbiter.In(tx).ProjectHold(id, "", "")
+// one. It runs again when the database rolls it back as a deadlock's
+// victim: it inserts the rows the projector and the sweep insert too.
+func (s *Service) projectOrder(ctx context.Context, id string) error {
+	return arbiter.Transact(ctx, s.db, func(tx *gorm.DB) error {
+		_, err := arbiter.In(tx).ProjectHold(id, "", "")
 		return err
 	})
-	return found, err
 }

@@ -711,10 +711,18 @@ func (a Arbiter) insertOnce(table string, cols []string, args []any) error {
 // token that Redis forgot (Tombstone's too). Retention runs it with t an
 // hour before now.
 func PruneHolds(db *gorm.DB, t time.Time, after []byte, limit int) (int64, []byte, error) {
+	// An order's id is a UUIDv7: its first 48 bits are the Unix
+	// milliseconds of its sale, which came before its deadline, so no hold
+	// past the id of t's millisecond can be due: the walk ends there, not
+	// at the table's end.
+	var ms [8]byte
+	binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
+	before := make([]byte, 16)
+	copy(before, ms[2:])
 	var rows []struct{ ID []byte }
-	if err := db.Raw(`SELECT h.id FROM holds h WHERE h.id > ? AND h.name IS NULL AND h.deadline < ?
+	if err := db.Raw(`SELECT h.id FROM holds h WHERE h.id > ? AND h.id < ? AND h.name IS NULL AND h.deadline < ?
 		AND EXISTS (SELECT 1 FROM stock_reservations r WHERE r.token = `+holdToken+` AND r.sku = h.sku)
-		ORDER BY h.id LIMIT ?`, holdID(append([]byte{}, after...)), t, limit).Scan(&rows).Error; err != nil {
+		ORDER BY h.id LIMIT ?`, holdID(append([]byte{}, after...)), holdID(before), t, limit).Scan(&rows).Error; err != nil {
 		return 0, after, err
 	}
 	if len(rows) == 0 {

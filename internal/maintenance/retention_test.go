@@ -2,6 +2,7 @@ package maintenance_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -440,4 +441,81 @@ func TestRetentionPrunesHoldsWhileTheProjectorRuns(t *testing.T) {
 		r.CheckInvariant(sku)
 	}
 	require.Zero(t, r.Raw(`SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`))
+}
+
+// raceAfterMissedOrder runs race once, right after the first read of
+// orders that finds no row: between a read's miss of an order only the
+// lean sale recorded and the projection that read writes next.
+func raceAfterMissedOrder(t *testing.T, r *testrig.Rig, race func()) (ran func() bool) {
+	var armed atomic.Bool
+	armed.Store(true)
+	name := "race:" + t.Name()
+	cb := r.DB.Callback().Query()
+	require.NoError(t, cb.After("gorm:query").Register(name, func(tx *gorm.DB) {
+		if tx.Statement.Table == "orders" && errors.Is(tx.Error, gorm.ErrRecordNotFound) && armed.CompareAndSwap(true, false) {
+			race()
+		}
+	}))
+	t.Cleanup(func() { _ = cb.Remove(name) })
+	return func() bool { return !armed.Load() }
+}
+
+// A read misses an order the projector has not reached; before the read
+// projects it, the projector does, and retention (its clock a day ahead:
+// a sale node's clock behind, or a projector that lagged past the
+// deadline) prunes its hold. The read finds no hold, and must still
+// answer the order, not 404. (Found by review; it answered 404.)
+func TestAReadRacingTheProjectorAndTheHoldsRetentionFindsTheOrder(t *testing.T) {
+	testrig.Lean = true
+	defer func() { testrig.Lean = false }()
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	sku := testenv.Unique("RG")
+	r.AddSKU(sku, 10)
+	o, err := r.Orders.Create(ctx, "u", "", testrig.Line(sku, 1))
+	require.NoError(t, err)
+	require.Zero(t, r.Raw(`SELECT COUNT(*) FROM orders WHERE id = ?`, o.ID), "not projected yet")
+	ret := maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{
+		Now: func() time.Time { return time.Now().Add(24 * time.Hour) }})
+	ran := raceAfterMissedOrder(t, r, func() {
+		_, err := r.Projector.Round(ctx)
+		require.NoError(t, err)
+		p, err := ret.PruneOnce(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, p.Holds)
+	})
+	got, err := r.Orders.Get(ctx, o.ID)
+	require.True(t, ran(), "the race ran")
+	require.NoError(t, err)
+	require.Equal(t, o.ID, got.ID)
+	require.Equal(t, []order.Item{{OrderID: o.ID, SKU: sku, Qty: 1}}, got.Items)
+}
+
+// The same race under an Idempotency-Key's replay: the key's order is
+// read through the same path, and the replay answers that order, not a
+// second sale (here refused: the first one took the last unit).
+func TestAKeysReplayRacingTheHoldsRetentionAnswersItsOrder(t *testing.T) {
+	testrig.Lean = true
+	defer func() { testrig.Lean = false }()
+	r := testrig.New(t, testrig.MemoryTransport(t))
+	ctx := context.Background()
+	sku := testenv.Unique("RK")
+	r.AddSKU(sku, 1)
+	o, err := r.Orders.Create(ctx, "u", "key-1", testrig.Line(sku, 1))
+	require.NoError(t, err)
+	ret := maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{
+		Now: func() time.Time { return time.Now().Add(24 * time.Hour) }})
+	ran := raceAfterMissedOrder(t, r, func() {
+		_, err := r.Projector.Round(ctx)
+		require.NoError(t, err)
+		_, err = ret.PruneOnce(ctx)
+		require.NoError(t, err)
+	})
+	again, err := r.Orders.Create(ctx, "u", "key-1", testrig.Line(sku, 1))
+	require.True(t, ran(), "the race ran")
+	require.NoError(t, err, "a replay of the key answers its order")
+	require.Equal(t, o.ID, again.ID)
+	r.Catch()
+	r.RequireQty(sku, 1, 1)
+	r.CheckInvariant(sku)
 }
