@@ -58,9 +58,7 @@ func TestLeanContract(t *testing.T) {
 // projector writes the rest exactly once, at the positions the sale
 // numbered.
 func TestLeanSaleRecordsOneRowPerHold(t *testing.T) {
-	testrig.Lean = true
-	defer func() { testrig.Lean = false }()
-	r := testrig.New(t, testrig.MemoryTransport(t))
+	r := testrig.NewLean(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	r.AddSKU("LA", 10)
 	r.AddSKU("LB", 10)
@@ -106,9 +104,7 @@ func TestLeanSaleRecordsOneRowPerHold(t *testing.T) {
 // No hold outlives its deadline because the projector is down: the sweep
 // projects what it needs (the projector never runs here).
 func TestLeanHoldExpiresWithoutTheProjector(t *testing.T) {
-	testrig.Lean = true
-	defer func() { testrig.Lean = false }()
-	r := testrig.New(t, testrig.MemoryTransport(t))
+	r := testrig.NewLean(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	r.AddSKU("LX", 3)
 	o, err := r.Orders.Create(ctx, "u1", "", testrig.Line("LX", 3))
@@ -137,9 +133,7 @@ func TestLeanHoldExpiresWithoutTheProjector(t *testing.T) {
 // under -race. Every order is found with its lines, every cancel gives
 // its units back once, and the counters are the projection's sums.
 func TestLeanSalesRaceTheProjector(t *testing.T) {
-	testrig.Lean = true
-	defer func() { testrig.Lean = false }()
-	r := testrig.New(t, testrig.MemoryTransport(t))
+	r := testrig.NewLean(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	const stock = 40
 	r.AddSKU("LR", stock)
@@ -245,9 +239,7 @@ func TestLeanKeyIsOneOrderAcrossWritePaths(t *testing.T) {
 // all the same, so no read finds it with some of its lines and no cancel
 // gives back some of them while the rest stays held.
 func TestLeanCartIsProjectedWhole(t *testing.T) {
-	testrig.Lean = true
-	defer func() { testrig.Lean = false }()
-	r := testrig.New(t, testrig.MemoryTransport(t))
+	r := testrig.NewLean(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	r.AddSKU("LC1", 10)
 	r.AddSKU("LC2", 10)
@@ -276,9 +268,7 @@ func TestLeanCartIsProjectedWhole(t *testing.T) {
 // name: a SKU far behind never starves the others, and what a bound left
 // is projected by the next rounds, each hold once.
 func TestLeanProjectorRoundsAreBoundedAndTakeTurns(t *testing.T) {
-	testrig.Lean = true
-	defer func() { testrig.Lean = false }()
-	r := testrig.New(t, testrig.MemoryTransport(t))
+	r := testrig.NewLean(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	for sku, n := range map[string]int{"LRA": 5, "LRB": 3, "LRC": 1} {
 		r.AddSKU(sku, 10)
@@ -320,9 +310,7 @@ func TestLeanProjectorRoundsAreBoundedAndTakeTurns(t *testing.T) {
 // them: the skipped holds are not the projector's to forget, and the next
 // round reads the holds after them.
 func TestLeanProjectorMovesPastHoldsProjectedFirst(t *testing.T) {
-	testrig.Lean = true
-	defer func() { testrig.Lean = false }()
-	r := testrig.New(t, testrig.MemoryTransport(t))
+	r := testrig.NewLean(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	r.AddSKU("LPF", 10)
 	var ids []string
@@ -350,9 +338,7 @@ func TestLeanProjectorMovesPastHoldsProjectedFirst(t *testing.T) {
 // projected already: a pass of one hold at a time reaches each of them in
 // turn, not the first one at every pass.
 func TestLeanSweepPagesPastTheHoldsItProjected(t *testing.T) {
-	testrig.Lean = true
-	defer func() { testrig.Lean = false }()
-	r := testrig.New(t, testrig.MemoryTransport(t))
+	r := testrig.NewLean(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	r.AddSKU("LXP", 3)
 	var want []string
@@ -381,9 +367,7 @@ func TestLeanSweepPagesPastTheHoldsItProjected(t *testing.T) {
 // the RESERVE movement's place the projection inserts, then asks for the
 // order's row the projection inserted: InnoDB rolls the projection back.
 func TestLeanPaymentOutlivesItsProjectionsDeadlock(t *testing.T) {
-	testrig.Lean = true
-	defer func() { testrig.Lean = false }()
-	r := testrig.New(t, testrig.MemoryTransport(t))
+	r := testrig.NewLean(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	r.AddSKU("LD", 5)
 	o, err := r.Orders.Create(ctx, "u1", "", testrig.Line("LD", 2))

@@ -77,7 +77,8 @@ type Service struct {
 	orders *groupcommit.Writer
 	owned  bool // orders is the Service's own (Close closes it)
 
-	// contracted: orders_idempotency is gone (keyedBeforeTheKeys).
+	// contracted: every key is in idempotency_keys, orders_idempotency
+	// gone (MySQL) or never needed (SQLite): keyedBeforeTheKeys.
 	contracted atomic.Bool
 
 	transitions sync.Map // Status -> *atomic.Int64
@@ -130,6 +131,10 @@ func NewService(db *gorm.DB, st *stock.Store, cfg Config) *Service {
 		cfg.OnExpired = func(time.Duration) {}
 	}
 	s := &Service{db: db, stock: st, cfg: cfg, redis: followup.Redis{Stock: st, Log: cfg.Logger}, orders: cfg.Writer}
+	// The embedded default contracts its SQLite at every start (app), and
+	// migrate contracts a new database: its keys are all in
+	// idempotency_keys.
+	s.contracted.Store(db.Dialector.Name() == "sqlite")
 	if s.orders == nil {
 		s.orders, s.owned = groupcommit.New(db), true
 	}
@@ -442,17 +447,13 @@ func (s *Service) byIdempotencyKey(ctx context.Context, userID, key string) (*Or
 // contract step 1). On MySQL the read names that index, so once it is
 // gone the read fails at once instead of scanning orders, and this node
 // stops reading it: every key is in idempotency_keys from then on.
-// SQLite keeps the index (migrations.contractSQLite).
+// SQLite is contracted from the start (NewService).
 func (s *Service) keyedBeforeTheKeys(ctx context.Context, userID, key string) ([]string, error) {
 	if s.contracted.Load() {
 		return nil, nil
 	}
-	from := "orders"
-	if s.db.Dialector.Name() == "mysql" {
-		from = "orders FORCE INDEX (orders_idempotency)"
-	}
 	var ids []string
-	err := s.db.WithContext(ctx).Raw("SELECT id FROM "+from+" WHERE user_id = ? AND idempotency_key = ?", userID, key).Scan(&ids).Error
+	err := s.db.WithContext(ctx).Raw("SELECT id FROM orders FORCE INDEX (orders_idempotency) WHERE user_id = ? AND idempotency_key = ?", userID, key).Scan(&ids).Error
 	if me := (*mysql.MySQLError)(nil); errors.As(err, &me) && me.Number == erKeyDoesNotExist {
 		s.contracted.Store(true)
 		s.cfg.Logger.Info("orders: the contract dropped orders_idempotency; Idempotency-Keys are read from idempotency_keys alone")

@@ -1,7 +1,6 @@
 package arbiter
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
@@ -728,11 +727,9 @@ func PruneHolds(db *gorm.DB, t time.Time, after []byte, limit int) (int64, []byt
 	if len(rows) == 0 {
 		return 0, nil, nil
 	}
-	ids := make([]any, 0, len(rows))
+	ids := make([]any, len(rows)) // a cart's lines repeat its id: IN takes it once
 	for i, r := range rows {
-		if i == 0 || !bytes.Equal(r.ID, rows[i-1].ID) { // a cart's lines share its id
-			ids = append(ids, holdID(r.ID))
-		}
+		ids[i] = holdID(r.ID)
 	}
 	// Every line of each: an order is projected whole, in one transaction.
 	res := db.Exec(`DELETE FROM holds WHERE name IS NULL AND id IN (`+placeholders(len(ids))+`)`, ids...)

@@ -291,9 +291,7 @@ func TestRetentionKeepsTheFeedsLastID(t *testing.T) {
 // before afterwards, the projector finds nothing to redo, and reconcile
 // finds no drift.
 func TestRetentionPrunesProjectedHolds(t *testing.T) {
-	testrig.Lean = true
-	defer func() { testrig.Lean = false }()
-	r := testrig.New(t, testrig.MemoryTransport(t))
+	r := testrig.NewLean(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	a, b := testenv.Unique("HA"), testenv.Unique("HB")
 	r.AddSKU(a, 50)
@@ -322,8 +320,7 @@ func TestRetentionPrunesProjectedHolds(t *testing.T) {
 	require.Zero(t, p.Holds)
 
 	// A day later: the projected carts' lines go, in batches of 3 rows.
-	ret = maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{Batch: 3,
-		Now: func() time.Time { return time.Now().Add(24 * time.Hour) }})
+	ret = aDayAhead(r, 3)
 	p, err = ret.PruneOnce(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 10, p.Holds)
@@ -368,16 +365,13 @@ func TestRetentionPrunesProjectedHolds(t *testing.T) {
 // projection commits: no order loses a line, no unit is held twice or
 // lost, and the counters are the projection's sums.
 func TestRetentionPrunesHoldsWhileTheProjectorRuns(t *testing.T) {
-	testrig.Lean = true
-	defer func() { testrig.Lean = false }()
-	r := testrig.New(t, testrig.MemoryTransport(t))
+	r := testrig.NewLean(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	a, b := testenv.Unique("HR"), testenv.Unique("HS")
 	const stock = 60
 	r.AddSKU(a, stock)
 	r.AddSKU(b, stock)
-	ret := maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{Batch: 4,
-		Now: func() time.Time { return time.Now().Add(24 * time.Hour) }})
+	ret := aDayAhead(r, 4)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var pruned atomic.Int64
@@ -443,6 +437,14 @@ func TestRetentionPrunesHoldsWhileTheProjectorRuns(t *testing.T) {
 	require.Zero(t, r.Raw(`SELECT COUNT(*) FROM skus WHERE holds_dirty = 1`))
 }
 
+// aDayAhead is retention on r's database with its clock a day ahead, so
+// every projected order's hold is past its deadline and the hour after,
+// batch rows at a time (0: the default).
+func aDayAhead(r *testrig.Rig, batch int) *maintenance.Retention {
+	return maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{Batch: batch,
+		Now: func() time.Time { return time.Now().Add(24 * time.Hour) }})
+}
+
 // raceAfterMissedOrder runs race once, right after the first read of
 // orders that finds no row: between a read's miss of an order only the
 // lean sale recorded and the projection that read writes next.
@@ -466,17 +468,14 @@ func raceAfterMissedOrder(t *testing.T, r *testrig.Rig, race func()) (ran func()
 // deadline) prunes its hold. The read finds no hold, and must still
 // answer the order, not 404. (Found by review; it answered 404.)
 func TestAReadRacingTheProjectorAndTheHoldsRetentionFindsTheOrder(t *testing.T) {
-	testrig.Lean = true
-	defer func() { testrig.Lean = false }()
-	r := testrig.New(t, testrig.MemoryTransport(t))
+	r := testrig.NewLean(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	sku := testenv.Unique("RG")
 	r.AddSKU(sku, 10)
 	o, err := r.Orders.Create(ctx, "u", "", testrig.Line(sku, 1))
 	require.NoError(t, err)
 	require.Zero(t, r.Raw(`SELECT COUNT(*) FROM orders WHERE id = ?`, o.ID), "not projected yet")
-	ret := maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{
-		Now: func() time.Time { return time.Now().Add(24 * time.Hour) }})
+	ret := aDayAhead(r, 0)
 	ran := raceAfterMissedOrder(t, r, func() {
 		_, err := r.Projector.Round(ctx)
 		require.NoError(t, err)
@@ -495,16 +494,13 @@ func TestAReadRacingTheProjectorAndTheHoldsRetentionFindsTheOrder(t *testing.T) 
 // read through the same path, and the replay answers that order, not a
 // second sale (here refused: the first one took the last unit).
 func TestAKeysReplayRacingTheHoldsRetentionAnswersItsOrder(t *testing.T) {
-	testrig.Lean = true
-	defer func() { testrig.Lean = false }()
-	r := testrig.New(t, testrig.MemoryTransport(t))
+	r := testrig.NewLean(t, testrig.MemoryTransport(t))
 	ctx := context.Background()
 	sku := testenv.Unique("RK")
 	r.AddSKU(sku, 1)
 	o, err := r.Orders.Create(ctx, "u", "key-1", testrig.Line(sku, 1))
 	require.NoError(t, err)
-	ret := maintenance.NewRetention(r.DB, r.Stock.Locker(), maintenance.RetentionConfig{
-		Now: func() time.Time { return time.Now().Add(24 * time.Hour) }})
+	ret := aDayAhead(r, 0)
 	ran := raceAfterMissedOrder(t, r, func() {
 		_, err := r.Projector.Round(ctx)
 		require.NoError(t, err)

@@ -97,6 +97,16 @@ const TTL = 15 * time.Minute
 // contract test, around the subtests it runs again so (RunLean).
 var Lean bool
 
+// NewLean is New with Lean set while it builds the rig: one node selling
+// as the lean sale does, whatever Lean is around it.
+func NewLean(t testing.TB, tr Transport) *Rig {
+	t.Helper()
+	was := Lean
+	Lean = true
+	defer func() { Lean = was }()
+	return New(t, tr)
+}
+
 // Embedded makes New use the embedded default's stand-ins (SQLite and
 // miniredis) instead of MariaDB and Redis; set only by a package's
 // embedded contract test, around the subtests it runs again there.
