@@ -48,3 +48,13 @@ func TestProjectionLagQuantileIsItsBucketsBound(t *testing.T) {
 	_, n = before.quantile(before, .99)
 	require.Zero(t, n)
 }
+
+// A run with -projector=false projected nothing: its lag target is not
+// measured (neither met nor missed), and says the run is a bound.
+func TestProjectionLagOfARunWithoutProjectorIsNotMeasured(t *testing.T) {
+	c := projLag{lean: true, off: true}.check()
+	require.Equal(t, unmeasured, c.state)
+	require.Contains(t, c.measured, "-projector=false")
+	require.Equal(t, missed, projLag{lean: true, p99: 2, n: 10, sold: 10}.check().state)
+	require.Equal(t, met, projLag{lean: true, p99: .5, n: 10, sold: 10}.check().state)
+}

@@ -72,6 +72,7 @@ var (
 	cpuProf   = flag.String("cpuprofile", "", "write a CPU profile of the HTTP phases (service and load in this process) to this file")
 	profPhase = flag.String("cpuprofile-phases", "", "with -cpuprofile: profile only the HTTP phases whose name this regular expression matches (e.g. 'selling|soak'); empty: all of them")
 	only      = flag.String("only", "", `run one group only: "http" (the HTTP phases), "campaign" (a campaign's openings and the hold extensions), "webhooks" (the seckill selling phase with one webhook subscription beside none, and a 2,000-unit sale's sku.sold_out), "sync" (the ordered database sync), "dbcost" (the database's cost of a sale, statement by statement), "lean" (the classic and the lean sale side by side, each way's phases on a node of its own) or "history" (the soak of -orders orders through one SKU)`)
+	projectOn = flag.Bool("projector", true, `false, with -only http: this process holds the projector's leader lock, so no node projects the lean sale's holds during the run: the HTTP phases as if the projection cost nothing (a bound on what any projection could reach, not the product; the projection lag is then not measured)`)
 	leanSale  = flag.String("lean-sale", "", `"on" or "off": the service's sale lean or classic (INVENTORY_LEAN_SALE) in every group that runs it; empty: the service's default`)
 	orders    = flag.Int("orders", 1_000_000, "with -only history: how many orders the soak drives through one SKU")
 )
@@ -141,6 +142,10 @@ func main() {
 	flag.Parse()
 	if *leanSale != "" && *leanSale != "on" && *leanSale != "off" {
 		fmt.Fprintf(os.Stderr, "benchtable: -lean-sale is \"on\", \"off\" or empty, not %q\n", *leanSale)
+		os.Exit(2)
+	}
+	if !*projectOn && *only != "http" {
+		fmt.Fprintln(os.Stderr, "benchtable: -projector=false is for -only http (the other groups wait for the projection)")
 		os.Exit(2)
 	}
 	if *openChildF {

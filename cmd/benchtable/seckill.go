@@ -20,6 +20,7 @@ import (
 	"github.com/acme/inventory"
 	"github.com/acme/inventory/internal/app"
 	"github.com/acme/inventory/internal/identity"
+	"github.com/acme/inventory/internal/lock"
 	"github.com/acme/inventory/mq"
 	"github.com/acme/inventory/stock"
 )
@@ -186,6 +187,9 @@ func credentials(prefix string, w int) http.Header {
 // changes the configuration before it is checked.
 func startService(ctx context.Context, rdb *redis.Client, dsnBase, dbName string, tweak ...func(*app.Config)) (*app.App, *sql.DB) {
 	must(rdb.FlushDB(ctx).Err())
+	if !*projectOn { // the projector's leader lock, held for the run (the run flushes the database at its end)
+		must(rdb.Set(ctx, lock.ProjectorKey, "benchtable -projector=false", 0).Err())
+	}
 	db := openDatabase(ctx, dsnBase, dbName)
 	resetSchema(ctx, db)
 	topic := fmt.Sprintf("bench_%d", time.Now().UnixNano())
