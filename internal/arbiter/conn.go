@@ -63,6 +63,11 @@ func (d Direct) WithLimits(c *LimitCache) Direct { d.a.known = c; return d }
 // Reserve is Arbiter.Reserve on the transaction.
 func (d Direct) Reserve(holds []Hold) (map[string]Fence, error) { return d.a.Reserve(holds) }
 
+// ProjectBacklog is Arbiter.ProjectBacklog on the transaction: the
+// projector's round, whose multi-row INSERTs of hundreds of holds GORM's
+// statement builder would scan placeholder by placeholder.
+func (d Direct) ProjectBacklog(b Backlog) (Projected, error) { return d.a.ProjectBacklog(b) }
+
 // InsertRows is InsertRows on the transaction.
 func (d Direct) InsertRows(table string, cols []string, args []any) error {
 	return d.a.insertRows(table, cols, args)

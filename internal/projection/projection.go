@@ -23,6 +23,7 @@ import (
 	"github.com/acme/inventory/internal/arbiter"
 	"github.com/acme/inventory/internal/job"
 	"github.com/acme/inventory/internal/lock"
+	"github.com/acme/inventory/internal/rawtx"
 )
 
 // Config tunes the projector.
@@ -154,11 +155,16 @@ func (j *Job) round(ctx context.Context) (n int, more bool, err error) {
 	defer j.mu.Unlock()
 	var p arbiter.Projected
 	var created []time.Time
-	err = arbiter.Transact(ctx, j.db, func(tx *gorm.DB) (err error) {
-		created = created[:0] // a retried transaction reads again
-		p, err = arbiter.In(tx).ProjectBacklog(arbiter.Backlog{SKUs: j.cfg.SKUs, PerSKU: j.cfg.PerSKU, Holds: j.cfg.Holds,
-			After: j.after, AfterCampaign: j.afterCampaign, Seen: func(c time.Time) { created = append(created, c) }})
-		return err
+	// Past GORM's statement builder (internal/rawtx), as the group commit:
+	// a round's INSERTs carry thousands of arguments. Run again whole if
+	// the database chose it as a deadlock's victim.
+	_, err = arbiter.RetryDeadlock(ctx, func() (struct{}, error) {
+		return struct{}{}, rawtx.Run(ctx, j.db, func(tx *rawtx.Tx) (err error) {
+			created = created[:0] // a retried transaction reads again
+			p, err = arbiter.OnConn(tx.Context(), tx, tx.Dialect()).ProjectBacklog(arbiter.Backlog{SKUs: j.cfg.SKUs, PerSKU: j.cfg.PerSKU,
+				Holds: j.cfg.Holds, After: j.after, AfterCampaign: j.afterCampaign, Seen: func(c time.Time) { created = append(created, c) }})
+			return err
+		})
 	})
 	if err != nil {
 		return 0, false, err
