@@ -1,7 +1,8 @@
 // Package rawtx runs a transaction on a GORM handle's connection pool with
 // its statements sent straight to the connection (database/sql's
 // ExecContext and QueryContext), past GORM's statement building and
-// callbacks: for the hot path (the group commit), whose statements are
+// callbacks: for the hot path (the group commit) and the projector's
+// rounds (multi-row INSERTs of hundreds of holds), whose statements are
 // written out already and whose arguments need no reflection. The rest of
 // the service keeps GORM.
 //
